@@ -1,0 +1,280 @@
+"""The batched cluster state machine behind `ClusterEnv` (SPEC "State and decisions").
+
+Everything is a tensor with a leading batch dimension B; a step is a fixed sequence of tensor
+operations with no Python loop over rows or jobs and no host synchronisation, so the same code
+runs on a GPU. Two ideas keep a step cheap:
+
+* Occupancy as bit planes. `occ[b, r, u]` is an int64 whose bit k says "used[k][r] >= u" for
+  levels u = 0..U+1 (level 0 is all ones, level U+1 always zero). A job of demand q fits row k of
+  resource r iff bit k of level U+1-q is clear, so the rows where a slot job fits are a few
+  gathers and ANDs, a run of d fitting rows is found by shifting (log2 d steps), and the earliest
+  offset is the lowest set bit. Placing a job moves levels up by q inside the job's rows; a time
+  advance is a right shift.
+* Jobs sorted by (arrival, position) once at reset. Waiting jobs are then a queue: the M slots hold
+  the first M of them, the backlog is the contiguous range [queue_head, num_arrived) behind them,
+  and arrivals are a searchsorted on the sorted arrival times.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from .config import ClusterConfig
+from .jobs import JobSet
+
+NEVER = 1 << 40  # arrival / finish time of what never happens (padding jobs, unscheduled jobs)
+
+
+@dataclass
+class ClusterState:
+    """The state of B episodes. Jobs are stored sorted by (arrival, position); column L is a
+    sentinel padding job that empty slots point to.
+
+    order:        LongTensor[B, L]      original position of the i-th sorted job
+    arrival:      LongTensor[B, L+1]    sorted arrivals (NEVER for padding)
+    duration:     LongTensor[B, L+1]    (0 for padding)
+    demand:       LongTensor[B, L+1, R]
+    deadline:     LongTensor[B, L+1]
+    start:        LongTensor[B, L+1]    start time, -1 while unscheduled
+    arrived_weight: DoubleTensor[B, L+1] prefix sums of 1/d over sorted jobs (slowdown reward)
+    num_jobs:     LongTensor[B]
+    time:         LongTensor[B]
+    num_arrived:  LongTensor[B]         sorted jobs with arrival <= time
+    queue_head:   LongTensor[B]         first sorted job that has not entered a slot
+    slot_job:     LongTensor[B, M]      sorted index of each slot's job, L when empty
+    slot_offset:  LongTensor[B, M]      earliest feasible start offset, -1 when none
+    occ:          LongTensor[B, R, U+2] occupancy bit planes (module docstring)
+    finish_count: LongTensor[B, T+1]    ring buffer: jobs finishing at time f, at f mod (T+1)
+    finish_weight: DoubleTensor[B, T+1] same, summing 1/d
+    finished_count: LongTensor[B]       jobs with f_j <= time
+    finished_weight: DoubleTensor[B]
+    util_sum:     DoubleTensor[B]       sum of per-step utilization (episode metric)
+    terminated, truncated: BoolTensor[B]
+    """
+
+    order: torch.Tensor
+    arrival: torch.Tensor
+    duration: torch.Tensor
+    demand: torch.Tensor
+    deadline: torch.Tensor
+    start: torch.Tensor
+    arrived_weight: torch.Tensor
+    num_jobs: torch.Tensor
+    time: torch.Tensor
+    num_arrived: torch.Tensor
+    queue_head: torch.Tensor
+    slot_job: torch.Tensor
+    slot_offset: torch.Tensor
+    occ: torch.Tensor
+    finish_count: torch.Tensor
+    finish_weight: torch.Tensor
+    finished_count: torch.Tensor
+    finished_weight: torch.Tensor
+    util_sum: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+
+    @property
+    def done(self) -> torch.Tensor:
+        return self.terminated | self.truncated
+
+    @property
+    def max_jobs(self) -> int:
+        return self.order.shape[1]
+
+    def merge(self, rows: torch.Tensor, other: "ClusterState") -> "ClusterState":
+        """A state whose rows where `rows` (BoolTensor[B]) is true come from `other`."""
+        out = {}
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            mask = rows.view(-1, *([1] * (mine.dim() - 1)))
+            out[f.name] = torch.where(mask, theirs, mine)
+        return ClusterState(**out)
+
+
+def full_rows(cfg: ClusterConfig) -> int:
+    """The bit word with one bit per time row of the horizon."""
+    return (1 << cfg.horizon) - 1
+
+
+def init_state(jobs: JobSet, cfg: ClusterConfig) -> ClusterState:
+    """State at time 0 for B jobsets (validated by the caller)."""
+    device = jobs.device
+    b, length = jobs.arrival.shape
+    real = jobs.duration > 0
+    # stable sort by arrival, padding last: ties keep jobset order, as SPEC's slot order asks
+    key = torch.where(real, jobs.arrival, torch.full_like(jobs.arrival, NEVER))
+    sorted_key, order = torch.sort(key, dim=1, stable=True)
+
+    def sort_and_pad(x: torch.Tensor, pad_value: int) -> torch.Tensor:
+        idx = order if x.dim() == 2 else order.unsqueeze(-1).expand(-1, -1, x.shape[-1])
+        x = x.gather(1, idx)
+        pad = x.new_full((b, 1, *x.shape[2:]), pad_value)
+        return torch.cat([x, pad], dim=1)
+
+    arrival = torch.cat([sorted_key, sorted_key.new_full((b, 1), NEVER)], dim=1)
+    duration = sort_and_pad(jobs.duration * real, 0)
+    demand = sort_and_pad(jobs.demand * real.unsqueeze(-1), 0)
+    deadline = sort_and_pad(torch.where(real, jobs.deadlines(cfg.slo_slowdown), NEVER), NEVER)  # padding never falls due
+    weight = torch.where(duration > 0, 1.0 / duration.clamp(min=1).double(), 0.0)
+    arrived_weight = torch.cat([weight.new_zeros(b, 1), weight[:, :length].cumsum(1)], dim=1)
+    zeros = torch.zeros(b, dtype=torch.long, device=device)
+    occ = torch.zeros(b, cfg.num_resources, cfg.resource_units + 2, dtype=torch.long, device=device)
+    occ[:, :, 0] = full_rows(cfg)
+    state = ClusterState(
+        order=order,
+        arrival=arrival.contiguous(),
+        duration=duration,
+        demand=demand,
+        deadline=deadline,
+        start=torch.full((b, length + 1), -1, dtype=torch.long, device=device),
+        arrived_weight=arrived_weight,
+        num_jobs=real.sum(1),
+        time=zeros.clone(),
+        num_arrived=zeros.clone(),
+        queue_head=zeros.clone(),
+        slot_job=torch.full((b, cfg.num_slots), length, dtype=torch.long, device=device),
+        slot_offset=torch.full((b, cfg.num_slots), -1, dtype=torch.long, device=device),
+        occ=occ,
+        finish_count=torch.zeros(b, cfg.horizon + 1, dtype=torch.long, device=device),
+        finish_weight=torch.zeros(b, cfg.horizon + 1, dtype=torch.float64, device=device),
+        finished_count=zeros.clone(),
+        finished_weight=torch.zeros(b, dtype=torch.float64, device=device),
+        util_sum=torch.zeros(b, dtype=torch.float64, device=device),
+        terminated=torch.zeros(b, dtype=torch.bool, device=device),
+        truncated=torch.zeros(b, dtype=torch.bool, device=device),
+    )
+    state.num_arrived = _count_arrived(state, state.time)
+    _fill_slots(state)
+    state.slot_offset = earliest_offsets(state, cfg)
+    return state
+
+
+# ----- pieces of a step ------------------------------------------------------------------------
+def _count_arrived(state: ClusterState, time: torch.Tensor) -> torch.Tensor:
+    """Sorted jobs with arrival <= time: LongTensor[B]."""
+    return torch.searchsorted(state.arrival, time.unsqueeze(1), right=True).squeeze(1)
+
+
+def _fill_slots(state: ClusterState) -> None:
+    """Move jobs from the front of the backlog into the empty slots at the end (slots stay compact)."""
+    length = state.max_jobs
+    m = torch.arange(state.slot_job.shape[1], device=state.slot_job.device)
+    filled = (state.slot_job < length).sum(1, keepdim=True)
+    candidate = state.queue_head.unsqueeze(1) + (m - filled)
+    take = (m >= filled) & (candidate < state.num_arrived.unsqueeze(1))
+    state.slot_job = torch.where(m < filled, state.slot_job, torch.where(take, candidate, length))
+    state.queue_head = state.queue_head + take.sum(1)
+
+
+def slot_jobs(state: ClusterState) -> tuple[torch.Tensor, torch.Tensor]:
+    """(duration LongTensor[B, M], demand LongTensor[B, M, R]) of the slot jobs (0 when empty)."""
+    duration = state.duration.gather(1, state.slot_job)
+    idx = state.slot_job.unsqueeze(-1).expand(-1, -1, state.demand.shape[-1])
+    return duration, state.demand.gather(1, idx)
+
+
+def earliest_offsets(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
+    """For every slot, the smallest k in 0..T-d where its job fits for all d rows; -1 if none.
+
+    Returns LongTensor[B, M]. Bit arithmetic on the occupancy planes (module docstring).
+    """
+    duration, demand = slot_jobs(state)
+    full = full_rows(cfg)
+    fits = torch.full_like(duration, full)  # bit k: the job fits row k on every resource
+    for r in range(cfg.num_resources):
+        level = cfg.resource_units + 1 - demand[:, :, r]  # rows with used >= level are too full
+        fits = fits & ~state.occ[:, r, :].gather(1, level)
+    # window[k]: rows k..k+d-1 all fit. Combine runs of length 1, 2, 4, ... per set bit of d.
+    window = torch.full_like(duration, full)
+    shift = torch.zeros_like(duration)
+    run, length = fits, 1
+    while length <= cfg.max_job_len:
+        part = duration & length
+        window = torch.where(part > 0, window & (run >> shift), window)
+        shift = shift + part
+        run = run & (run >> length)
+        length *= 2
+    # bits beyond the horizon are zero, so windows that would run past T never qualify
+    lowest = window & -window
+    offset = torch.frexp(lowest.double()).exponent.long() - 1  # index of the lowest set bit
+    return torch.where((window != 0) & (state.slot_job < state.max_jobs), offset, -1)
+
+
+def used_now(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
+    """used[0][r]: LongTensor[B, R]."""
+    return (state.occ[:, :, 1 : cfg.resource_units + 1] & 1).sum(-1)
+
+
+def used_rows(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
+    """used[k][r] for the whole horizon: LongTensor[B, T, R] (for observations, not the step)."""
+    k = torch.arange(cfg.horizon, device=state.occ.device)
+    bits = (state.occ[:, :, 1 : cfg.resource_units + 1, None] >> k) & 1  # [B, R, U, T]
+    return bits.sum(2).transpose(1, 2)
+
+
+def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor:
+    """Apply one decision per row in place; return the reward, FloatTensor[B].
+
+    action: LongTensor[B], 0..M-1 schedules that slot, M (or anything invalid) advances time.
+    """
+    from .objectives import interval_reward  # objectives reads the state this module defines
+
+    length, m_slots = state.max_jobs, cfg.num_slots
+    action = action.reshape(-1).long()
+    active = ~state.done
+    in_range = (action >= 0) & (action < m_slots)
+    slot = action.clamp(0, m_slots - 1)
+    offset = state.slot_offset.gather(1, slot.unsqueeze(1)).squeeze(1)
+    schedule = active & in_range & (offset >= 0)
+    advance = active & ~schedule
+
+    # --- schedule the slot's job at its earliest offset; time stays frozen ---
+    job = torch.where(schedule, state.slot_job.gather(1, slot.unsqueeze(1)).squeeze(1), length)
+    duration = state.duration.gather(1, job.unsqueeze(1)).squeeze(1)
+    demand = state.demand.gather(1, job.view(-1, 1, 1).expand(-1, 1, cfg.num_resources)).squeeze(1)
+    offset = offset.clamp(min=0)
+    start = state.time + offset
+    state.start = state.start.scatter(1, job.unsqueeze(1), torch.where(schedule, start, -1).unsqueeze(1))
+    rows = torch.where(schedule, ((1 << duration) - 1) << offset, 0).view(-1, 1, 1)
+    levels = torch.arange(cfg.resource_units + 2, device=action.device)
+    source = (levels - demand.unsqueeze(-1)).clamp(min=0)  # level u inside the job's rows was u - q
+    state.occ = (state.occ & ~rows) | (state.occ.gather(2, source) & rows)
+    finish_at = ((start + duration) % (cfg.horizon + 1)).unsqueeze(1)
+    state.finish_count = state.finish_count.scatter_add(1, finish_at, schedule.long().unsqueeze(1))
+    weight = torch.where(schedule, 1.0 / duration.clamp(min=1).double(), 0.0)
+    state.finish_weight = state.finish_weight.scatter_add(1, finish_at, weight.unsqueeze(1))
+    m = torch.arange(m_slots, device=action.device)
+    close_gap = (m >= slot.unsqueeze(1)) & schedule.unsqueeze(1)  # slots behind the taken one move up
+    padded = torch.cat([state.slot_job, state.slot_job.new_full((len(action), 1), length)], dim=1)
+    state.slot_job = padded.gather(1, m + close_gap)
+
+    # --- advance time by one step: pay the interval's reward, shift the horizon ---
+    reward = torch.where(advance, interval_reward(state, cfg), 0.0)
+    state.util_sum = state.util_sum + torch.where(advance, utilization_now(state, cfg), 0.0)
+    state.time = state.time + advance.long()
+    top = torch.zeros_like(levels)
+    top[0] = 1 << (cfg.horizon - 1)  # the empty row entering at the bottom: only level 0 is set
+    state.occ = torch.where(advance.view(-1, 1, 1), (state.occ >> 1) | top, state.occ)
+    ring = (state.time % (cfg.horizon + 1)).unsqueeze(1)
+    now_finished = state.finish_count.gather(1, ring).squeeze(1)
+    now_weight = state.finish_weight.gather(1, ring).squeeze(1)
+    state.finished_count = state.finished_count + torch.where(advance, now_finished, 0)
+    state.finished_weight = state.finished_weight + torch.where(advance, now_weight, 0.0)
+    keep = (~advance).unsqueeze(1)
+    state.finish_count = state.finish_count.scatter(1, ring, now_finished.unsqueeze(1) * keep)
+    state.finish_weight = state.finish_weight.scatter(1, ring, now_weight.unsqueeze(1) * keep)
+    state.num_arrived = _count_arrived(state, state.time)
+    terminated = advance & (state.finished_count == state.num_jobs)
+    state.truncated = state.truncated | (advance & ~terminated & (state.time >= cfg.max_time))
+    state.terminated = state.terminated | terminated
+
+    _fill_slots(state)
+    state.slot_offset = earliest_offsets(state, cfg)
+    return reward.float()
+
+
+def utilization_now(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
+    """Mean over resources of used[0][r] / U: DoubleTensor[B]."""
+    return used_now(state, cfg).double().mean(1) / cfg.resource_units

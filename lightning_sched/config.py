@@ -1,0 +1,99 @@
+"""`ClusterConfig`: the static description of one cluster and its reward (../SPEC.md)."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+OBJECTIVES = ("slowdown", "completion_time", "makespan", "utilization", "deadline")
+OBSERVATIONS = ("image", "compact", "none")
+# Placement uses one 64-bit word per (resource, level) whose bit k is time row k: horizon <= 62
+# keeps every shift inside a signed int64.
+MAX_HORIZON = 62
+
+
+class ConfigError(ValueError):
+    """A configuration or jobset outside the ranges SPEC.md allows; the message names the field."""
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A DeepRM cluster: d resources of U units, a look-ahead of T steps, M job slots, a backlog.
+
+    Defaults are DeepRM's (Mao et al., HotNets 2016, section 5 and its code's parameters.py).
+    """
+
+    num_resources: int = 2
+    """d: resource types (CPU, memory). DeepRM: 2."""
+    resource_units: int = 10
+    """U: units of each resource in the cluster. DeepRM: 10."""
+    horizon: int = 20
+    """T: time steps of occupancy the state shows ahead. DeepRM: 20."""
+    num_slots: int = 10
+    """M: waiting jobs visible (and schedulable) at once. DeepRM: 10."""
+    backlog_size: int = 60
+    """Waiting jobs beyond the slots that the image counts (the backlog itself is unbounded). DeepRM: 60."""
+    max_job_len: int = 15
+    """Longest job duration in steps (<= horizon). DeepRM: 15."""
+    max_job_units: int = 10
+    """Largest demand of one job on one resource (<= resource_units). DeepRM: 10."""
+    max_time: int = 1000
+    """Time step at which an unfinished episode is truncated."""
+    max_track_since_new: int = 10
+    """Cap of the 'steps since the last arrival' column. DeepRM: 10."""
+    objective: str = "slowdown"
+    """Reward: one of slowdown, completion_time, makespan, utilization, deadline (SPEC table)."""
+    slo_slowdown: float = 2.0
+    """Default deadline a_j + floor(slo_slowdown * d_j) when a jobset gives none (>= 1)."""
+    observation: str = "image"
+    """'image' (DeepRM's), 'compact' (DeepRM's compact vector) or 'none' (structured keys only)."""
+
+    def __post_init__(self) -> None:
+        for f in ("num_resources", "resource_units", "horizon", "num_slots", "backlog_size",
+                  "max_job_len", "max_job_units", "max_time", "max_track_since_new"):
+            value = getattr(self, f)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"ClusterConfig.{f} must be an integer >= 1, got {value!r}")
+        if self.horizon > MAX_HORIZON:
+            raise ConfigError(f"ClusterConfig.horizon must be <= {MAX_HORIZON} (one 64-bit word per time row set), got {self.horizon}")
+        if self.max_job_len > self.horizon:
+            raise ConfigError(f"ClusterConfig.max_job_len={self.max_job_len} exceeds horizon={self.horizon}")
+        if self.max_job_units > self.resource_units:
+            raise ConfigError(f"ClusterConfig.max_job_units={self.max_job_units} exceeds resource_units={self.resource_units}")
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"ClusterConfig.objective={self.objective!r} is unknown; choose one of {OBJECTIVES}")
+        if self.observation not in OBSERVATIONS:
+            raise ConfigError(f"ClusterConfig.observation={self.observation!r} is unknown; choose one of {OBSERVATIONS}")
+        if not isinstance(self.slo_slowdown, (int, float)) or not math.isfinite(self.slo_slowdown) or self.slo_slowdown < 1:
+            raise ConfigError(f"ClusterConfig.slo_slowdown must be a finite number >= 1, got {self.slo_slowdown!r}")
+
+    # ----- derived sizes (SPEC "Observation") ---------------------------------------------
+    @property
+    def backlog_width(self) -> int:
+        return math.ceil(self.backlog_size / self.horizon)
+
+    @property
+    def image_width(self) -> int:
+        """W = R*(U + M*MU) + backlog_width + 1."""
+        r, u, m, mu = self.num_resources, self.resource_units, self.num_slots, self.max_job_units
+        return r * (u + m * mu) + self.backlog_width + 1
+
+    @property
+    def compact_size(self) -> int:
+        """Free units per (time row, resource), (duration, demands) per slot, backlog, since-new."""
+        return self.horizon * self.num_resources + self.num_slots * (1 + self.num_resources) + 2
+
+    @property
+    def num_actions(self) -> int:
+        """M slots plus void."""
+        return self.num_slots + 1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def differences(self, other: "ClusterConfig") -> dict:
+        """{field: (self's value, other's value)} for every field that differs."""
+        return {f.name: (getattr(self, f.name), getattr(other, f.name))
+                for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)}
+
+    def replace(self, **changes) -> "ClusterConfig":
+        return ClusterConfig(**{**self.to_dict(), **changes})

@@ -1,0 +1,133 @@
+"""`ClusterEnv`: the batched DeepRM cluster as a TorchRL `EnvBase` (../SPEC.md "Public contract").
+
+The env is a thin wrapper: the state machine is `cluster.py`, rewards and metrics `objectives.py`,
+observations `observations.py`. The hot path (`rollout.py`) drives those functions directly and
+skips TorchRL's per-step bookkeeping; `check_env_specs` holds the wrapper to its specs.
+"""
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import Binary, Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase
+
+from .cluster import ClusterState, init_state, step_state
+from .config import ClusterConfig, ConfigError
+from .jobs import JobSet
+from .objectives import episode_metrics
+from .observations import observe
+
+
+class ClusterEnv(EnvBase):
+    """B cluster episodes stepped as one TensorDict.
+
+    Args:
+        cfg: the cluster.
+        workload: a `JobSet` (row b replays jobset b at every reset) or a workload generator with
+            `sample(batch_size, generator, device)` and `max_jobs` (fresh jobsets at every reset).
+        batch_size: [B].
+        device: where every tensor of the state lives.
+        seed: seeds the env's own generator for workload draws and `random` decisions.
+    """
+
+    batch_locked = True
+
+    def __init__(self, cfg: ClusterConfig, workload, batch_size=(1,), device="cpu", seed: int | None = None):
+        batch_size = torch.Size(batch_size if not isinstance(batch_size, int) else [batch_size])
+        if len(batch_size) != 1:
+            raise ConfigError(f"ClusterEnv batch_size must be [B], got {list(batch_size)}")
+        super().__init__(device=device, batch_size=batch_size)
+        self.cfg = cfg
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(0 if seed is None else seed)
+        self.set_workload(workload)
+        self.state: ClusterState | None = None
+        self._make_specs()
+
+    # ----- workload ------------------------------------------------------------------------
+    def set_workload(self, workload) -> None:
+        """Swap the jobsets or generator (same number of job columns, so the specs stay valid)."""
+        b = self.batch_size[0]
+        if isinstance(workload, JobSet):
+            if workload.batch_size != b:
+                raise ConfigError(f"JobSet has {workload.batch_size} jobsets but the env batch_size is {b}; "
+                                  "use JobSet.repeat_interleave for several episodes per jobset")
+            workload = workload.validate(self.cfg).to(self.device)
+            max_jobs = workload.max_jobs
+        else:
+            if not hasattr(workload, "sample"):
+                raise ConfigError(f"workload must be a JobSet or have sample(batch_size, generator, device), got {type(workload).__name__}")
+            workload.validate(self.cfg)
+            max_jobs = workload.max_jobs
+        if getattr(self, "max_jobs", max_jobs) != max_jobs:
+            raise ConfigError(f"new workload has {max_jobs} job columns, the env's specs have {self.max_jobs}")
+        self.workload, self.max_jobs = workload, max_jobs
+
+    def draw_jobs(self) -> JobSet:
+        """The jobsets of the next reset."""
+        if isinstance(self.workload, JobSet):
+            return self.workload
+        jobs = self.workload.sample(self.batch_size[0], self.generator, self.device)
+        return jobs.validate(self.cfg)
+
+    # ----- specs -----------------------------------------------------------------------------
+    def _make_specs(self) -> None:
+        cfg, b, dev = self.cfg, self.batch_size, self.device
+        m, r, t = cfg.num_slots, cfg.num_resources, cfg.horizon
+        spec = {
+            "action_mask": Binary(n=m + 1, shape=(*b, m + 1), dtype=torch.bool, device=dev),
+            "time": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev),
+            "job_start": Unbounded(shape=(*b, self.max_jobs), dtype=torch.int64, device=dev),
+            "slot_duration": Unbounded(shape=(*b, m), dtype=torch.int64, device=dev),
+            "slot_demand": Unbounded(shape=(*b, m, r), dtype=torch.int64, device=dev),
+            "slot_offset": Unbounded(shape=(*b, m), dtype=torch.int64, device=dev),
+            "slot_deadline": Unbounded(shape=(*b, m), dtype=torch.int64, device=dev),
+            "free_now": Unbounded(shape=(*b, r), dtype=torch.int64, device=dev),
+            "backlog": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev),
+            "since_new": Unbounded(shape=(*b, 1), dtype=torch.float32, device=dev),
+        }
+        if cfg.observation == "image":
+            spec["observation"] = Unbounded(shape=(*b, t, cfg.image_width), dtype=torch.float32, device=dev)
+        elif cfg.observation == "compact":
+            spec["observation"] = Unbounded(shape=(*b, cfg.compact_size), dtype=torch.float32, device=dev)
+        if cfg.observation != "none":
+            spec["used"] = Unbounded(shape=(*b, t, r), dtype=torch.int64, device=dev)
+        self.observation_spec = Composite(spec, shape=b)
+        self.action_spec = Categorical(n=m + 1, shape=b, dtype=torch.int64, device=dev)
+        self.reward_spec = Unbounded(shape=(*b, 1), dtype=torch.float32, device=dev)
+        done = Categorical(n=2, shape=(*b, 1), dtype=torch.bool, device=dev)
+        self.done_spec = Composite(done=done.clone(), terminated=done.clone(), truncated=done.clone(), shape=b)
+
+    # ----- EnvBase hooks -----------------------------------------------------------------------
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        fresh = init_state(self.draw_jobs(), self.cfg)
+        rows = None if tensordict is None else tensordict.get("_reset", None)
+        if rows is not None and self.state is not None:
+            self.state = self.state.merge(rows.reshape(-1), fresh)
+        else:
+            self.state = fresh
+        return self._output(reward=None)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        reward = step_state(self.state, tensordict["action"], self.cfg)
+        return self._output(reward=reward)
+
+    def _set_seed(self, seed: int | None) -> None:
+        self.generator.manual_seed(0 if seed is None else int(seed))
+
+    def _output(self, reward: torch.Tensor | None) -> TensorDictBase:
+        s = self.state
+        out = observe(s, self.cfg)
+        out["terminated"] = s.terminated.unsqueeze(-1)
+        out["truncated"] = s.truncated.unsqueeze(-1)
+        out["done"] = s.done.unsqueeze(-1)
+        if reward is not None:
+            out["reward"] = reward.unsqueeze(-1)
+        return TensorDict(out, batch_size=self.batch_size, device=self.device)
+
+    # ----- results ---------------------------------------------------------------------------
+    def episode_metrics(self) -> dict[str, torch.Tensor]:
+        """SPEC's episode metrics of the current episodes (see objectives.episode_metrics)."""
+        if self.state is None:
+            raise RuntimeError("episode_metrics() before reset()")
+        return episode_metrics(self.state)

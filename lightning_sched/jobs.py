@@ -1,0 +1,127 @@
+"""`JobSet`: a batch of jobsets, one per env row, as padded tensors (SPEC "Jobs")."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .config import ClusterConfig, ConfigError
+
+
+@dataclass
+class JobSet:
+    """B jobsets of up to L jobs over R resources. A job with duration 0 is padding.
+
+    arrival:  LongTensor[B, L]    time step the job enters the system (>= 0)
+    duration: LongTensor[B, L]    steps it runs, 1..max_job_len (0 = padding)
+    demand:   LongTensor[B, L, R] units of each resource, 0..max_job_units
+    deadline: LongTensor[B, L] or None; None means a_j + floor(slo_slowdown * d_j)
+    """
+
+    arrival: torch.Tensor
+    duration: torch.Tensor
+    demand: torch.Tensor
+    deadline: torch.Tensor | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return self.arrival.shape[0]
+
+    @property
+    def max_jobs(self) -> int:
+        return self.arrival.shape[1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.arrival.device
+
+    @property
+    def num_jobs(self) -> torch.Tensor:
+        """LongTensor[B]: real (non-padding) jobs per jobset."""
+        return (self.duration > 0).sum(-1)
+
+    def deadlines(self, slo_slowdown: float) -> torch.Tensor:
+        """LongTensor[B, L]: the given deadlines, or SPEC's default a_j + floor(slo * d_j)."""
+        if self.deadline is not None:
+            return self.deadline
+        # floor in float64 is exact for the integer ranges a jobset can hold
+        return self.arrival + torch.floor(slo_slowdown * self.duration.double()).long()
+
+    def validate(self, cfg: ClusterConfig) -> "JobSet":
+        """Raise ConfigError naming the field, the position and the value of the first bad entry."""
+        b, length = self.arrival.shape if self.arrival.dim() == 2 else (None, None)
+        if b is None:
+            raise ConfigError(f"JobSet.arrival must be [B, L], got shape {tuple(self.arrival.shape)}")
+        for name, tensor, shape in (("duration", self.duration, (b, length)),
+                                    ("demand", self.demand, (b, length, cfg.num_resources)),
+                                    ("deadline", self.deadline, (b, length))):
+            if tensor is not None and tuple(tensor.shape) != shape:
+                raise ConfigError(f"JobSet.{name} must have shape {shape} (B, L{', R' if name == 'demand' else ''}), got {tuple(tensor.shape)}")
+        for name in ("arrival", "duration", "demand", "deadline"):
+            tensor = getattr(self, name)
+            if tensor is not None and (tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool):
+                raise ConfigError(f"JobSet.{name} must hold integers, got dtype {tensor.dtype}")
+        real = self.duration > 0
+        _check(self.arrival < 0, "arrival", self.arrival, "must be >= 0")
+        _check((self.duration < 0) | (self.duration > cfg.max_job_len), "duration", self.duration,
+               f"is outside 0..max_job_len={cfg.max_job_len}")
+        _check(((self.demand < 0) | (self.demand > cfg.max_job_units)) & real.unsqueeze(-1), "demand", self.demand,
+               f"is outside 0..max_job_units={cfg.max_job_units}")
+        if self.deadline is not None:
+            _check((self.deadline < self.arrival + self.duration) & real, "deadline", self.deadline,
+                   "is before arrival + duration")
+        return self
+
+    def to(self, device) -> "JobSet":
+        return JobSet(*(None if t is None else t.to(device) for t in (self.arrival, self.duration, self.demand, self.deadline)))
+
+    def repeat_interleave(self, episodes: int) -> "JobSet":
+        """Each jobset `episodes` times in a row: rows b*E .. b*E+E-1 replay jobset b."""
+        return JobSet(*(None if t is None else t.repeat_interleave(episodes, dim=0)
+                        for t in (self.arrival, self.duration, self.demand, self.deadline)))
+
+    def __getitem__(self, rows) -> "JobSet":
+        return JobSet(*(None if t is None else t[rows] for t in (self.arrival, self.duration, self.demand, self.deadline)))
+
+    @staticmethod
+    def cat(jobsets: list["JobSet"]) -> "JobSet":
+        """Stack jobsets along B, padding L with duration-0 jobs."""
+        length = max(j.max_jobs for j in jobsets)
+
+        def pad(t, value=0):
+            if t.shape[1] == length:
+                return t
+            extra = list(t.shape)
+            extra[1] = length - t.shape[1]
+            return torch.cat([t, t.new_full(extra, value)], dim=1)
+
+        with_deadline = any(j.deadline is not None for j in jobsets)
+        deadlines = None
+        if with_deadline:
+            if not all(j.deadline is not None for j in jobsets):
+                raise ConfigError("JobSet.cat: either all jobsets give deadlines or none does")
+            deadlines = torch.cat([pad(j.deadline) for j in jobsets])
+        return JobSet(torch.cat([pad(j.arrival) for j in jobsets]), torch.cat([pad(j.duration) for j in jobsets]),
+                      torch.cat([pad(j.demand) for j in jobsets]), deadlines)
+
+    # ----- files: fixed evaluation sets ----------------------------------------------------
+    def save(self, path: str | Path, **meta) -> None:
+        """Write the jobsets (and any metadata, e.g. the workload that drew them) with torch.save."""
+        torch.save({"arrival": self.arrival.cpu(), "duration": self.duration.cpu(), "demand": self.demand.cpu(),
+                    "deadline": None if self.deadline is None else self.deadline.cpu(), "meta": meta}, Path(path))
+
+    @staticmethod
+    def load(path: str | Path, device="cpu") -> "JobSet":
+        data = torch.load(Path(path), map_location=device, weights_only=True)
+        missing = {"arrival", "duration", "demand"} - set(data)
+        if missing:
+            raise ConfigError(f"{path}: not a JobSet file, missing {sorted(missing)}")
+        return JobSet(data["arrival"], data["duration"], data["demand"], data.get("deadline"))
+
+
+def _check(bad: torch.Tensor, field: str, values: torch.Tensor, what: str) -> None:
+    if bool(bad.any()):
+        where = tuple(int(i) for i in bad.nonzero()[0])
+        raise ConfigError(f"JobSet.{field}{list(where)} = {int(values[where])} {what}")
+

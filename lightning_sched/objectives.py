@@ -1,0 +1,79 @@
+"""Rewards per time advance and episode metrics, in one place (SPEC "Rewards" and "Episode metrics").
+
+| objective       | reward over [t, t+1)                          | undiscounted return              |
+|-----------------|-----------------------------------------------|----------------------------------|
+| slowdown        | -sum of 1/d_j over jobs in the system          | -(sum of slowdowns)              |
+| completion_time | -(jobs in the system)                         | -(sum of completion times)       |
+| makespan        | -1                                            | -(time of the last finish)       |
+| utilization     | mean over r of used[0][r] / U                 | sum of per-step utilization      |
+| deadline        | -(jobs with deadline t+1 unfinished at t+1)   | -(jobs that miss their deadline) |
+"""
+from __future__ import annotations
+
+import torch
+
+from .cluster import NEVER, ClusterState, utilization_now
+from .config import ClusterConfig
+
+METRICS = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate")
+
+
+def interval_reward(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
+    """Reward for [t, t+1) at the state's current time, before it advances: DoubleTensor[B].
+
+    A job is in the system when a_j <= t < f_j: it has arrived (a prefix of the sorted jobs) and
+    has not finished (the ring buffer counts finishes up to t).
+    """
+    if cfg.objective == "slowdown":
+        arrived = state.arrived_weight.gather(1, state.num_arrived.unsqueeze(1)).squeeze(1)
+        return -(arrived - state.finished_weight)
+    if cfg.objective == "completion_time":
+        return -(state.num_arrived - state.finished_count).double()
+    if cfg.objective == "makespan":
+        return torch.full_like(state.util_sum, -1.0)
+    if cfg.objective == "utilization":
+        return utilization_now(state, cfg)
+    if cfg.objective == "deadline":
+        length = state.max_jobs
+        finish = finish_times(state)
+        due = state.deadline[:, :length] == (state.time + 1).unsqueeze(1)
+        return -(due & (finish > (state.time + 1).unsqueeze(1))).sum(1).double()
+    raise ValueError(f"unknown objective {cfg.objective!r}")  # ClusterConfig refuses it earlier
+
+
+def finish_times(state: ClusterState) -> torch.Tensor:
+    """f_j = s_j + d_j, NEVER while unscheduled: LongTensor[B, L] in sorted job order."""
+    length = state.max_jobs
+    start, duration = state.start[:, :length], state.duration[:, :length]
+    return torch.where(start >= 0, start + duration, NEVER)
+
+
+def episode_metrics(state: ClusterState) -> dict[str, torch.Tensor]:
+    """Per-episode metrics (each DoubleTensor[B]) and per-job slowdowns (DoubleTensor[B, L], NaN
+    for padding), with f_j capped at the episode's final time for unfinished jobs.
+
+    Rows without jobs get NaN metrics; `num_jobs` says how many jobs each row had.
+    """
+    length = state.max_jobs
+    real = state.duration[:, :length] > 0
+    finish = finish_times(state)
+    capped = torch.minimum(finish, state.time.unsqueeze(1)).double()
+    arrival = state.arrival[:, :length].double()
+    duration = state.duration[:, :length].double().clamp(min=1)
+    n = state.num_jobs.double()
+    nan = torch.full_like(capped, float("nan"))
+    slowdown = torch.where(real, (capped - arrival) / duration, nan)
+    completion = torch.where(real, capped - arrival, nan)
+    met = real & (finish <= state.deadline[:, :length])
+    return {
+        "mean_slowdown": slowdown.nansum(1) / n,
+        "mean_completion_time": completion.nansum(1) / n,
+        "makespan": torch.where(real, capped, nan).nan_to_num(float("-inf")).amax(1).where(n > 0, float("nan")),
+        "utilization": state.util_sum / state.time.clamp(min=1).double(),
+        "slo_hit_rate": met.sum(1).double() / n,
+        "num_jobs": state.num_jobs,
+        "final_time": state.time,
+        "job_slowdown": slowdown,
+        "job_duration": state.duration[:, :length],
+        "job_finished": real & (finish <= state.time.unsqueeze(1)),
+    }
