@@ -33,8 +33,8 @@ class ClusterState:
 
     order:        LongTensor[B, L]      original position of the i-th sorted job
     arrival:      LongTensor[B, L+1]    sorted arrivals (NEVER for padding)
-    duration:     LongTensor[B, L+1]    (0 for padding)
-    demand:       LongTensor[B, L+1, R]
+    duration:     IntTensor[B, L+1]     (0 for padding; int32 halves the memory traffic)
+    demand:       IntTensor[B, R, L+1]  resource-major, so a slot gather is one row per resource
     deadline:     LongTensor[B, L+1]
     start:        LongTensor[B, L+1]    start time, -1 while unscheduled
     arrived_weight: DoubleTensor[B, L+1] prefix sums of 1/d over sorted jobs (slowdown reward)
@@ -43,8 +43,12 @@ class ClusterState:
     num_arrived:  LongTensor[B]         sorted jobs with arrival <= time
     queue_head:   LongTensor[B]         first sorted job that has not entered a slot
     slot_job:     LongTensor[B, M]      sorted index of each slot's job, L when empty
-    slot_offset:  LongTensor[B, M]      earliest feasible start offset, -1 when none
-    occ:          LongTensor[B, R, U+2] occupancy bit planes (module docstring)
+    slot_duration: IntTensor[B, M]      the slot jobs' durations (0 when empty)
+    slot_demand:  IntTensor[B, R, M]    and demands
+    slot_window:  Int/LongTensor[B, M]  bit k set: the slot's job fits at offset k (0 when empty)
+    used_now:     LongTensor[B, R]      used[0][r]
+    occ:          Int/LongTensor[B, R, U+2] occupancy bit planes (module docstring); int32 when
+                  horizon <= 30, else int64
     finish_count: LongTensor[B, T+1]    ring buffer: jobs finishing at time f, at f mod (T+1)
     finish_weight: DoubleTensor[B, T+1] same, summing 1/d
     finished_count: LongTensor[B]       jobs with f_j <= time
@@ -65,7 +69,10 @@ class ClusterState:
     num_arrived: torch.Tensor
     queue_head: torch.Tensor
     slot_job: torch.Tensor
-    slot_offset: torch.Tensor
+    slot_duration: torch.Tensor
+    slot_demand: torch.Tensor
+    slot_window: torch.Tensor
+    used_now: torch.Tensor
     occ: torch.Tensor
     finish_count: torch.Tensor
     finish_weight: torch.Tensor
@@ -98,6 +105,11 @@ def full_rows(cfg: ClusterConfig) -> int:
     return (1 << cfg.horizon) - 1
 
 
+def bits_dtype(cfg: ClusterConfig) -> torch.dtype:
+    """int32 words while the horizon fits in 31 bits (half the memory traffic), else int64."""
+    return torch.int32 if cfg.horizon <= 30 else torch.int64
+
+
 def init_state(jobs: JobSet, cfg: ClusterConfig) -> ClusterState:
     """State at time 0 for B jobsets (validated by the caller)."""
     device = jobs.device
@@ -108,20 +120,21 @@ def init_state(jobs: JobSet, cfg: ClusterConfig) -> ClusterState:
     sorted_key, order = torch.sort(key, dim=1, stable=True)
 
     def sort_and_pad(x: torch.Tensor, pad_value: int) -> torch.Tensor:
-        idx = order if x.dim() == 2 else order.unsqueeze(-1).expand(-1, -1, x.shape[-1])
-        x = x.gather(1, idx)
-        pad = x.new_full((b, 1, *x.shape[2:]), pad_value)
-        return torch.cat([x, pad], dim=1)
+        """[B, L] -> sorted [B, L+1] with the sentinel job at column L."""
+        x = x.gather(1, order)
+        return torch.cat([x, x.new_full((b, 1), pad_value)], dim=1)
 
     arrival = torch.cat([sorted_key, sorted_key.new_full((b, 1), NEVER)], dim=1)
-    duration = sort_and_pad(jobs.duration * real, 0)
-    demand = sort_and_pad(jobs.demand * real.unsqueeze(-1), 0)
+    duration = sort_and_pad(jobs.duration * real, 0).int()
+    demand = torch.stack([sort_and_pad(jobs.demand[:, :, r] * real, 0) for r in range(cfg.num_resources)], 1).int()
     deadline = sort_and_pad(torch.where(real, jobs.deadlines(cfg.slo_slowdown), NEVER), NEVER)  # padding never falls due
     weight = torch.where(duration > 0, 1.0 / duration.clamp(min=1).double(), 0.0)
     arrived_weight = torch.cat([weight.new_zeros(b, 1), weight[:, :length].cumsum(1)], dim=1)
     zeros = torch.zeros(b, dtype=torch.long, device=device)
-    occ = torch.zeros(b, cfg.num_resources, cfg.resource_units + 2, dtype=torch.long, device=device)
+    words = bits_dtype(cfg)
+    occ = torch.zeros(b, cfg.num_resources, cfg.resource_units + 2, dtype=words, device=device)
     occ[:, :, 0] = full_rows(cfg)
+    m = cfg.num_slots
     state = ClusterState(
         order=order,
         arrival=arrival.contiguous(),
@@ -134,8 +147,11 @@ def init_state(jobs: JobSet, cfg: ClusterConfig) -> ClusterState:
         time=zeros.clone(),
         num_arrived=zeros.clone(),
         queue_head=zeros.clone(),
-        slot_job=torch.full((b, cfg.num_slots), length, dtype=torch.long, device=device),
-        slot_offset=torch.full((b, cfg.num_slots), -1, dtype=torch.long, device=device),
+        slot_job=torch.full((b, m), length, dtype=torch.long, device=device),
+        slot_duration=torch.zeros(b, m, dtype=torch.int32, device=device),
+        slot_demand=torch.zeros(b, cfg.num_resources, m, dtype=torch.int32, device=device),
+        slot_window=torch.zeros(b, m, dtype=words, device=device),
+        used_now=torch.zeros(b, cfg.num_resources, dtype=torch.long, device=device),
         occ=occ,
         finish_count=torch.zeros(b, cfg.horizon + 1, dtype=torch.long, device=device),
         finish_weight=torch.zeros(b, cfg.horizon + 1, dtype=torch.float64, device=device),
@@ -146,8 +162,7 @@ def init_state(jobs: JobSet, cfg: ClusterConfig) -> ClusterState:
         truncated=torch.zeros(b, dtype=torch.bool, device=device),
     )
     state.num_arrived = _count_arrived(state, state.time)
-    _fill_slots(state)
-    state.slot_offset = earliest_offsets(state, cfg)
+    _update_slots(state, cfg)
     return state
 
 
@@ -157,8 +172,10 @@ def _count_arrived(state: ClusterState, time: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(state.arrival, time.unsqueeze(1), right=True).squeeze(1)
 
 
-def _fill_slots(state: ClusterState) -> None:
-    """Move jobs from the front of the backlog into the empty slots at the end (slots stay compact)."""
+def _update_slots(state: ClusterState, cfg: ClusterConfig) -> None:
+    """Move jobs from the front of the backlog into the empty slots at the end (slots stay
+    compact), then refresh what depends on the slots and the occupancy: the slot jobs'
+    attributes, their feasible start offsets, used[0]."""
     length = state.max_jobs
     m = torch.arange(state.slot_job.shape[1], device=state.slot_job.device)
     filled = (state.slot_job < length).sum(1, keepdim=True)
@@ -166,52 +183,53 @@ def _fill_slots(state: ClusterState) -> None:
     take = (m >= filled) & (candidate < state.num_arrived.unsqueeze(1))
     state.slot_job = torch.where(m < filled, state.slot_job, torch.where(take, candidate, length))
     state.queue_head = state.queue_head + take.sum(1)
+    state.slot_duration = state.duration.gather(1, state.slot_job)
+    state.slot_demand = torch.stack([state.demand[:, r].gather(1, state.slot_job) for r in range(cfg.num_resources)], 1)
+    state.slot_window = feasible_windows(state, cfg)
+    # bit 0 of each level says used[0][r] >= u; level 0 is always set, level U+1 never
+    state.used_now = (state.occ & 1).sum(-1) - 1
 
 
-def slot_jobs(state: ClusterState) -> tuple[torch.Tensor, torch.Tensor]:
-    """(duration LongTensor[B, M], demand LongTensor[B, M, R]) of the slot jobs (0 when empty)."""
-    duration = state.duration.gather(1, state.slot_job)
-    idx = state.slot_job.unsqueeze(-1).expand(-1, -1, state.demand.shape[-1])
-    return duration, state.demand.gather(1, idx)
-
-
-def earliest_offsets(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
-    """For every slot, the smallest k in 0..T-d where its job fits for all d rows; -1 if none.
-
-    Returns LongTensor[B, M]. Bit arithmetic on the occupancy planes (module docstring).
-    """
-    duration, demand = slot_jobs(state)
+def feasible_windows(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
+    """For every slot, a word whose bit k is set when its job fits at offset k for all d rows
+    (k <= T - d); 0 for empty slots. Int/LongTensor[B, M]. Bit arithmetic on the occupancy planes
+    (module docstring)."""
+    duration, demand = state.slot_duration, state.slot_demand
     full = full_rows(cfg)
-    fits = torch.full_like(duration, full)  # bit k: the job fits row k on every resource
+    fits = torch.full_like(state.slot_window, full)  # bit k: the job fits row k on every resource
     for r in range(cfg.num_resources):
-        level = cfg.resource_units + 1 - demand[:, :, r]  # rows with used >= level are too full
-        fits = fits & ~state.occ[:, r, :].gather(1, level)
-    # window[k]: rows k..k+d-1 all fit. Combine runs of length 1, 2, 4, ... per set bit of d.
-    window = torch.full_like(duration, full)
-    shift = torch.zeros_like(duration)
+        level = (cfg.resource_units + 1 - demand[:, r]).long()  # rows with used >= level are too full
+        fits = fits & ~state.occ[:, r].gather(1, level)
+    # window bit k: rows k..k+d-1 all fit. AND runs of length 1, 2, 4, ... per set bit of d.
+    window = fits.masked_fill(duration == 0, 0)
+    shift = torch.zeros_like(fits)
     run, length = fits, 1
     while length <= cfg.max_job_len:
-        part = duration & length
-        window = torch.where(part > 0, window & (run >> shift), window)
+        part = (duration & length).to(fits.dtype)
+        window = window & ((run >> shift) | -(part == 0).to(fits.dtype))  # -1: all ones, when d lacks this bit
         shift = shift + part
         run = run & (run >> length)
         length *= 2
     # bits beyond the horizon are zero, so windows that would run past T never qualify
-    lowest = window & -window
-    offset = torch.frexp(lowest.double()).exponent.long() - 1  # index of the lowest set bit
-    return torch.where((window != 0) & (state.slot_job < state.max_jobs), offset, -1)
+    return window
 
 
-def used_now(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
-    """used[0][r]: LongTensor[B, R]."""
-    return (state.occ[:, :, 1 : cfg.resource_units + 1] & 1).sum(-1)
+def lowest_bit(word: torch.Tensor) -> torch.Tensor:
+    """Index of the lowest set bit, -1 for 0: LongTensor of word's shape."""
+    lowest = (word & -word).to(torch.float64 if word.dtype == torch.int64 else torch.float32)
+    return torch.frexp(lowest).exponent.long() - 1  # a power of two converts to float exactly
+
+
+def slot_offsets(state: ClusterState) -> torch.Tensor:
+    """Earliest feasible start offset of each slot's job, -1 when none: LongTensor[B, M]."""
+    return lowest_bit(state.slot_window)
 
 
 def used_rows(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
     """used[k][r] for the whole horizon: LongTensor[B, T, R] (for observations, not the step)."""
-    k = torch.arange(cfg.horizon, device=state.occ.device)
+    k = torch.arange(cfg.horizon, device=state.occ.device, dtype=state.occ.dtype)
     bits = (state.occ[:, :, 1 : cfg.resource_units + 1, None] >> k) & 1  # [B, R, U, T]
-    return bits.sum(2).transpose(1, 2)
+    return bits.sum(2, dtype=torch.long).transpose(1, 2)
 
 
 def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor:
@@ -224,29 +242,29 @@ def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) ->
     length, m_slots = state.max_jobs, cfg.num_slots
     action = action.reshape(-1).long()
     active = ~state.done
-    in_range = (action >= 0) & (action < m_slots)
-    slot = action.clamp(0, m_slots - 1)
-    offset = state.slot_offset.gather(1, slot.unsqueeze(1)).squeeze(1)
-    schedule = active & in_range & (offset >= 0)
+    slot = action.clamp(0, m_slots - 1).unsqueeze(1)
+    window = state.slot_window.gather(1, slot).squeeze(1)
+    schedule = active & (action >= 0) & (action < m_slots) & (window != 0)
     advance = active & ~schedule
 
     # --- schedule the slot's job at its earliest offset; time stays frozen ---
-    job = torch.where(schedule, state.slot_job.gather(1, slot.unsqueeze(1)).squeeze(1), length)
-    duration = state.duration.gather(1, job.unsqueeze(1)).squeeze(1)
-    demand = state.demand.gather(1, job.view(-1, 1, 1).expand(-1, 1, cfg.num_resources)).squeeze(1)
-    offset = offset.clamp(min=0)
+    job = torch.where(schedule, state.slot_job.gather(1, slot).squeeze(1), length)
+    duration = state.slot_duration.gather(1, slot).squeeze(1) * schedule
+    demand = state.slot_demand.gather(2, slot.unsqueeze(1).expand(-1, cfg.num_resources, 1)) * schedule.view(-1, 1, 1)
+    offset = lowest_bit(window).clamp(min=0)
     start = state.time + offset
-    state.start = state.start.scatter(1, job.unsqueeze(1), torch.where(schedule, start, -1).unsqueeze(1))
-    rows = torch.where(schedule, ((1 << duration) - 1) << offset, 0).view(-1, 1, 1)
+    state.start.scatter_(1, job.unsqueeze(1), torch.where(schedule, start, -1).unsqueeze(1))
+    one = torch.ones_like(window)
+    rows = (((one << duration.to(one.dtype)) - 1) << offset.to(one.dtype)).view(-1, 1, 1)  # 0 when not scheduling
     levels = torch.arange(cfg.resource_units + 2, device=action.device)
-    source = (levels - demand.unsqueeze(-1)).clamp(min=0)  # level u inside the job's rows was u - q
+    source = (levels - demand).clamp(min=0)  # level u inside the job's rows was level u - q before
     state.occ = (state.occ & ~rows) | (state.occ.gather(2, source) & rows)
     finish_at = ((start + duration) % (cfg.horizon + 1)).unsqueeze(1)
-    state.finish_count = state.finish_count.scatter_add(1, finish_at, schedule.long().unsqueeze(1))
+    state.finish_count.scatter_add_(1, finish_at, schedule.long().unsqueeze(1))
     weight = torch.where(schedule, 1.0 / duration.clamp(min=1).double(), 0.0)
-    state.finish_weight = state.finish_weight.scatter_add(1, finish_at, weight.unsqueeze(1))
+    state.finish_weight.scatter_add_(1, finish_at, weight.unsqueeze(1))
     m = torch.arange(m_slots, device=action.device)
-    close_gap = (m >= slot.unsqueeze(1)) & schedule.unsqueeze(1)  # slots behind the taken one move up
+    close_gap = (m >= slot) & schedule.unsqueeze(1)  # slots behind the taken one move up
     padded = torch.cat([state.slot_job, state.slot_job.new_full((len(action), 1), length)], dim=1)
     state.slot_job = padded.gather(1, m + close_gap)
 
@@ -254,27 +272,25 @@ def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) ->
     reward = torch.where(advance, interval_reward(state, cfg), 0.0)
     state.util_sum = state.util_sum + torch.where(advance, utilization_now(state, cfg), 0.0)
     state.time = state.time + advance.long()
-    top = torch.zeros_like(levels)
+    top = torch.zeros_like(state.occ[0, 0])
     top[0] = 1 << (cfg.horizon - 1)  # the empty row entering at the bottom: only level 0 is set
     state.occ = torch.where(advance.view(-1, 1, 1), (state.occ >> 1) | top, state.occ)
     ring = (state.time % (cfg.horizon + 1)).unsqueeze(1)
-    now_finished = state.finish_count.gather(1, ring).squeeze(1)
-    now_weight = state.finish_weight.gather(1, ring).squeeze(1)
-    state.finished_count = state.finished_count + torch.where(advance, now_finished, 0)
-    state.finished_weight = state.finished_weight + torch.where(advance, now_weight, 0.0)
-    keep = (~advance).unsqueeze(1)
-    state.finish_count = state.finish_count.scatter(1, ring, now_finished.unsqueeze(1) * keep)
-    state.finish_weight = state.finish_weight.scatter(1, ring, now_weight.unsqueeze(1) * keep)
+    now_finished = state.finish_count.gather(1, ring).squeeze(1) * advance
+    now_weight = state.finish_weight.gather(1, ring).squeeze(1) * advance
+    state.finished_count = state.finished_count + now_finished
+    state.finished_weight = state.finished_weight + now_weight
+    state.finish_count.scatter_add_(1, ring, -now_finished.unsqueeze(1))  # empty the slot just read
+    state.finish_weight.scatter_add_(1, ring, -now_weight.unsqueeze(1))
     state.num_arrived = _count_arrived(state, state.time)
     terminated = advance & (state.finished_count == state.num_jobs)
     state.truncated = state.truncated | (advance & ~terminated & (state.time >= cfg.max_time))
     state.terminated = state.terminated | terminated
 
-    _fill_slots(state)
-    state.slot_offset = earliest_offsets(state, cfg)
+    _update_slots(state, cfg)
     return reward.float()
 
 
 def utilization_now(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
     """Mean over resources of used[0][r] / U: DoubleTensor[B]."""
-    return used_now(state, cfg).double().mean(1) / cfg.resource_units
+    return state.used_now.double().mean(1) / cfg.resource_units

@@ -117,7 +117,7 @@ class ClusterEnv(EnvBase):
 
     def _output(self, reward: torch.Tensor | None) -> TensorDictBase:
         s = self.state
-        out = observe(s, self.cfg)
+        out = observe(s, self.cfg).materialize()
         out["terminated"] = s.terminated.unsqueeze(-1)
         out["truncated"] = s.truncated.unsqueeze(-1)
         out["done"] = s.done.unsqueeze(-1)

@@ -1,5 +1,6 @@
 """Batched heuristic schedulers (SPEC "Heuristics"). Each is a callable `policy(td) -> td` that
-writes `td["action"]` (LongTensor[B]) from the structured keys every observation mode carries.
+writes `td["action"]` (LongTensor[B]) from the structured keys every observation mode carries
+(`td` may be a TensorDict or a plain dict of tensors).
 
 All but `random` are work-conserving: candidates are the slot jobs that fit now (earliest offset
 0); the best score wins, ties go to the lowest slot, and with no candidate the action is void (M).
@@ -109,8 +110,8 @@ class Random:
         self.cfg, self.generator = cfg, generator
 
     def __call__(self, td):
-        b = td.batch_size[0]
-        td["action"] = torch.randint(self.cfg.num_actions, (b,), device=td.device, generator=self.generator)
+        like = td["slot_offset"]  # any per-row key: works on TensorDicts and plain dicts alike
+        td["action"] = torch.randint(self.cfg.num_actions, like.shape[:1], device=like.device, generator=self.generator)
         return td
 
     def __repr__(self):

@@ -3,47 +3,76 @@ from __future__ import annotations
 
 import torch
 
-from .cluster import ClusterState, slot_jobs, used_now, used_rows
+from .cluster import ClusterState, slot_offsets, used_rows
 from .config import ClusterConfig
 
 
-def observe(state: ClusterState, cfg: ClusterConfig) -> dict[str, torch.Tensor]:
-    """The keys of SPEC's contract plus structured ones, each with leading dim B.
+class Observation(dict):
+    """A dict of observation tensors that computes each key on first access, so a hot-path policy
+    pays only for the keys it reads. `dict(obs)` / `obs.materialize()` computes them all."""
+
+    def __init__(self, state: ClusterState, cfg: ClusterConfig, keys: tuple[str, ...]):
+        super().__init__()
+        self.state, self.cfg, self.keys_available = state, cfg, keys
+
+    def __missing__(self, key: str) -> torch.Tensor:
+        if key not in self.keys_available:
+            raise KeyError(key)
+        value = _COMPUTE[key](self.state, self.cfg, self)
+        self[key] = value
+        return value
+
+    def materialize(self) -> dict[str, torch.Tensor]:
+        return {key: self[key] for key in self.keys_available}
+
+
+def _backlog(s: ClusterState) -> torch.Tensor:
+    return s.num_arrived - s.queue_head
+
+
+def _since_new(s: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
+    """min(t - latest arrival, cap) / cap, 1.0 before the first arrival: FloatTensor[B]."""
+    latest = s.arrival.gather(1, (s.num_arrived - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+    cap = cfg.max_track_since_new
+    return torch.where(s.num_arrived > 0, (s.time - latest).clamp(max=cap), cap).float() / cap
+
+
+def _image_or_compact(s: ClusterState, cfg: ClusterConfig, o: Observation) -> torch.Tensor:
+    parts = (o["used"], o["slot_duration"], o["slot_demand"], _backlog(s), _since_new(s, cfg), cfg)
+    return render_image(*parts) if cfg.observation == "image" else compact_vector(*parts)
+
+
+_COMPUTE = {
+    "action_mask": lambda s, cfg, o: torch.cat([s.slot_window != 0, torch.ones_like(s.slot_window[:, :1], dtype=torch.bool)], 1),
+    "time": lambda s, cfg, o: s.time.unsqueeze(1),
+    "job_start": lambda s, cfg, o: torch.full_like(s.order, -1).scatter(1, s.order, s.start[:, : s.max_jobs]),
+    "slot_duration": lambda s, cfg, o: s.slot_duration.long(),
+    "slot_demand": lambda s, cfg, o: s.slot_demand.transpose(1, 2).long(),
+    "slot_offset": lambda s, cfg, o: slot_offsets(s),
+    "slot_deadline": lambda s, cfg, o: s.deadline.gather(1, s.slot_job) - s.time.unsqueeze(1),
+    "free_now": lambda s, cfg, o: cfg.resource_units - s.used_now,
+    "backlog": lambda s, cfg, o: _backlog(s).unsqueeze(1),
+    "since_new": lambda s, cfg, o: _since_new(s, cfg).unsqueeze(1),
+    "used": lambda s, cfg, o: used_rows(s, cfg),
+    "observation": _image_or_compact,
+}
+STRUCTURED_KEYS = ("action_mask", "time", "slot_duration", "slot_demand", "slot_offset", "slot_deadline",
+                   "free_now", "backlog", "since_new")
+
+
+def observe(state: ClusterState, cfg: ClusterConfig, job_start: bool = True) -> Observation:
+    """The keys of SPEC's contract plus structured ones, each with leading dim B, computed lazily.
 
     action_mask [M+1] bool, time [1], job_start [L] (original job order, -1 unscheduled),
     slot_duration [M], slot_demand [M, R], slot_offset [M] (earliest start offset, -1 infeasible),
     slot_deadline [M] (steps to the deadline), free_now [R], backlog [1], since_new [1] float;
     and with observation 'image' or 'compact': used [T, R] and observation.
+    `job_start=False` leaves out job_start (an [B, L] scatter the rollout hot path does not need).
     """
-    b = state.time.shape[0]
-    duration, demand = slot_jobs(state)
-    mask = torch.cat([state.slot_offset >= 0, torch.ones(b, 1, dtype=torch.bool, device=state.time.device)], 1)
-    job_start = torch.full_like(state.order, -1).scatter(1, state.order, state.start[:, : state.max_jobs])
-    backlog = state.num_arrived - state.queue_head
-    latest = state.arrival.gather(1, (state.num_arrived - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
-    cap = cfg.max_track_since_new
-    since = torch.where(state.num_arrived > 0, (state.time - latest).clamp(max=cap), cap).float() / cap
-    out = {
-        "action_mask": mask,
-        "time": state.time.unsqueeze(1),
-        "job_start": job_start,
-        "slot_duration": duration,
-        "slot_demand": demand,
-        "slot_offset": state.slot_offset,
-        "slot_deadline": state.deadline.gather(1, state.slot_job) - state.time.unsqueeze(1),
-        "free_now": cfg.resource_units - used_now(state, cfg),
-        "backlog": backlog.unsqueeze(1),
-        "since_new": since.unsqueeze(1),
-    }
-    if cfg.observation == "none":
-        return out
-    used = used_rows(state, cfg)
-    out["used"] = used
-    if cfg.observation == "image":
-        out["observation"] = render_image(used, duration, demand, backlog, since, cfg)
-    else:
-        out["observation"] = compact_vector(used, duration, demand, backlog, since, cfg)
-    return out
+    keys = STRUCTURED_KEYS + (("job_start",) if job_start else ())
+    if cfg.observation != "none":
+        keys = keys + ("used", "observation")
+    return Observation(state, cfg, keys)
 
 
 def render_image(used, duration, demand, backlog, since, cfg: ClusterConfig) -> torch.Tensor:

@@ -1,0 +1,81 @@
+"""`evaluate(policy, ...)`: run any policy on N jobsets and summarise SPEC's episode metrics with
+95% confidence intervals over jobsets."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from .config import ClusterConfig
+from .jobs import JobSet
+from .objectives import METRICS, episode_metrics
+from .rollout import Policy, play
+
+# two-sided 95% Student-t quantiles for df = 1..30; beyond, the normal 1.96 is within 2%
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def t95(n: int) -> float:
+    """The 95% two-sided t quantile for a mean of n samples."""
+    if n < 2:
+        return math.nan
+    return _T95[n - 2] if n - 1 <= len(_T95) else 1.96
+
+
+def mean_ci95(values: torch.Tensor) -> tuple[float, float]:
+    """(mean, 95% confidence half-width) of a 1-D sample, ignoring NaNs."""
+    v = values[~torch.isnan(values)].double()
+    n = v.numel()
+    if n == 0:
+        return math.nan, math.nan
+    mean = float(v.mean())
+    if n < 2:
+        return mean, math.nan
+    return mean, t95(n) * float(v.std(unbiased=True)) / math.sqrt(n)
+
+
+@dataclass
+class EvalResult:
+    """Per-episode metrics of N jobsets x E episodes (rows b*E..b*E+E-1 replay jobset b)."""
+
+    episodes: dict[str, torch.Tensor]  # metric -> DoubleTensor[N*E]
+    job_slowdown: torch.Tensor  # DoubleTensor[N*E, L], NaN for padding
+    job_duration: torch.Tensor  # LongTensor[N*E, L]
+    num_jobsets: int
+    episodes_per_jobset: int
+    steps: int
+    summary: dict[str, float] = field(default_factory=dict)
+
+    def per_jobset(self, metric: str) -> torch.Tensor:
+        """The metric averaged over each jobset's episodes: DoubleTensor[N]."""
+        return self.episodes[metric].view(self.num_jobsets, self.episodes_per_jobset).nanmean(1)
+
+
+def evaluate(policy: Policy, cfg: ClusterConfig, jobs: JobSet, episodes: int = 1, device="cpu") -> EvalResult:
+    """Run `policy` on every jobset `episodes` times (a stochastic policy differs between them).
+
+    jobs: JobSet [N, L]. Confidence intervals treat the N jobsets as the independent samples.
+    """
+    jobs = jobs.validate(cfg).to(device).repeat_interleave(episodes)
+    state, steps = play(policy, cfg, jobs)
+    m = episode_metrics(state)
+    result = EvalResult(episodes={k: m[k].double().cpu() for k in (*METRICS, "num_jobs", "final_time")},
+                        job_slowdown=m["job_slowdown"].cpu(), job_duration=m["job_duration"].cpu(),
+                        num_jobsets=jobs.batch_size // episodes, episodes_per_jobset=episodes, steps=steps)
+    summary = {}
+    for name in METRICS:
+        summary[name], summary[f"{name}_ci95"] = mean_ci95(result.per_jobset(name))
+    summary["num_jobs"] = int(result.episodes["num_jobs"].sum()) // episodes
+    summary["num_jobsets"] = result.num_jobsets
+    summary["unfinished_jobs"] = int((~m["job_finished"] & (m["job_duration"] > 0)).sum()) // episodes
+    result.summary = summary
+    return result
+
+
+def make_jobsets(workload, num_jobsets: int, seed: int) -> JobSet:
+    """`num_jobsets` jobsets drawn on the CPU from a generator seeded with `seed`: the same jobsets
+    on every device. Evaluation seeds should differ from training seeds (unseen jobsets)."""
+    generator = torch.Generator().manual_seed(seed)
+    return workload.sample(num_jobsets, generator, "cpu")

@@ -1,0 +1,130 @@
+"""Benchmark of the batched environment (issue 2).
+
+1. Env-only decisions per second for batch sizes 1..16384 with random valid actions, per
+   observation mode, on the hot path (`cluster.step_state` + `observations.observe`); done rows
+   are reset to their jobset every 16 steps so every row keeps working, and only decisions of
+   rows not yet done are counted. For a few sizes also through TorchRL's `ClusterEnv.step`.
+2. Wall time of one DeepRM training iteration's worth of episodes (100 jobsets x 20 episodes,
+   load 0.7, simu_len 50) under the Tetris heuristic, start to the end of the last episode.
+
+Prints a table and, last, a JSON line. Medians over --repeats runs.
+    python scripts/bench_env.py [--device cuda] [--threads 2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from _common import set_threads
+
+import torch
+
+from lightning_sched import ClusterConfig, ClusterEnv, DeepRMWorkload
+from lightning_sched.cluster import init_state, step_state
+from lightning_sched.evaluation import make_jobsets
+from lightning_sched.heuristics import make_heuristic
+from lightning_sched.observations import observe
+from lightning_sched.rollout import play
+
+
+def sync(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def random_valid(mask: torch.Tensor, generator) -> torch.Tensor:
+    """Uniform over the valid actions (void always valid): LongTensor[B]."""
+    scores = torch.rand(mask.shape, device=mask.device, generator=generator)
+    return torch.where(mask, scores, -1.0).argmax(-1)
+
+
+def hot_path_rate(cfg, jobs, steps, device, generator) -> float:
+    state = init_state(jobs, cfg)
+    fresh = init_state(jobs, cfg)
+    decisions = torch.zeros((), dtype=torch.long, device=device)
+    for i in range(steps + 10):
+        if i == 10:  # warm-up done
+            sync(device)
+            decisions.zero_()
+            t0 = time.perf_counter()
+        obs = observe(state, cfg, job_start=False)
+        decisions += (~state.done).sum()
+        step_state(state, random_valid(obs["action_mask"], generator), cfg)
+        if i % 16 == 15:
+            state = state.merge(state.done, fresh)
+    sync(device)
+    return int(decisions) / (time.perf_counter() - t0)
+
+
+def torchrl_rate(cfg, jobs, steps, device, generator) -> float:
+    env = ClusterEnv(cfg, jobs, batch_size=[jobs.batch_size], device=device)
+    td = env.reset()
+    decisions = torch.zeros((), dtype=torch.long, device=device)
+    for i in range(steps + 10):
+        if i == 10:
+            sync(device)
+            decisions.zero_()
+            t0 = time.perf_counter()
+        decisions += (~td["done"]).sum()
+        td["action"] = random_valid(td["action_mask"], generator)
+        td = env.step(td)["next"]
+    sync(device)
+    return int(decisions) / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch_sizes", type=int, nargs="+", default=[1, 16, 256, 1024, 4096, 16384])
+    ap.add_argument("--modes", nargs="+", default=["none", "compact", "image"])
+    ap.add_argument("--steps", type=int, default=100, help="timed steps per run")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    threads = set_threads(args.threads)
+    device = torch.device(args.device)
+    generator = torch.Generator(device=device).manual_seed(0)
+    rows, result = [], {"device": str(device), "threads": threads, "torch": torch.__version__, "decisions_per_s": {}}
+    if device.type == "cuda":
+        result["device_name"] = torch.cuda.get_device_name(device)
+
+    print(f"device={device} threads={threads} torch={torch.__version__}")
+    print(f"{'mode':8s} {'path':8s} {'B':>6s} {'decisions/s (median)':>22s}")
+    for mode in args.modes:
+        cfg = ClusterConfig(observation=mode)
+        for b in args.batch_sizes:
+            jobs = make_jobsets(DeepRMWorkload(load=0.7), b, seed=b).to(device)
+            steps = args.steps if b >= 256 else args.steps * 3
+            rate = statistics.median(hot_path_rate(cfg, jobs, steps, device, generator) for _ in range(args.repeats))
+            result["decisions_per_s"][f"{mode}/hot/{b}"] = round(rate)
+            print(f"{mode:8s} {'hot':8s} {b:6d} {rate:22,.0f}", flush=True)
+            if b in (1, 1024) and mode == "none":
+                rate = statistics.median(torchrl_rate(cfg, jobs, steps, device, generator) for _ in range(args.repeats))
+                result["decisions_per_s"][f"{mode}/torchrl/{b}"] = round(rate)
+                print(f"{mode:8s} {'torchrl':8s} {b:6d} {rate:22,.0f}", flush=True)
+    best = max((v, k) for k, v in result["decisions_per_s"].items())
+    result["best"] = {"config": best[1], "decisions_per_s": best[0]}
+
+    # one DeepRM iteration's episodes under Tetris
+    cfg = ClusterConfig(observation="none")
+    jobs = make_jobsets(DeepRMWorkload(load=0.7, simu_len=50), 100, seed=7).repeat_interleave(20).to(device)
+    policy = make_heuristic("tetris", cfg)
+    times = []
+    for _ in range(args.repeats + 1):
+        sync(device)
+        t0 = time.perf_counter()
+        state, steps = play(policy, cfg, jobs)
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    iteration = statistics.median(times[1:])
+    result["iteration_2000_episodes_s"] = round(iteration, 4)
+    result["iteration_steps"] = steps
+    print(f"\none DeepRM iteration (100 jobsets x 20 episodes, load 0.7, simu_len 50, tetris, observation=none): "
+          f"{iteration:.3f} s median of {args.repeats} ({steps} batched steps)")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
