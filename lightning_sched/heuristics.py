@@ -14,7 +14,7 @@ from .config import ClusterConfig, ConfigError
 
 # Tetris's knob: weight of the short-job term against the normalised packing term. Tuned with
 # `python scripts/tune_tetris.py` on the default workload at loads 0.3..1.5 (README "Tetris's knob").
-TETRIS_SHORT_WEIGHT = 0.5
+TETRIS_SHORT_WEIGHT = 100.0
 
 
 def packing_score(td: TensorDictBase) -> torch.Tensor:

@@ -1,0 +1,97 @@
+"""One function per figure, pure matplotlib; each returns the Figure (the caller saves or logs it)."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on servers and in CI
+import matplotlib.pyplot as plt  # noqa: E402
+
+STYLE = {"tetris": ("tab:blue", "s"), "sjf": ("tab:orange", "^"), "packer": ("tab:green", "v"),
+         "random": ("tab:gray", "x"), "edf": ("tab:purple", "d")}
+
+
+def _style(name: str):
+    return STYLE.get(name, (None, "o"))
+
+
+def slowdown_vs_load(results: dict[str, dict[float, tuple[float, float]]], title: str = ""):
+    """results: {scheme: {load: (mean slowdown, 95% CI half-width)}} -> DeepRM Figure 4 style."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, points in results.items():
+        loads = sorted(points)
+        color, marker = _style(name)
+        ax.errorbar(loads, [points[l][0] for l in loads], yerr=[points[l][1] for l in loads], label=name,
+                    color=color, marker=marker, capsize=3, linewidth=1.5 if name in STYLE else 2.5)
+    ax.set_xlabel("average cluster load (offered load per resource)")
+    ax.set_ylabel("average job slowdown")
+    ax.set_title(title or "Mean slowdown vs load (95% CI over jobsets)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def learning_curve(iterations, slowdown, reference: dict[str, float], mean_return=None, max_return=None, title=""):
+    """Slowdown per iteration with heuristic lines; optionally mean and max total reward (Figure 5)."""
+    panels = 2 if mean_return is not None else 1
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4), squeeze=False)
+    ax = axes[0][0]
+    ax.plot(iterations, slowdown, label="policy", color="black")
+    for name, value in reference.items():
+        color, _ = _style(name)
+        ax.axhline(value, linestyle="--", color=color, label=name)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("mean slowdown")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    if mean_return is not None:
+        ax = axes[0][1]
+        ax.plot(iterations, mean_return, label="mean total reward")
+        if max_return is not None:
+            ax.plot(iterations, max_return, label="max total reward")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("total reward")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def bars(values: dict[str, dict[str, tuple[float, float]]], metric_labels: dict[str, str], title: str = ""):
+    """Grouped bars: {scheme: {metric: (mean, ci)}}, one panel per metric (objectives figure)."""
+    metrics = list(metric_labels)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4 * len(metrics), 3.5), squeeze=False)
+    names = list(values)
+    for ax, metric in zip(axes[0], metrics):
+        means = [values[n][metric][0] for n in names]
+        cis = [values[n][metric][1] for n in names]
+        ax.bar(range(len(names)), means, yerr=cis, capsize=3, color=[_style(n)[0] or "black" for n in names])
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+        ax.set_title(metric_labels[metric])
+        ax.grid(alpha=0.3, axis="y")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def slowdown_cdf(job_slowdowns: dict[str, "torch.Tensor"], title: str = ""):
+    """Empirical CDF of per-job slowdowns per scheme (DeepRM's slow_down_cdf plot)."""
+    import torch
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, values in job_slowdowns.items():
+        v = values[~torch.isnan(values)].sort().values
+        color, _ = _style(name)
+        ax.plot(v.numpy(), (torch.arange(1, len(v) + 1) / len(v)).numpy(), label=name, color=color)
+    ax.set_xscale("log")
+    ax.set_xlabel("job slowdown")
+    ax.set_ylabel("CDF")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig

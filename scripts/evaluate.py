@@ -1,0 +1,116 @@
+"""Evaluate policies (heuristics or trained checkpoints) on unseen jobsets of a workload.
+
+    python scripts/evaluate.py --policy tetris sjf packer random --load 0.9 --jobsets 200 --seed 12345
+    python scripts/evaluate.py --policy checkpoints/reinforce_slowdown.ckpt --load 1.3 --json
+
+Prints a table of SPEC's episode metrics with 95% confidence half-widths over jobsets; with
+--json, one JSON line per policy after the table (the last line is the last policy's), holding
+mean_slowdown, mean_completion_time, makespan, utilization, slo_hit_rate, each with `_ci95`,
+and num_jobs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+from _common import add_workload_flags, set_threads, workload_from_args
+
+import torch
+
+from lightning_sched import ClusterConfig, ConfigError, JobSet
+from lightning_sched.evaluation import evaluate, make_jobsets
+from lightning_sched.heuristics import HEURISTICS, make_heuristic
+
+DEFAULT_EVAL_SEED = 12345  # training draws from other seeds: these jobsets are unseen
+
+
+def resolve_policy(spec: str, cfg: ClusterConfig, device, greedy: bool, seed: int):
+    """A heuristic name or a checkpoint path -> (display name, policy callable, its ClusterConfig)."""
+    if spec in HEURISTICS:
+        kwargs = {"generator": torch.Generator(device=device).manual_seed(seed)} if spec == "random" else {}
+        return spec, make_heuristic(spec, cfg, **kwargs), cfg
+    if spec.endswith(".ckpt"):
+        from lightning_sched.policies import load_policy
+
+        policy, ckpt_cfg = load_policy(spec, device=device, greedy=greedy)
+        return spec, policy, ckpt_cfg
+    raise ConfigError(f"--policy {spec!r} is neither a heuristic ({', '.join(sorted(HEURISTICS))}) nor a .ckpt file")
+
+
+def format_row(name: str, s: dict) -> str:
+    def cell(metric, digits=3):
+        return f"{s[metric]:.{digits}f} ± {s[metric + '_ci95']:.{digits}f}"
+
+    return (f"{name:28s} {cell('mean_slowdown'):>16s} {cell('mean_completion_time', 2):>16s} {cell('makespan', 1):>14s} "
+            f"{cell('utilization'):>16s} {cell('slo_hit_rate'):>16s} {s['num_jobs']:>8d}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--policy", nargs="+", default=["tetris", "sjf", "packer", "random"],
+                    help="heuristic names and/or checkpoint paths")
+    add_workload_flags(ap)
+    ap.add_argument("--objective", default="slowdown", help="ClusterConfig.objective (heuristics ignore it)")
+    ap.add_argument("--slo_slowdown", type=float, default=2.0, help="default deadline a + floor(slo * d)")
+    ap.add_argument("--jobsets", type=int, default=200, help="number of unseen jobsets N")
+    ap.add_argument("--episodes", type=int, default=1, help="episodes per jobset (for stochastic policies)")
+    ap.add_argument("--seed", type=int, default=DEFAULT_EVAL_SEED, help="seed of the jobsets")
+    ap.add_argument("--jobset_file", help="evaluate on jobsets saved with JobSet.save instead of drawing them")
+    ap.add_argument("--save_jobsets", help="save the drawn jobsets to this file")
+    ap.add_argument("--sample", action="store_true", help="sample network policies' actions (default: greedy)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", action="store_true", help="also print one JSON line per policy")
+    args = ap.parse_args(argv)
+    set_threads(args.threads)
+    if args.jobsets < 1:
+        ap.error(f"--jobsets must be >= 1, got {args.jobsets}")
+    try:
+        cfg = ClusterConfig(objective=args.objective, slo_slowdown=args.slo_slowdown, observation="none")
+        policies = [resolve_policy(p, cfg, args.device, not args.sample, args.seed) for p in args.policy]
+        # a checkpoint fixes the cluster; all policies in one table must share it
+        cluster = policies[0][2]
+        for name, _, other in policies[1:]:
+            diff = cluster.replace(observation="none").differences(other.replace(observation="none"))
+            if diff:
+                raise ConfigError(f"{name}: ClusterConfig differs from {policies[0][0]}'s in {diff}")
+        if args.jobset_file:
+            jobs = JobSet.load(args.jobset_file)
+            workload_desc = args.jobset_file
+        else:
+            workload = workload_from_args(args, cluster)
+            jobs = make_jobsets(workload, args.jobsets, args.seed)
+            workload_desc = (f"DeepRMWorkload(load={workload.load}, arrivals={workload.process}, "
+                             f"simu_len={workload.simu_len}, short_prob={workload.short_prob})")
+        if args.save_jobsets:
+            jobs.save(args.save_jobsets, workload=workload_desc, seed=args.seed)
+        jobs.validate(cluster)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    print(f"{jobs.batch_size} jobsets x {args.episodes} episodes of {workload_desc}, seed {args.seed}, "
+          f"objective {cluster.objective}; mean ± 95% CI over jobsets")
+    print(f"{'policy':28s} {'mean slowdown':>16s} {'completion time':>16s} {'makespan':>14s} "
+          f"{'utilization':>16s} {'SLO hit rate':>16s} {'jobs':>8s}")
+    lines = []
+    for name, policy, pcfg in policies:
+        t0 = time.perf_counter()
+        result = evaluate(policy, pcfg.replace(objective=cluster.objective, slo_slowdown=cluster.slo_slowdown),
+                          jobs, episodes=args.episodes, device=args.device)
+        summary = {"policy": name, **result.summary, "seconds": round(time.perf_counter() - t0, 3)}
+        print(format_row(name, summary), flush=True)
+        if summary["unfinished_jobs"]:
+            print(f"  note: {summary['unfinished_jobs']} jobs unfinished at max_time={pcfg.max_time} "
+                  "(counted with f capped at the final time)")
+        lines.append(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in summary.items()}))
+    if args.json:
+        print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

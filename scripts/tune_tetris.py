@@ -1,0 +1,47 @@
+"""Tune Tetris's knob (the weight of the short-job term, heuristics.Tetris) on the default workload.
+
+For each candidate weight, mean slowdown over `--jobsets` jobsets at each load (tuning seeds,
+disjoint from evaluation's), and its mean over loads; the best weight is printed last with SJF
+and Packer for reference. The chosen default lives in heuristics.TETRIS_SHORT_WEIGHT.
+    python scripts/tune_tetris.py [--loads 0.3 0.5 ...] [--jobsets 200]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from _common import set_threads
+
+from lightning_sched import ClusterConfig, DeepRMWorkload
+from lightning_sched.evaluation import evaluate, make_jobsets
+from lightning_sched.heuristics import Tetris, make_heuristic
+
+TUNING_SEED = 777  # not evaluate.py's 12345 nor the training seeds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--loads", type=float, nargs="+", default=[0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5])
+    ap.add_argument("--weights", type=float, nargs="+", default=[0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 100])
+    ap.add_argument("--jobsets", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    set_threads(args.threads)
+    cfg = ClusterConfig(observation="none")
+    jobsets = {load: make_jobsets(DeepRMWorkload(load=load), args.jobsets, TUNING_SEED + i) for i, load in enumerate(args.loads)}
+    policies = {f"tetris w={w:g}": Tetris(cfg, short_weight=w) for w in args.weights}
+    policies.update(sjf=make_heuristic("sjf", cfg), packer=make_heuristic("packer", cfg))
+    print(f"{'policy':16s} " + " ".join(f"{'load ' + str(l):>9s}" for l in args.loads) + f" {'mean':>8s}")
+    table = {}
+    for name, policy in policies.items():
+        row = [evaluate(policy, cfg, jobsets[l]).summary["mean_slowdown"] for l in args.loads]
+        table[name] = row + [sum(row) / len(row)]
+        print(f"{name:16s} " + " ".join(f"{v:9.3f}" for v in table[name]), flush=True)
+    tetris = {k: v for k, v in table.items() if k.startswith("tetris")}
+    best = min(tetris, key=lambda k: tetris[k][-1])
+    print(json.dumps({"best": best, "mean_slowdown_by_load": dict(zip(map(str, args.loads), tetris[best][:-1])),
+                      "sjf_mean": table["sjf"][-1], "best_mean": tetris[best][-1]}))
+
+
+if __name__ == "__main__":
+    main()
