@@ -1,7 +1,8 @@
 """Benchmark of the batched environment (issue 2).
 
 1. Env-only decisions per second for batch sizes 1..16384 with random valid actions, per
-   observation mode, on the hot path (`cluster.step_state` + `observations.observe`); done rows
+   observation mode, on the hot path (`cluster.step_state` + `observations.observe`, with the
+   image or compact vector rendered every step in those modes); done rows
    are reset to their jobset every 16 steps so every row keeps working, and only decisions of
    rows not yet done are counted. For a few sizes also through TorchRL's `ClusterEnv.step`.
 2. Wall time of one DeepRM training iteration's worth of episodes (100 jobsets x 20 episodes,
@@ -50,6 +51,8 @@ def hot_path_rate(cfg, jobs, steps, device, generator) -> float:
             decisions.zero_()
             t0 = time.perf_counter()
         obs = observe(state, cfg, job_start=False)
+        if cfg.observation != "none":
+            obs["observation"]  # observations are lazy: render what a network policy would read
         decisions += (~state.done).sum()
         step_state(state, random_valid(obs["action_mask"], generator), cfg)
         if i % 16 == 15:

@@ -1,0 +1,59 @@
+"""The command-line scripts, run as a user runs them (subprocesses, tiny settings)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+KEYS = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate")
+
+
+def run(*args, check=True):
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def test_evaluate_json_has_every_metric_with_ci():
+    out = run("scripts/evaluate.py", "--policy", "sjf", "--load", "0.9", "--short_prob", "0.6",
+              "--dominant_units", "3", "7", "--jobsets", "12", "--seed", "3", "--json", "--threads", "1").stdout
+    last = json.loads(out.strip().splitlines()[-1])
+    for key in KEYS:
+        assert isinstance(last[key], float) and isinstance(last[key + "_ci95"], float)
+        assert last[key + "_ci95"] >= 0
+    assert isinstance(last["num_jobs"], int) and last["num_jobs"] > 0
+    assert last["slo_hit_rate"] <= 1 and last["mean_slowdown"] >= 1
+    assert "mean slowdown" in out  # the table comes first
+
+
+def test_evaluate_same_seed_same_numbers_and_saved_jobsets_replay(tmp_path):
+    path = tmp_path / "jobs.pt"
+    a = run("scripts/evaluate.py", "--policy", "tetris", "--jobsets", "8", "--seed", "5", "--json",
+            "--save_jobsets", str(path), "--threads", "1").stdout.strip().splitlines()[-1]
+    b = run("scripts/evaluate.py", "--policy", "tetris", "--jobset_file", str(path), "--json",
+            "--threads", "1").stdout.strip().splitlines()[-1]
+    da, db = json.loads(a), json.loads(b)
+    for key in KEYS:
+        assert da[key] == pytest.approx(db[key])
+
+
+def test_evaluate_rejects_unknown_policy_and_unreachable_load():
+    proc = run("scripts/evaluate.py", "--policy", "fifo", "--jobsets", "2", check=False)
+    assert proc.returncode == 2 and "'fifo'" in proc.stderr
+    proc = run("scripts/evaluate.py", "--policy", "sjf", "--arrivals", "bernoulli", "--load", "1.9", check=False)
+    assert proc.returncode == 2 and "load=1.9" in proc.stderr
+
+
+def test_bench_env_prints_table_and_json():
+    out = run("scripts/bench_env.py", "--batch_sizes", "4", "--modes", "none", "image", "--steps", "5",
+              "--repeats", "1", "--threads", "1").stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["threads"] == 1
+    assert result["decisions_per_s"]["none/hot/4"] > 0 and result["decisions_per_s"]["image/hot/4"] > 0
+    assert result["iteration_2000_episodes_s"] > 0
