@@ -203,10 +203,12 @@ def feasible_windows(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
     # window bit k: rows k..k+d-1 all fit. AND runs of length 1, 2, 4, ... per set bit of d.
     window = fits.masked_fill(duration == 0, 0)
     shift = torch.zeros_like(fits)
+    bits = torch.iinfo(fits.dtype).bits
     run, length = fits, 1
     while length <= cfg.max_job_len:
         part = (duration & length).to(fits.dtype)
-        window = window & ((run >> shift) | -(part == 0).to(fits.dtype))  # -1: all ones, when d lacks this bit
+        unused = (part - 1) >> (bits - 1)  # all ones when d lacks this bit (arithmetic shift of -1), else 0
+        window = window & ((run >> shift) | unused)
         shift = shift + part
         run = run & (run >> length)
         length *= 2
@@ -258,7 +260,8 @@ def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) ->
     rows = (((one << duration.to(one.dtype)) - 1) << offset.to(one.dtype)).view(-1, 1, 1)  # 0 when not scheduling
     levels = torch.arange(cfg.resource_units + 2, device=action.device)
     source = (levels - demand).clamp(min=0)  # level u inside the job's rows was level u - q before
-    state.occ = (state.occ & ~rows) | (state.occ.gather(2, source) & rows)
+    # levels are nested (used >= u implies used >= u - q), so OR-ing level u - q in suffices
+    state.occ = state.occ | (state.occ.gather(2, source) & rows)
     finish_at = ((start + duration) % (cfg.horizon + 1)).unsqueeze(1)
     state.finish_count.scatter_add_(1, finish_at, schedule.long().unsqueeze(1))
     weight = torch.where(schedule, 1.0 / duration.clamp(min=1).double(), 0.0)
@@ -274,7 +277,8 @@ def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) ->
     state.time = state.time + advance.long()
     top = torch.zeros_like(state.occ[0, 0])
     top[0] = 1 << (cfg.horizon - 1)  # the empty row entering at the bottom: only level 0 is set
-    state.occ = torch.where(advance.view(-1, 1, 1), (state.occ >> 1) | top, state.occ)
+    moved = advance.view(-1, 1, 1).to(state.occ.dtype)
+    state.occ = (state.occ >> moved) | (top * moved)
     ring = (state.time % (cfg.horizon + 1)).unsqueeze(1)
     now_finished = state.finish_count.gather(1, ring).squeeze(1) * advance
     now_weight = state.finish_weight.gather(1, ring).squeeze(1) * advance
