@@ -74,6 +74,16 @@ def evaluate(policy: Policy, cfg: ClusterConfig, jobs: JobSet, episodes: int = 1
     return result
 
 
+def paired_difference(a: EvalResult, b: EvalResult, metric: str = "mean_slowdown") -> tuple[float, float]:
+    """(mean of a - b, 95% CI half-width) over jobsets both results share (same jobsets, same order).
+
+    Pairing removes the jobset-to-jobset variance both share, so a difference can be significant
+    while the two CIs overlap."""
+    if a.num_jobsets != b.num_jobsets:
+        raise ValueError(f"paired_difference needs the same jobsets: {a.num_jobsets} vs {b.num_jobsets}")
+    return mean_ci95(a.per_jobset(metric) - b.per_jobset(metric))
+
+
 def make_jobsets(workload, num_jobsets: int, seed: int) -> JobSet:
     """`num_jobsets` jobsets drawn on the CPU from a generator seeded with `seed`: the same jobsets
     on every device. Evaluation seeds should differ from training seeds (unseen jobsets)."""
