@@ -95,3 +95,41 @@ def slowdown_cdf(job_slowdowns: dict[str, "torch.Tensor"], title: str = ""):
         ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def trace_heuristics(values: dict[str, dict[str, tuple[float, float]]], job_slowdowns: dict[str, "torch.Tensor"] | None = None,
+                     ylabel: str = "mean job slowdown", title: str = ""):
+    """Schemes on a replayed trace: {setting: {scheme: (mean, 95% CI half-width)}} as grouped bars
+    (one group per setting, e.g. as recorded and time-compressed), and optionally the per-job slowdown
+    CDF of one setting ({scheme: DoubleTensor of job slowdowns, NaN ignored}) beside it."""
+    import torch
+
+    panels = 2 if job_slowdowns else 1
+    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4), squeeze=False)
+    ax = axes[0][0]
+    settings = list(values)
+    schemes = list(dict.fromkeys(name for points in values.values() for name in points))
+    width = 0.8 / max(1, len(schemes))
+    for i, name in enumerate(schemes):
+        xs = [g + (i - (len(schemes) - 1) / 2) * width for g in range(len(settings))]
+        means = [values[s].get(name, (float("nan"), 0.0))[0] for s in settings]
+        cis = [values[s].get(name, (float("nan"), 0.0))[1] for s in settings]
+        ax.bar(xs, means, width, yerr=cis, capsize=3, label=name, color=_style(name)[0])
+    ax.set_xticks(range(len(settings)), settings)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize="small")
+    if job_slowdowns:
+        ax = axes[0][1]
+        for name, v in job_slowdowns.items():
+            v = v[~torch.isnan(v)].sort().values
+            ax.plot(v.numpy(), (torch.arange(1, len(v) + 1) / len(v)).numpy(), label=name, color=_style(name)[0])
+        ax.set_xscale("log")
+        ax.set_xlabel(f"job slowdown, {settings[0]}")
+        ax.set_ylabel("CDF")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig

@@ -21,8 +21,9 @@ from _common import add_workload_flags, set_threads, workload_from_args
 import torch
 
 from lightning_sched import ClusterConfig, ConfigError, JobSet
-from lightning_sched.evaluation import evaluate, make_jobsets
+from lightning_sched.evaluation import evaluate, make_jobsets, paired_difference
 from lightning_sched.heuristics import HEURISTICS, make_heuristic
+from lightning_sched.traces import TraceWorkload, parse_capacity
 
 DEFAULT_EVAL_SEED = 12345  # training draws from other seeds: these jobsets are unseen
 
@@ -48,11 +49,50 @@ def format_row(name: str, s: dict) -> str:
             f"{cell('utilization'):>16s} {cell('slo_hit_rate'):>16s} {s['num_jobs']:>8d}")
 
 
+def add_trace_flags(ap: argparse.ArgumentParser) -> None:
+    """A real trace as the workload (lightning_sched.traces.TraceWorkload); --simu_len sets its windows."""
+    g = ap.add_argument_group("trace workload (TraceWorkload; replaces the DeepRM flags except --simu_len)")
+    g.add_argument("--trace", help="SWF (.swf, .swf.gz) or CSV trace file to cut jobsets from")
+    g.add_argument("--seconds_per_step", type=float, help="trace seconds in one time step (required with --trace)")
+    g.add_argument("--trace_format", choices=("auto", "swf", "csv"), default="auto")
+    g.add_argument("--trace_resources", nargs="+", metavar="NAME",
+                   help="trace resources in cluster order: SWF processors/memory (default both), CSV demand columns")
+    g.add_argument("--trace_capacity", nargs="+", metavar="NAME=VALUE",
+                   help="virtual cluster capacity per trace resource (SWF processors default: the header's MaxProcs)")
+    g.add_argument("--oversize", choices=("clip", "drop"), default="clip",
+                   help="jobs longer than max_job_len or larger than max_job_units")
+    g.add_argument("--trace_statuses", type=int, nargs="*", default=[1],
+                   help="job statuses kept (default 1, completed; none given: all)")
+    g.add_argument("--drop_unknown_status", action="store_true", help="drop jobs whose status is -1 (default: keep)")
+    g.add_argument("--trace_split", choices=("train", "test", "all"), default="test",
+                   help="time-ordered split to cut windows from (default test: held out from training)")
+    g.add_argument("--test_fraction", type=float, default=0.25, help="share of the trace's time range in the test split")
+    g.add_argument("--trace_windows", choices=("random", "consecutive"), default="random")
+    g.add_argument("--target_load", type=float, help="compress the trace's time to reach this offered load")
+    g.add_argument("--csv_submit", default="submit_time", help="CSV column of the submit time (seconds)")
+    g.add_argument("--csv_run_time", default="run_time", help="CSV column of the run time (seconds)")
+    g.add_argument("--csv_status", help="CSV column of the job status (default: none)")
+
+
+def trace_workload_from_args(args, cluster: ClusterConfig) -> TraceWorkload:
+    if args.seconds_per_step is None:
+        raise ConfigError("--trace needs --seconds_per_step")
+    return TraceWorkload.for_cluster(
+        cluster, args.trace, args.seconds_per_step, format=args.trace_format,
+        resources=None if args.trace_resources is None else tuple(args.trace_resources),
+        capacity=parse_capacity(args.trace_capacity), oversize=args.oversize,
+        statuses=tuple(args.trace_statuses) if args.trace_statuses else None,
+        keep_unknown_status=not args.drop_unknown_status, split=args.trace_split, test_fraction=args.test_fraction,
+        windows=args.trace_windows, simu_len=args.simu_len, target_load=args.target_load,
+        csv_submit=args.csv_submit, csv_run_time=args.csv_run_time, csv_status=args.csv_status)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", nargs="+", default=["tetris", "sjf", "packer", "random"],
                     help="heuristic names and/or checkpoint paths")
     add_workload_flags(ap)
+    add_trace_flags(ap)
     ap.add_argument("--objective", default="slowdown", help="ClusterConfig.objective (heuristics ignore it)")
     ap.add_argument("--slo_slowdown", type=float, default=2.0, help="default deadline a + floor(slo * d)")
     ap.add_argument("--jobsets", type=int, default=200, help="number of unseen jobsets N")
@@ -77,9 +117,23 @@ def main(argv=None) -> int:
             diff = cluster.replace(observation="none").differences(other.replace(observation="none"))
             if diff:
                 raise ConfigError(f"{name}: ClusterConfig differs from {policies[0][0]}'s in {diff}")
+        trace_counts = {}  # with --trace, every JSON line also says what the mapping dropped and clipped
+        if args.jobset_file and args.trace:
+            raise ConfigError("give --jobset_file or --trace, not both")
         if args.jobset_file:
             jobs = JobSet.load(args.jobset_file)
             workload_desc = args.jobset_file
+        elif args.trace:
+            workload = trace_workload_from_args(args, cluster)
+            jobs = make_jobsets(workload, args.jobsets, args.seed)
+            workload_desc = workload.describe()
+            report = workload.report
+            trace_counts = {"trace_kept": report["kept"], "trace_dropped": report["dropped"],
+                            "trace_clipped": report["clipped"], "trace_split_jobs": report["split_jobs"],
+                            "trace_load": max(report["split_load"])}
+            print(f"trace {args.trace}: {report['job_lines']} job lines, kept {report['kept']}, dropped "
+                  f"{sum(report['dropped'].values())} {report['dropped']}, clipped {report['clipped']}; "
+                  f"{report['split']} split: {report['split_jobs']} jobs, steps {report['split_steps']}")
         else:
             workload = workload_from_args(args, cluster)
             jobs = make_jobsets(workload, args.jobsets, args.seed)
@@ -96,13 +150,18 @@ def main(argv=None) -> int:
           f"objective {cluster.objective}; mean ± 95% CI over jobsets")
     print(f"{'policy':28s} {'mean slowdown':>16s} {'completion time':>16s} {'makespan':>14s} "
           f"{'utilization':>16s} {'SLO hit rate':>16s} {'jobs':>8s}")
-    lines = []
+    lines, results = [], []
     for name, policy, pcfg in policies:
         t0 = time.perf_counter()
         result = evaluate(policy, pcfg.replace(objective=cluster.objective, slo_slowdown=cluster.slo_slowdown),
                           jobs, episodes=args.episodes, device=args.device)
-        summary = {"policy": name, **result.summary, "seconds": round(time.perf_counter() - t0, 3)}
+        summary = {"policy": name, **result.summary, **trace_counts, "seconds": round(time.perf_counter() - t0, 3)}
         print(format_row(name, summary), flush=True)
+        if results:  # paired against the first policy on the same jobsets
+            diff, ci = paired_difference(result, results[0], "mean_slowdown")
+            summary["mean_slowdown_minus_first"], summary["mean_slowdown_minus_first_ci95"] = diff, ci
+            print(f"  {'':26s} slowdown - {policies[0][0]}'s: {diff:+.3f} ± {ci:.3f} (paired)")
+        results.append(result)
         if summary["unfinished_jobs"]:
             print(f"  note: {summary['unfinished_jobs']} jobs unfinished at max_time={pcfg.max_time} "
                   "(counted with f capped at the final time)")

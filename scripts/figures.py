@@ -4,6 +4,11 @@
 
 load_sweep: mean slowdown vs load 0.1..1.9 (DeepRM Figure 4), heuristics and any checkpoints,
 200 unseen jobsets a point, 95% CIs over jobsets.
+
+    python scripts/figures.py trace [--trace PATH] [--compressions 1 2] [--jobsets 200]
+
+trace: heuristics on a real trace's held-out (test) time range, as recorded and time-compressed
+(docs/traces.md; default: the NASA iPSC/860 log in ../shared/traces).
 """
 from __future__ import annotations
 
@@ -58,6 +63,60 @@ def load_sweep(args) -> None:
     print(f"wrote {out} and {out.with_suffix('.json')}")
 
 
+NASA_TRACE = ROOT.parent / "shared" / "traces" / "NASA-iPSC-1993-3.1-cln.swf.gz"  # never copied into the repo
+
+
+def trace(args) -> None:
+    """Heuristics (and any checkpoints) on a real trace's held-out time range, as recorded and time-compressed."""
+    import sys
+
+    from lightning_sched.plots import trace_heuristics
+    from lightning_sched.traces import TraceWorkload, parse_capacity
+
+    cfg = ClusterConfig(observation="none")
+    policies = named_policies(cfg, args.heuristics, args.ckpt, args.device)
+    metrics = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate")
+    settings, values, cdf, mapping = {}, {}, None, None
+    for compression in args.compressions:
+        workload = TraceWorkload.for_cluster(
+            cfg, args.trace, args.seconds_per_step, capacity=parse_capacity(args.capacity), oversize=args.oversize,
+            split=args.split, test_fraction=args.test_fraction, simu_len=args.simu_len, time_compression=compression)
+        report = workload.report
+        jobs = make_jobsets(workload, args.jobsets, EVAL_SEED)
+        label = f"x{compression:g} (load {max(report['split_load']):.2f})" if compression != 1 else \
+            f"as recorded (load {max(report['split_load']):.2f})"
+        settings[label] = {"time_compression": compression, "split_load": report["split_load"],
+                           "split_steps": report["split_steps"], "split_seconds": report["split_seconds"],
+                           "split_jobs": report["split_jobs"], "window_starts": report["window_starts"],
+                           "max_jobs": report["max_jobs"], "jobs_in_jobsets": int(jobs.num_jobs.sum()), "results": {}}
+        mapping = mapping or {k: report[k] for k in ("path", "format", "job_lines", "kept", "dropped", "clipped", "resources",
+                                                     "zero_demand_resources", "capacity", "seconds_per_step", "natural_load")}
+        values[label] = {}
+        slowdowns = {}
+        line = [label]
+        for name, policy in policies.items():
+            result = evaluate(policy, cfg, jobs, device=args.device)
+            s = result.summary
+            settings[label]["results"][name] = {m: [s[m], s[m + "_ci95"]] for m in metrics}
+            settings[label]["results"][name]["unfinished_jobs"] = s["unfinished_jobs"]
+            values[label][name] = (s["mean_slowdown"], s["mean_slowdown_ci95"])
+            slowdowns[name] = result.job_slowdown.flatten()
+            line.append(f"{name} {s['mean_slowdown']:.3f}±{s['mean_slowdown_ci95']:.3f}")
+        cdf = cdf or slowdowns
+        print("  ".join(line), flush=True)
+    name = Path(args.trace).name.split(".")[0]
+    fig = trace_heuristics(values, cdf, title=f"{name}, {args.split} split: {args.jobsets} windows of "
+                                              f"{args.simu_len} x {args.seconds_per_step:g} s (95% CI over windows)")
+    out = Path(args.out or FIGURES / "trace_nasa.png")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    out.with_suffix(".json").write_text(json.dumps(
+        {"command": "python scripts/figures.py " + " ".join(sys.argv[1:]), "jobsets": args.jobsets, "seed": EVAL_SEED,
+         "split": args.split, "test_fraction": args.test_fraction, "simu_len": args.simu_len, "oversize": args.oversize,
+         "cluster": cfg.to_dict(), "mapping": mapping, "settings": settings}, indent=1))
+    print(f"wrote {out} and {out.with_suffix('.json')}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="figure", required=True)
@@ -68,6 +127,20 @@ def main() -> None:
     p.add_argument("--jobsets", type=int, default=200)
     p.add_argument("--out", help="PNG path (default docs/figures/slowdown_vs_load.png)")
     p.set_defaults(run=load_sweep)
+    p = sub.add_parser("trace", help="heuristics on a real trace's held-out time range (docs/traces.md)")
+    p.add_argument("--trace", default=str(NASA_TRACE), help="SWF or CSV trace (default: the NASA iPSC log in ../shared)")
+    p.add_argument("--seconds_per_step", type=float, default=600.0)
+    p.add_argument("--capacity", nargs="*", default=["processors=128"], help="NAME=VALUE per trace resource")
+    p.add_argument("--oversize", choices=("clip", "drop"), default="clip")
+    p.add_argument("--split", choices=("train", "test", "all"), default="test")
+    p.add_argument("--test_fraction", type=float, default=0.25)
+    p.add_argument("--simu_len", type=int, default=50)
+    p.add_argument("--compressions", type=float, nargs="+", default=[1.0, 2.0], help="time compressions to compare")
+    p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "packer", "edf", "random"])
+    p.add_argument("--ckpt", nargs="*", default=[], help="NAME=PATH.ckpt, evaluated greedily")
+    p.add_argument("--jobsets", type=int, default=200)
+    p.add_argument("--out", help="PNG path (default docs/figures/trace_nasa.png)")
+    p.set_defaults(run=trace)
     for parser in sub.choices.values():
         parser.add_argument("--device", default="cpu")
         parser.add_argument("--threads", type=int, default=2)
