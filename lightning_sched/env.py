@@ -93,6 +93,7 @@ class ClusterEnv(EnvBase):
         if cfg.observation != "none":
             spec["used"] = Unbounded(shape=(*b, t, r), dtype=torch.int64, device=dev)
         self.observation_spec = Composite(spec, shape=b)
+        self._observation_keys = tuple(spec)
         self.action_spec = Categorical(n=m + 1, shape=b, dtype=torch.int64, device=dev)
         self.reward_spec = Unbounded(shape=(*b, 1), dtype=torch.float32, device=dev)
         done = Categorical(n=2, shape=(*b, 1), dtype=torch.bool, device=dev)
@@ -117,7 +118,7 @@ class ClusterEnv(EnvBase):
 
     def _output(self, reward: torch.Tensor | None) -> TensorDictBase:
         s = self.state
-        out = observe(s, self.cfg).materialize()
+        out = observe(s, self.cfg).materialize(self._observation_keys)
         out["terminated"] = s.terminated.unsqueeze(-1)
         out["truncated"] = s.truncated.unsqueeze(-1)
         out["done"] = s.done.unsqueeze(-1)

@@ -22,8 +22,9 @@ class Observation(dict):
         self[key] = value
         return value
 
-    def materialize(self) -> dict[str, torch.Tensor]:
-        return {key: self[key] for key in self.keys_available}
+    def materialize(self, keys=None) -> dict[str, torch.Tensor]:
+        """Every available key, or just `keys`."""
+        return {key: self[key] for key in (self.keys_available if keys is None else keys)}
 
 
 def _backlog(s: ClusterState) -> torch.Tensor:
@@ -66,12 +67,13 @@ def observe(state: ClusterState, cfg: ClusterConfig, job_start: bool = True) -> 
     action_mask [M+1] bool, time [1], job_start [L] (original job order, -1 unscheduled),
     slot_duration [M], slot_demand [M, R], slot_offset [M] (earliest start offset, -1 infeasible),
     slot_deadline [M] (steps to the deadline), free_now [R], backlog [1], since_new [1] float;
-    and with observation 'image' or 'compact': used [T, R] and observation.
+    used [T, R] (in every mode: policies over the structured state read it; the env publishes it
+    only with 'image' or 'compact'); and with observation 'image' or 'compact': observation.
     `job_start=False` leaves out job_start (an [B, L] scatter the rollout hot path does not need).
     """
-    keys = STRUCTURED_KEYS + (("job_start",) if job_start else ())
+    keys = STRUCTURED_KEYS + ("used",) + (("job_start",) if job_start else ())
     if cfg.observation != "none":
-        keys = keys + ("used", "observation")
+        keys = keys + ("observation",)
     return Observation(state, cfg, keys)
 
 

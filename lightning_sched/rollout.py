@@ -1,7 +1,12 @@
 """The batched rollout hot path: drive the state machine directly, without TorchRL's per-step
-bookkeeping (the `ClusterEnv` wrapper is for TorchRL users and `check_env_specs`)."""
+bookkeeping (the `ClusterEnv` wrapper is for TorchRL users and `check_env_specs`).
+
+`play` runs any policy to the end of every episode; `collect` also records what policy-gradient
+training needs (the network's features, actions, rewards), decision by decision.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -10,6 +15,7 @@ from .cluster import ClusterState, init_state, step_state
 from .config import ClusterConfig
 from .jobs import JobSet
 from .observations import observe
+from .policies import sample_actions
 
 Policy = Callable[[dict], dict]
 
@@ -21,12 +27,16 @@ def max_decisions(cfg: ClusterConfig, jobs: JobSet) -> int:
 
 
 @torch.no_grad()
-def play(policy: Policy, cfg: ClusterConfig, jobs: JobSet, check_every: int = 16) -> tuple[ClusterState, int]:
+def play(policy: Policy, cfg: ClusterConfig, jobs: JobSet, check_every: int = 16,
+         record: Callable | None = None) -> tuple[ClusterState, int]:
     """Run `policy` on every row of `jobs` until all episodes are done.
 
     policy: maps a dict of observation tensors (see observations.observe) to the same dict with
         "action" (LongTensor[B]) set.
     jobs: JobSet [B, L], already on the device to use.
+    record: called after each decision as record(obs, active, reward, time), where active
+        (BoolTensor[B]) says which rows were not done yet and time (LongTensor[B]) is the cluster
+        time at the decision.
     Returns the final state and the number of steps taken. Done rows stay absorbing, so checking
     for the end only every `check_every` steps (one host sync each) changes no result.
     """
@@ -35,8 +45,61 @@ def play(policy: Policy, cfg: ClusterConfig, jobs: JobSet, check_every: int = 16
     steps = 0
     while steps < limit:
         obs = observe(state, cfg, job_start=False)
-        step_state(state, policy(obs)["action"], cfg)
+        active, time = ~state.done, state.time
+        reward = step_state(state, policy(obs)["action"], cfg)
+        if record is not None:
+            record(obs, active, reward, time)
         steps += 1
         if steps % check_every == 0 and bool(state.done.all()):
             break
     return state, steps
+
+
+@dataclass
+class Trajectories:
+    """S decisions of B episodes, stacked along a leading step axis.
+
+    features: dict of the network's features, each [S, B, ...] (see the policy's `encode`)
+    action:   LongTensor[S, B]
+    reward:   FloatTensor[S, B]  (0 for steps after a row is done)
+    active:   BoolTensor[S, B]   the row was not done when it decided
+    time:     LongTensor[S, B]   cluster time at the decision
+    state:    the final ClusterState (episode metrics: objectives.episode_metrics)
+    """
+
+    features: dict[str, torch.Tensor]
+    action: torch.Tensor
+    reward: torch.Tensor
+    active: torch.Tensor
+    time: torch.Tensor
+    state: ClusterState
+
+    @property
+    def num_decisions(self) -> int:
+        return int(self.active.sum())
+
+
+@torch.no_grad()
+def collect(net, cfg: ClusterConfig, jobs: JobSet, greedy: bool = False,
+            generator: torch.Generator | None = None) -> Trajectories:
+    """Roll out the network `net` (with `encode` and `logits`) on every row of `jobs`, recording
+    each decision. Actions are sampled from the policy (greedy: its argmax)."""
+    features, actions, rewards, actives, times = [], [], [], [], []
+    table = net.prefix_table()  # the weights do not change during a rollout
+
+    def policy(obs):
+        f = net.encode(obs)
+        obs["action"] = sample_actions(net.logits(f, table), greedy, generator)
+        features.append(f)
+        actions.append(obs["action"])
+        return obs
+
+    def record(obs, active, reward, time):
+        rewards.append(reward)
+        actives.append(active)
+        times.append(time)
+
+    state, _ = play(policy, cfg, jobs, record=record)
+    stacked = {k: torch.stack([f[k] for f in features]) for k in features[0]}
+    return Trajectories(stacked, torch.stack(actions), torch.stack(rewards), torch.stack(actives),
+                        torch.stack(times), state)

@@ -1,0 +1,1 @@
+"""LightningModules: the training algorithms."""

@@ -1,0 +1,228 @@
+"""Policy networks over the cluster state, the action head, and loading trained policies.
+
+DeepRM's network (Mao et al., HotNets 2016, section 4.1): the image [T, W] flattened, one fully
+connected hidden layer of 20 ReLU units, a softmax over the M+1 actions. `PolicySpec` describes a
+network (more or wider hidden layers, masked or unmasked softmax); `make_policy(spec, cfg)` builds it.
+
+**The first layer without the image.** The image is a fixed 0/1 function of the structured state:
+cluster row k of resource r holds ones in its first used[k][r] cells; slot i's block holds ones
+in rows k < d and columns u < q[r]; the backlog block holds min(backlog, backlog_size) ones
+row-major; the last column is since_new in every row. So the first dense layer's output,
+sum over cells of weight * cell, is a sum of prefix sums of the weights:
+
+    h = sum_{k,r} C_r[k, used[k][r]] + sum_{i,r} S_{i,r}[d_i, q_i[r]] + B[backlog] + since * c + bias
+
+with C_r the cumulative sum of resource r's cluster-block weights along the unit axis, S_{i,r}
+the 2-D cumulative sum of slot i's block along time and units, B the cumulative sum of the
+backlog block in row-major order, c the sum of the last column. All prefix sums are rows of one
+table built from the weight matrix, so the layer is one `embedding_bag` over T*R + M*R + 1 table
+rows per state: the same function and the same gradients as multiplying the rendered image
+(tests/test_policies.py holds both), about 70x fewer multiply-adds, and no image in the hot path.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .config import ClusterConfig, ConfigError
+from .observations import render_image
+
+
+@dataclass
+class PolicySpec:
+    """Which network to build (`make_policy`)."""
+
+    hidden: tuple[int, ...] = (20,)
+    """Hidden layer widths, ReLU. DeepRM: one layer of 20 units (section 4.1)."""
+    masked: bool = False
+    """Softmax over the valid actions only (action_mask). DeepRM: False, invalid actions act as void."""
+
+    def __post_init__(self) -> None:
+        self.hidden = tuple(self.hidden)
+        if not self.hidden or any((not isinstance(h, int)) or h < 1 for h in self.hidden):
+            raise ConfigError(f"PolicySpec.hidden must be one or more integers >= 1, got {self.hidden!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class TableSum(torch.autograd.Function):
+    """out[n] = sum_j table[cells[n, j]] (`embedding_bag`'s sum), with a backward that adds the
+    gradient column by column (`index_add_`) instead of sorting all D*K indices as
+    `embedding_bag`'s dense backward does: about 5x faster on a CPU for a rollout's worth of
+    decisions, the same values. Written with differentiable ops, so second-order gradients
+    (MAML) flow through it."""
+
+    @staticmethod
+    def forward(ctx, cells: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(cells)
+        ctx.rows = table.shape[0]
+        return F.embedding_bag(cells, table, mode="sum")
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        (cells,) = ctx.saved_tensors
+        grad_table = grad_out.new_zeros(ctx.rows, grad_out.shape[1])
+        for j in range(cells.shape[1]):
+            grad_table = grad_table.index_add(0, cells[:, j].long(), grad_out)
+        return None, grad_table
+
+
+def action_logits(logits: torch.Tensor, mask: torch.Tensor, masked: bool) -> torch.Tensor:
+    """The action head's logits [B, M+1]: with `masked`, invalid actions get -inf (never sampled);
+    without, DeepRM's plain softmax (an invalid pick advances time like void)."""
+    return logits.masked_fill(~mask, float("-inf")) if masked else logits
+
+
+def sample_actions(logits: torch.Tensor, greedy: bool, generator: torch.Generator | None = None) -> torch.Tensor:
+    """argmax, or a draw from softmax(logits) by inverting its CDF with one uniform a row (no host
+    sync; an action of probability 0 is never drawn): LongTensor[B]."""
+    if greedy:
+        return logits.argmax(-1)
+    cdf = torch.softmax(logits, -1).cumsum(-1)
+    u = torch.rand(cdf.shape[:-1] + (1,), device=cdf.device, dtype=cdf.dtype, generator=generator) * cdf[..., -1:]
+    return (cdf <= u).sum(-1).clamp(max=logits.shape[-1] - 1)
+
+
+class ImagePolicy(nn.Module):
+    """DeepRM's policy: MLP over the flattened image, first layer computed from the structured
+    state (module docstring). Features per state (see `encode`):
+
+        cells: IntTensor[B, T*R + M*R + 1]  rows of the prefix table to sum
+        since: FloatTensor[B]              the since-new column's value
+        mask:  BoolTensor[B, M+1]          valid actions
+    """
+
+    def __init__(self, cfg: ClusterConfig, spec: PolicySpec = PolicySpec()):
+        super().__init__()
+        self.cfg, self.spec = cfg, spec
+        t, width = cfg.horizon, cfg.image_width
+        sizes = (t * width, *spec.hidden)
+        self.first = nn.Linear(sizes[0], sizes[1])  # weight [H, T*W] in the image's row-major layout
+        layers: list[nn.Module] = []
+        for a, b in zip(sizes[1:-1], sizes[2:]):
+            layers += [nn.ReLU(), nn.Linear(a, b)]
+        self.body = nn.Sequential(*layers, nn.ReLU(), nn.Linear(sizes[-1], cfg.num_actions))
+        self._layout()
+
+    def _layout(self) -> None:
+        """Where each part of the image starts, as table rows (module docstring)."""
+        cfg = self.cfg
+        t, u, mu, m, r = cfg.horizon, cfg.resource_units, cfg.max_job_units, cfg.num_slots, cfg.num_resources
+        self.cluster_rows = t * (u + 1)  # per resource: row k*(U+1) + n = first n cells of time row k
+        self.slot_rows = (t + 1) * (mu + 1)  # per (resource, slot): row d*(MU+1) + q
+        self.slot_base = r * self.cluster_rows
+        self.backlog_base = self.slot_base + r * m * self.slot_rows
+        self.table_rows = self.backlog_base + t * cfg.backlog_width + 1
+        k = torch.arange(t)
+        self.register_buffer("cluster_offset", (torch.arange(r) * self.cluster_rows).view(1, r) + (k * (u + 1)).view(t, 1),
+                             persistent=False)  # [T, R]
+        self.register_buffer("slot_offset", self.slot_base + (torch.arange(r).view(1, r) * m + torch.arange(m).view(m, 1))
+                             * self.slot_rows, persistent=False)  # [M, R]
+
+    # ----- features ------------------------------------------------------------------------------
+    def encode(self, obs) -> dict[str, torch.Tensor]:
+        """The features `logits` needs, from an observation's structured keys (any mode)."""
+        cfg = self.cfg
+        used = obs["used"]  # [B, T, R]
+        b = used.shape[0]
+        cluster = self.cluster_offset + used  # [B, T, R]
+        slots = self.slot_offset + (obs["slot_duration"] * (cfg.max_job_units + 1)).unsqueeze(-1) + obs["slot_demand"]  # [B, M, R]
+        backlog = self.backlog_base + obs["backlog"].clamp(max=cfg.backlog_size)  # [B, 1]
+        cells = torch.cat([cluster.reshape(b, -1), slots.reshape(b, -1), backlog.reshape(b, 1)], dim=1)
+        return {"cells": cells.int(), "since": obs["since_new"].reshape(b).float(), "mask": obs["action_mask"]}
+
+    def prefix_table(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(table [rows, H] of prefix sums of the first layer's weights, since-column weights [H])."""
+        cfg = self.cfg
+        t, u, mu, m, r = cfg.horizon, cfg.resource_units, cfg.max_job_units, cfg.num_slots, cfg.num_resources
+        h = self.first.out_features
+        w = self.first.weight.view(h, t, cfg.image_width).permute(1, 2, 0)  # [T, W, H]
+        parts = []
+        per_resource = w[:, : r * (u + m * mu)].reshape(t, r, u + m * mu, h)
+        cluster = F.pad(per_resource[:, :, :u].cumsum(2), (0, 0, 1, 0))  # [T, R, U+1, H]
+        parts.append(cluster.permute(1, 0, 2, 3).reshape(-1, h))
+        slots = per_resource[:, :, u:].reshape(t, r, m, mu, h).cumsum(0).cumsum(3)
+        slots = F.pad(slots, (0, 0, 1, 0, 0, 0, 0, 0, 1, 0))  # [T+1, R, M, MU+1, H]
+        parts.append(slots.permute(1, 2, 0, 3, 4).reshape(-1, h))
+        start = r * (u + m * mu)
+        backlog = w[:, start : start + cfg.backlog_width].reshape(-1, h).cumsum(0)  # row-major cells
+        parts.append(F.pad(backlog, (0, 0, 1, 0)))
+        return torch.cat(parts), w[:, -1].sum(0)
+
+    # ----- the network -----------------------------------------------------------------------------
+    def logits(self, features: dict[str, torch.Tensor], table: tuple | None = None) -> torch.Tensor:
+        """Action logits [B, M+1] (masked per the spec). `table`: `prefix_table()`, when the caller
+        evaluates many batches with the same weights (a rollout)."""
+        table, since_weight = table or self.prefix_table()
+        hidden = TableSum.apply(features["cells"], table)
+        hidden = hidden + features["since"].unsqueeze(1) * since_weight + self.first.bias
+        return action_logits(self.body(hidden), features["mask"], self.spec.masked)
+
+    def logits_from_image(self, image: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The same logits from the rendered image [B, T, W] (reference path, for tests)."""
+        return action_logits(self.body(self.first(image.flatten(1))), mask, self.spec.masked)
+
+    def render(self, obs) -> torch.Tensor:
+        """DeepRM's image [B, T, W] of an observation, whatever the env's observation mode."""
+        b = obs["used"].shape[0]
+        return render_image(obs["used"], obs["slot_duration"], obs["slot_demand"], obs["backlog"].reshape(b),
+                            obs["since_new"].reshape(b), self.cfg)
+
+    def log_prob(self, features: dict[str, torch.Tensor], action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log pi(action | state) [N], entropy [N]) for N states."""
+        logp = torch.log_softmax(self.logits(features), -1)
+        p = logp.exp()
+        entropy = -(p * logp.masked_fill(p == 0, 0.0)).sum(-1)
+        return logp.gather(1, action.unsqueeze(1)).squeeze(1), entropy
+
+
+POLICIES = {"image": ImagePolicy}
+
+
+def make_policy(spec: PolicySpec, cfg: ClusterConfig) -> ImagePolicy:
+    """The network a `PolicySpec` describes, for cluster `cfg`."""
+    return ImagePolicy(cfg, spec)
+
+
+@dataclass
+class NetworkPolicy:
+    """A network as a rollout policy: obs -> obs with "action" (LongTensor[B]); greedy or sampled."""
+
+    net: nn.Module
+    greedy: bool = True
+    generator: torch.Generator | None = field(default=None, repr=False)
+
+    @torch.no_grad()
+    def __call__(self, obs):
+        features = self.net.encode(obs)
+        obs["action"] = sample_actions(self.net.logits(features), self.greedy, self.generator)
+        return obs
+
+
+CHECKPOINT_KEY = "lightning_sched"
+
+
+def policy_checkpoint(net: ImagePolicy) -> dict:
+    """What a checkpoint needs to rebuild the policy without the training code: plain dicts and tensors."""
+    return {"cluster": net.cfg.to_dict(), "policy": net.spec.to_dict(),
+            "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()}}
+
+
+def load_policy(path, device="cpu", greedy: bool = True, generator: torch.Generator | None = None):
+    """(NetworkPolicy, its ClusterConfig) from a checkpoint written by a task of this project.
+
+    Checkpoints are pickles (as Lightning's): load only files you trust.
+    """
+    data = torch.load(path, map_location="cpu", weights_only=False)
+    if CHECKPOINT_KEY not in data:
+        raise ConfigError(f"{path}: not a lightning_sched checkpoint (no '{CHECKPOINT_KEY}' entry)")
+    saved = data[CHECKPOINT_KEY]
+    cfg = ClusterConfig(**saved["cluster"])
+    net = make_policy(PolicySpec(**saved["policy"]), cfg)
+    net.load_state_dict(saved["state_dict"])
+    net.to(device).eval()
+    return NetworkPolicy(net, greedy=greedy, generator=generator), cfg

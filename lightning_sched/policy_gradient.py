@@ -1,0 +1,52 @@
+"""The pieces of DeepRM's policy-gradient update (Mao et al. 2016, section 4.2, Figure 3) as pure
+functions, shared by REINFORCE (tasks/reinforce.py) and the MAML inner loop (tasks/maml.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .baselines import Baseline
+from .rollout import Trajectories
+
+
+def discounted_returns(reward: torch.Tensor, gamma: float) -> torch.Tensor:
+    """v_t = sum_{s >= t} gamma^(s-t) r_s along the step axis: reward, result FloatTensor[S, B]."""
+    if gamma == 1.0:
+        return reward.flip(0).cumsum(0).flip(0)
+    returns = torch.empty_like(reward)
+    running = torch.zeros_like(reward[0])
+    for t in range(reward.shape[0] - 1, -1, -1):
+        running = reward[t] + gamma * running
+        returns[t] = running
+    return returns
+
+
+@dataclass
+class PolicyGradient:
+    """One policy-gradient loss over a batch of trajectories, and what it saw."""
+
+    loss: torch.Tensor  # scalar, to minimise
+    mean_return: torch.Tensor  # over episodes
+    max_return: torch.Tensor
+    entropy: torch.Tensor  # mean policy entropy over decisions
+    decisions: int
+
+
+def policy_gradient(net, traj: Trajectories, baseline: Baseline, episodes: int, gamma: float = 1.0,
+                    entropy_weight: float = 0.0) -> PolicyGradient:
+    """DeepRM's update direction: sum over decisions of grad log pi(a_t|s_t) (v_t - b_t).
+
+    traj: B = N*E episodes, rows b*E..b*E+E-1 replaying jobset b. The loss is the mean over all
+    decisions of -log pi * advantage (DeepRM's code divides by the number of decisions), minus
+    `entropy_weight` times the mean entropy.
+    """
+    returns = discounted_returns(traj.reward, gamma)  # [S, B]
+    advantage = baseline.advantages(returns, traj.active, traj.time, episodes)  # [S, B]
+    active = traj.active
+    features = {k: v[active] for k, v in traj.features.items()}  # the decisions, [D, ...]
+    log_prob, entropy = net.log_prob(features, traj.action[active])
+    loss = -(log_prob * advantage[active].detach()).mean() - entropy_weight * entropy.mean()
+    episode_return = returns[0]
+    return PolicyGradient(loss, episode_return.mean(), episode_return.max(), entropy.mean().detach(),
+                          int(active.sum()))

@@ -1,0 +1,187 @@
+"""REINFORCE with DeepRM's time-indexed baseline (Mao et al., HotNets 2016, Figure 3) as a
+LightningModule.
+
+    for each iteration:                                   (training_step)
+        draw N jobsets                                    (num_jobsets, this rank's share)
+        run E episodes of each with pi_theta              (episodes_per_jobset, one batched env)
+        v_t = sum_{s>=t} gamma^(s-t) r_s                  (policy_gradient.discounted_returns)
+        b_t = mean over the E episodes of v_t             (baselines.TimeIndexedBaseline)
+        dtheta = sum_t grad log pi(a_t|s_t) (v_t - b_t)   (policy_gradient.policy_gradient)
+        one optimizer step                                (RMSprop, lr 0.001: DeepRM's)
+
+The dataloader only paces iterations; each iteration's jobsets come from a generator seeded by
+(seed, iteration, rank), so ranks under DDP draw different jobsets, a resumed run draws the same
+ones, and Lightning's DDP averages the ranks' gradients (parameters stay identical).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from lightning.pytorch import LightningModule
+from torch.utils.data import DataLoader
+
+from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily
+from lightning_sched.baselines import Baseline, TimeIndexedBaseline
+from lightning_sched.config import ConfigError
+from lightning_sched.evaluation import EvalResult, evaluate, make_jobsets
+from lightning_sched.objectives import METRICS, episode_metrics
+from lightning_sched.policies import (CHECKPOINT_KEY, NetworkPolicy, PolicySpec, make_policy,
+                                      policy_checkpoint)
+from lightning_sched.policy_gradient import policy_gradient
+from lightning_sched.rollout import collect
+
+
+class Reinforce(LightningModule):
+    """DeepRM's policy-gradient training.
+
+    Args:
+        cluster: the cluster and the objective the reward follows (SPEC.md).
+        workload: the jobs of training (and, by default, of validation).
+        policy: the network (`PolicySpec`): DeepRM's 20-unit MLP over the image by default.
+        baseline: a `Baseline`; default DeepRM's time-indexed one.
+        num_jobsets: N, jobsets per iteration, split over DDP ranks. DeepRM: 100.
+        episodes_per_jobset: E, episodes of each jobset per iteration. DeepRM: 20.
+        gamma: discount. DeepRM: 1.
+        lr: RMSprop learning rate. DeepRM: 0.001.
+        rmsprop_alpha: RMSprop's squared-gradient decay. DeepRM: 0.9.
+        rmsprop_eps: DeepRM: 1e-9.
+        entropy_weight: weight of an entropy bonus. DeepRM: 0.
+        iterations_per_epoch: iterations between epoch ends (pacing only).
+        val_jobsets: jobsets of the fixed validation set (drawn with val_seed).
+        val_seed: seed of the validation set; training seeds never reach it.
+        test_jobsets, test_seed: the same for `fit.py test`.
+        eval_greedy: evaluate the policy's argmax (else sample, one episode per jobset).
+        seed: seeds training jobsets and action sampling.
+    """
+
+    def __init__(self, cluster: ClusterConfig = ClusterConfig(),
+                 workload: DeepRMWorkload | WorkloadFamily = DeepRMWorkload(),
+                 policy: PolicySpec = PolicySpec(), baseline: Baseline | None = None,
+                 num_jobsets: int = 100, episodes_per_jobset: int = 20, gamma: float = 1.0,
+                 lr: float = 1e-3, rmsprop_alpha: float = 0.9, rmsprop_eps: float = 1e-9,
+                 entropy_weight: float = 0.0, iterations_per_epoch: int = 100,
+                 val_jobsets: int = 100, val_seed: int = 900_001, test_jobsets: int = 200, test_seed: int = 12345,
+                 eval_greedy: bool = True, seed: int = 0):
+        super().__init__()
+        self.save_hyperparameters(ignore=["baseline"])
+        for name, value in (("num_jobsets", num_jobsets), ("episodes_per_jobset", episodes_per_jobset),
+                            ("iterations_per_epoch", iterations_per_epoch), ("val_jobsets", val_jobsets),
+                            ("test_jobsets", test_jobsets)):
+            if value < 1:
+                raise ConfigError(f"Reinforce.{name} must be >= 1, got {value}")
+        if not 0 < gamma <= 1:
+            raise ConfigError(f"Reinforce.gamma must be in (0, 1], got {gamma}")
+        # the rollouts never render the image: the network reads structured keys
+        self.cluster = cluster.replace(observation="none")
+        workload.validate(self.cluster)
+        self.workload = workload
+        self.net = make_policy(policy, self.cluster)
+        self.baseline = baseline or TimeIndexedBaseline()
+        self.sampler = torch.Generator()
+        self.sampler.manual_seed(seed)
+        self._val_jobs: JobSet | None = None
+        self._iteration_start = None
+
+    # ----- data: the dataloader paces iterations ------------------------------------------------
+    def train_dataloader(self):
+        return DataLoader(range(self.hparams.iterations_per_epoch), batch_size=None, shuffle=False)
+
+    def val_dataloader(self):
+        return DataLoader([0], batch_size=None)
+
+    def test_dataloader(self):
+        return DataLoader([0], batch_size=None)
+
+    def draw_jobsets(self) -> JobSet:
+        """This rank's N / world_size jobsets of the current iteration, on the module's device."""
+        world, rank = self.trainer.world_size, self.trainer.global_rank
+        n = self.hparams.num_jobsets
+        if n % world:
+            raise ConfigError(f"Reinforce.num_jobsets={n} must divide evenly over {world} devices")
+        seed = (self.hparams.seed * 1_000_003 + self.global_step) * 4099 + rank
+        return make_jobsets(self.workload, n // world, seed).to(self.device)
+
+    @property
+    def val_jobs(self) -> JobSet:
+        """The fixed validation jobsets (the same on every rank and every call)."""
+        if self._val_jobs is None:
+            self._val_jobs = make_jobsets(self.workload, self.hparams.val_jobsets, self.hparams.val_seed)
+        return self._val_jobs
+
+    # ----- training: DeepRM's Figure 3 --------------------------------------------------------
+    def training_step(self, batch, batch_idx):
+        start = time.perf_counter()
+        episodes = self.hparams.episodes_per_jobset
+        jobs = self.draw_jobsets().repeat_interleave(episodes)
+        if self.sampler.device != self.device:
+            self.sampler = torch.Generator(device=self.device).manual_seed(self.hparams.seed + self.global_step)
+        traj = collect(self.net, self.cluster, jobs, generator=self.sampler)
+        rollout_s = time.perf_counter() - start
+        pg = policy_gradient(self.net, traj, self.baseline, episodes, self.hparams.gamma, self.hparams.entropy_weight)
+        if not torch.isfinite(pg.loss):
+            raise FloatingPointError(
+                f"non-finite loss {pg.loss.item()} at iteration {self.global_step}; training stops here, "
+                "the checkpoints written so far are kept (lower lr?)")
+        metrics = episode_metrics(traj.state)
+        self.log_dict({"train/mean_return": pg.mean_return, "train/max_return": pg.max_return,
+                       "train/mean_slowdown": metrics["mean_slowdown"].nanmean().float(),
+                       "train/entropy": pg.entropy, "train/loss": pg.loss.detach()},
+                      on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
+        self.log("iteration", float(self.global_step), prog_bar=True, on_step=True, on_epoch=False)
+        self.log("return", pg.mean_return, prog_bar=True, on_step=True, on_epoch=False, logger=False)
+        self._perf = {"perf/rollout_s": rollout_s, "perf/decisions": float(pg.decisions), "start": start}
+        return pg.loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        # after the optimizer step and before any validation or checkpoint of this iteration: a
+        # step that made the parameters non-finite stops training while the checkpoints are good
+        bad = [name for name, p in self.net.named_parameters() if not bool(torch.isfinite(p).all())]
+        if bad:
+            raise FloatingPointError(f"parameters {bad} became non-finite at iteration {self.global_step}; training "
+                                     "stops here, the checkpoints written so far are kept (lower lr?)")
+        seconds = time.perf_counter() - self._perf.pop("start")
+        self.log_dict({"perf/iteration_s": seconds, "perf/decisions_per_s": self._perf["perf/decisions"] / seconds,
+                       "perf/rollout_s": self._perf["perf/rollout_s"]}, on_step=True, on_epoch=False)
+
+    def configure_optimizers(self):
+        return torch.optim.RMSprop(self.net.parameters(), lr=self.hparams.lr, alpha=self.hparams.rmsprop_alpha,
+                                   eps=self.hparams.rmsprop_eps)
+
+    # ----- evaluation --------------------------------------------------------------------------
+    def evaluate_policy(self, jobs: JobSet) -> EvalResult:
+        """SPEC's episode metrics of the current policy on fixed jobsets (greedy by default)."""
+        generator = torch.Generator(device=self.device).manual_seed(self.hparams.val_seed)
+        policy = NetworkPolicy(self.net, greedy=self.hparams.eval_greedy, generator=generator)
+        return evaluate(policy, self.cluster, jobs, device=self.device)
+
+    def _log_eval(self, prefix: str, result: EvalResult) -> None:
+        s = result.summary
+        values = {f"{prefix}/{m}": s[m] for m in METRICS}
+        values.update({f"{prefix}/{m}_ci95": s[f"{m}_ci95"] for m in METRICS})
+        values[f"{prefix}/unfinished_jobs"] = float(s["unfinished_jobs"])
+        self.log_dict(values, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
+        self.log("eval_slowdown", s["mean_slowdown"], prog_bar=True, logger=False, on_epoch=True, batch_size=1)
+
+    def validation_step(self, batch, batch_idx):
+        self.last_eval = self.evaluate_policy(self.val_jobs)
+        self._log_eval("eval", self.last_eval)
+
+    def test_step(self, batch, batch_idx):
+        jobs = make_jobsets(self.workload, self.hparams.test_jobsets, self.hparams.test_seed)
+        self._log_eval("test", self.evaluate_policy(jobs))
+
+    # ----- checkpoints: the policy alone, readable without this module ------------------------------
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint[CHECKPOINT_KEY] = policy_checkpoint(self.net)
+        checkpoint["sampler_state"] = self.sampler.get_state()
+
+    def on_load_checkpoint(self, checkpoint):
+        saved = checkpoint.get(CHECKPOINT_KEY, {}).get("cluster")
+        if saved is not None:
+            differs = ClusterConfig(**saved).replace(observation="none").differences(self.cluster)
+            if differs:
+                raise ConfigError("the checkpoint's ClusterConfig differs from this run's in "
+                                  + ", ".join(f"{k} (checkpoint {a!r}, run {b!r})" for k, (a, b) in differs.items()))
+        if "sampler_state" in checkpoint and self.sampler.device.type == "cpu":
+            self.sampler.set_state(checkpoint["sampler_state"])

@@ -1,0 +1,144 @@
+"""`scripts/fit.py` as a user runs it (LightningCLI subprocesses with configs/smoke.yaml), W&B
+offline files, checkpoints reloaded, resumption, DDP on 2 CPU processes, and the faults."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fit(*args, tmp_path, check=True, env=None):
+    """Run scripts/fit.py in tmp_path (runs/ lands there) with the smoke config."""
+    base = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
+            "WANDB_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), *args, "--threads", "1"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600, env={**base, **(env or {})})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"fit.py {args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+SMOKE = str(ROOT / "configs" / "smoke.yaml")
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """One real smoke run shared by the tests that only read what it wrote."""
+    tmp = tmp_path_factory.mktemp("smoke")
+    proc = fit("fit", "--config", SMOKE, tmp_path=tmp)
+    return tmp, proc
+
+
+def test_smoke_fit_writes_a_wandb_offline_run_and_checkpoints(smoke_run):
+    tmp, proc = smoke_run
+    runs = list((tmp / "runs" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, list((tmp / "runs").rglob("*"))
+    run = runs[0]
+    assert list(run.glob("run-*.wandb")) and (run / "run-" f"{run.name.split('-')[-1]}.wandb").stat().st_size > 0
+    # the heuristic-comparison callback logged its figure and table as W&B media
+    assert list(run.rglob("learning_curve_*.png")) and list(run.rglob("comparison_*.table.json"))
+    table = json.loads(next(run.rglob("comparison_*.table.json")).read_text())
+    assert [row[0] for row in table["data"]] == ["policy", "tetris", "sjf", "random"]
+    ckpts = {p.name for p in (tmp / "runs").rglob("*.ckpt")}
+    assert "last.ckpt" in ckpts and any(n.startswith("best-") for n in ckpts)
+
+
+def test_checkpoint_reloads_for_evaluation(smoke_run):
+    tmp, _ = smoke_run
+    ckpt = next((tmp / "runs").rglob("last.ckpt"))
+    data = torch.load(ckpt, map_location="cpu", weights_only=False)
+    assert data["global_step"] == 4
+    from lightning_sched.policies import load_policy
+
+    policy, cfg = load_policy(ckpt)
+    assert cfg.objective == "slowdown"
+    state = data["state_dict"]
+    assert torch.equal(policy.net.first.weight, state["net.first.weight"])
+    out = subprocess.run([sys.executable, "scripts/evaluate.py", "--policy", str(ckpt), "tetris", "--jobsets", "6",
+                          "--simu_len", "10", "--json", "--threads", "1"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    first = json.loads(out.stdout.strip().splitlines()[-2])
+    assert first["policy"] == str(ckpt) and first["mean_slowdown"] >= 1 and first["num_jobs"] > 0
+
+
+def test_fit_resumes_from_a_checkpoint(smoke_run, tmp_path):
+    tmp, _ = smoke_run
+    ckpt = next((tmp / "runs").rglob("last.ckpt"))
+    fit("fit", "--config", SMOKE, "--trainer.max_steps", "6", "--ckpt_path", str(ckpt), tmp_path=tmp_path)
+    resumed = torch.load(next((tmp_path / "runs").rglob("last.ckpt")), map_location="cpu", weights_only=False)
+    assert resumed["global_step"] == 6
+
+
+def test_validate_and_test_subcommands(smoke_run):
+    tmp, _ = smoke_run
+    ckpt = next((tmp / "runs").rglob("last.ckpt"))
+    proc = fit("test", "--config", SMOKE, "--ckpt_path", str(ckpt), "--trainer.logger", "false", tmp_path=tmp)
+    assert "test/mean_slowdown" in proc.stdout
+
+
+def test_checkpoint_with_another_cluster_is_refused_naming_the_fields(smoke_run):
+    tmp, _ = smoke_run
+    ckpt = next((tmp / "runs").rglob("last.ckpt"))
+    proc = fit("test", "--config", SMOKE, "--ckpt_path", str(ckpt), "--trainer.logger", "false",
+               "--model.init_args.cluster.objective", "completion_time", tmp_path=tmp, check=False)
+    assert proc.returncode != 0
+    assert "objective (checkpoint 'slowdown', config 'completion_time')" in proc.stderr
+
+
+def test_print_config_and_unknown_keys(tmp_path):
+    proc = fit("fit", "--config", SMOKE, "--print_config", tmp_path=tmp_path)
+    assert "class_path: tasks.reinforce.Reinforce" in proc.stdout and "episodes_per_jobset: 4" in proc.stdout
+    proc = fit("fit", "--config", SMOKE, "--model.init_args.bogus_knob", "3", tmp_path=tmp_path, check=False)
+    assert proc.returncode != 0 and "bogus_knob" in proc.stderr
+    proc = fit("fit", "--config", SMOKE, "--model.init_args.num_jobsets", "many", tmp_path=tmp_path, check=False)
+    assert proc.returncode != 0 and "num_jobsets" in proc.stderr
+
+
+def test_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
+    from lightning.pytorch import Callback, Trainer
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from lightning_sched import DeepRMWorkload
+    from tasks.reinforce import Reinforce
+
+    class Poison(Callback):
+        """Breaks a weight before the third iteration, as a diverging run would."""
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if trainer.global_step == 2:
+                with torch.no_grad():
+                    pl_module.net.first.weight[0, 0] = float("nan")
+
+    module = Reinforce(workload=DeepRMWorkload(simu_len=10), num_jobsets=2, episodes_per_jobset=2, val_jobsets=4)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True)  # no monitor: saves at every validation
+    trainer = Trainer(max_steps=10, val_check_interval=1, check_val_every_n_epoch=None, logger=False,
+                      enable_progress_bar=False, callbacks=[Poison(), checkpoint], num_sanity_val_steps=0)
+    with pytest.raises(FloatingPointError, match="non-finite loss .* iteration 2"):
+        trainer.fit(module)
+    last = torch.load(tmp_path / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["global_step"] == 2
+    assert all(bool(torch.isfinite(v).all()) for v in last["state_dict"].values())
+
+
+@pytest.mark.slow
+def test_ddp_on_two_cpu_processes_splits_jobsets_and_keeps_parameters_identical(tmp_path):
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    fit("fit", "--config", SMOKE, "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
+        "--trainer.logger", "false", "--trainer.callbacks+=tests.ddp_probe.ParameterProbe",
+        tmp_path=tmp_path, env={"DDP_PROBE_DIR": str(probe)})
+    ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world"] for r in ranks] == [2, 2] and [r["step"] for r in ranks] == [4, 4]
+    assert ranks[0]["jobsets"] == ranks[1]["jobsets"] == 2  # num_jobsets 4 split over 2 ranks
+    assert (ranks[0]["arrivals"], ranks[0]["durations"]) != (ranks[1]["arrivals"], ranks[1]["durations"])
+    for a, b in zip(ranks[0]["params"], ranks[1]["params"]):
+        assert math.isclose(a, b, rel_tol=0, abs_tol=1e-6)
