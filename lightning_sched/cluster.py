@@ -90,6 +90,10 @@ class ClusterState:
     def max_jobs(self) -> int:
         return self.order.shape[1]
 
+    def rows(self, index) -> "ClusterState":
+        """The episodes `index` (a slice or index tensor over B) as a state of their own."""
+        return ClusterState(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
     def merge(self, rows: torch.Tensor, other: "ClusterState") -> "ClusterState":
         """A state whose rows where `rows` (BoolTensor[B]) is true come from `other`."""
         out = {}

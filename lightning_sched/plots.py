@@ -31,24 +31,32 @@ def slowdown_vs_load(results: dict[str, dict[float, tuple[float, float]]], title
     return fig
 
 
-def learning_curve(iterations, slowdown, reference: dict[str, float], mean_return=None, max_return=None, title=""):
-    """Slowdown per iteration with heuristic lines; optionally mean and max total reward (Figure 5)."""
+def learning_curve(iterations, slowdown, reference: dict[str, float], mean_return=None, max_return=None, title="",
+                   train=None, reward_iterations=None):
+    """Slowdown per iteration with heuristic lines; optionally mean and max total reward (Figure 5).
+
+    iterations, slowdown: the policy's validation curve; train: optional (iterations, slowdown) of
+    the training episodes (sampled actions); reward_iterations: x of the reward curves (default
+    `iterations`)."""
     panels = 2 if mean_return is not None else 1
     fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4), squeeze=False)
     ax = axes[0][0]
-    ax.plot(iterations, slowdown, label="policy", color="black")
+    if train is not None:
+        ax.plot(train[0], train[1], label="policy, training episodes (sampled)", color="tab:red", alpha=0.5, linewidth=0.8)
+    ax.plot(iterations, slowdown, label="policy, validation (greedy)", color="black", marker=".")
     for name, value in reference.items():
         color, _ = _style(name)
         ax.axhline(value, linestyle="--", color=color, label=name)
     ax.set_xlabel("iteration")
     ax.set_ylabel("mean slowdown")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize="small")
     if mean_return is not None:
         ax = axes[0][1]
-        ax.plot(iterations, mean_return, label="mean total reward")
+        x = iterations if reward_iterations is None else reward_iterations
+        ax.plot(x, mean_return, label="mean total reward")
         if max_return is not None:
-            ax.plot(iterations, max_return, label="max total reward")
+            ax.plot(x, max_return, label="max total reward")
         ax.set_xlabel("iteration")
         ax.set_ylabel("total reward")
         ax.grid(alpha=0.3)
@@ -129,6 +137,41 @@ def trace_heuristics(values: dict[str, dict[str, tuple[float, float]]], job_slow
         ax.set_ylabel("CDF")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def gains(withheld: dict[int, int], offered: dict[int, int], by_length: dict[str, dict[int, tuple[float, float]]],
+          title: str = ""):
+    """Where a learned policy's gains come from (DeepRM section 5.3): left, the share of jobs of each
+    length among those the policy left waiting while they fit now ({length: count}) against their
+    share among all jobs; right, mean slowdown by job length per scheme ({scheme: {length: (mean, ci)}})."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    ax = axes[0]
+    lengths = sorted(set(withheld) | set(offered))
+    total_w, total_o = max(1, sum(withheld.values())), max(1, sum(offered.values()))
+    width = 0.4
+    ax.bar([l - width / 2 for l in lengths], [withheld.get(l, 0) / total_w for l in lengths], width,
+           label=f"withheld while fitting ({total_w} job-decisions)", color="black")
+    ax.bar([l + width / 2 for l in lengths], [offered.get(l, 0) / total_o for l in lengths], width,
+           label=f"all jobs ({total_o})", color="tab:gray")
+    ax.set_xlabel("job length (steps)")
+    ax.set_ylabel("share")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize="small")
+    ax = axes[1]
+    for name, points in by_length.items():
+        ls = sorted(points)
+        color, marker = _style(name)
+        ax.errorbar(ls, [points[l][0] for l in ls], yerr=[points[l][1] for l in ls], label=name, color=color or "black",
+                    marker=marker, capsize=2)
+    ax.set_xlabel("job length (steps)")
+    ax.set_ylabel("mean job slowdown")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -154,7 +154,7 @@ class ImagePolicy(nn.Module):
         return torch.cat(parts), w[:, -1].sum(0)
 
     # ----- the network -----------------------------------------------------------------------------
-    def logits(self, features: dict[str, torch.Tensor], table: tuple | None = None) -> torch.Tensor:
+    def forward(self, features: dict[str, torch.Tensor], table: tuple | None = None) -> torch.Tensor:
         """Action logits [B, M+1] (masked per the spec). `table`: `prefix_table()`, when the caller
         evaluates many batches with the same weights (a rollout)."""
         table, since_weight = table or self.prefix_table()
@@ -172,12 +172,22 @@ class ImagePolicy(nn.Module):
         return render_image(obs["used"], obs["slot_duration"], obs["slot_demand"], obs["backlog"].reshape(b),
                             obs["since_new"].reshape(b), self.cfg)
 
-    def log_prob(self, features: dict[str, torch.Tensor], action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log pi(action | state) [N], entropy [N]) for N states."""
-        logp = torch.log_softmax(self.logits(features), -1)
-        p = logp.exp()
-        entropy = -(p * logp.masked_fill(p == 0, 0.0)).sum(-1)
-        return logp.gather(1, action.unsqueeze(1)).squeeze(1), entropy
+    logits = forward
+
+    def frozen(self):
+        """features -> logits with the weights as they are now (the prefix table built once): what a
+        rollout under torch.no_grad calls at every step."""
+        table = self.prefix_table()
+        return lambda features: self(features, table)
+
+
+def log_prob(net: nn.Module, features: dict[str, torch.Tensor], action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log pi(action | state) [N], entropy [N]) for N states, through `net`'s forward (so a
+    `higher` functional copy of the network works the same)."""
+    logp = torch.log_softmax(net(features), -1)
+    p = logp.exp()
+    entropy = -(p * logp.masked_fill(p == 0, 0.0)).sum(-1)
+    return logp.gather(1, action.unsqueeze(1)).squeeze(1), entropy
 
 
 POLICIES = {"image": ImagePolicy}
@@ -212,17 +222,20 @@ def policy_checkpoint(net: ImagePolicy) -> dict:
             "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()}}
 
 
-def load_policy(path, device="cpu", greedy: bool = True, generator: torch.Generator | None = None):
-    """(NetworkPolicy, its ClusterConfig) from a checkpoint written by a task of this project.
-
-    Checkpoints are pickles (as Lightning's): load only files you trust.
-    """
+def load_network(path, device="cpu") -> tuple[ImagePolicy, ClusterConfig, dict]:
+    """(network, its ClusterConfig, the checkpoint's lightning_sched entry) from a checkpoint written
+    by a task of this project. Checkpoints are pickles (as Lightning's): load only files you trust."""
     data = torch.load(path, map_location="cpu", weights_only=False)
-    if CHECKPOINT_KEY not in data:
+    if not isinstance(data, dict) or CHECKPOINT_KEY not in data:
         raise ConfigError(f"{path}: not a lightning_sched checkpoint (no '{CHECKPOINT_KEY}' entry)")
     saved = data[CHECKPOINT_KEY]
     cfg = ClusterConfig(**saved["cluster"])
     net = make_policy(PolicySpec(**saved["policy"]), cfg)
     net.load_state_dict(saved["state_dict"])
-    net.to(device).eval()
-    return NetworkPolicy(net, greedy=greedy, generator=generator), cfg
+    return net.to(device), cfg, saved
+
+
+def load_policy(path, device="cpu", greedy: bool = True, generator: torch.Generator | None = None):
+    """(NetworkPolicy, its ClusterConfig) from a checkpoint (see load_network)."""
+    net, cfg, _ = load_network(path, device)
+    return NetworkPolicy(net.eval(), greedy=greedy, generator=generator), cfg

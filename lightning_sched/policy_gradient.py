@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from .baselines import Baseline
+from .policies import log_prob as policy_log_prob
 from .rollout import Trajectories
 
 
@@ -34,18 +35,21 @@ class PolicyGradient:
 
 
 def policy_gradient(net, traj: Trajectories, baseline: Baseline, episodes: int, gamma: float = 1.0,
-                    entropy_weight: float = 0.0) -> PolicyGradient:
+                    entropy_weight: float = 0.0, normalize_advantage: bool = False) -> PolicyGradient:
     """DeepRM's update direction: sum over decisions of grad log pi(a_t|s_t) (v_t - b_t).
 
     traj: B = N*E episodes, rows b*E..b*E+E-1 replaying jobset b. The loss is the mean over all
     decisions of -log pi * advantage (DeepRM's code divides by the number of decisions), minus
-    `entropy_weight` times the mean entropy.
+    `entropy_weight` times the mean entropy. `normalize_advantage` divides the advantages by their
+    standard deviation over the decisions (not DeepRM's; used by MAML's plain-SGD inner step).
     """
     returns = discounted_returns(traj.reward, gamma)  # [S, B]
     advantage = baseline.advantages(returns, traj.active, traj.time, episodes)  # [S, B]
     active = traj.active
+    if normalize_advantage:
+        advantage = advantage / (advantage[active].std() + 1e-8)
     features = {k: v[active] for k, v in traj.features.items()}  # the decisions, [D, ...]
-    log_prob, entropy = net.log_prob(features, traj.action[active])
+    log_prob, entropy = policy_log_prob(net, features, traj.action[active])
     loss = -(log_prob * advantage[active].detach()).mean() - entropy_weight * entropy.mean()
     episode_return = returns[0]
     return PolicyGradient(loss, episode_return.mean(), episode_return.max(), entropy.mean().detach(),

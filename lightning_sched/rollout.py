@@ -78,18 +78,30 @@ class Trajectories:
     def num_decisions(self) -> int:
         return int(self.active.sum())
 
+    def split(self, rows: list[int]) -> list["Trajectories"]:
+        """Consecutive blocks of rows (e.g. the tasks of a meta-batch), each a Trajectories of its own."""
+        out, start = [], 0
+        for n in rows:
+            block = slice(start, start + n)
+            out.append(Trajectories({k: v[:, block] for k, v in self.features.items()}, self.action[:, block],
+                                    self.reward[:, block], self.active[:, block], self.time[:, block],
+                                    self.state.rows(block)))
+            start += n
+        return out
+
 
 @torch.no_grad()
 def collect(net, cfg: ClusterConfig, jobs: JobSet, greedy: bool = False,
             generator: torch.Generator | None = None) -> Trajectories:
-    """Roll out the network `net` (with `encode` and `logits`) on every row of `jobs`, recording
-    each decision. Actions are sampled from the policy (greedy: its argmax)."""
+    """Roll out a policy network on every row of `jobs`, recording each decision. `net` has
+    `encode(obs) -> features` and `frozen() -> (features -> logits)` (policies.ImagePolicy).
+    Actions are sampled from the policy (greedy: its argmax)."""
     features, actions, rewards, actives, times = [], [], [], [], []
-    table = net.prefix_table()  # the weights do not change during a rollout
+    logits = net.frozen()  # the weights do not change during a rollout
 
     def policy(obs):
         f = net.encode(obs)
-        obs["action"] = sample_actions(net.logits(f, table), greedy, generator)
+        obs["action"] = sample_actions(logits(f), greedy, generator)
         features.append(f)
         actions.append(obs["action"])
         return obs

@@ -9,6 +9,21 @@ load_sweep: mean slowdown vs load 0.1..1.9 (DeepRM Figure 4), heuristics and any
 
 trace: heuristics on a real trace's held-out (test) time range, as recorded and time-compressed
 (docs/traces.md; default: the NASA iPSC/860 log in ../shared/traces).
+
+    python scripts/figures.py objectives --ckpt slowdown=A.ckpt completion_time=B.ckpt [--load 1.3]
+
+objectives: policies trained for different objectives and the heuristics, on both metrics (DeepRM Figure 5).
+
+    python scripts/figures.py learning_curve --metrics runs/deeprm_slowdown/version_0/metrics.csv
+
+learning_curve: a run's validation slowdown per iteration with the heuristics' lines, and the mean
+and max total reward of its training episodes (DeepRM Figure 6); the curve's numbers are kept
+in docs/figures/learning_curve.json.
+
+    python scripts/figures.py gains --ckpt RL=checkpoints/reinforce_slowdown.ckpt [--load 0.7]
+
+gains: lengths of the jobs the policy leaves waiting while they fit, and slowdown by job length
+against Tetris (DeepRM section 5.3, "where the gains come from").
 """
 from __future__ import annotations
 
@@ -117,6 +132,97 @@ def trace(args) -> None:
     print(f"wrote {out} and {out.with_suffix('.json')}")
 
 
+def _save(fig, out: Path, data: dict) -> None:
+    import sys
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    out.with_suffix(".json").write_text(json.dumps({"command": "python scripts/figures.py " + " ".join(sys.argv[1:]),
+                                                    **data}, indent=1))
+    print(f"wrote {out} and {out.with_suffix('.json')}")
+
+
+def objectives(args) -> None:
+    """Heuristics and policies trained for different objectives, each measured on both metrics."""
+    from lightning_sched.plots import bars
+
+    cfg = ClusterConfig(observation="none")
+    policies = named_policies(cfg, args.heuristics, args.ckpt, args.device)
+    jobs = make_jobsets(DeepRMWorkload(load=args.load), args.jobsets, EVAL_SEED)
+    metrics = {"mean_slowdown": "mean slowdown", "mean_completion_time": "mean completion time"}
+    values = {}
+    for name, policy in policies.items():
+        s = evaluate(policy, cfg, jobs, device=args.device).summary
+        values[name] = {m: (s[m], s[m + "_ci95"]) for m in metrics}
+        print(name, "  ".join(f"{m} {s[m]:.3f}±{s[m + '_ci95']:.3f}" for m in metrics), flush=True)
+    fig = bars(values, metrics, title=f"load {args.load}: {args.jobsets} unseen jobsets (95% CI)")
+    _save(fig, Path(args.out or FIGURES / "objectives.png"), {"load": args.load, "jobsets": args.jobsets,
+                                                              "seed": EVAL_SEED, "results": values})
+
+
+def learning_curve(args) -> None:
+    """Validation slowdown per iteration (heuristic lines) and the training episodes' total reward."""
+    import csv
+
+    from lightning_sched.plots import learning_curve as plot
+
+    rows = list(csv.DictReader(open(args.metrics)))
+    evals = [r for r in rows if r.get("eval/mean_slowdown")]
+    train = [r for r in rows if r.get("train/mean_return")]
+    curve = {"eval_step": [int(r["step"]) for r in evals], "eval_mean_slowdown": [float(r["eval/mean_slowdown"]) for r in evals],
+             "train_step": [int(r["step"]) for r in train],
+             "train_mean_slowdown": [float(r["train/mean_slowdown"]) for r in train],
+             "mean_return": [float(r["train/mean_return"]) for r in train],
+             "max_return": [float(r["train/max_return"]) for r in train],
+             "iteration_s": [float(r["perf/iteration_s"]) for r in rows if r.get("perf/iteration_s")]}
+    reference = {h: float(evals[-1][f"eval/{h}/mean_slowdown"]) for h in args.heuristics
+                 if evals and evals[-1].get(f"eval/{h}/mean_slowdown")}
+    fig = plot(curve["eval_step"], curve["eval_mean_slowdown"], reference, curve["mean_return"], curve["max_return"],
+               title=args.title, train=(curve["train_step"], curve["train_mean_slowdown"]),
+               reward_iterations=curve["train_step"])
+    _save(fig, Path(args.out or FIGURES / "learning_curve.png"), {"metrics": str(args.metrics), "heuristics": reference,
+                                                                  "curve": curve})
+
+
+def gains(args) -> None:
+    """What the policy withholds, and slowdown by job length against Tetris."""
+    import torch
+
+    from lightning_sched.evaluation import mean_ci95
+    from lightning_sched.plots import gains as plot
+
+    cfg = ClusterConfig(observation="none")
+    policies = named_policies(cfg, args.heuristics, args.ckpt, args.device)
+    name, rl = next((n, p) for n, p in policies.items() if n not in args.heuristics)
+    jobs = make_jobsets(DeepRMWorkload(load=args.load), args.jobsets, EVAL_SEED)
+    withheld: dict[int, int] = {}
+
+    def watching(obs):
+        obs = rl(obs)
+        void = obs["action"] == cfg.num_slots
+        fits = (obs["slot_offset"] == 0) & void.unsqueeze(1)
+        for length, count in zip(*torch.unique(obs["slot_duration"][fits], return_counts=True)):
+            withheld[int(length)] = withheld.get(int(length), 0) + int(count)
+        return obs
+
+    by_length = {}
+    for scheme, policy in [(name, watching)] + [(h, policies[h]) for h in args.heuristics]:
+        result = evaluate(policy, cfg, jobs, device=args.device)
+        by_length[scheme] = {}
+        for length in sorted(set(result.job_duration[result.job_duration > 0].tolist())):
+            # per jobset, the mean slowdown of its jobs of this length; CI over jobsets
+            per_jobset = torch.stack([row[d == length].mean() if bool((d == length).any()) else torch.tensor(float("nan"))
+                                      for row, d in zip(result.job_slowdown, result.job_duration)])
+            by_length[scheme][length] = mean_ci95(per_jobset)
+    offered = {}
+    for length in jobs.duration[jobs.duration > 0].tolist():
+        offered[length] = offered.get(length, 0) + 1
+    fig = plot(withheld, offered, by_length, title=f"{name} at load {args.load}, {args.jobsets} unseen jobsets")
+    _save(fig, Path(args.out or FIGURES / "gains.png"), {"load": args.load, "jobsets": args.jobsets, "seed": EVAL_SEED,
+                                                         "withheld": withheld, "offered": offered,
+                                                         "slowdown_by_length": by_length})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="figure", required=True)
@@ -141,6 +247,26 @@ def main() -> None:
     p.add_argument("--jobsets", type=int, default=200)
     p.add_argument("--out", help="PNG path (default docs/figures/trace_nasa.png)")
     p.set_defaults(run=trace)
+    p = sub.add_parser("objectives", help="policies trained for different objectives, on both metrics")
+    p.add_argument("--ckpt", nargs="+", required=True, help="NAME=PATH.ckpt, evaluated greedily")
+    p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "packer", "random"])
+    p.add_argument("--load", type=float, default=1.3)
+    p.add_argument("--jobsets", type=int, default=200)
+    p.add_argument("--out", help="PNG path (default docs/figures/objectives.png)")
+    p.set_defaults(run=objectives)
+    p = sub.add_parser("learning_curve", help="a run's learning curve from its CSV metrics")
+    p.add_argument("--metrics", required=True, help="metrics.csv of a run logged with CSVLogger")
+    p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "packer", "random"])
+    p.add_argument("--title", default="DeepRM's recipe, load 0.7")
+    p.add_argument("--out", help="PNG path (default docs/figures/learning_curve.png)")
+    p.set_defaults(run=learning_curve)
+    p = sub.add_parser("gains", help="what the policy withholds; slowdown by job length")
+    p.add_argument("--ckpt", nargs=1, required=True, help="NAME=PATH.ckpt, evaluated greedily")
+    p.add_argument("--heuristics", nargs="+", default=["tetris"])
+    p.add_argument("--load", type=float, default=0.7)
+    p.add_argument("--jobsets", type=int, default=200)
+    p.add_argument("--out", help="PNG path (default docs/figures/gains.png)")
+    p.set_defaults(run=gains)
     for parser in sub.choices.values():
         parser.add_argument("--device", default="cpu")
         parser.add_argument("--threads", type=int, default=2)

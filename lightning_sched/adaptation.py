@@ -1,0 +1,78 @@
+"""Fine-tuning a trained policy on a new workload in a few REINFORCE steps (what `scripts/adapt.py`
+and the adaptation curves run). Each step is the MAML inner step done for real: roll out N x E
+episodes of the workload, DeepRM's time-indexed baseline, one optimizer step."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .baselines import Baseline, TimeIndexedBaseline
+from .config import ClusterConfig, ConfigError
+from .evaluation import evaluate, make_jobsets
+from .jobs import JobSet
+from .policies import NetworkPolicy
+from .policy_gradient import policy_gradient
+from .rollout import collect
+
+TRAIN_SEED = 5_000_000  # adaptation jobsets: far from the evaluation seeds (12345 + ...)
+
+
+@dataclass
+class AdaptationSettings:
+    """How to adapt: the defaults of a meta-policy come from its checkpoint (its inner loop)."""
+
+    steps: int = 5
+    jobsets: int = 20
+    episodes: int = 20
+    lr: float = 0.05
+    optimizer: str = "sgd"  # sgd (MAML's inner step), adam, rmsprop (DeepRM's)
+    normalize_advantage: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("jobsets", "episodes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"adaptation {name} must be >= 1, got {getattr(self, name)}")
+        if self.steps < 0:
+            raise ConfigError(f"adaptation steps must be >= 0, got {self.steps}")
+        if not self.lr > 0:
+            raise ConfigError(f"adaptation lr must be > 0, got {self.lr}")
+        if self.optimizer not in ("sgd", "adam", "rmsprop"):
+            raise ConfigError(f"adaptation optimizer {self.optimizer!r} is unknown; choose sgd, adam or rmsprop")
+
+    def make_optimizer(self, params) -> torch.optim.Optimizer:
+        if self.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=self.lr)
+        if self.optimizer == "adam":
+            return torch.optim.Adam(params, lr=self.lr)
+        return torch.optim.RMSprop(params, lr=self.lr, alpha=0.9, eps=1e-9)
+
+
+def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: AdaptationSettings, eval_jobs: JobSet,
+          seed: int = 0, device="cpu", baseline: Baseline | None = None,
+          report: Callable[[int, dict], None] | None = None) -> list[dict]:
+    """Adapt `net` in place for `settings.steps` steps on `workload`; after step 0 (before any
+    update) and each step, evaluate it greedily on `eval_jobs`. Returns the evaluation summaries,
+    one per step, each with the step's training figures; `report(step, summary)` sees each as it comes."""
+    baseline = baseline or TimeIndexedBaseline()
+    optimizer = settings.make_optimizer(net.parameters())
+    generator = torch.Generator(device=device).manual_seed(seed)
+    summaries = []
+
+    def measure(step: int, extra: dict) -> None:
+        summary = {"step": step, **evaluate(NetworkPolicy(net, greedy=True), cfg, eval_jobs, device=device).summary, **extra}
+        summaries.append(summary)
+        if report is not None:
+            report(step, summary)
+
+    measure(0, {})
+    for step in range(1, settings.steps + 1):
+        jobs = make_jobsets(workload, settings.jobsets, TRAIN_SEED + seed * 10_007 + step).to(device)
+        traj = collect(net, cfg, jobs.repeat_interleave(settings.episodes), generator=generator)
+        pg = policy_gradient(net, traj, baseline, settings.episodes, normalize_advantage=settings.normalize_advantage)
+        optimizer.zero_grad()
+        pg.loss.backward()
+        optimizer.step()
+        measure(step, {"train_mean_return": float(pg.mean_return), "train_decisions": pg.decisions})
+    return summaries

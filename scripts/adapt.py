@@ -1,0 +1,93 @@
+"""Fine-tune a trained policy (a MAML meta-policy or any REINFORCE checkpoint) on a new workload
+in a few REINFORCE steps, and save the adapted checkpoint.
+
+    python scripts/adapt.py --ckpt checkpoints/maml.ckpt --steps 5 --load 1.2 --short_prob 0.5 --dominant_units 3 7
+    python scripts/adapt.py --ckpt checkpoints/maml.ckpt --steps 5 --trace ../shared/traces/NASA-iPSC-1993-3.1-cln.swf.gz \\
+        --seconds_per_step 600 --trace_capacity processors=128 --json
+
+Each step draws --jobsets jobsets of the workload (seeds disjoint from evaluation's), rolls out
+--episodes episodes of each, and takes one step (DeepRM's time-indexed baseline). After step 0 and
+every step it prints the metrics on --eval_jobsets unseen jobsets (greedy); with --json one JSON
+line per step, the last one the final metrics in the form of `scripts/evaluate.py --json`.
+The step size, optimizer and batch default to the meta-policy's inner loop when the checkpoint
+has one (else SGD, lr 0.05, 20 x 20).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from _common import add_workload_flags, set_threads, workload_from_args
+
+import torch
+
+from lightning_sched import ConfigError
+from lightning_sched.adaptation import AdaptationSettings, adapt
+from lightning_sched.evaluation import make_jobsets
+from lightning_sched.policies import CHECKPOINT_KEY, load_network, policy_checkpoint
+
+EVAL_SEED = 12345  # as scripts/evaluate.py
+
+
+def main(argv=None) -> int:
+    from evaluate import add_trace_flags, format_row, trace_workload_from_args
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ckpt", required=True, help="checkpoint to adapt")
+    ap.add_argument("--steps", type=int, default=5, help="adaptation steps K")
+    add_workload_flags(ap)
+    add_trace_flags(ap)
+    ap.add_argument("--jobsets", type=int, help="jobsets per step (default: the checkpoint's inner loop, else 20)")
+    ap.add_argument("--episodes", type=int, help="episodes per jobset and step (default: inner loop, else 20)")
+    ap.add_argument("--lr", type=float, help="step size (default: the meta-policy's inner lr, else 0.05)")
+    ap.add_argument("--optimizer", choices=("sgd", "adam", "rmsprop"), default="sgd")
+    ap.add_argument("--no_normalize", action="store_true", help="raw advantages (default: normalized, as the inner loop)")
+    ap.add_argument("--eval_jobsets", type=int, default=200, help="unseen jobsets the metrics are measured on")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the adaptation jobsets and actions")
+    ap.add_argument("--out", help="adapted checkpoint (default: <ckpt>.adapted.ckpt)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    set_threads(args.threads)
+    try:
+        net, cfg, saved = load_network(args.ckpt, args.device)
+        inner = saved.get("adaptation", {})
+        settings = AdaptationSettings(steps=args.steps, jobsets=args.jobsets or inner.get("jobsets", 20),
+                                      episodes=args.episodes or inner.get("episodes", 20),
+                                      lr=args.lr or inner.get("lr", 0.05), optimizer=args.optimizer,
+                                      normalize_advantage=not args.no_normalize)
+        if args.trace:
+            workload = trace_workload_from_args(args, cfg)
+            workload_desc = workload.describe()
+            if args.trace_split == "test":  # adapt on the history before the held-out range
+                train = trace_workload_from_args(argparse.Namespace(**{**vars(args), "trace_split": "train"}), cfg)
+            else:
+                train = workload
+        else:
+            workload = train = workload_from_args(args, cfg)
+            workload_desc = f"DeepRMWorkload({', '.join(f'{k}={v}' for k, v in workload.to_dict().items())})"
+        eval_jobs = make_jobsets(workload, args.eval_jobsets, EVAL_SEED)
+    except (ConfigError, FileNotFoundError) as error:
+        ap.error(str(error))
+    print(f"adapting {args.ckpt} on {workload_desc}: {settings}")
+    print(f"{'step':28s} {'mean slowdown':>16s} {'completion time':>16s} {'makespan':>14s} "
+          f"{'utilization':>16s} {'SLO hit rate':>16s} {'jobs':>8s}")
+
+    def report(step, summary):
+        print(format_row(f"step {step}", summary), flush=True)
+        if args.json:
+            print(json.dumps({"policy": args.ckpt, **summary}), flush=True)
+
+    adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, report=report)
+    out = Path(args.out or Path(args.ckpt).with_suffix(".adapted.ckpt"))
+    torch.save({CHECKPOINT_KEY: {**policy_checkpoint(net), "adapted_from": str(args.ckpt), "adapted_on": workload_desc,
+                                 "adaptation": {k: v for k, v in vars(settings).items()}}}, out)
+    print(f"saved {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

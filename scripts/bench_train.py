@@ -1,0 +1,84 @@
+"""Benchmark of one DeepRM training iteration at the paper's scale (issue 3): 100 jobsets x 20
+episodes of load 0.7, simu_len 50, DeepRM's network; rollout (sampled actions), returns and the
+time-indexed baseline, forward, backward and one RMSprop step. Medians over --repeats iterations
+after one warm-up; prints a table and, last, a JSON line.
+
+    python scripts/bench_train.py [--device cuda] [--threads 2] [--repeats 5]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from _common import set_threads
+
+import torch
+
+from lightning_sched import ClusterConfig, DeepRMWorkload
+from lightning_sched.baselines import TimeIndexedBaseline
+from lightning_sched.evaluation import make_jobsets
+from lightning_sched.policies import PolicySpec, make_policy
+from lightning_sched.policy_gradient import policy_gradient
+from lightning_sched.rollout import collect
+
+
+def sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobsets", type=int, default=100)
+    ap.add_argument("--episodes", type=int, default=20)
+    ap.add_argument("--load", type=float, default=0.7)
+    ap.add_argument("--simu_len", type=int, default=50)
+    ap.add_argument("--masked", action="store_true", help="masked softmax (default DeepRM's unmasked)")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    threads = set_threads(args.threads)
+    cfg = ClusterConfig(observation="none")
+    torch.manual_seed(0)
+    net = make_policy(PolicySpec(masked=args.masked), cfg).to(args.device)
+    opt = torch.optim.RMSprop(net.parameters(), lr=1e-3, alpha=0.9, eps=1e-9)
+    baseline = TimeIndexedBaseline()
+    generator = torch.Generator(device=args.device).manual_seed(0)
+    parts = {"rollout_s": [], "loss_s": [], "backward_step_s": [], "iteration_s": [], "decisions": []}
+    for i in range(args.repeats + 1):
+        jobs = make_jobsets(DeepRMWorkload(load=args.load, simu_len=args.simu_len), args.jobsets, 1000 + i)
+        jobs = jobs.to(args.device).repeat_interleave(args.episodes)
+        sync(args.device)
+        t0 = time.perf_counter()
+        traj = collect(net, cfg, jobs, generator=generator)
+        sync(args.device)
+        t1 = time.perf_counter()
+        pg = policy_gradient(net, traj, baseline, args.episodes)
+        sync(args.device)
+        t2 = time.perf_counter()
+        opt.zero_grad()
+        pg.loss.backward()
+        opt.step()
+        sync(args.device)
+        t3 = time.perf_counter()
+        if i == 0:
+            continue  # warm-up
+        for key, value in (("rollout_s", t1 - t0), ("loss_s", t2 - t1), ("backward_step_s", t3 - t2),
+                           ("iteration_s", t3 - t0), ("decisions", pg.decisions)):
+            parts[key].append(value)
+    med = {k: statistics.median(v) for k, v in parts.items()}
+    print(f"device={args.device} threads={threads} torch={torch.__version__}  {args.jobsets} jobsets x {args.episodes} "
+          f"episodes, load {args.load}, simu_len {args.simu_len}, masked={args.masked}; medians of {args.repeats}")
+    for key in ("rollout_s", "loss_s", "backward_step_s", "iteration_s"):
+        print(f"  {key:18s} {med[key]:8.3f}")
+    print(f"  {'decisions':18s} {med['decisions']:8.0f}   ({med['decisions'] / med['iteration_s']:,.0f} trained decisions/s)")
+    print(json.dumps({"device": args.device, "threads": threads, "torch": torch.__version__, "jobsets": args.jobsets,
+                      "episodes": args.episodes, "load": args.load, "masked": args.masked, "repeats": args.repeats,
+                      **{k: round(v, 4) for k, v in med.items()}}))
+
+
+if __name__ == "__main__":
+    main()

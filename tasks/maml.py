@@ -1,0 +1,209 @@
+"""MAML (Finn et al., ICML 2017) over cluster workloads: a meta-policy that adapts to a new
+workload in a few REINFORCE steps. A task is a DeepRM workload drawn from a `WorkloadFamily`.
+
+    for each meta-iteration:                                      (training_step)
+        draw a meta-batch of tasks T_1..T_K from the family
+        theta_k = theta for each task (higher.innerloop_ctx, copy_initial_weights=False)
+        repeat inner_steps times:
+            roll out every theta_k on jobsets of its task         (one batched env for all tasks)
+            theta_k <- theta_k - alpha grad L_k(theta_k)          (inner_step: REINFORCE with the
+                                                                   time-indexed baseline, SGD)
+        roll out every adapted theta_k on fresh jobsets of its task
+        meta-loss = mean_k L_k(theta_k)                           (REINFORCE loss of the adapted policy)
+        theta <- Adam(theta, grad_theta meta-loss)                (second order through the inner
+                                                                   steps, or first order)
+
+As in MAML for RL, the gradient flows through the inner updates but not through the sampling of
+the inner rollouts (their actions are data).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import higher
+import torch
+from lightning.pytorch import LightningModule
+from torch.utils.data import DataLoader
+
+from lightning_sched import ClusterConfig, JobSet, WorkloadFamily
+from lightning_sched.baselines import Baseline, TimeIndexedBaseline
+from lightning_sched.config import ConfigError
+from lightning_sched.evaluation import evaluate, make_jobsets
+from lightning_sched.objectives import METRICS, episode_metrics
+from lightning_sched.policies import (CHECKPOINT_KEY, NetworkPolicy, PolicySpec, make_policy,
+                                      policy_checkpoint)
+from lightning_sched.policy_gradient import PolicyGradient, policy_gradient
+from lightning_sched.rollout import Trajectories, collect
+
+
+class TaskBlocks:
+    """One batched rollout for several networks: rows [bounds[k], bounds[k+1]) act with nets[k]
+    (the tasks' fast weights), so the env steps all tasks at once."""
+
+    def __init__(self, encoder, nets, rows_per_task: list[int]):
+        self.encoder, self.nets = encoder, nets
+        self.bounds = [0]
+        for rows in rows_per_task:
+            self.bounds.append(self.bounds[-1] + rows)
+
+    def encode(self, obs):
+        return self.encoder.encode(obs)
+
+    def frozen(self):
+        tables = [net.prefix_table() for net in self.nets]
+
+        def logits(features):
+            return torch.cat([net({k: v[a:b] for k, v in features.items()}, table)
+                              for net, table, a, b in zip(self.nets, tables, self.bounds, self.bounds[1:])])
+        return logits
+
+
+def inner_step(fnet, diffopt, traj: Trajectories, baseline: Baseline, episodes: int, normalize: bool) -> PolicyGradient:
+    """One differentiable REINFORCE step of a task's fast weights on its own rollouts."""
+    pg = policy_gradient(fnet, traj, baseline, episodes, normalize_advantage=normalize)
+    diffopt.step(pg.loss)
+    return pg
+
+
+class MAML(LightningModule):
+    """Args:
+        cluster: the cluster and objective (SPEC.md).
+        family: the meta-training tasks (`WorkloadFamily` ranges).
+        policy: the network (`PolicySpec`).
+        baseline: default DeepRM's time-indexed baseline.
+        meta_batch: tasks per meta-iteration.
+        inner_steps: adaptation steps per task inside a meta-iteration.
+        inner_lr: SGD step size of the inner loop (and the default of scripts/adapt.py).
+        inner_jobsets, inner_episodes: rollouts per inner step and task (N x E).
+        outer_jobsets, outer_episodes: rollouts of the adapted policy per task (N x E).
+        normalize_advantage: divide advantages by their std over the task's decisions (keeps the
+            plain-SGD inner step's size independent of the reward scale).
+        meta_lr: Adam step size on the meta-parameters.
+        first_order: first-order MAML (no gradient through the inner updates).
+        iterations_per_epoch: pacing only.
+        val_jobsets, val_seed: a fixed validation set drawn from the family (the unadapted policy).
+        seed: seeds the tasks, jobsets and actions.
+    """
+
+    def __init__(self, cluster: ClusterConfig = ClusterConfig(), family: WorkloadFamily = WorkloadFamily(),
+                 policy: PolicySpec = PolicySpec(), baseline: Baseline | None = None, meta_batch: int = 8,
+                 inner_steps: int = 1, inner_lr: float = 0.05, inner_jobsets: int = 10, inner_episodes: int = 10,
+                 outer_jobsets: int = 10, outer_episodes: int = 10, normalize_advantage: bool = True,
+                 meta_lr: float = 1e-3, first_order: bool = False, iterations_per_epoch: int = 100,
+                 val_jobsets: int = 100, val_seed: int = 900_001, seed: int = 0):
+        super().__init__()
+        self.save_hyperparameters(ignore=["baseline"])
+        self.automatic_optimization = False
+        for name in ("meta_batch", "inner_steps", "inner_jobsets", "inner_episodes", "outer_jobsets", "outer_episodes",
+                     "iterations_per_epoch", "val_jobsets"):
+            if self.hparams[name] < 1:
+                raise ConfigError(f"MAML.{name} must be >= 1, got {self.hparams[name]}")
+        if not inner_lr > 0:
+            raise ConfigError(f"MAML.inner_lr must be > 0, got {inner_lr}")
+        self.cluster = cluster.replace(observation="none")
+        family.validate(self.cluster)
+        self.family = family
+        self.net = make_policy(policy, self.cluster)
+        self.baseline = baseline or TimeIndexedBaseline()
+        self.sampler = torch.Generator().manual_seed(seed)
+        self._val_jobs: JobSet | None = None
+
+    def train_dataloader(self):
+        return DataLoader(range(self.hparams.iterations_per_epoch), batch_size=None)
+
+    def val_dataloader(self):
+        return DataLoader([0], batch_size=None)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.net.parameters(), lr=self.hparams.meta_lr)
+
+    # ----- tasks and rollouts -----------------------------------------------------------------------
+    def _seed(self, stream: int) -> int:
+        world, rank = self.trainer.world_size, self.trainer.global_rank
+        return ((self.hparams.seed * 1_000_003 + self.global_step) * 4099 + rank * 7 + stream) * world
+
+    def draw_tasks(self):
+        """This rank's meta-batch of workloads (split over DDP ranks)."""
+        world = self.trainer.world_size
+        if self.hparams.meta_batch % world:
+            raise ConfigError(f"MAML.meta_batch={self.hparams.meta_batch} must divide evenly over {world} devices")
+        generator = torch.Generator().manual_seed(self._seed(0))
+        return self.family.draw(self.hparams.meta_batch // world, generator)
+
+    def rollout(self, nets, tasks, jobsets: int, episodes: int, stream: int) -> tuple[Trajectories, list[int]]:
+        """`jobsets` x `episodes` episodes of every task in one batched env, task k acting with nets[k]."""
+        per_task = [make_jobsets(task, jobsets, self._seed(stream) + k) for k, task in enumerate(tasks)]
+        jobs = JobSet.cat(per_task).to(self.device).repeat_interleave(episodes)
+        rows = [jobsets * episodes] * len(tasks)
+        traj = collect(TaskBlocks(self.net, nets, rows), self.cluster, jobs, generator=self.sampler)
+        return traj, rows
+
+    # ----- one meta-iteration ------------------------------------------------------------------------
+    def training_step(self, batch, batch_idx):
+        start = time.perf_counter()
+        hp = self.hparams
+        tasks = self.draw_tasks()
+        meta_opt = self.optimizers()
+        meta_opt.zero_grad()
+        with contextlib.ExitStack() as stack:
+            learners = [stack.enter_context(higher.innerloop_ctx(
+                self.net, torch.optim.SGD(self.net.parameters(), lr=hp.inner_lr),
+                copy_initial_weights=False, track_higher_grads=not hp.first_order)) for _ in tasks]
+            fnets = [fnet for fnet, _ in learners]
+            for step in range(hp.inner_steps):
+                traj, rows = self.rollout(fnets, tasks, hp.inner_jobsets, hp.inner_episodes, stream=1 + step)
+                for (fnet, diffopt), part in zip(learners, traj.split(rows)):
+                    inner_step(fnet, diffopt, part, self.baseline, hp.inner_episodes, hp.normalize_advantage)
+            traj, rows = self.rollout(fnets, tasks, hp.outer_jobsets, hp.outer_episodes, stream=1000)
+            outer = [policy_gradient(fnet, part, self.baseline, hp.outer_episodes, normalize_advantage=hp.normalize_advantage)
+                     for fnet, part in zip(fnets, traj.split(rows))]
+            meta_loss = torch.stack([pg.loss for pg in outer]).mean()
+            if not torch.isfinite(meta_loss):
+                raise FloatingPointError(f"non-finite meta-loss at iteration {self.global_step}; training stops here")
+            self.meta_gradient(meta_loss, fnets)
+        meta_opt.step()
+        metrics = episode_metrics(traj.state)
+        self.log_dict({"train/meta_loss": meta_loss.detach(), "train/adapted_mean_slowdown": metrics["mean_slowdown"].nanmean().float(),
+                       "train/adapted_mean_return": torch.stack([pg.mean_return for pg in outer]).mean(),
+                       "perf/iteration_s": time.perf_counter() - start},
+                      on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
+        self.log("iteration", float(self.global_step), prog_bar=True, on_step=True, on_epoch=False)
+
+    def meta_gradient(self, meta_loss: torch.Tensor, fnets) -> None:
+        """Second order: backpropagate through the inner steps into the meta-parameters. First order:
+        the gradient at each task's adapted weights, summed onto the meta-parameters (higher leaves
+        their .grad empty when it does not track the inner steps)."""
+        if not self.hparams.first_order:
+            self.manual_backward(meta_loss)
+            return
+        meta_params = list(self.net.parameters())
+        grads = torch.autograd.grad(meta_loss, [p for fnet in fnets for p in fnet.parameters()], allow_unused=True)
+        per_task = [grads[i:i + len(meta_params)] for i in range(0, len(grads), len(meta_params))]
+        for i, p in enumerate(meta_params):
+            found = [task[i] for task in per_task if task[i] is not None]
+            p.grad = torch.stack(found).sum(0) if found else torch.zeros_like(p)
+            if self.trainer.world_size > 1:  # manual gradients: average the ranks' ourselves
+                p.grad.copy_(self.trainer.strategy.reduce(p.grad, reduce_op="mean"))
+
+    # ----- evaluation and checkpoints -----------------------------------------------------------------
+    @property
+    def val_jobs(self) -> JobSet:
+        if self._val_jobs is None:
+            tasks = self.family.draw(self.hparams.val_jobsets, torch.Generator().manual_seed(self.hparams.val_seed))
+            self._val_jobs = JobSet.cat([make_jobsets(t, 1, self.hparams.val_seed + i) for i, t in enumerate(tasks)])
+        return self._val_jobs
+
+    def validation_step(self, batch, batch_idx):
+        self.last_eval = evaluate(NetworkPolicy(self.net, greedy=True), self.cluster, self.val_jobs, device=self.device)
+        s = self.last_eval.summary
+        self.log_dict({f"eval/{m}": s[m] for m in METRICS}, on_epoch=True, batch_size=1, sync_dist=True)
+        self.log("eval_slowdown", s["mean_slowdown"], prog_bar=True, logger=False, on_epoch=True, batch_size=1)
+
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint[CHECKPOINT_KEY] = policy_checkpoint(self.net)
+        hp = self.hparams
+        # scripts/adapt.py adapts with the inner loop the meta-policy was trained for
+        checkpoint[CHECKPOINT_KEY]["adaptation"] = {"lr": hp.inner_lr, "jobsets": hp.inner_jobsets,
+                                                    "episodes": hp.inner_episodes,
+                                                    "normalize_advantage": hp.normalize_advantage}
