@@ -50,18 +50,22 @@ class AdaptationSettings:
 
 
 def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: AdaptationSettings, eval_jobs: JobSet,
-          seed: int = 0, device="cpu", baseline: Baseline | None = None,
-          report: Callable[[int, dict], None] | None = None) -> list[dict]:
+          seed: int = 0, device="cpu", baseline: Baseline | None = None, greedy: bool = False,
+          report: Callable[[int, dict], None] | None = None, eval_steps: set[int] | None = None) -> list[dict]:
     """Adapt `net` in place for `settings.steps` steps on `workload`; after step 0 (before any
-    update) and each step, evaluate it greedily on `eval_jobs`. Returns the evaluation summaries,
-    one per step, each with the step's training figures; `report(step, summary)` sees each as it comes."""
+    update) and each step, evaluate it on `eval_jobs` (sampled actions with a fixed seed, or greedy). Returns the evaluation summaries,
+    one per step, each with the step's training figures; `report(step, summary)` sees each as it comes.
+    `eval_steps`: evaluate only after these steps (default: all; the last step always)."""
     baseline = baseline or TimeIndexedBaseline()
     optimizer = settings.make_optimizer(net.parameters())
     generator = torch.Generator(device=device).manual_seed(seed)
     summaries = []
 
     def measure(step: int, extra: dict) -> None:
-        summary = {"step": step, **evaluate(NetworkPolicy(net, greedy=True), cfg, eval_jobs, device=device).summary, **extra}
+        if eval_steps is not None and step not in eval_steps and step != settings.steps:
+            return
+        policy = NetworkPolicy(net, greedy=greedy, generator=torch.Generator(device=device).manual_seed(seed))
+        summary = {"step": step, **evaluate(policy, cfg, eval_jobs, device=device).summary, **extra}
         summaries.append(summary)
         if report is not None:
             report(step, summary)

@@ -176,3 +176,36 @@ def gains(withheld: dict[int, int], offered: dict[int, int], by_length: dict[str
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def adaptation_curves(curves: dict[str, dict[str, dict[int, tuple[float, float]]]],
+                      lines: dict[str, dict[str, tuple[float, float]]], ylabel: str = "mean slowdown", title: str = ""):
+    """One panel per held-out workload: {workload: {method: {step: (mean, ci)}}} as curves over
+    adaptation steps, {workload: {heuristic: (mean, ci)}} as horizontal lines."""
+    names = list(curves)
+    cols = min(2, len(names))
+    rows = (len(names) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 3.8 * rows), squeeze=False)
+    method_colors = {"maml": "tab:red", "mixture": "tab:cyan", "scratch": "black"}
+    for ax, name in zip(axes.flat, names):
+        for method, points in curves[name].items():
+            steps = sorted(points)
+            means = [points[s][0] for s in steps]
+            cis = [points[s][1] for s in steps]
+            color = method_colors.get(method)
+            ax.plot(steps, means, marker=".", label=method, color=color)
+            ax.fill_between(steps, [m - c for m, c in zip(means, cis)], [m + c for m, c in zip(means, cis)],
+                            alpha=0.15, color=color)
+        for h, (value, _) in lines[name].items():
+            ax.axhline(value, linestyle="--", color=_style(h)[0], label=h)
+        ax.set_title(name, fontsize="medium")
+        ax.set_xlabel("adaptation steps")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="x-small")
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize="medium")
+    fig.tight_layout()
+    return fig

@@ -216,9 +216,10 @@ class NetworkPolicy:
 CHECKPOINT_KEY = "lightning_sched"
 
 
-def policy_checkpoint(net: ImagePolicy) -> dict:
-    """What a checkpoint needs to rebuild the policy without the training code: plain dicts and tensors."""
-    return {"cluster": net.cfg.to_dict(), "policy": net.spec.to_dict(),
+def policy_checkpoint(net: ImagePolicy, greedy: bool = True) -> dict:
+    """What a checkpoint needs to rebuild the policy without the training code: plain dicts and
+    tensors, and whether the policy is meant to act greedily or by sampling."""
+    return {"cluster": net.cfg.to_dict(), "policy": net.spec.to_dict(), "greedy": greedy,
             "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()}}
 
 
@@ -235,7 +236,12 @@ def load_network(path, device="cpu") -> tuple[ImagePolicy, ClusterConfig, dict]:
     return net.to(device), cfg, saved
 
 
-def load_policy(path, device="cpu", greedy: bool = True, generator: torch.Generator | None = None):
-    """(NetworkPolicy, its ClusterConfig) from a checkpoint (see load_network)."""
-    net, cfg, _ = load_network(path, device)
+def load_policy(path, device="cpu", greedy: bool | None = None, generator: torch.Generator | None = None):
+    """(NetworkPolicy, its ClusterConfig) from a checkpoint (see load_network). greedy=None acts as
+    the checkpoint says (argmax, or sampled as DeepRM evaluates); a sampled policy with no
+    generator gets one seeded with 0, so evaluations repeat."""
+    net, cfg, saved = load_network(path, device)
+    greedy = saved.get("greedy", True) if greedy is None else greedy
+    if not greedy and generator is None:
+        generator = torch.Generator(device=device).manual_seed(0)
     return NetworkPolicy(net.eval(), greedy=greedy, generator=generator), cfg

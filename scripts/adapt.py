@@ -7,7 +7,8 @@ in a few REINFORCE steps, and save the adapted checkpoint.
 
 Each step draws --jobsets jobsets of the workload (seeds disjoint from evaluation's), rolls out
 --episodes episodes of each, and takes one step (DeepRM's time-indexed baseline). After step 0 and
-every step it prints the metrics on --eval_jobsets unseen jobsets (greedy); with --json one JSON
+every step it prints the metrics on --eval_jobsets unseen jobsets (acting as the checkpoint
+says: sampled or greedy); with --json one JSON
 line per step, the last one the final metrics in the form of `scripts/evaluate.py --json`.
 The step size, optimizer and batch default to the meta-policy's inner loop when the checkpoint
 has one (else SGD, lr 0.05, 20 x 20).
@@ -81,9 +82,10 @@ def main(argv=None) -> int:
         if args.json:
             print(json.dumps({"policy": args.ckpt, **summary}), flush=True)
 
-    adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, report=report)
+    greedy = saved.get("greedy", True)
+    adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, greedy=greedy, report=report)
     out = Path(args.out or Path(args.ckpt).with_suffix(".adapted.ckpt"))
-    torch.save({CHECKPOINT_KEY: {**policy_checkpoint(net), "adapted_from": str(args.ckpt), "adapted_on": workload_desc,
+    torch.save({CHECKPOINT_KEY: {**policy_checkpoint(net, greedy), "adapted_from": str(args.ckpt), "adapted_on": workload_desc,
                                  "adaptation": {k: v for k, v in vars(settings).items()}}}, out)
     print(f"saved {out}", file=sys.stderr)
     return 0

@@ -28,7 +28,7 @@ from lightning_sched.traces import TraceWorkload, parse_capacity
 DEFAULT_EVAL_SEED = 12345  # training draws from other seeds: these jobsets are unseen
 
 
-def resolve_policy(spec: str, cfg: ClusterConfig, device, greedy: bool, seed: int):
+def resolve_policy(spec: str, cfg: ClusterConfig, device, greedy: bool | None, seed: int):
     """A heuristic name or a checkpoint path -> (display name, policy callable, its ClusterConfig)."""
     if spec in HEURISTICS:
         kwargs = {"generator": torch.Generator(device=device).manual_seed(seed)} if spec == "random" else {}
@@ -100,7 +100,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=DEFAULT_EVAL_SEED, help="seed of the jobsets")
     ap.add_argument("--jobset_file", help="evaluate on jobsets saved with JobSet.save instead of drawing them")
     ap.add_argument("--save_jobsets", help="save the drawn jobsets to this file")
-    ap.add_argument("--sample", action="store_true", help="sample network policies' actions (default: greedy)")
+    act = ap.add_mutually_exclusive_group()
+    act.add_argument("--sample", dest="greedy", action="store_const", const=False,
+                     help="sample network policies' actions (default: as the checkpoint says)")
+    act.add_argument("--greedy", dest="greedy", action="store_const", const=True, help="act by the policy's argmax")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="also print one JSON line per policy")
@@ -110,7 +113,7 @@ def main(argv=None) -> int:
         ap.error(f"--jobsets must be >= 1, got {args.jobsets}")
     try:
         cfg = ClusterConfig(objective=args.objective, slo_slowdown=args.slo_slowdown, observation="none")
-        policies = [resolve_policy(p, cfg, args.device, not args.sample, args.seed) for p in args.policy]
+        policies = [resolve_policy(p, cfg, args.device, args.greedy, args.seed) for p in args.policy]
         # a checkpoint fixes the cluster; all policies in one table must share it
         cluster = policies[0][2]
         for name, _, other in policies[1:]:

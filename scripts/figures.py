@@ -24,6 +24,12 @@ in docs/figures/learning_curve.json.
 
 gains: lengths of the jobs the policy leaves waiting while they fit, and slowdown by job length
 against Tetris (DeepRM section 5.3, "where the gains come from").
+
+    python scripts/figures.py adaptation --ckpt maml=checkpoints/maml.ckpt mixture=checkpoints/reinforce_mixture.ckpt
+
+adaptation: on held-out workloads outside the meta-training ranges, the objective on unseen
+jobsets vs adaptation steps for the meta-policy, the mixture-trained policy and a fresh network,
+all fine-tuned the same way, with heuristic lines; and the first step at which each beats Tetris.
 """
 from __future__ import annotations
 
@@ -52,7 +58,7 @@ def named_policies(cfg: ClusterConfig, heuristics: list[str], ckpts: list[str], 
         name, _, path = item.partition("=")
         from lightning_sched.policies import load_policy
 
-        policies[name], _ = load_policy(path, device=device, greedy=True)
+        policies[name], _ = load_policy(path, device=device)  # acting as the checkpoint says
     return policies
 
 
@@ -223,13 +229,73 @@ def gains(args) -> None:
                                                          "slowdown_by_length": by_length})
 
 
+# Held-out workloads for the adaptation curves: each outside configs/maml.yaml's meta-training ranges
+# (load 0.4..1.0, short_prob 0.7..0.9, short jobs 1..(2-3), long (10-11)..(12-15), dominant 4-5..8-10).
+HELD_OUT = {
+    "heavy load 1.5": dict(load=1.5),
+    "long-job mix (short_prob 0.5)": dict(load=0.9, short_prob=0.5),
+    "small demands (dominant 2..4)": dict(load=0.9, dominant_units=(2, 4)),
+    "medium jobs (long 5..8)": dict(load=0.9, long_len=(5, 8)),
+}
+ADAPT_EVAL_STEPS = {0, 1, 2, 3, 4, 5, 7, 10, 15, 20, 30, 40, 50}
+
+
+def adaptation(args) -> None:
+    """Adaptation curves on held-out workloads: the meta-policy, the mixture-trained REINFORCE policy
+    and a fresh network, each fine-tuned the same way; heuristics as lines."""
+    import copy
+
+    import torch
+
+    from lightning_sched.adaptation import AdaptationSettings, adapt
+    from lightning_sched.plots import adaptation_curves
+    from lightning_sched.policies import load_network, make_policy
+
+    starts = {}
+    for item in args.ckpt:
+        name, _, path = item.partition("=")
+        starts[name] = load_network(path, args.device)
+    net0, cfg, saved0 = next(iter(starts.values()))
+    cfg = cfg.replace(objective=args.objective)
+    torch.manual_seed(args.seed)
+    starts["scratch"] = (make_policy(net0.spec, cfg).to(args.device), cfg, {"greedy": saved0.get("greedy", True)})
+    inner = saved0.get("adaptation", {})
+    settings = AdaptationSettings(steps=args.steps, jobsets=args.jobsets, episodes=args.episodes,
+                                  lr=args.lr or inner.get("lr", 0.05), optimizer="sgd", normalize_advantage=True)
+    metric = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time"}[args.objective]
+    curves, lines, table = {}, {}, {}
+    for label, params in HELD_OUT.items():
+        workload = DeepRMWorkload(**params)
+        eval_jobs = make_jobsets(workload, args.eval_jobsets, EVAL_SEED)
+        lines[label] = {}
+        for h in args.heuristics:
+            s = evaluate(named_policies(cfg, [h], [], args.device)[h], cfg, eval_jobs, device=args.device).summary
+            lines[label][h] = (s[metric], s[metric + "_ci95"])
+        curves[label], table[label] = {}, {}
+        for name, (net, _, saved) in starts.items():
+            summaries = adapt(copy.deepcopy(net), cfg, workload, settings, eval_jobs, seed=args.seed, device=args.device,
+                              greedy=saved.get("greedy", True), eval_steps=ADAPT_EVAL_STEPS)
+            curves[label][name] = {s["step"]: (s[metric], s[metric + "_ci95"]) for s in summaries}
+            tetris = lines[label]["tetris"][0]
+            beat = [s["step"] for s in summaries if s[metric] <= tetris]
+            table[label][name] = beat[0] if beat else None
+            print(f"{label:32s} {name:10s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curves[label][name].items())
+                  + f"   beats tetris ({tetris:.2f}) at step {table[label][name]}", flush=True)
+    fig = adaptation_curves(curves, lines, ylabel=metric.replace("_", " "),
+                            title=f"adaptation on held-out workloads ({args.objective}; {args.jobsets}x{args.episodes} "
+                                  f"episodes a step, {args.eval_jobsets} unseen jobsets, 95% CI)")
+    out = Path(args.out or FIGURES / f"adaptation_{args.objective}.png")
+    _save(fig, out, {"objective": args.objective, "settings": vars(settings), "held_out": HELD_OUT,
+                     "curves": curves, "heuristics": lines, "first_step_at_or_below_tetris": table})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="figure", required=True)
     p = sub.add_parser("load_sweep", help="mean slowdown vs load")
     p.add_argument("--loads", type=float, nargs="+", default=LOADS)
     p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "packer", "random"])
-    p.add_argument("--ckpt", nargs="*", default=[], help="NAME=PATH.ckpt, evaluated greedily")
+    p.add_argument("--ckpt", nargs="*", default=[], help="NAME=PATH.ckpt (acting as the checkpoint says: greedy or sampled)")
     p.add_argument("--jobsets", type=int, default=200)
     p.add_argument("--out", help="PNG path (default docs/figures/slowdown_vs_load.png)")
     p.set_defaults(run=load_sweep)
@@ -243,12 +309,12 @@ def main() -> None:
     p.add_argument("--simu_len", type=int, default=50)
     p.add_argument("--compressions", type=float, nargs="+", default=[1.0, 2.0], help="time compressions to compare")
     p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "packer", "edf", "random"])
-    p.add_argument("--ckpt", nargs="*", default=[], help="NAME=PATH.ckpt, evaluated greedily")
+    p.add_argument("--ckpt", nargs="*", default=[], help="NAME=PATH.ckpt (acting as the checkpoint says: greedy or sampled)")
     p.add_argument("--jobsets", type=int, default=200)
     p.add_argument("--out", help="PNG path (default docs/figures/trace_nasa.png)")
     p.set_defaults(run=trace)
     p = sub.add_parser("objectives", help="policies trained for different objectives, on both metrics")
-    p.add_argument("--ckpt", nargs="+", required=True, help="NAME=PATH.ckpt, evaluated greedily")
+    p.add_argument("--ckpt", nargs="+", required=True, help="NAME=PATH.ckpt (acting as the checkpoint says: greedy or sampled)")
     p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "packer", "random"])
     p.add_argument("--load", type=float, default=1.3)
     p.add_argument("--jobsets", type=int, default=200)
@@ -261,12 +327,24 @@ def main() -> None:
     p.add_argument("--out", help="PNG path (default docs/figures/learning_curve.png)")
     p.set_defaults(run=learning_curve)
     p = sub.add_parser("gains", help="what the policy withholds; slowdown by job length")
-    p.add_argument("--ckpt", nargs=1, required=True, help="NAME=PATH.ckpt, evaluated greedily")
+    p.add_argument("--ckpt", nargs=1, required=True, help="NAME=PATH.ckpt (acting as the checkpoint says: greedy or sampled)")
     p.add_argument("--heuristics", nargs="+", default=["tetris"])
     p.add_argument("--load", type=float, default=0.7)
     p.add_argument("--jobsets", type=int, default=200)
     p.add_argument("--out", help="PNG path (default docs/figures/gains.png)")
     p.set_defaults(run=gains)
+    p = sub.add_parser("adaptation", help="adaptation curves on held-out workloads (issue 4)")
+    p.add_argument("--ckpt", nargs="+", required=True, help="NAME=PATH.ckpt: the meta-policy and the mixture policy")
+    p.add_argument("--objective", choices=("slowdown", "completion_time"), default="slowdown")
+    p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "random"])
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--jobsets", type=int, default=20)
+    p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--lr", type=float, help="SGD step (default: the first checkpoint's inner lr)")
+    p.add_argument("--eval_jobsets", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="PNG path (default docs/figures/adaptation_<objective>.png)")
+    p.set_defaults(run=adaptation)
     for parser in sub.choices.values():
         parser.add_argument("--device", default="cpu")
         parser.add_argument("--threads", type=int, default=2)

@@ -83,6 +83,7 @@ class MAML(LightningModule):
         first_order: first-order MAML (no gradient through the inner updates).
         iterations_per_epoch: pacing only.
         val_jobsets, val_seed: a fixed validation set drawn from the family (the unadapted policy).
+        eval_greedy: evaluate by the argmax (default: sampled actions, as Reinforce and DeepRM).
         seed: seeds the tasks, jobsets and actions.
     """
 
@@ -91,7 +92,7 @@ class MAML(LightningModule):
                  inner_steps: int = 1, inner_lr: float = 0.05, inner_jobsets: int = 10, inner_episodes: int = 10,
                  outer_jobsets: int = 10, outer_episodes: int = 10, normalize_advantage: bool = True,
                  meta_lr: float = 1e-3, first_order: bool = False, iterations_per_epoch: int = 100,
-                 val_jobsets: int = 100, val_seed: int = 900_001, seed: int = 0):
+                 val_jobsets: int = 100, val_seed: int = 900_001, eval_greedy: bool = False, seed: int = 0):
         super().__init__()
         self.save_hyperparameters(ignore=["baseline"])
         self.automatic_optimization = False
@@ -195,13 +196,15 @@ class MAML(LightningModule):
         return self._val_jobs
 
     def validation_step(self, batch, batch_idx):
-        self.last_eval = evaluate(NetworkPolicy(self.net, greedy=True), self.cluster, self.val_jobs, device=self.device)
+        policy = NetworkPolicy(self.net, greedy=self.hparams.eval_greedy,
+                               generator=torch.Generator(device=self.device).manual_seed(self.hparams.val_seed))
+        self.last_eval = evaluate(policy, self.cluster, self.val_jobs, device=self.device)
         s = self.last_eval.summary
         self.log_dict({f"eval/{m}": s[m] for m in METRICS}, on_epoch=True, batch_size=1, sync_dist=True)
         self.log("eval_slowdown", s["mean_slowdown"], prog_bar=True, logger=False, on_epoch=True, batch_size=1)
 
     def on_save_checkpoint(self, checkpoint):
-        checkpoint[CHECKPOINT_KEY] = policy_checkpoint(self.net)
+        checkpoint[CHECKPOINT_KEY] = policy_checkpoint(self.net, greedy=self.hparams.eval_greedy)
         hp = self.hparams
         # scripts/adapt.py adapts with the inner loop the meta-policy was trained for
         checkpoint[CHECKPOINT_KEY]["adaptation"] = {"lr": hp.inner_lr, "jobsets": hp.inner_jobsets,

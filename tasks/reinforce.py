@@ -51,7 +51,9 @@ class Reinforce(LightningModule):
         val_jobsets: jobsets of the fixed validation set (drawn with val_seed).
         val_seed: seed of the validation set; training seeds never reach it.
         test_jobsets, test_seed: the same for `fit.py test`.
-        eval_greedy: evaluate the policy's argmax (else sample, one episode per jobset).
+        eval_greedy: evaluate the policy's argmax; default False: sample its actions, as DeepRM's
+            evaluation does (an unmasked policy's argmax can keep picking a slot whose job does
+            not fit, which wastes time steps).
         seed: seeds training jobsets and action sampling.
     """
 
@@ -62,7 +64,7 @@ class Reinforce(LightningModule):
                  lr: float = 1e-3, rmsprop_alpha: float = 0.9, rmsprop_eps: float = 1e-9,
                  entropy_weight: float = 0.0, iterations_per_epoch: int = 100,
                  val_jobsets: int = 100, val_seed: int = 900_001, test_jobsets: int = 200, test_seed: int = 12345,
-                 eval_greedy: bool = True, seed: int = 0):
+                 eval_greedy: bool = False, seed: int = 0):
         super().__init__()
         self.save_hyperparameters(ignore=["baseline"])
         for name, value in (("num_jobsets", num_jobsets), ("episodes_per_jobset", episodes_per_jobset),
@@ -173,7 +175,7 @@ class Reinforce(LightningModule):
 
     # ----- checkpoints: the policy alone, readable without this module ------------------------------
     def on_save_checkpoint(self, checkpoint):
-        checkpoint[CHECKPOINT_KEY] = policy_checkpoint(self.net)
+        checkpoint[CHECKPOINT_KEY] = policy_checkpoint(self.net, greedy=self.hparams.eval_greedy)
         checkpoint["sampler_state"] = self.sampler.get_state()
 
     def on_load_checkpoint(self, checkpoint):
