@@ -30,6 +30,7 @@ from lightning_sched.policies import (CHECKPOINT_KEY, NetworkPolicy, PolicySpec,
                                       policy_checkpoint)
 from lightning_sched.policy_gradient import policy_gradient
 from lightning_sched.rollout import collect
+from lightning_sched.traces import TraceWorkload
 
 
 class Reinforce(LightningModule):
@@ -37,7 +38,8 @@ class Reinforce(LightningModule):
 
     Args:
         cluster: the cluster and the objective the reward follows (SPEC.md).
-        workload: the jobs of training (and, by default, of validation).
+        workload: the jobs of training and validation: DeepRM's generator, a family of them, or
+            windows of a real trace (`TraceWorkload`, e.g. its train split).
         policy: the network (`PolicySpec`): DeepRM's 20-unit MLP over the image by default.
         baseline: a `Baseline`; default DeepRM's time-indexed one.
         num_jobsets: N, jobsets per iteration, split over DDP ranks. DeepRM: 100.
@@ -58,7 +60,7 @@ class Reinforce(LightningModule):
     """
 
     def __init__(self, cluster: ClusterConfig = ClusterConfig(),
-                 workload: DeepRMWorkload | WorkloadFamily = DeepRMWorkload(),
+                 workload: DeepRMWorkload | WorkloadFamily | TraceWorkload = DeepRMWorkload(),
                  policy: PolicySpec = PolicySpec(), baseline: Baseline | None = None,
                  num_jobsets: int = 100, episodes_per_jobset: int = 20, gamma: float = 1.0,
                  lr: float = 1e-3, rmsprop_alpha: float = 0.9, rmsprop_eps: float = 1e-9,

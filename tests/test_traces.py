@@ -377,3 +377,29 @@ def test_evaluate_script_replays_an_swf_with_memory_with_every_heuristic(tmp_pat
         assert r["trace_kept"] + sum(r["trace_dropped"].values()) == 400
     bad = run_script("--trace", str(tmp_path / "absent.swf"), "--seconds_per_step", "60", "--policy", "sjf")
     assert bad.returncode == 2 and "absent.swf: cannot read" in bad.stderr
+
+
+def test_fit_and_adapt_take_a_trace_workload(tmp_path):
+    """`scripts/fit.py` trains on a trace's windows from a config; `scripts/adapt.py --trace` fine-tunes
+    the result on the trace's earlier history and reports on its held-out range."""
+    trace = realistic_swf(tmp_path / "imaginary.swf.gz")
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    config = tmp_path / "trace.yaml"
+    config.write_text("model:\n  init_args:\n    workload:\n      class_path: lightning_sched.traces.TraceWorkload\n"
+                      f"      init_args: {{path: {trace}, seconds_per_step: 300, split: train, simu_len: 20,\n"
+                      f"                  capacity: {{processors: 64, memory: {64 * 4 * 1024 * 1024}}}}}\n")
+    fit = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), "fit", "--config", str(ROOT / "configs" / "smoke.yaml"),
+                          "--config", str(config), "--trainer.max_steps", "2", "--trainer.logger", "false", "--checkpoint.dirpath", str(tmp_path / "ck"),
+                          "--threads", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    ckpt = tmp_path / "ck" / "last.ckpt"
+    data = torch.load(ckpt, map_location="cpu", weights_only=False)
+    assert str(trace) in str(data["hyper_parameters"]["workload"])  # trained on the trace's windows
+    adapt = subprocess.run([sys.executable, "scripts/adapt.py", "--ckpt", str(ckpt), "--steps", "1", "--trace", str(trace),
+                            "--seconds_per_step", "300", "--simu_len", "20", "--jobsets", "2", "--episodes", "2",
+                            "--trace_capacity", "processors=64", f"memory={64 * 4 * 1024 * 1024}",
+                            "--eval_jobsets", "4", "--json", "--threads", "1", "--out", str(tmp_path / "adapted.ckpt")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert adapt.returncode == 0, adapt.stderr[-3000:]
+    last = json.loads(adapt.stdout.strip().splitlines()[-1])
+    assert last["step"] == 1 and last["num_jobsets"] == 4 and last["mean_slowdown"] >= 1
