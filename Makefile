@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: setup run test conformance bench clean
+.PHONY: setup run smoke test conformance bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -18,8 +18,12 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 setup: $(VENV)/.installed
 
+# the main job: DeepRM's training on its paper settings (embedded defaults), CPU, W&B offline
 run: setup
-	$(BIN)/python scripts/evaluate.py --policy tetris sjf packer random --load 0.7 --jobsets 100 --seed 1
+	$(BIN)/python scripts/fit.py fit
+
+smoke: setup
+	$(BIN)/python scripts/fit.py fit --config configs/smoke.yaml
 
 test: setup
 	$(BIN)/python -m pytest -q -m "not gpu" tests
@@ -29,6 +33,7 @@ conformance: setup
 
 bench: setup
 	$(BIN)/python scripts/bench_env.py
+	$(BIN)/python scripts/bench_train.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -43,7 +43,7 @@ def learning_curve(iterations, slowdown, reference: dict[str, float], mean_retur
     ax = axes[0][0]
     if train is not None:
         ax.plot(train[0], train[1], label="policy, training episodes (sampled)", color="tab:red", alpha=0.5, linewidth=0.8)
-    ax.plot(iterations, slowdown, label="policy, validation (greedy)", color="black", marker=".")
+    ax.plot(iterations, slowdown, label="policy, validation jobsets", color="black", marker=".")
     for name, value in reference.items():
         color, _ = _style(name)
         ax.axhline(value, linestyle="--", color=color, label=name)

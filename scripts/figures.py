@@ -172,21 +172,26 @@ def learning_curve(args) -> None:
 
     from lightning_sched.plots import learning_curve as plot
 
-    rows = list(csv.DictReader(open(args.metrics)))
-    evals = [r for r in rows if r.get("eval/mean_slowdown")]
-    train = [r for r in rows if r.get("train/mean_return")]
+    rows = [row for path in args.metrics for row in csv.DictReader(open(path))]  # a resumed run: several CSVs
+
+    def last_per_step(key):
+        """Rows holding `key`, one per step: a resumed run repeats the steps after its checkpoint."""
+        return sorted({int(r["step"]): r for r in rows if r.get(key)}.values(), key=lambda r: int(r["step"]))
+
+    evals = last_per_step("eval/mean_slowdown")
+    train = last_per_step("train/mean_return")
     curve = {"eval_step": [int(r["step"]) for r in evals], "eval_mean_slowdown": [float(r["eval/mean_slowdown"]) for r in evals],
              "train_step": [int(r["step"]) for r in train],
              "train_mean_slowdown": [float(r["train/mean_slowdown"]) for r in train],
              "mean_return": [float(r["train/mean_return"]) for r in train],
              "max_return": [float(r["train/max_return"]) for r in train],
-             "iteration_s": [float(r["perf/iteration_s"]) for r in rows if r.get("perf/iteration_s")]}
+             "iteration_s": [float(r["perf/iteration_s"]) for r in last_per_step("perf/iteration_s")]}
     reference = {h: float(evals[-1][f"eval/{h}/mean_slowdown"]) for h in args.heuristics
                  if evals and evals[-1].get(f"eval/{h}/mean_slowdown")}
     fig = plot(curve["eval_step"], curve["eval_mean_slowdown"], reference, curve["mean_return"], curve["max_return"],
                title=args.title, train=(curve["train_step"], curve["train_mean_slowdown"]),
                reward_iterations=curve["train_step"])
-    _save(fig, Path(args.out or FIGURES / "learning_curve.png"), {"metrics": str(args.metrics), "heuristics": reference,
+    _save(fig, Path(args.out or FIGURES / "learning_curve.png"), {"metrics": [str(m) for m in args.metrics], "heuristics": reference,
                                                                   "curve": curve})
 
 
@@ -321,7 +326,8 @@ def main() -> None:
     p.add_argument("--out", help="PNG path (default docs/figures/objectives.png)")
     p.set_defaults(run=objectives)
     p = sub.add_parser("learning_curve", help="a run's learning curve from its CSV metrics")
-    p.add_argument("--metrics", required=True, help="metrics.csv of a run logged with CSVLogger")
+    p.add_argument("--metrics", nargs="+", required=True, help="metrics.csv of a run logged with CSVLogger "
+                   "(several, in order, for a resumed run)")
     p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "packer", "random"])
     p.add_argument("--title", default="DeepRM's recipe, load 0.7")
     p.add_argument("--out", help="PNG path (default docs/figures/learning_curve.png)")

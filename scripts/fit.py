@@ -30,6 +30,7 @@ from lightning.pytorch.loggers import WandbLogger  # noqa: E402
 from jsonargparse import lazy_instance  # noqa: E402
 
 from callbacks import HeuristicComparison  # noqa: E402
+from tasks.reinforce import Reinforce  # noqa: E402
 
 
 def wandb_online() -> bool:
@@ -46,6 +47,8 @@ class SchedulerCLI(LightningCLI):
                              "checkpoint.auto_insert_metric_name": False})
         parser.add_lightning_class_args(HeuristicComparison, "compare")
         parser.add_lightning_class_args(RichProgressBar, "progress_bar")
+        # with no --model and no config: DeepRM's training on its paper settings
+        parser.set_defaults({"model": lazy_instance(Reinforce)})
 
     def _parse_ckpt_path(self) -> None:
         """LightningCLI lets a checkpoint's hyperparameters override the config; a cluster that differs

@@ -85,7 +85,6 @@ class Reinforce(LightningModule):
         self.sampler = torch.Generator()
         self.sampler.manual_seed(seed)
         self._val_jobs: JobSet | None = None
-        self._iteration_start = None
 
     # ----- data: the dataloader paces iterations ------------------------------------------------
     def train_dataloader(self):
@@ -117,19 +116,22 @@ class Reinforce(LightningModule):
     def training_step(self, batch, batch_idx):
         start = time.perf_counter()
         episodes = self.hparams.episodes_per_jobset
-        jobs = self.draw_jobsets().repeat_interleave(episodes)
         if self.sampler.device != self.device:
             self.sampler = torch.Generator(device=self.device).manual_seed(self.hparams.seed + self.global_step)
+        # 1. N jobsets, E episodes of each, rolled out with pi_theta in one batched env
+        jobs = self.draw_jobsets().repeat_interleave(episodes)
         traj = collect(self.net, self.cluster, jobs, generator=self.sampler)
         rollout_s = time.perf_counter() - start
+        # 2-4. returns v_t, time-indexed baseline b_t, loss -mean log pi(a_t|s_t) (v_t - b_t)
         pg = policy_gradient(self.net, traj, self.baseline, episodes, self.hparams.gamma, self.hparams.entropy_weight)
         if not torch.isfinite(pg.loss):
             raise FloatingPointError(
                 f"non-finite loss {pg.loss.item()} at iteration {self.global_step}; training stops here, "
                 "the checkpoints written so far are kept (lower lr?)")
+        # 5. Lightning backpropagates the returned loss and takes one RMSprop step
         metrics = episode_metrics(traj.state)
         self.log_dict({"train/mean_return": pg.mean_return, "train/max_return": pg.max_return,
-                       "train/mean_slowdown": metrics["mean_slowdown"].nanmean().float(),
+                       **{f"train/{m}": metrics[m].nanmean().float() for m in METRICS},
                        "train/entropy": pg.entropy, "train/loss": pg.loss.detach()},
                       on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
         self.log("iteration", float(self.global_step), prog_bar=True, on_step=True, on_epoch=False)
