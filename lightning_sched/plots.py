@@ -85,20 +85,24 @@ def bars(values: dict[str, dict[str, tuple[float, float]]], metric_labels: dict[
     return fig
 
 
-def slowdown_cdf(job_slowdowns: dict[str, "torch.Tensor"], title: str = ""):
-    """Empirical CDF of per-job slowdowns per scheme (DeepRM's slow_down_cdf plot)."""
+def _plot_cdf(ax, job_slowdowns: dict[str, "torch.Tensor"], xlabel: str = "job slowdown") -> None:
+    """Empirical CDF of per-job slowdowns per scheme on `ax` (NaN = padding, ignored)."""
     import torch
 
-    fig, ax = plt.subplots(figsize=(6, 4))
     for name, values in job_slowdowns.items():
         v = values[~torch.isnan(values)].sort().values
-        color, _ = _style(name)
-        ax.plot(v.numpy(), (torch.arange(1, len(v) + 1) / len(v)).numpy(), label=name, color=color)
+        ax.plot(v.numpy(), (torch.arange(1, len(v) + 1) / len(v)).numpy(), label=name, color=_style(name)[0])
     ax.set_xscale("log")
-    ax.set_xlabel("job slowdown")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("CDF")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize="small")
+
+
+def slowdown_cdf(job_slowdowns: dict[str, "torch.Tensor"], title: str = ""):
+    """Empirical CDF of per-job slowdowns per scheme (DeepRM's slow_down_cdf plot)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    _plot_cdf(ax, job_slowdowns)
     if title:
         ax.set_title(title)
     fig.tight_layout()
@@ -110,8 +114,6 @@ def trace_heuristics(values: dict[str, dict[str, tuple[float, float]]], job_slow
     """Schemes on a replayed trace: {setting: {scheme: (mean, 95% CI half-width)}} as grouped bars
     (one group per setting, e.g. as recorded and time-compressed), and optionally the per-job slowdown
     CDF of one setting ({scheme: DoubleTensor of job slowdowns, NaN ignored}) beside it."""
-    import torch
-
     panels = 2 if job_slowdowns else 1
     fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4), squeeze=False)
     ax = axes[0][0]
@@ -128,15 +130,7 @@ def trace_heuristics(values: dict[str, dict[str, tuple[float, float]]], job_slow
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize="small")
     if job_slowdowns:
-        ax = axes[0][1]
-        for name, v in job_slowdowns.items():
-            v = v[~torch.isnan(v)].sort().values
-            ax.plot(v.numpy(), (torch.arange(1, len(v) + 1) / len(v)).numpy(), label=name, color=_style(name)[0])
-        ax.set_xscale("log")
-        ax.set_xlabel(f"job slowdown, {settings[0]}")
-        ax.set_ylabel("CDF")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        _plot_cdf(axes[0][1], job_slowdowns, f"job slowdown, {settings[0]}")
     if title:
         fig.suptitle(title)
     fig.tight_layout()
