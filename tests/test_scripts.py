@@ -57,3 +57,11 @@ def test_bench_env_prints_table_and_json():
     assert result["threads"] == 1
     assert result["decisions_per_s"]["none/hot/4"] > 0 and result["decisions_per_s"]["image/hot/4"] > 0
     assert result["iteration_2000_episodes_s"] > 0
+
+
+def test_bench_train_prints_its_parts_and_json():
+    out = run("scripts/bench_train.py", "--jobsets", "2", "--episodes", "2", "--simu_len", "10", "--repeats", "1",
+              "--threads", "1").stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["threads"] == 1 and result["jobsets"] == 2
+    assert 0 < result["rollout_s"] <= result["iteration_s"] and result["decisions"] > 0
