@@ -26,7 +26,7 @@ from lightning_sched.baselines import Baseline, TimeIndexedBaseline
 from lightning_sched.config import ConfigError
 from lightning_sched.evaluation import EvalResult, evaluate, make_jobsets
 from lightning_sched.objectives import METRICS, episode_metrics
-from lightning_sched.policies import (CHECKPOINT_KEY, NetworkPolicy, PolicySpec, make_policy,
+from lightning_sched.policies import (CHECKPOINT_KEY, NetworkPolicy, PolicySpec, load_network, make_policy,
                                       policy_checkpoint)
 from lightning_sched.policy_gradient import policy_gradient
 from lightning_sched.rollout import collect
@@ -57,6 +57,8 @@ class Reinforce(LightningModule):
             evaluation does (an unmasked policy's argmax can keep picking a slot whose job does
             not fit, which wastes time steps).
         seed: seeds training jobsets and action sampling.
+        init_from: a checkpoint whose policy weights start the training (a warm start, e.g. a
+            policy trained on another workload); its cluster and network must match.
     """
 
     def __init__(self, cluster: ClusterConfig = ClusterConfig(),
@@ -66,7 +68,7 @@ class Reinforce(LightningModule):
                  lr: float = 1e-3, rmsprop_alpha: float = 0.9, rmsprop_eps: float = 1e-9,
                  entropy_weight: float = 0.0, iterations_per_epoch: int = 100,
                  val_jobsets: int = 100, val_seed: int = 900_001, test_jobsets: int = 200, test_seed: int = 12345,
-                 eval_greedy: bool = False, seed: int = 0):
+                 eval_greedy: bool = False, seed: int = 0, init_from: str | None = None):
         super().__init__()
         self.save_hyperparameters(ignore=["baseline"])
         for name, value in (("num_jobsets", num_jobsets), ("episodes_per_jobset", episodes_per_jobset),
@@ -81,6 +83,8 @@ class Reinforce(LightningModule):
         workload.validate(self.cluster)
         self.workload = workload
         self.net = make_policy(policy, self.cluster)
+        if init_from is not None:
+            self.net.load_state_dict(warm_start(init_from, self.cluster, policy))
         self.baseline = baseline or TimeIndexedBaseline()
         self.sampler = torch.Generator()
         self.sampler.manual_seed(seed)
@@ -191,3 +195,14 @@ class Reinforce(LightningModule):
                                   + ", ".join(f"{k} (checkpoint {a!r}, run {b!r})" for k, (a, b) in differs.items()))
         if "sampler_state" in checkpoint and self.sampler.device.type == "cpu":
             self.sampler.set_state(checkpoint["sampler_state"])
+
+
+def warm_start(path: str, cluster: ClusterConfig, spec: PolicySpec) -> dict:
+    """The policy weights of checkpoint `path`, refused with the differing fields when its cluster
+    or network is not this run's."""
+    net, cfg, _ = load_network(path)
+    differs = cfg.replace(observation="none").differences(cluster)
+    differs.update({k: v for k, v in {"policy": (net.spec, spec)}.items() if net.spec != spec})
+    if differs:
+        raise ConfigError(f"init_from={path}: differs from this run in " + ", ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in differs.items()))
+    return net.state_dict()

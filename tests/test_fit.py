@@ -142,3 +142,16 @@ def test_ddp_on_two_cpu_processes_splits_jobsets_and_keeps_parameters_identical(
     assert (ranks[0]["arrivals"], ranks[0]["durations"]) != (ranks[1]["arrivals"], ranks[1]["durations"])
     for a, b in zip(ranks[0]["params"], ranks[1]["params"]):
         assert math.isclose(a, b, rel_tol=0, abs_tol=1e-6)
+
+
+def test_warm_start_from_a_checkpoint_and_refusal_of_another_cluster(smoke_run):
+    from lightning_sched import ClusterConfig, ConfigError
+    from tasks.reinforce import Reinforce
+
+    tmp, _ = smoke_run
+    ckpt = next((tmp / "runs").rglob("last.ckpt"))
+    saved = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
+    module = Reinforce(init_from=str(ckpt))
+    assert torch.equal(module.net.first.weight, saved["net.first.weight"])
+    with pytest.raises(ConfigError, match="num_slots 10 vs 5"):
+        Reinforce(cluster=ClusterConfig(num_slots=5), init_from=str(ckpt))
