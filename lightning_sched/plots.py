@@ -1,10 +1,15 @@
 """One function per figure, pure matplotlib; each returns the Figure (the caller saves or logs it)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import matplotlib
 
 matplotlib.use("Agg")  # no display on servers and in CI
 import matplotlib.pyplot as plt  # noqa: E402
+
+if TYPE_CHECKING:
+    import torch
 
 STYLE = {"tetris": ("tab:blue", "s"), "sjf": ("tab:orange", "^"), "packer": ("tab:green", "v"),
          "random": ("tab:gray", "x"), "edf": ("tab:purple", "d")}

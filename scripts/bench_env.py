@@ -89,7 +89,7 @@ def main() -> None:
     threads = set_threads(args.threads)
     device = torch.device(args.device)
     generator = torch.Generator(device=device).manual_seed(0)
-    rows, result = [], {"device": str(device), "threads": threads, "torch": torch.__version__, "decisions_per_s": {}}
+    result = {"device": str(device), "threads": threads, "torch": torch.__version__, "decisions_per_s": {}}
     if device.type == "cuda":
         result["device_name"] = torch.cuda.get_device_name(device)
 
