@@ -43,7 +43,8 @@ def main(argv=None) -> int:
     ap.add_argument("--jobsets", type=int, help="jobsets per step (default: the checkpoint's inner loop, else 20)")
     ap.add_argument("--episodes", type=int, help="episodes per jobset and step (default: inner loop, else 20)")
     ap.add_argument("--lr", type=float, help="step size (default: the meta-policy's inner lr, else 0.05)")
-    ap.add_argument("--optimizer", choices=("sgd", "adam", "rmsprop"), default="sgd")
+    ap.add_argument("--optimizer", choices=("sgd", "adam", "rmsprop"),
+                    help="default: the meta-policy's inner optimizer, else sgd")
     ap.add_argument("--no_normalize", action="store_true", help="raw advantages (default: normalized, as the inner loop)")
     ap.add_argument("--eval_jobsets", type=int, default=200, help="unseen jobsets the metrics are measured on")
     ap.add_argument("--seed", type=int, default=0, help="seed of the adaptation jobsets and actions")
@@ -58,7 +59,8 @@ def main(argv=None) -> int:
         inner = saved.get("adaptation", {})
         settings = AdaptationSettings(steps=args.steps, jobsets=args.jobsets or inner.get("jobsets", 20),
                                       episodes=args.episodes or inner.get("episodes", 20),
-                                      lr=args.lr or inner.get("lr", 0.05), optimizer=args.optimizer,
+                                      lr=args.lr or inner.get("lr", 0.05),
+                                      optimizer=args.optimizer or inner.get("optimizer", "sgd"),
                                       normalize_advantage=not args.no_normalize)
         if args.trace:
             workload = trace_workload_from_args(args, cfg)

@@ -265,8 +265,10 @@ def adaptation(args) -> None:
     torch.manual_seed(args.seed)
     starts["scratch"] = (make_policy(net0.spec, cfg).to(args.device), cfg, {"greedy": saved0.get("greedy", True)})
     inner = saved0.get("adaptation", {})
+    # every method is fine-tuned the way the meta-policy was trained to adapt (its inner loop)
     settings = AdaptationSettings(steps=args.steps, jobsets=args.jobsets, episodes=args.episodes,
-                                  lr=args.lr or inner.get("lr", 0.05), optimizer="sgd", normalize_advantage=True)
+                                  lr=args.lr or inner.get("lr", 0.05), optimizer=inner.get("optimizer", "sgd"),
+                                  normalize_advantage=inner.get("normalize_advantage", True))
     metric = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time"}[args.objective]
     curves, lines, table = {}, {}, {}
     for label, params in HELD_OUT.items():

@@ -7,7 +7,8 @@ workload in a few REINFORCE steps. A task is a DeepRM workload drawn from a `Wor
         repeat inner_steps times:
             roll out every theta_k on jobsets of its task         (one batched env for all tasks)
             theta_k <- theta_k - alpha grad L_k(theta_k)          (inner_step: REINFORCE with the
-                                                                   time-indexed baseline, SGD)
+                                                                   time-indexed baseline; SGD, or
+                                                                   higher's differentiable Adam)
         roll out every adapted theta_k on fresh jobsets of its task
         meta-loss = mean_k L_k(theta_k)                           (REINFORCE loss of the adapted policy)
         theta <- Adam(theta, grad_theta meta-loss)                (second order through the inner
@@ -27,6 +28,7 @@ from lightning.pytorch import LightningModule
 from torch.utils.data import DataLoader
 
 from lightning_sched import ClusterConfig, JobSet, WorkloadFamily
+from lightning_sched.adaptation import AdaptationSettings
 from lightning_sched.baselines import Baseline, TimeIndexedBaseline
 from lightning_sched.config import ConfigError
 from lightning_sched.evaluation import evaluate, make_jobsets
@@ -74,7 +76,10 @@ class MAML(LightningModule):
         baseline: default DeepRM's time-indexed baseline.
         meta_batch: tasks per meta-iteration.
         inner_steps: adaptation steps per task inside a meta-iteration.
-        inner_lr: SGD step size of the inner loop (and the default of scripts/adapt.py).
+        inner_lr: step size of the inner loop (and the default of scripts/adapt.py).
+        inner_optimizer: 'sgd' (MAML's) or 'adam' (higher's differentiable Adam: a step of about
+            inner_lr per weight, whatever the gradient's scale; REINFORCE gradients here are ~1e-4
+            per weight, so an SGD step has to be large to move the policy at all).
         inner_jobsets, inner_episodes: rollouts per inner step and task (N x E).
         outer_jobsets, outer_episodes: rollouts of the adapted policy per task (N x E).
         normalize_advantage: divide advantages by their std over the task's decisions (keeps the
@@ -89,7 +94,8 @@ class MAML(LightningModule):
 
     def __init__(self, cluster: ClusterConfig = ClusterConfig(), family: WorkloadFamily = WorkloadFamily(),
                  policy: PolicySpec = PolicySpec(), baseline: Baseline | None = None, meta_batch: int = 8,
-                 inner_steps: int = 1, inner_lr: float = 0.05, inner_jobsets: int = 10, inner_episodes: int = 10,
+                 inner_steps: int = 1, inner_lr: float = 0.05, inner_optimizer: str = "sgd",
+                 inner_jobsets: int = 10, inner_episodes: int = 10,
                  outer_jobsets: int = 10, outer_episodes: int = 10, normalize_advantage: bool = True,
                  meta_lr: float = 1e-3, first_order: bool = False, iterations_per_epoch: int = 100,
                  val_jobsets: int = 100, val_seed: int = 900_001, eval_greedy: bool = False, seed: int = 0):
@@ -100,8 +106,8 @@ class MAML(LightningModule):
                      "iterations_per_epoch", "val_jobsets"):
             if self.hparams[name] < 1:
                 raise ConfigError(f"MAML.{name} must be >= 1, got {self.hparams[name]}")
-        if not inner_lr > 0:
-            raise ConfigError(f"MAML.inner_lr must be > 0, got {inner_lr}")
+        self.inner = AdaptationSettings(steps=inner_steps, jobsets=inner_jobsets, episodes=inner_episodes, lr=inner_lr,
+                                        optimizer=inner_optimizer, normalize_advantage=normalize_advantage)
         self.cluster = cluster.replace(observation="none")
         family.validate(self.cluster)
         self.family = family
@@ -149,7 +155,7 @@ class MAML(LightningModule):
         meta_opt.zero_grad()
         with contextlib.ExitStack() as stack:
             learners = [stack.enter_context(higher.innerloop_ctx(
-                self.net, torch.optim.SGD(self.net.parameters(), lr=hp.inner_lr),
+                self.net, self.inner.make_optimizer(self.net.parameters()),
                 copy_initial_weights=False, track_higher_grads=not hp.first_order)) for _ in tasks]
             fnets = [fnet for fnet, _ in learners]
             for step in range(hp.inner_steps):
@@ -207,6 +213,4 @@ class MAML(LightningModule):
         checkpoint[CHECKPOINT_KEY] = policy_checkpoint(self.net, greedy=self.hparams.eval_greedy)
         hp = self.hparams
         # scripts/adapt.py adapts with the inner loop the meta-policy was trained for
-        checkpoint[CHECKPOINT_KEY]["adaptation"] = {"lr": hp.inner_lr, "jobsets": hp.inner_jobsets,
-                                                    "episodes": hp.inner_episodes,
-                                                    "normalize_advantage": hp.normalize_advantage}
+        checkpoint[CHECKPOINT_KEY]["adaptation"] = {k: v for k, v in vars(self.inner).items() if k != "steps"}
