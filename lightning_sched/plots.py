@@ -15,8 +15,17 @@ STYLE = {"tetris": ("tab:blue", "s"), "sjf": ("tab:orange", "^"), "packer": ("ta
          "random": ("tab:gray", "x"), "edf": ("tab:purple", "d")}
 
 
+_LEARNED_COLORS = ("black", "tab:red", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+_learned: dict[str, str] = {}
+
+
 def _style(name: str):
-    return STYLE.get(name, (None, "o"))
+    """Fixed colours for the heuristics; learned policies get the next free colour of their own."""
+    if name in STYLE:
+        return STYLE[name]
+    if name not in _learned:
+        _learned[name] = _LEARNED_COLORS[len(_learned) % len(_LEARNED_COLORS)]
+    return _learned[name], "o"
 
 
 def slowdown_vs_load(results: dict[str, dict[float, tuple[float, float]]], title: str = ""):
