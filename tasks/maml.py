@@ -102,6 +102,8 @@ class MAML(LightningModule):
         super().__init__()
         self.save_hyperparameters(ignore=["baseline"])
         self.automatic_optimization = False
+        if meta_batch >= 100:
+            raise ConfigError(f"MAML.meta_batch must be < 100 (jobset seed streams), got {meta_batch}")
         for name in ("meta_batch", "inner_steps", "inner_jobsets", "inner_episodes", "outer_jobsets", "outer_episodes",
                      "iterations_per_epoch", "val_jobsets"):
             if self.hparams[name] < 1:
@@ -127,8 +129,9 @@ class MAML(LightningModule):
 
     # ----- tasks and rollouts -----------------------------------------------------------------------
     def _seed(self, stream: int) -> int:
-        world, rank = self.trainer.world_size, self.trainer.global_rank
-        return ((self.hparams.seed * 1_000_003 + self.global_step) * 4099 + rank * 7 + stream) * world
+        """Seed of one stream of this iteration and rank: 0 the tasks, 1 + 100 * step the inner
+        rollouts of each step, 1000 the outer ones; task k of a stream adds k (meta_batch < 100)."""
+        return (self.hparams.seed * 1_000_003 + self.global_step) * 4099 + self.trainer.global_rank * 100_003 + stream
 
     def draw_tasks(self):
         """This rank's meta-batch of workloads (split over DDP ranks)."""
@@ -159,7 +162,7 @@ class MAML(LightningModule):
                 copy_initial_weights=False, track_higher_grads=not hp.first_order)) for _ in tasks]
             fnets = [fnet for fnet, _ in learners]
             for step in range(hp.inner_steps):
-                traj, rows = self.rollout(fnets, tasks, hp.inner_jobsets, hp.inner_episodes, stream=1 + step)
+                traj, rows = self.rollout(fnets, tasks, hp.inner_jobsets, hp.inner_episodes, stream=1 + 100 * step)
                 for (fnet, diffopt), part in zip(learners, traj.split(rows)):
                     inner_step(fnet, diffopt, part, self.baseline, hp.inner_episodes, hp.normalize_advantage)
             traj, rows = self.rollout(fnets, tasks, hp.outer_jobsets, hp.outer_episodes, stream=1000)
