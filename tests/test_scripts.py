@@ -65,3 +65,13 @@ def test_bench_train_prints_its_parts_and_json():
     result = json.loads(out.strip().splitlines()[-1])
     assert result["threads"] == 1 and result["jobsets"] == 2
     assert 0 < result["rollout_s"] <= result["iteration_s"] and result["decisions"] > 0
+
+
+def test_bench_maml_times_a_meta_iteration(tmp_path):
+    config = tmp_path / "tiny_maml.yaml"
+    config.write_text("model:\n  init_args:\n    family: {simu_len: 10}\n    meta_batch: 2\n    inner_jobsets: 2\n"
+                      "    inner_episodes: 2\n    outer_jobsets: 2\n    outer_episodes: 2\n")
+    out = run("scripts/bench_maml.py", "--config", str(config), "--repeats", "1", "--threads", "1").stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["meta_batch"] == 2 and result["episodes"] == 2 * (2 * 2 + 2 * 2)
+    assert result["meta_iteration_s"] > 0 and len(result["all_s"]) == 2

@@ -1,0 +1,66 @@
+"""Benchmark of one MAML meta-iteration (issue 4) at a config's meta-batch (default configs/maml.yaml):
+meta_batch tasks, inner rollouts and steps through higher, outer rollouts, the meta-gradient and
+Adam's step, timed around Lightning's training step. Medians over --repeats after one warm-up;
+prints a line and, last, a JSON line.
+
+    python scripts/bench_maml.py [--config configs/maml.yaml] [--first_order] [--threads 2] [--repeats 5]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from _common import ROOT, set_threads
+
+import torch
+import yaml
+from lightning.pytorch import Callback, Trainer
+
+from lightning_sched import ClusterConfig, WorkloadFamily
+from lightning_sched.policies import PolicySpec
+from tasks.maml import MAML
+
+
+class Stopwatch(Callback):
+    def __init__(self):
+        self.seconds = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.seconds.append(time.perf_counter() - self.start)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default=str(ROOT / "configs" / "maml.yaml"))
+    ap.add_argument("--first_order", action="store_true")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    threads = set_threads(args.threads)
+    init = dict(yaml.safe_load(open(args.config))["model"]["init_args"])
+    init["cluster"] = ClusterConfig(**init.get("cluster", {}))
+    init["family"] = WorkloadFamily(**init["family"])
+    init["policy"] = PolicySpec(**init.get("policy", {}))
+    init["first_order"] = args.first_order
+    module = MAML(**init)
+    watch = Stopwatch()
+    Trainer(max_steps=args.repeats + 1, logger=False, enable_progress_bar=False, enable_checkpointing=False,
+            enable_model_summary=False, limit_val_batches=0, callbacks=[watch]).fit(module)
+    median = statistics.median(watch.seconds[1:])
+    hp = module.hparams
+    episodes = hp.meta_batch * (hp.inner_steps * hp.inner_jobsets * hp.inner_episodes + hp.outer_jobsets * hp.outer_episodes)
+    print(f"threads={threads} torch={torch.__version__} {args.config}: meta_batch {hp.meta_batch}, inner_steps "
+          f"{hp.inner_steps}, {episodes} episodes, {'first' if args.first_order else 'second'} order: "
+          f"{median:.3f} s per meta-iteration (median of {args.repeats})")
+    print(json.dumps({"threads": threads, "config": args.config, "meta_batch": hp.meta_batch, "inner_steps": hp.inner_steps,
+                      "episodes": episodes, "first_order": args.first_order, "repeats": args.repeats,
+                      "meta_iteration_s": round(median, 4), "all_s": [round(s, 4) for s in watch.seconds]}))
+
+
+if __name__ == "__main__":
+    main()
