@@ -34,6 +34,7 @@ conformance: setup
 bench: setup
 	$(BIN)/python scripts/bench_env.py
 	$(BIN)/python scripts/bench_train.py
+	$(BIN)/python scripts/bench_maml.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
