@@ -90,10 +90,18 @@ class ClusterConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def differences(self, other: "ClusterConfig") -> dict:
-        """{field: (self's value, other's value)} for every field that differs."""
-        return {f.name: (getattr(self, f.name), getattr(other, f.name))
-                for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)}
+    def differences(self, other: "ClusterConfig", ignore: tuple[str, ...] = ()) -> dict:
+        """{field: (self's value, other's value)} for every field that differs, except `ignore`."""
+        return {f.name: (getattr(self, f.name), getattr(other, f.name)) for f in fields(self)
+                if f.name not in ignore and getattr(self, f.name) != getattr(other, f.name)}
+
+    def require_same_cluster(self, other: "ClusterConfig", mine: str, theirs: str) -> None:
+        """Raise ConfigError naming every field that differs between two clusters a policy must share
+        (the observation mode does not matter: policies read the structured state)."""
+        differs = self.differences(other, ignore=("observation",))
+        if differs:
+            raise ConfigError(f"the {mine}'s ClusterConfig differs from the {theirs}'s in "
+                              + ", ".join(f"{k} ({mine} {a!r}, {theirs} {b!r})" for k, (a, b) in differs.items()))
 
     def replace(self, **changes) -> "ClusterConfig":
         return ClusterConfig(**{**self.to_dict(), **changes})

@@ -117,9 +117,7 @@ def main(argv=None) -> int:
         # a checkpoint fixes the cluster; all policies in one table must share it
         cluster = policies[0][2]
         for name, _, other in policies[1:]:
-            diff = cluster.replace(observation="none").differences(other.replace(observation="none"))
-            if diff:
-                raise ConfigError(f"{name}: ClusterConfig differs from {policies[0][0]}'s in {diff}")
+            cluster.require_same_cluster(other, policies[0][0], name)
         trace_counts = {}  # with --trace, every JSON line also says what the mapping dropped and clipped
         if args.jobset_file and args.trace:
             raise ConfigError("give --jobset_file or --trace, not both")

@@ -30,6 +30,7 @@ from lightning.pytorch.loggers import WandbLogger  # noqa: E402
 from jsonargparse import lazy_instance  # noqa: E402
 
 from callbacks import HeuristicComparison  # noqa: E402
+from lightning_sched import ClusterConfig, ConfigError  # noqa: E402
 from tasks.reinforce import Reinforce  # noqa: E402
 
 
@@ -53,18 +54,19 @@ class SchedulerCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         """LightningCLI lets a checkpoint's hyperparameters override the config; a cluster that differs
         would then be replaced silently, so it is an error naming the fields instead."""
-        def cluster() -> dict | None:
+        def cluster() -> ClusterConfig | None:
             model = self.config.get(self.config.get("subcommand") or "", {}).get("model") or {}
             found = (model.get("init_args") or {}).get("cluster")
-            return None if found is None else {k: v for k, v in dict(found).items() if k != "observation"}
+            return None if found is None else ClusterConfig(**dict(found))
 
         asked = cluster()
         super()._parse_ckpt_path()
         saved = cluster()
-        if asked is not None and saved is not None and asked != saved:
-            fields = ", ".join(f"{k} (checkpoint {saved.get(k)!r}, config {asked.get(k)!r})"
-                               for k in sorted(set(asked) | set(saved)) if asked.get(k) != saved.get(k))
-            raise SystemExit(f"error: the checkpoint's ClusterConfig differs from the config's in {fields}")
+        if asked is not None and saved is not None:
+            try:
+                saved.require_same_cluster(asked, "checkpoint", "config")
+            except ConfigError as error:
+                raise SystemExit(f"error: {error}") from None
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config)

@@ -31,12 +31,14 @@ from lightning_sched import ClusterConfig, JobSet, WorkloadFamily
 from lightning_sched.adaptation import AdaptationSettings
 from lightning_sched.baselines import Baseline, TimeIndexedBaseline
 from lightning_sched.config import ConfigError
-from lightning_sched.evaluation import evaluate, make_jobsets
-from lightning_sched.objectives import METRICS, episode_metrics
-from lightning_sched.policies import (CHECKPOINT_KEY, NetworkPolicy, PolicySpec, make_policy,
+from lightning_sched.evaluation import make_jobsets
+from lightning_sched.objectives import episode_metrics
+from lightning_sched.policies import (CHECKPOINT_KEY, PolicySpec, make_policy,
                                       policy_checkpoint)
 from lightning_sched.policy_gradient import PolicyGradient, policy_gradient
 from lightning_sched.rollout import Trajectories, collect
+
+from .reinforce import evaluate_and_log
 
 
 class TaskBlocks:
@@ -205,15 +207,9 @@ class MAML(LightningModule):
         return self._val_jobs
 
     def validation_step(self, batch, batch_idx):
-        policy = NetworkPolicy(self.net, greedy=self.hparams.eval_greedy,
-                               generator=torch.Generator(device=self.device).manual_seed(self.hparams.val_seed))
-        self.last_eval = evaluate(policy, self.cluster, self.val_jobs, device=self.device)
-        s = self.last_eval.summary
-        self.log_dict({f"eval/{m}": s[m] for m in METRICS}, on_epoch=True, batch_size=1, sync_dist=True)
-        self.log("eval_slowdown", s["mean_slowdown"], prog_bar=True, logger=False, on_epoch=True, batch_size=1)
+        self.last_eval = evaluate_and_log(self, self.val_jobs, "eval")
 
     def on_save_checkpoint(self, checkpoint):
         checkpoint[CHECKPOINT_KEY] = policy_checkpoint(self.net, greedy=self.hparams.eval_greedy)
-        hp = self.hparams
         # scripts/adapt.py adapts with the inner loop the meta-policy was trained for
         checkpoint[CHECKPOINT_KEY]["adaptation"] = {k: v for k, v in vars(self.inner).items() if k != "steps"}

@@ -159,27 +159,11 @@ class Reinforce(LightningModule):
                                    eps=self.hparams.rmsprop_eps)
 
     # ----- evaluation --------------------------------------------------------------------------
-    def evaluate_policy(self, jobs: JobSet) -> EvalResult:
-        """SPEC's episode metrics of the current policy on fixed jobsets (greedy by default)."""
-        generator = torch.Generator(device=self.device).manual_seed(self.hparams.val_seed)
-        policy = NetworkPolicy(self.net, greedy=self.hparams.eval_greedy, generator=generator)
-        return evaluate(policy, self.cluster, jobs, device=self.device)
-
-    def _log_eval(self, prefix: str, result: EvalResult) -> None:
-        s = result.summary
-        values = {f"{prefix}/{m}": s[m] for m in METRICS}
-        values.update({f"{prefix}/{m}_ci95": s[f"{m}_ci95"] for m in METRICS})
-        values[f"{prefix}/unfinished_jobs"] = float(s["unfinished_jobs"])
-        self.log_dict(values, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
-        self.log("eval_slowdown", s["mean_slowdown"], prog_bar=True, logger=False, on_epoch=True, batch_size=1)
-
     def validation_step(self, batch, batch_idx):
-        self.last_eval = self.evaluate_policy(self.val_jobs)
-        self._log_eval("eval", self.last_eval)
+        self.last_eval = evaluate_and_log(self, self.val_jobs, "eval")
 
     def test_step(self, batch, batch_idx):
-        jobs = make_jobsets(self.workload, self.hparams.test_jobsets, self.hparams.test_seed)
-        self._log_eval("test", self.evaluate_policy(jobs))
+        evaluate_and_log(self, make_jobsets(self.workload, self.hparams.test_jobsets, self.hparams.test_seed), "test")
 
     # ----- checkpoints: the policy alone, readable without this module ------------------------------
     def on_save_checkpoint(self, checkpoint):
@@ -189,20 +173,33 @@ class Reinforce(LightningModule):
     def on_load_checkpoint(self, checkpoint):
         saved = checkpoint.get(CHECKPOINT_KEY, {}).get("cluster")
         if saved is not None:
-            differs = ClusterConfig(**saved).replace(observation="none").differences(self.cluster)
-            if differs:
-                raise ConfigError("the checkpoint's ClusterConfig differs from this run's in "
-                                  + ", ".join(f"{k} (checkpoint {a!r}, run {b!r})" for k, (a, b) in differs.items()))
+            ClusterConfig(**saved).require_same_cluster(self.cluster, "checkpoint", "run")
         if "sampler_state" in checkpoint and self.sampler.device.type == "cpu":
             self.sampler.set_state(checkpoint["sampler_state"])
+
+
+def evaluate_and_log(module: LightningModule, jobs: JobSet, prefix: str) -> EvalResult:
+    """SPEC's episode metrics of `module.net` on fixed jobsets (sampled with the seed val_seed, or
+    greedy with eval_greedy), logged as `<prefix>/<metric>` and `<prefix>/<metric>_ci95`; shared by
+    the tasks' validation and test steps."""
+    hp = module.hparams
+    generator = torch.Generator(device=module.device).manual_seed(hp.val_seed)
+    policy = NetworkPolicy(module.net, greedy=hp.eval_greedy, generator=generator)
+    result = evaluate(policy, module.cluster, jobs, device=module.device)
+    s = result.summary
+    values = {f"{prefix}/{m}": s[m] for m in METRICS}
+    values.update({f"{prefix}/{m}_ci95": s[f"{m}_ci95"] for m in METRICS})
+    values[f"{prefix}/unfinished_jobs"] = float(s["unfinished_jobs"])
+    module.log_dict(values, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
+    module.log("eval_slowdown", s["mean_slowdown"], prog_bar=True, logger=False, on_epoch=True, batch_size=1)
+    return result
 
 
 def warm_start(path: str, cluster: ClusterConfig, spec: PolicySpec) -> dict:
     """The policy weights of checkpoint `path`, refused with the differing fields when its cluster
     or network is not this run's."""
     net, cfg, _ = load_network(path)
-    differs = cfg.replace(observation="none").differences(cluster)
-    differs.update({k: v for k, v in {"policy": (net.spec, spec)}.items() if net.spec != spec})
-    if differs:
-        raise ConfigError(f"init_from={path}: differs from this run in " + ", ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in differs.items()))
+    cfg.require_same_cluster(cluster, f"init_from={path}", "run")
+    if net.spec != spec:
+        raise ConfigError(f"init_from={path}: its policy {net.spec!r} is not this run's {spec!r}")
     return net.state_dict()

@@ -153,5 +153,5 @@ def test_warm_start_from_a_checkpoint_and_refusal_of_another_cluster(smoke_run):
     saved = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
     module = Reinforce(init_from=str(ckpt))
     assert torch.equal(module.net.first.weight, saved["net.first.weight"])
-    with pytest.raises(ConfigError, match="num_slots 10 vs 5"):
+    with pytest.raises(ConfigError, match=r"num_slots \(init_from=\S+ 10, run 5\)"):
         Reinforce(cluster=ClusterConfig(num_slots=5), init_from=str(ckpt))
