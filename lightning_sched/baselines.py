@@ -37,3 +37,29 @@ class NoBaseline(Baseline):
 
     def advantages(self, returns, active, time, episodes):
         return torch.where(active, returns, 0.0)
+
+
+class ClusterTimeBaseline(Baseline):
+    """A baseline indexed by cluster time instead of decision count: for a decision taken at time
+    t, b is the mean over the E episodes of the jobset of the return from each episode's first
+    decision at time >= t (0 for an episode that ended before t).
+
+    DeepRM's b_t compares the t-th decisions of the episodes, which happen at different cluster
+    times once the episodes diverge (one scheduled three jobs in a step, another one), and it
+    zero-pads the shorter episodes: late decisions of long episodes get biased advantages.
+    Comparing returns at the same cluster time compares like with like. Decisions within one
+    time step share their return (rewards come when time advances), so they share b too.
+    """
+
+    def advantages(self, returns, active, time, episodes):
+        s, b = returns.shape
+        last = int(time[active].max()) if bool(active.any()) else 0
+        # per episode, the index of its first decision at time >= tau, for tau = 0..last: [B, last+1]
+        times = torch.where(active, time, last + 1).T.contiguous()  # [B, S], non-decreasing in s
+        taus = torch.arange(last + 1, device=time.device).expand(b, -1).contiguous()
+        first = torch.searchsorted(times, taus)  # == S when the episode ended before tau
+        padded = torch.cat([torch.where(active, returns, 0.0), returns.new_zeros(1, b)]).T  # [B, S+1]
+        at_time = padded.gather(1, first)  # [B, last+1]: the episode's return from time tau on
+        mean = at_time.view(b // episodes, episodes, -1).mean(1, keepdim=True)  # [N, 1, last+1]
+        baseline = mean.expand(-1, episodes, -1).reshape(b, -1).gather(1, time.T.clamp(0, last)).T  # [S, B]
+        return torch.where(active, returns - baseline, 0.0)

@@ -54,6 +54,9 @@ class ClusterState:
     finished_count: LongTensor[B]       jobs with f_j <= time
     finished_weight: DoubleTensor[B]
     util_sum:     DoubleTensor[B]       sum of per-step utilization (episode metric)
+    pending_due:  LongTensor[B, max_time+2] (objective "deadline" only, else [B, 0]): jobs whose
+                  deadline is t and that are not scheduled to finish by it, at column min(t,
+                  max_time+1); the deadline reward reads one column a step instead of every job
     terminated, truncated: BoolTensor[B]
     """
 
@@ -79,6 +82,7 @@ class ClusterState:
     finished_count: torch.Tensor
     finished_weight: torch.Tensor
     util_sum: torch.Tensor
+    pending_due: torch.Tensor
     terminated: torch.Tensor
     truncated: torch.Tensor
 
@@ -162,12 +166,24 @@ def init_state(jobs: JobSet, cfg: ClusterConfig) -> ClusterState:
         finished_count=zeros.clone(),
         finished_weight=torch.zeros(b, dtype=torch.float64, device=device),
         util_sum=torch.zeros(b, dtype=torch.float64, device=device),
+        pending_due=_pending_due(deadline, duration, cfg),
         terminated=torch.zeros(b, dtype=torch.bool, device=device),
         truncated=torch.zeros(b, dtype=torch.bool, device=device),
     )
     state.num_arrived = _count_arrived(state, state.time)
     _update_slots(state, cfg)
     return state
+
+
+def _pending_due(deadline: torch.Tensor, duration: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor:
+    """Jobs falling due at each time, none scheduled yet: LongTensor[B, max_time+2] ([B, 0] unless
+    the objective is "deadline"). Deadlines past max_time+1 share the last column, never read."""
+    b = deadline.shape[0]
+    if cfg.objective != "deadline":
+        return deadline.new_zeros(b, 0)
+    due = deadline.new_zeros(b, cfg.max_time + 2)
+    column = deadline[:, :-1].clamp(max=cfg.max_time + 1)
+    return due.scatter_add_(1, column.clamp(min=0), (duration[:, :-1] > 0).long())  # padding adds 0
 
 
 # ----- pieces of a step ------------------------------------------------------------------------
@@ -260,6 +276,11 @@ def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) ->
     offset = lowest_bit(window).clamp(min=0)
     start = state.time + offset
     state.start.scatter_(1, job.unsqueeze(1), torch.where(schedule, start, -1).unsqueeze(1))
+    if cfg.objective == "deadline":  # a job that will finish by its deadline no longer counts as pending
+        deadline = state.deadline.gather(1, job.unsqueeze(1)).squeeze(1)
+        meets = schedule & (start + duration <= deadline)
+        column = deadline.clamp(0, cfg.max_time + 1).unsqueeze(1)
+        state.pending_due.scatter_add_(1, column, -meets.long().unsqueeze(1))
     one = torch.ones_like(window)
     rows = (((one << duration.to(one.dtype)) - 1) << offset.to(one.dtype)).view(-1, 1, 1)  # 0 when not scheduling
     levels = torch.arange(cfg.resource_units + 2, device=action.device)

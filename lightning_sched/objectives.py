@@ -34,10 +34,15 @@ def interval_reward(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
     if cfg.objective == "utilization":
         return utilization_now(state, cfg)
     if cfg.objective == "deadline":
+        due = state.time + 1
+        if state.pending_due.shape[1]:
+            # jobs due at t+1 not scheduled to finish by then, counted as they were scheduled
+            # (cluster.ClusterState.pending_due): one column a step
+            return -state.pending_due.gather(1, due.clamp(max=cfg.max_time + 1).unsqueeze(1)).squeeze(1).double()
+        # a state built for another objective keeps no count: look at every job
         length = state.max_jobs
-        finish = finish_times(state)
-        due = state.deadline[:, :length] == (state.time + 1).unsqueeze(1)
-        return -(due & (finish > (state.time + 1).unsqueeze(1))).sum(1).double()
+        missed = (state.deadline[:, :length] == due.unsqueeze(1)) & (finish_times(state) > due.unsqueeze(1))
+        return -missed.sum(1).double()
     raise ValueError(f"unknown objective {cfg.objective!r}")  # ClusterConfig refuses it earlier
 
 

@@ -1,5 +1,7 @@
 """The pieces of DeepRM's policy-gradient update (Mao et al. 2016, section 4.2, Figure 3) as pure
-functions, shared by REINFORCE (tasks/reinforce.py) and the MAML inner loop (tasks/maml.py)."""
+functions, shared by REINFORCE (tasks/reinforce.py) and the MAML inner loop (tasks/maml.py), and
+the losses of the upgraded recipe: PPO-style clipped reuse of a batch and imitation of a
+heuristic (DeepRM's supervised pre-training)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,7 +34,11 @@ class PolicyGradient:
     max_return: torch.Tensor
     entropy: torch.Tensor  # mean policy entropy over decisions
     decisions: int
-
+    # the decisions themselves, for more steps on the same batch (clipped_surrogate): [D, ...]
+    features: dict[str, torch.Tensor]
+    action: torch.Tensor
+    advantage: torch.Tensor
+    old_log_prob: torch.Tensor  # log pi_old(a|s) of the policy that collected them
 
 def policy_gradient(net, traj: Trajectories, baseline: Baseline, episodes: int, gamma: float = 1.0,
                     entropy_weight: float = 0.0, normalize_advantage: bool = False) -> PolicyGradient:
@@ -41,7 +47,8 @@ def policy_gradient(net, traj: Trajectories, baseline: Baseline, episodes: int, 
     traj: B = N*E episodes, rows b*E..b*E+E-1 replaying jobset b. The loss is the mean over all
     decisions of -log pi * advantage (DeepRM's code divides by the number of decisions), minus
     `entropy_weight` times the mean entropy. `normalize_advantage` divides the advantages by their
-    standard deviation over the decisions (not DeepRM's; used by MAML's plain-SGD inner step).
+    standard deviation over the decisions (not DeepRM's): the step size then no longer scales with
+    the reward's magnitude, which grows with load.
     """
     returns = discounted_returns(traj.reward, gamma)  # [S, B]
     advantage = baseline.advantages(returns, traj.active, traj.time, episodes)  # [S, B]
@@ -50,7 +57,28 @@ def policy_gradient(net, traj: Trajectories, baseline: Baseline, episodes: int, 
         advantage = advantage / (advantage[active].std() + 1e-8)
     features = {k: v[active] for k, v in traj.features.items()}  # the decisions, [D, ...]
     log_prob, entropy = policy_log_prob(net, features, traj.action[active])
-    loss = -(log_prob * advantage[active].detach()).mean() - entropy_weight * entropy.mean()
+    advantage = advantage[active].detach()
+    loss = -(log_prob * advantage).mean() - entropy_weight * entropy.mean()
     episode_return = returns[0]
     return PolicyGradient(loss, episode_return.mean(), episode_return.max(), entropy.mean().detach(),
-                          int(active.sum()))
+                          int(active.sum()), features, traj.action[active], advantage, log_prob.detach())
+
+
+def clipped_surrogate(net, pg: PolicyGradient, clip: float, entropy_weight: float = 0.0) -> torch.Tensor:
+    """PPO's clipped objective (Schulman et al. 2017) on the decisions of an earlier `policy_gradient`,
+    for further steps on the same batch: with r = pi(a|s) / pi_old(a|s), the loss is
+    -mean(min(r A, clip(r, 1-clip, 1+clip) A)) - entropy_weight * mean entropy. At r = 1 (the first
+    step) its gradient is the policy gradient's; the clip stops the reuse once the policy has moved
+    more than `clip` on a decision."""
+    log_prob, entropy = policy_log_prob(net, pg.features, pg.action)
+    ratio = (log_prob - pg.old_log_prob).exp()
+    surrogate = torch.minimum(ratio * pg.advantage, ratio.clamp(1 - clip, 1 + clip) * pg.advantage)
+    return -surrogate.mean() - entropy_weight * entropy.mean()
+
+
+def imitation_loss(net, traj: Trajectories) -> torch.Tensor:
+    """Cross-entropy of the network's policy against the actions a teacher took (rollout.collect
+    with `teacher`): -mean over decisions of log pi(a_teacher | s)."""
+    active = traj.active
+    log_prob, _ = policy_log_prob(net, {k: v[active] for k, v in traj.features.items()}, traj.action[active])
+    return -log_prob.mean()

@@ -92,16 +92,18 @@ class Trajectories:
 
 @torch.no_grad()
 def collect(net, cfg: ClusterConfig, jobs: JobSet, greedy: bool = False,
-            generator: torch.Generator | None = None) -> Trajectories:
+            generator: torch.Generator | None = None, teacher: Policy | None = None) -> Trajectories:
     """Roll out a policy network on every row of `jobs`, recording each decision. `net` has
     `encode(obs) -> features` and `frozen() -> (features -> logits)` (policies.ImagePolicy).
-    Actions are sampled from the policy (greedy: its argmax)."""
+    Actions are sampled from the policy (greedy: its argmax); with `teacher` (e.g. a heuristic)
+    the teacher acts instead and the network's features of the states it visits are recorded
+    (imitation learning)."""
     features, actions, rewards, actives, times = [], [], [], [], []
     logits = net.frozen()  # the weights do not change during a rollout
 
     def policy(obs):
         f = net.encode(obs)
-        obs["action"] = sample_actions(logits(f), greedy, generator)
+        obs["action"] = teacher(obs)["action"] if teacher else sample_actions(logits(f), greedy, generator)
         features.append(f)
         actions.append(obs["action"])
         return obs

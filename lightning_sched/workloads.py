@@ -7,7 +7,7 @@ A workload has `sample(batch_size, generator, device) -> JobSet` with a fixed nu
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -233,6 +233,14 @@ class WorkloadFamily:
         self._densest = self.workload(load=self.load[1], short_prob=self.short_prob[1],
                                       **{name: (getattr(self, name)[0][0], getattr(self, name)[1][0])
                                          for name in ("short_len", "long_len", "dominant_units", "other_units")})
+
+    def with_load_upto(self, fraction: float) -> "WorkloadFamily":
+        """The family with its load range cut to the first `fraction` of it (a curriculum over load:
+        training starts on the light end)."""
+        if not 0 < fraction <= 1:
+            raise ConfigError(f"WorkloadFamily.with_load_upto: fraction must be in (0, 1], got {fraction}")
+        low, high = self.load
+        return replace(self, load=(low, low + (high - low) * fraction))
 
     def workload(self, **params) -> DeepRMWorkload:
         return DeepRMWorkload(simu_len=self.simu_len, arrivals=self.arrivals, num_resources=self.num_resources,

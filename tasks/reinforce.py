@@ -9,6 +9,11 @@ LightningModule.
         dtheta = sum_t grad log pi(a_t|s_t) (v_t - b_t)   (policy_gradient.policy_gradient)
         one optimizer step                                (RMSprop, lr 0.001: DeepRM's)
 
+The upgrades of issue 5 are switches, all off by default (DeepRM's recipe): a masked softmax
+(`policy.masked`), an entropy bonus with a linear schedule, advantage normalisation, a baseline
+indexed by cluster time (`baseline: ClusterTimeBaseline`), PPO-style clipped reuse of each batch
+(`ppo_epochs`), a curriculum over load, and a warm start that imitates a heuristic first.
+
 The dataloader only paces iterations; each iteration's jobsets come from a generator seeded by
 (seed, iteration, rank), so ranks under DDP draw different jobsets, a resumed run draws the same
 ones, and Lightning's DDP averages the ranks' gradients (parameters stay identical).
@@ -28,7 +33,8 @@ from lightning_sched.evaluation import EvalResult, evaluate, make_jobsets
 from lightning_sched.objectives import METRICS, episode_metrics
 from lightning_sched.policies import (CHECKPOINT_KEY, NetworkPolicy, PolicySpec, load_network, make_policy,
                                       policy_checkpoint)
-from lightning_sched.policy_gradient import policy_gradient
+from lightning_sched.heuristics import make_heuristic
+from lightning_sched.policy_gradient import clipped_surrogate, imitation_loss, policy_gradient
 from lightning_sched.rollout import collect
 from lightning_sched.traces import TraceWorkload
 
@@ -48,7 +54,19 @@ class Reinforce(LightningModule):
         lr: RMSprop learning rate. DeepRM: 0.001.
         rmsprop_alpha: RMSprop's squared-gradient decay. DeepRM: 0.9.
         rmsprop_eps: DeepRM: 1e-9.
-        entropy_weight: weight of an entropy bonus. DeepRM: 0.
+        entropy_weight: weight of an entropy bonus (at the first iteration). DeepRM: 0.
+        entropy_weight_end, entropy_decay_iterations: with entropy_weight_end set, the weight
+            moves linearly to it over entropy_decay_iterations iterations, then stays: explore
+            early, commit later.
+        normalize_advantage: divide the advantages by their standard deviation over the batch.
+        ppo_epochs: optimizer steps per batch of rollouts. 1 (DeepRM): one policy-gradient step;
+            K > 1: K - 1 more steps on the same decisions with PPO's clipped objective
+            (`ppo_clip`). trainer.global_step still counts iterations.
+        curriculum_iterations: with a WorkloadFamily, its load range grows from its low end to
+            the full range over this many iterations (0: no curriculum).
+        imitate, imitation_iterations: a heuristic (e.g. "tetris") whose actions the network is
+            first trained to copy by cross-entropy, for this many iterations, before policy
+            gradient (DeepRM's supervised pre-training).
         iterations_per_epoch: iterations between epoch ends (pacing only).
         val_jobsets: jobsets of the fixed validation set (drawn with val_seed).
         val_seed: seed of the validation set; training seeds never reach it.
@@ -66,18 +84,37 @@ class Reinforce(LightningModule):
                  policy: PolicySpec = PolicySpec(), baseline: Baseline | None = None,
                  num_jobsets: int = 100, episodes_per_jobset: int = 20, gamma: float = 1.0,
                  lr: float = 1e-3, rmsprop_alpha: float = 0.9, rmsprop_eps: float = 1e-9,
-                 entropy_weight: float = 0.0, iterations_per_epoch: int = 100,
+                 entropy_weight: float = 0.0, entropy_weight_end: float | None = None,
+                 entropy_decay_iterations: int = 0, normalize_advantage: bool = False,
+                 ppo_epochs: int = 1, ppo_clip: float = 0.2, curriculum_iterations: int = 0,
+                 imitate: str | None = None, imitation_iterations: int = 0, iterations_per_epoch: int = 100,
                  val_jobsets: int = 100, val_seed: int = 900_001, test_jobsets: int = 200, test_seed: int = 12345,
                  eval_greedy: bool = False, seed: int = 0, init_from: str | None = None):
         super().__init__()
         self.save_hyperparameters(ignore=["baseline"])
         for name, value in (("num_jobsets", num_jobsets), ("episodes_per_jobset", episodes_per_jobset),
                             ("iterations_per_epoch", iterations_per_epoch), ("val_jobsets", val_jobsets),
-                            ("test_jobsets", test_jobsets)):
+                            ("test_jobsets", test_jobsets), ("ppo_epochs", ppo_epochs)):
             if value < 1:
                 raise ConfigError(f"Reinforce.{name} must be >= 1, got {value}")
         if not 0 < gamma <= 1:
             raise ConfigError(f"Reinforce.gamma must be in (0, 1], got {gamma}")
+        for name, value in (("entropy_decay_iterations", entropy_decay_iterations),
+                            ("curriculum_iterations", curriculum_iterations), ("imitation_iterations", imitation_iterations)):
+            if value < 0:
+                raise ConfigError(f"Reinforce.{name} must be >= 0, got {value}")
+        if entropy_weight_end is not None and entropy_decay_iterations < 1:
+            raise ConfigError(f"Reinforce.entropy_weight_end={entropy_weight_end} needs entropy_decay_iterations >= 1, "
+                              f"got {entropy_decay_iterations}")
+        if not 0 < ppo_clip < 1:
+            raise ConfigError(f"Reinforce.ppo_clip must be in (0, 1), got {ppo_clip}")
+        if curriculum_iterations and not isinstance(workload, WorkloadFamily):
+            raise ConfigError(f"Reinforce.curriculum_iterations={curriculum_iterations} needs a WorkloadFamily "
+                              f"(a load range), got workload {type(workload).__name__}")
+        if (imitate is None) != (imitation_iterations == 0):
+            raise ConfigError(f"Reinforce.imitate={imitate!r} and imitation_iterations={imitation_iterations}: "
+                              "give both (a heuristic and a number of iterations >= 1) or neither")
+        self.automatic_optimization = False  # ppo_epochs steps per iteration (see optimizer_step)
         # the rollouts never render the image: the network reads structured keys
         self.cluster = cluster.replace(observation="none")
         workload.validate(self.cluster)
@@ -86,6 +123,7 @@ class Reinforce(LightningModule):
         if init_from is not None:
             self.net.load_state_dict(warm_start(init_from, self.cluster, policy))
         self.baseline = baseline or TimeIndexedBaseline()
+        self.teacher = make_heuristic(imitate, self.cluster) if imitate else None
         self.sampler = torch.Generator()
         self.sampler.manual_seed(seed)
         self._val_jobs: JobSet | None = None
@@ -107,7 +145,18 @@ class Reinforce(LightningModule):
         if n % world:
             raise ConfigError(f"Reinforce.num_jobsets={n} must divide evenly over {world} devices")
         seed = (self.hparams.seed * 1_000_003 + self.global_step) * 4099 + rank
-        return make_jobsets(self.workload, n // world, seed).to(self.device)
+        workload = self.workload
+        if self.hparams.curriculum_iterations:
+            workload = workload.with_load_upto(min(1.0, (self.global_step + 1) / self.hparams.curriculum_iterations))
+        return make_jobsets(workload, n // world, seed).to(self.device)
+
+    def entropy_weight(self) -> float:
+        """The entropy bonus's weight at this iteration (a linear schedule, or constant)."""
+        hp = self.hparams
+        if hp.entropy_weight_end is None:
+            return hp.entropy_weight
+        progress = min(1.0, self.global_step / hp.entropy_decay_iterations)
+        return hp.entropy_weight + (hp.entropy_weight_end - hp.entropy_weight) * progress
 
     @property
     def val_jobs(self) -> JobSet:
@@ -119,29 +168,61 @@ class Reinforce(LightningModule):
     # ----- training: DeepRM's Figure 3 --------------------------------------------------------
     def training_step(self, batch, batch_idx):
         start = time.perf_counter()
-        episodes = self.hparams.episodes_per_jobset
+        hp = self.hparams
         if self.sampler.device != self.device:
-            self.sampler = torch.Generator(device=self.device).manual_seed(self.hparams.seed + self.global_step)
+            self.sampler = torch.Generator(device=self.device).manual_seed(hp.seed + self.global_step)
         # 1. N jobsets, E episodes of each, rolled out with pi_theta in one batched env
-        jobs = self.draw_jobsets().repeat_interleave(episodes)
+        jobs = self.draw_jobsets().repeat_interleave(hp.episodes_per_jobset)
+        if self.global_step < hp.imitation_iterations:
+            return self.imitation_step(jobs, start)
         traj = collect(self.net, self.cluster, jobs, generator=self.sampler)
         rollout_s = time.perf_counter() - start
-        # 2-4. returns v_t, time-indexed baseline b_t, loss -mean log pi(a_t|s_t) (v_t - b_t)
-        pg = policy_gradient(self.net, traj, self.baseline, episodes, self.hparams.gamma, self.hparams.entropy_weight)
-        if not torch.isfinite(pg.loss):
-            raise FloatingPointError(
-                f"non-finite loss {pg.loss.item()} at iteration {self.global_step}; training stops here, "
-                "the checkpoints written so far are kept (lower lr?)")
-        # 5. Lightning backpropagates the returned loss and takes one RMSprop step
+        # 2-4. returns v_t, baseline b_t, loss -mean log pi(a_t|s_t) (v_t - b_t)
+        entropy_weight = self.entropy_weight()
+        pg = policy_gradient(self.net, traj, self.baseline, hp.episodes_per_jobset, hp.gamma, entropy_weight,
+                             hp.normalize_advantage)
+        # 5. one optimizer step (RMSprop)
+        self.optimizer_step(pg.loss, last=hp.ppo_epochs == 1)
+        # PPO-style reuse: more steps on the same decisions, clipped where the policy moved too far
+        for epoch in range(1, hp.ppo_epochs):
+            self.optimizer_step(clipped_surrogate(self.net, pg, hp.ppo_clip, entropy_weight), last=epoch == hp.ppo_epochs - 1)
         metrics = episode_metrics(traj.state)
         self.log_dict({"train/mean_return": pg.mean_return, "train/max_return": pg.max_return,
                        **{f"train/{m}": metrics[m].nanmean().float() for m in METRICS},
-                       "train/entropy": pg.entropy, "train/loss": pg.loss.detach()},
+                       "train/entropy": pg.entropy, "train/entropy_weight": entropy_weight,
+                       "train/loss": pg.loss.detach()},
                       on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
         self.log("iteration", float(self.global_step), prog_bar=True, on_step=True, on_epoch=False)
         self.log("return", pg.mean_return, prog_bar=True, on_step=True, on_epoch=False, logger=False)
         self._perf = {"perf/rollout_s": rollout_s, "perf/decisions": float(pg.decisions), "start": start}
-        return pg.loss
+
+    def imitation_step(self, jobs: JobSet, start: float) -> None:
+        """The warm start: the heuristic acts, the network learns to pick its actions."""
+        traj = collect(self.net, self.cluster, jobs, teacher=self.teacher)
+        rollout_s = time.perf_counter() - start
+        loss = imitation_loss(self.net, traj)
+        self.optimizer_step(loss, last=True)
+        self.log_dict({"train/imitation_loss": loss.detach(),
+                       "train/mean_slowdown": episode_metrics(traj.state)["mean_slowdown"].nanmean().float()},
+                      on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
+        self.log("iteration", float(self.global_step), prog_bar=True, on_step=True, on_epoch=False)
+        self._perf = {"perf/rollout_s": rollout_s, "perf/decisions": float(traj.num_decisions), "start": start}
+
+    def optimizer_step(self, loss: torch.Tensor, last: bool) -> None:
+        """One gradient step on `loss`. Lightning's optimizer wrapper counts trainer.global_step, so
+        only an iteration's last step goes through it (global_step counts iterations: max_steps,
+        seeds and checkpoints mean iterations); the steps before it reuse the same batch."""
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"non-finite loss {loss.item()} at iteration {self.global_step}; training stops here, "
+                "the checkpoints written so far are kept (lower lr?)")
+        optimizer = self.optimizers()
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        if last:
+            optimizer.step()
+        else:
+            optimizer.optimizer.step()
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
         # after the optimizer step and before any validation or checkpoint of this iteration: a
@@ -197,9 +278,9 @@ def evaluate_and_log(module: LightningModule, jobs: JobSet, prefix: str) -> Eval
 
 def warm_start(path: str, cluster: ClusterConfig, spec: PolicySpec) -> dict:
     """The policy weights of checkpoint `path`, refused with the differing fields when its cluster
-    or network is not this run's."""
+    or network is not this run's (its objective may differ: the network does not depend on it)."""
     net, cfg, _ = load_network(path)
-    cfg.require_same_cluster(cluster, f"init_from={path}", "run")
+    cfg.require_same_cluster(cluster, f"init_from={path}", "run", reward_may_differ=True)
     if net.spec != spec:
         raise ConfigError(f"init_from={path}: its policy {net.spec!r} is not this run's {spec!r}")
     return net.state_dict()

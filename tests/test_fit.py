@@ -155,3 +155,6 @@ def test_warm_start_from_a_checkpoint_and_refusal_of_another_cluster(smoke_run):
     assert torch.equal(module.net.first.weight, saved["net.first.weight"])
     with pytest.raises(ConfigError, match=r"num_slots \(init_from=\S+ 10, run 5\)"):
         Reinforce(cluster=ClusterConfig(num_slots=5), init_from=str(ckpt))
+    # another objective trains the same network: allowed
+    module = Reinforce(cluster=ClusterConfig(objective="deadline"), init_from=str(ckpt))
+    assert torch.equal(module.net.first.weight, saved["net.first.weight"])
