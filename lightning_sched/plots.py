@@ -28,8 +28,9 @@ def _style(name: str):
     return _learned[name], "o"
 
 
-def slowdown_vs_load(results: dict[str, dict[float, tuple[float, float]]], title: str = ""):
-    """results: {scheme: {load: (mean slowdown, 95% CI half-width)}} -> DeepRM Figure 4 style."""
+def slowdown_vs_load(results: dict[str, dict[float, tuple[float, float]]], title: str = "",
+                     ylabel: str = "average job slowdown"):
+    """results: {scheme: {load: (mean, 95% CI half-width)}} -> DeepRM Figure 4 style (any metric)."""
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, points in results.items():
         loads = sorted(points)
@@ -37,7 +38,7 @@ def slowdown_vs_load(results: dict[str, dict[float, tuple[float, float]]], title
         ax.errorbar(loads, [points[l][0] for l in loads], yerr=[points[l][1] for l in loads], label=name,
                     color=color, marker=marker, capsize=3, linewidth=1.5 if name in STYLE else 2.5)
     ax.set_xlabel("average cluster load (offered load per resource)")
-    ax.set_ylabel("average job slowdown")
+    ax.set_ylabel(ylabel)
     ax.set_title(title or "Mean slowdown vs load (95% CI over jobsets)")
     ax.grid(alpha=0.3)
     ax.legend()
@@ -213,6 +214,66 @@ def adaptation_curves(curves: dict[str, dict[str, dict[int, tuple[float, float]]
         ax.legend(fontsize="x-small")
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def ablation(values: dict[str, dict[float, dict[str, tuple[float, float]]]], metric_labels: dict[str, str],
+             title: str = ""):
+    """Grouped bars, one panel per metric: {variant: {load: {metric: (mean, ci)}}}, one group per
+    load, one bar per variant (heuristics included as variants), 95% CI whiskers."""
+    names = list(values)
+    loads = sorted(next(iter(values.values())))
+    metrics = list(metric_labels)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(7 * len(metrics), 4.2), squeeze=False)
+    width = 0.8 / len(names)
+    cmap = plt.get_cmap("tab20")
+    for ax, metric in zip(axes[0], metrics):
+        for i, name in enumerate(names):
+            x = [j + (i - (len(names) - 1) / 2) * width for j in range(len(loads))]
+            means = [values[name][load][metric][0] for load in loads]
+            cis = [values[name][load][metric][1] for load in loads]
+            color = STYLE[name][0] if name in STYLE else cmap(i % 20)
+            ax.bar(x, means, width, yerr=cis, capsize=2, label=name, color=color,
+                   hatch="//" if name in STYLE else None, edgecolor="white" if name in STYLE else None)
+        ax.set_xticks(range(len(loads)), [f"load {load:g}" for load in loads])
+        ax.set_ylabel(metric_labels[metric])
+        ax.grid(alpha=0.3, axis="y")
+    axes[0][-1].legend(fontsize="x-small", bbox_to_anchor=(1.02, 1), loc="upper left")
+    if title:
+        fig.suptitle(title, fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def cdf_panels(panels: dict[str, dict[str, "torch.Tensor"]], title: str = ""):
+    """Per-job slowdown CDFs side by side: {panel title: {scheme: job slowdowns (NaN ignored)}}."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    for ax, (name, job_slowdowns) in zip(axes[0], panels.items()):
+        _plot_cdf(ax, job_slowdowns)
+        ax.axvline(2.0, color="gray", linewidth=0.8, linestyle=":")
+        ax.set_title(name, fontsize="medium")
+    if title:
+        fig.suptitle(title, fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def recipe_curves(curves: dict[str, dict[str, list[float]]], reference: dict[str, float], title: str = ""):
+    """Validation slowdown of training runs against iterations and against wall time:
+    {run: {"iteration": [...], "wall_s": [...], "slowdown": [...]}}, heuristic lines in `reference`."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4), squeeze=False)
+    for ax, x_key, xlabel in ((axes[0][0], "iteration", "iteration"), (axes[0][1], "wall_s", "training wall time (s)")):
+        for name, curve in curves.items():
+            ax.plot(curve[x_key], curve["slowdown"], marker=".", label=name, color=_style(name)[0])
+        for name, value in reference.items():
+            ax.axhline(value, linestyle="--", color=_style(name)[0], label=name)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("mean slowdown, validation jobsets")
+        ax.grid(alpha=0.3)
+    axes[0][1].legend(fontsize="x-small")
     if title:
         fig.suptitle(title, fontsize="medium")
     fig.tight_layout()

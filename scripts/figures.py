@@ -2,8 +2,16 @@
 
     python scripts/figures.py load_sweep [--ckpt NAME=PATH ...] [--jobsets 200]
 
-load_sweep: mean slowdown vs load 0.1..1.9 (DeepRM Figure 4), heuristics and any checkpoints,
-200 unseen jobsets a point, 95% CIs over jobsets.
+load_sweep: mean slowdown vs load 0.1..1.9 (DeepRM Figure 4) and SLO hit rate vs load, heuristics
+and any checkpoints, 200 unseen jobsets a point, 95% CIs over jobsets; each checkpoint's paired
+difference to the best heuristic at each load in the JSON.
+
+    python scripts/figures.py ablation --ckpt deeprm=A.ckpt "+ mask=B.ckpt" ... [--loads 0.7 1.1 1.5]
+    python scripts/figures.py cdf --ckpt RL=A.ckpt [--loads 0.9 1.3]
+    python scripts/figures.py recipes --run deeprm=runs/a/version_0/metrics.csv upgraded=runs/b/...
+
+ablation: each recipe's mean slowdown and SLO hit rate at a few loads. cdf: per-job slowdown CDF
+per scheme. recipes: validation curves of runs against iterations and against wall time.
 
     python scripts/figures.py trace [--trace PATH] [--compressions 1 2] [--jobsets 200]
 
@@ -63,25 +71,113 @@ def named_policies(cfg: ClusterConfig, heuristics: list[str], ckpts: list[str], 
 
 
 def load_sweep(args) -> None:
+    """Mean slowdown and SLO hit rate vs load for heuristics and checkpoints; for each checkpoint,
+    the paired difference to the best heuristic at each load."""
+    from lightning_sched.evaluation import paired_difference
+
     cfg = ClusterConfig(observation="none")
     policies = named_policies(cfg, args.heuristics, args.ckpt, args.device)
-    results: dict[str, dict[float, tuple[float, float]]] = {name: {} for name in policies}
+    metrics = ("mean_slowdown", "slo_hit_rate")
+    results = {m: {name: {} for name in policies} for m in metrics}
+    versus_best: dict[str, dict[str, dict]] = {name.partition("=")[0]: {} for name in args.ckpt}
     for i, load in enumerate(args.loads):
         jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, EVAL_SEED + i)
-        line = [f"load {load:.1f}"]
+        line, evals = [f"load {load:.1f}"], {}
+        for name, policy in policies.items():
+            evals[name] = evaluate(policy, cfg, jobs, device=args.device)
+            s = evals[name].summary
+            for m in metrics:
+                results[m][name][load] = (s[m], s[m + "_ci95"])
+            line.append(f"{name} {s['mean_slowdown']:.3f}±{s['mean_slowdown_ci95']:.3f} slo {s['slo_hit_rate']:.3f}")
+        best = min(args.heuristics, key=lambda h: evals[h].summary["mean_slowdown"])
+        for name in versus_best:
+            diff, ci = paired_difference(evals[name], evals[best])
+            versus_best[name][str(load)] = {"best_heuristic": best, "slowdown_minus_best": diff, "ci95": ci,
+                                            "ratio_to_best": evals[name].summary["mean_slowdown"] / evals[best].summary["mean_slowdown"]}
+            line.append(f"{name}-{best} {diff:+.3f}±{ci:.3f}")
+        print("  ".join(line), flush=True)
+    out = Path(args.out or FIGURES / "slowdown_vs_load.png")
+    data = {"jobsets": args.jobsets, "seed": EVAL_SEED,
+            "results": {n: {str(l): v for l, v in r.items()} for n, r in results["mean_slowdown"].items()},
+            "slo_hit_rate": {n: {str(l): v for l, v in r.items()} for n, r in results["slo_hit_rate"].items()},
+            "versus_best_heuristic": versus_best}
+    _save(slowdown_vs_load(results["mean_slowdown"], f"Mean slowdown vs load ({args.jobsets} unseen jobsets a point)"),
+          out, data)
+    slo = slowdown_vs_load(results["slo_hit_rate"], f"Share of jobs meeting their deadline (slowdown <= {cfg.slo_slowdown:g}) "
+                           f"vs load ({args.jobsets} jobsets)", ylabel="SLO hit rate")
+    _save(slo, out.with_name(out.stem.replace("slowdown", "slo") + ".png"), data)
+
+
+def ablation(args) -> None:
+    """Mean slowdown and SLO hit rate of each recipe's checkpoint (and heuristics) at a few loads."""
+    from lightning_sched.plots import ablation as plot
+
+    cfg = ClusterConfig(observation="none")
+    policies = named_policies(cfg, args.heuristics, args.ckpt, args.device)
+    metrics = {"mean_slowdown": "mean slowdown", "slo_hit_rate": f"SLO hit rate (slowdown <= {cfg.slo_slowdown:g})"}
+    values = {name: {} for name in policies}
+    for i, load in enumerate(args.loads):
+        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, EVAL_SEED + 100 + i)
         for name, policy in policies.items():
             s = evaluate(policy, cfg, jobs, device=args.device).summary
-            results[name][load] = (s["mean_slowdown"], s["mean_slowdown_ci95"])
-            line.append(f"{name} {s['mean_slowdown']:.3f}±{s['mean_slowdown_ci95']:.3f}")
-        print("  ".join(line), flush=True)
-    fig = slowdown_vs_load(results, f"Mean slowdown vs load ({args.jobsets} unseen jobsets a point)")
-    out = Path(args.out or FIGURES / "slowdown_vs_load.png")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    out.with_suffix(".json").write_text(json.dumps(
-        {"jobsets": args.jobsets, "seed": EVAL_SEED, "results": {n: {str(l): v for l, v in r.items()} for n, r in results.items()}},
-        indent=1))
-    print(f"wrote {out} and {out.with_suffix('.json')}")
+            values[name][load] = {m: (s[m], s[m + "_ci95"]) for m in metrics}
+            print(f"load {load:.1f} {name:28s} slowdown {s['mean_slowdown']:.3f}±{s['mean_slowdown_ci95']:.3f}  "
+                  f"slo {s['slo_hit_rate']:.3f}±{s['slo_hit_rate_ci95']:.3f}", flush=True)
+    fig = plot(values, metrics, title=f"{args.title} ({args.jobsets} unseen jobsets a load, 95% CI)")
+    _save(fig, Path(args.out or FIGURES / "ablation.png"),
+          {"jobsets": args.jobsets, "seeds": [EVAL_SEED + 100 + i for i in range(len(args.loads))],
+           "results": {n: {str(l): v for l, v in r.items()} for n, r in values.items()}})
+
+
+def cdf(args) -> None:
+    """Per-job slowdown CDF per scheme at a few loads (DeepRM's code's slow_down_cdf)."""
+    import torch
+
+    from lightning_sched.plots import cdf_panels
+
+    cfg = ClusterConfig(observation="none")
+    policies = named_policies(cfg, args.heuristics, args.ckpt, args.device)
+    panels, data = {}, {}
+    for i, load in enumerate(args.loads):
+        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, EVAL_SEED + 200 + i)
+        panel, data[str(load)] = {}, {}
+        for name, policy in policies.items():
+            result = evaluate(policy, cfg, jobs, device=args.device)
+            values = result.job_slowdown[~torch.isnan(result.job_slowdown)]
+            panel[name] = values
+            q = torch.quantile(values, torch.tensor([0.5, 0.9, 0.99], dtype=values.dtype))
+            data[str(load)][name] = {"jobs": values.numel(), "share_slowdown_le_2": float((values <= 2).double().mean()),
+                                     "median": float(q[0]), "p90": float(q[1]), "p99": float(q[2]),
+                                     "mean_slowdown": result.summary["mean_slowdown"]}
+            print(f"load {load:.1f} {name:24s} " + " ".join(f"{k} {v:.3f}" for k, v in data[str(load)][name].items()), flush=True)
+        panels[f"load {load:g} ({args.jobsets} unseen jobsets)"] = panel
+    _save(cdf_panels(panels, "Per-job slowdown CDF (dotted: the SLO, slowdown 2)"), Path(args.out or FIGURES / "slowdown_cdf.png"),
+          {"jobsets": args.jobsets, "seeds": [EVAL_SEED + 200 + i for i in range(len(args.loads))], "results": data})
+
+
+def recipes(args) -> None:
+    """Validation curves of several runs on the same axes, against iterations and wall time."""
+    import csv
+
+    from lightning_sched.plots import recipe_curves
+
+    curves, reference = {}, {}
+    for item in args.run:
+        name, _, path = item.partition("=")
+        rows = list(csv.DictReader(open(path)))
+        seconds = {int(r["step"]): float(r["perf/iteration_s"]) for r in rows if r.get("perf/iteration_s")}
+        evals = sorted({int(r["step"]): r for r in rows if r.get("eval/mean_slowdown")}.values(), key=lambda r: int(r["step"]))
+        wall = [sum(v for k, v in seconds.items() if k <= int(r["step"])) for r in evals]
+        curves[name] = {"iteration": [int(r["step"]) + 1 for r in evals], "wall_s": wall,
+                        "slowdown": [float(r["eval/mean_slowdown"]) for r in evals],
+                        "slo_hit_rate": [float(r["eval/slo_hit_rate"]) for r in evals],
+                        "median_iteration_s": sorted(seconds.values())[len(seconds) // 2], "metrics": path}
+        for h in args.heuristics:
+            if evals and evals[-1].get(f"eval/{h}/mean_slowdown"):
+                reference[h] = float(evals[-1][f"eval/{h}/mean_slowdown"])
+        print(name, "best", min(curves[name]["slowdown"]), "median s/iteration", curves[name]["median_iteration_s"])
+    _save(recipe_curves(curves, reference, args.title), Path(args.out or FIGURES / "recipe_learning_curves.png"),
+          {"curves": curves, "heuristics": reference})
 
 
 NASA_TRACE = ROOT.parent / "shared" / "traces" / "NASA-iPSC-1993-3.1-cln.swf.gz"  # never copied into the repo
@@ -301,11 +397,32 @@ def main() -> None:
     sub = ap.add_subparsers(dest="figure", required=True)
     p = sub.add_parser("load_sweep", help="mean slowdown vs load")
     p.add_argument("--loads", type=float, nargs="+", default=LOADS)
-    p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "packer", "random"])
+    p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "packer", "edf", "random"])
     p.add_argument("--ckpt", nargs="*", default=[], help="NAME=PATH.ckpt (acting as the checkpoint says: greedy or sampled)")
     p.add_argument("--jobsets", type=int, default=200)
-    p.add_argument("--out", help="PNG path (default docs/figures/slowdown_vs_load.png)")
+    p.add_argument("--out", help="PNG path (default docs/figures/slowdown_vs_load.png; the SLO figure beside it)")
     p.set_defaults(run=load_sweep)
+    p = sub.add_parser("ablation", help="recipes' checkpoints at a few loads: slowdown and SLO hit rate (issue 5)")
+    p.add_argument("--ckpt", nargs="+", required=True, help="NAME=PATH.ckpt, in the order to show")
+    p.add_argument("--loads", type=float, nargs="+", default=[0.7, 1.1, 1.5])
+    p.add_argument("--heuristics", nargs="+", default=["tetris", "edf"])
+    p.add_argument("--jobsets", type=int, default=200)
+    p.add_argument("--title", default="Ablation")
+    p.add_argument("--out", help="PNG path (default docs/figures/ablation.png)")
+    p.set_defaults(run=ablation)
+    p = sub.add_parser("cdf", help="per-job slowdown CDF per scheme at a few loads")
+    p.add_argument("--ckpt", nargs="*", default=[], help="NAME=PATH.ckpt")
+    p.add_argument("--loads", type=float, nargs="+", default=[0.9, 1.3])
+    p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "packer", "edf", "random"])
+    p.add_argument("--jobsets", type=int, default=200)
+    p.add_argument("--out", help="PNG path (default docs/figures/slowdown_cdf.png)")
+    p.set_defaults(run=cdf)
+    p = sub.add_parser("recipes", help="validation curves of several runs vs iterations and wall time")
+    p.add_argument("--run", nargs="+", required=True, help="NAME=runs/.../metrics.csv (CSVLogger)")
+    p.add_argument("--heuristics", nargs="+", default=["tetris"])
+    p.add_argument("--title", default="")
+    p.add_argument("--out", help="PNG path (default docs/figures/recipe_learning_curves.png)")
+    p.set_defaults(run=recipes)
     p = sub.add_parser("trace", help="heuristics on a real trace's held-out time range (docs/traces.md)")
     p.add_argument("--trace", default=str(NASA_TRACE), help="SWF or CSV trace (default: the NASA iPSC log in ../shared)")
     p.add_argument("--seconds_per_step", type=float, default=600.0)
