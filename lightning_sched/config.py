@@ -95,12 +95,11 @@ class ClusterConfig:
         return {f.name: (getattr(self, f.name), getattr(other, f.name)) for f in fields(self)
                 if f.name not in ignore and getattr(self, f.name) != getattr(other, f.name)}
 
-    def require_same_cluster(self, other: "ClusterConfig", mine: str, theirs: str, reward_may_differ: bool = False) -> None:
+    def require_same_cluster(self, other: "ClusterConfig", mine: str, theirs: str, may_differ: tuple[str, ...] = ()) -> None:
         """Raise ConfigError naming every field that differs between two clusters a policy must share
-        (the observation mode does not matter: policies read the structured state). With
-        `reward_may_differ` the objective and slo_slowdown may differ too (a warm start that trains
-        the same network for another objective)."""
-        ignore = ("observation", "objective", "slo_slowdown") if reward_may_differ else ("observation",)
+        (the observation mode does not matter: policies read the structured state). `may_differ`
+        names more fields to ignore, e.g. the objective when only the reward changes."""
+        ignore = ("observation", *may_differ)
         differs = self.differences(other, ignore=ignore)
         if differs:
             raise ConfigError(f"the {mine}'s ClusterConfig differs from the {theirs}'s in "

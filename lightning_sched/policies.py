@@ -39,6 +39,10 @@ class PolicySpec:
     """Hidden layer widths, ReLU. DeepRM: one layer of 20 units (section 4.1)."""
     masked: bool = False
     """Softmax over the valid actions only (action_mask). DeepRM: False, invalid actions act as void."""
+    deadline_inputs: bool = False
+    """Also read each slot job's slack, deadline - now - duration (DeepRM's image shows no job
+    ages or deadlines): two inputs a slot, min(slack, T) / T and whether the deadline can no
+    longer be met. DeepRM: False."""
 
     def __post_init__(self) -> None:
         self.hidden = tuple(self.hidden)
@@ -94,6 +98,7 @@ class ImagePolicy(nn.Module):
         cells: IntTensor[B, T*R + M*R + 1]  rows of the prefix table to sum
         since: FloatTensor[B]              the since-new column's value
         mask:  BoolTensor[B, M+1]          valid actions
+        slack: FloatTensor[B, 2M]          only with spec.deadline_inputs (PolicySpec)
     """
 
     def __init__(self, cfg: ClusterConfig, spec: PolicySpec = PolicySpec()):
@@ -106,6 +111,11 @@ class ImagePolicy(nn.Module):
         for a, b in zip(sizes[1:-1], sizes[2:]):
             layers += [nn.ReLU(), nn.Linear(a, b)]
         self.body = nn.Sequential(*layers, nn.ReLU(), nn.Linear(sizes[-1], cfg.num_actions))
+        if spec.deadline_inputs:
+            # starts at zero: the network first acts as without these inputs (and a warm start
+            # from a network without them keeps its policy)
+            self.deadline = nn.Linear(2 * cfg.num_slots, sizes[1], bias=False)
+            nn.init.zeros_(self.deadline.weight)
         self._layout()
 
     def _layout(self) -> None:
@@ -133,7 +143,20 @@ class ImagePolicy(nn.Module):
         slots = self.slot_offset + (obs["slot_duration"] * (cfg.max_job_units + 1)).unsqueeze(-1) + obs["slot_demand"]  # [B, M, R]
         backlog = self.backlog_base + obs["backlog"].clamp(max=cfg.backlog_size)  # [B, 1]
         cells = torch.cat([cluster.reshape(b, -1), slots.reshape(b, -1), backlog.reshape(b, 1)], dim=1)
-        return {"cells": cells.int(), "since": obs["since_new"].reshape(b).float(), "mask": obs["action_mask"]}
+        features = {"cells": cells.int(), "since": obs["since_new"].reshape(b).float(), "mask": obs["action_mask"]}
+        if self.spec.deadline_inputs:
+            features["slack"] = self.slack_inputs(obs)
+        return features
+
+    def slack_inputs(self, obs) -> torch.Tensor:
+        """[B, 2M]: per slot min(slack, T) / T and 1.0 if slack < 0 (the deadline cannot be met
+        any more), zeros for an empty slot; slack = deadline - now - duration."""
+        present = obs["slot_duration"] > 0
+        slack = obs["slot_deadline"] - obs["slot_duration"]
+        horizon = self.cfg.horizon
+        scaled = torch.where(present, slack.clamp(0, horizon).float() / horizon, 0.0)
+        late = (present & (slack < 0)).float()
+        return torch.cat([scaled, late], dim=1)
 
     def prefix_table(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(table [rows, H] of prefix sums of the first layer's weights, since-column weights [H])."""
@@ -160,11 +183,16 @@ class ImagePolicy(nn.Module):
         table, since_weight = table or self.prefix_table()
         hidden = TableSum.apply(features["cells"], table)
         hidden = hidden + features["since"].unsqueeze(1) * since_weight + self.first.bias
+        if self.spec.deadline_inputs:
+            hidden = hidden + self.deadline(features["slack"])
         return action_logits(self.body(hidden), features["mask"], self.spec.masked)
 
-    def logits_from_image(self, image: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def logits_from_image(self, image: torch.Tensor, mask: torch.Tensor, slack: torch.Tensor | None = None) -> torch.Tensor:
         """The same logits from the rendered image [B, T, W] (reference path, for tests)."""
-        return action_logits(self.body(self.first(image.flatten(1))), mask, self.spec.masked)
+        hidden = self.first(image.flatten(1))
+        if self.spec.deadline_inputs:
+            hidden = hidden + self.deadline(slack)
+        return action_logits(self.body(hidden), mask, self.spec.masked)
 
     def render(self, obs) -> torch.Tensor:
         """DeepRM's image [B, T, W] of an observation, whatever the env's observation mode."""

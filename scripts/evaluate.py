@@ -114,10 +114,11 @@ def main(argv=None) -> int:
     try:
         cfg = ClusterConfig(objective=args.objective, slo_slowdown=args.slo_slowdown, observation="none")
         policies = [resolve_policy(p, cfg, args.device, args.greedy, args.seed) for p in args.policy]
-        # a checkpoint fixes the cluster; all policies in one table must share it
+        # a checkpoint fixes the cluster; all policies in one table must share it (the reward they
+        # were trained for may differ: the table measures every metric)
         cluster = policies[0][2]
         for name, _, other in policies[1:]:
-            cluster.require_same_cluster(other, policies[0][0], name)
+            cluster.require_same_cluster(other, policies[0][0], name, may_differ=("objective",))
         trace_counts = {}  # with --trace, every JSON line also says what the mapping dropped and clipped
         if args.jobset_file and args.trace:
             raise ConfigError("give --jobset_file or --trace, not both")

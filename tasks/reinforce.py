@@ -21,6 +21,7 @@ ones, and Lightning's DDP averages the ranks' gradients (parameters stay identic
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import torch
 from lightning.pytorch import LightningModule
@@ -278,9 +279,14 @@ def evaluate_and_log(module: LightningModule, jobs: JobSet, prefix: str) -> Eval
 
 def warm_start(path: str, cluster: ClusterConfig, spec: PolicySpec) -> dict:
     """The policy weights of checkpoint `path`, refused with the differing fields when its cluster
-    or network is not this run's (its objective may differ: the network does not depend on it)."""
+    or network is not this run's (its objective may differ: the network does not depend on it).
+    A network without deadline inputs may start one with them (their weights start at zero)."""
     net, cfg, _ = load_network(path)
-    cfg.require_same_cluster(cluster, f"init_from={path}", "run", reward_may_differ=True)
-    if net.spec != spec:
+    cfg.require_same_cluster(cluster, f"init_from={path}", "run", may_differ=("objective", "slo_slowdown"))
+    adds_deadline_inputs = spec.deadline_inputs and not net.spec.deadline_inputs
+    if net.spec != (replace(spec, deadline_inputs=False) if adds_deadline_inputs else spec):
         raise ConfigError(f"init_from={path}: its policy {net.spec!r} is not this run's {spec!r}")
-    return net.state_dict()
+    weights = net.state_dict()
+    if adds_deadline_inputs:
+        weights["deadline.weight"] = torch.zeros(spec.hidden[0], 2 * cluster.num_slots)
+    return weights

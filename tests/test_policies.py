@@ -31,22 +31,25 @@ def states_along_episodes(cfg, rows=48, steps=25, seed=0):
     return observe(state, cfg, job_start=False)
 
 
-@pytest.mark.parametrize("hidden", [(20,), (16, 8)])
-def test_image_free_first_layer_matches_the_rendered_image(hidden):
+@pytest.mark.parametrize("hidden,deadline_inputs", [((20,), False), ((16, 8), False), ((20,), True)])
+def test_image_free_first_layer_matches_the_rendered_image(hidden, deadline_inputs):
     cfg = ClusterConfig(observation="none")
     torch.manual_seed(1)
-    net = make_policy(PolicySpec(hidden=hidden), cfg).double()
+    net = make_policy(PolicySpec(hidden=hidden, deadline_inputs=deadline_inputs), cfg).double()
+    if deadline_inputs:
+        torch.nn.init.normal_(net.deadline.weight)  # starts at zero; make it count
     obs = states_along_episodes(cfg)
     assert int(obs["backlog"].max()) > 0 and int(obs["used"].max()) > 0  # non-trivial states
     image = net.render(obs).double()
     weights = torch.randn(obs["used"].shape[0], cfg.num_actions, dtype=torch.float64)
 
     features = net.encode(obs)
-    fast = net.logits({**features, "since": features["since"].double()})
+    doubled = {k: v.double() for k, v in features.items() if k in ("since", "slack")}
+    fast = net.logits({**features, **doubled})
     (fast * weights).sum().backward()
     fast_grads = [p.grad.clone() for p in net.parameters()]
     net.zero_grad()
-    slow = net.logits_from_image(image, obs["action_mask"])
+    slow = net.logits_from_image(image, obs["action_mask"], doubled.get("slack"))
     (slow * weights).sum().backward()
     assert torch.allclose(fast, slow, atol=1e-10, rtol=1e-10)
     for g_fast, p in zip(fast_grads, net.parameters()):

@@ -186,3 +186,33 @@ trainer:
     rmsprop_steps = {int(s["step"]) for s in data["optimizer_states"][0]["state"].values()}
     assert rmsprop_steps == {2 * 1 + 3 * 3}  # 2 imitation iterations, 3 policy-gradient ones
     assert data["hyper_parameters"]["imitate"] == "sjf"
+
+
+def test_deadline_inputs_read_each_slots_slack_and_warm_start_keeps_the_policy(tmp_path):
+    net = make_policy(PolicySpec(masked=True, deadline_inputs=True), CFG)
+    jobs = make_jobsets(DeepRMWorkload(load=1.5, simu_len=20), 4, 2)
+    state = init_state(jobs, CFG)
+    for _ in range(6):  # let time pass with nothing scheduled: slack shrinks, some jobs turn late
+        step_state(state, torch.full((4,), CFG.num_slots), CFG)
+    obs = observe(state, CFG, job_start=False)
+    slack = net.encode(obs)["slack"]
+    m, t = CFG.num_slots, CFG.horizon
+    present = obs["slot_duration"] > 0
+    left = obs["slot_deadline"] - obs["slot_duration"]
+    assert torch.equal(slack[:, m:] == 1, present & (left < 0))
+    assert torch.allclose(slack[:, :m], torch.where(present, left.clamp(0, t) / t, 0.0).float())
+    assert bool((slack[:, m:] == 1).any()) and bool((slack[:, :m] > 0).any())
+    # a warm start from a network without these inputs acts exactly as it did
+    from tasks.reinforce import Reinforce
+
+    plain = make_policy(PolicySpec(masked=True), CFG)
+    torch.nn.init.normal_(plain.first.weight, std=0.01)
+    path = tmp_path / "plain.ckpt"
+    from lightning_sched.policies import CHECKPOINT_KEY, policy_checkpoint
+
+    torch.save({CHECKPOINT_KEY: policy_checkpoint(plain)}, path)
+    module = Reinforce(policy=PolicySpec(masked=True, deadline_inputs=True), init_from=str(path))
+    with torch.no_grad():
+        assert torch.allclose(module.net(module.net.encode(obs)), plain(plain.encode(obs)))
+    with pytest.raises(ConfigError, match="is not this run's"):
+        Reinforce(policy=PolicySpec(masked=False, deadline_inputs=True), init_from=str(path))
