@@ -25,6 +25,16 @@ def discounted_returns(reward: torch.Tensor, gamma: float) -> torch.Tensor:
     return returns
 
 
+def jobset_std(advantage: torch.Tensor, active: torch.Tensor, episodes: int) -> torch.Tensor:
+    """Standard deviation of the advantages of each jobset's decisions, per row: [1, B] (+1e-8)."""
+    s, b = advantage.shape
+    a = torch.where(active, advantage, 0.0).view(s, b // episodes, episodes)
+    count = active.view(s, b // episodes, episodes).sum((0, 2)).clamp(min=1)
+    mean = a.sum((0, 2)) / count
+    var = (a.square().sum((0, 2)) / count - mean.square()).clamp(min=0)
+    return (var.sqrt() + 1e-8).repeat_interleave(episodes).unsqueeze(0)
+
+
 @dataclass
 class PolicyGradient:
     """One policy-gradient loss over a batch of trajectories, and what it saw."""
@@ -41,19 +51,23 @@ class PolicyGradient:
     old_log_prob: torch.Tensor  # log pi_old(a|s) of the policy that collected them
 
 def policy_gradient(net, traj: Trajectories, baseline: Baseline, episodes: int, gamma: float = 1.0,
-                    entropy_weight: float = 0.0, normalize_advantage: bool = False) -> PolicyGradient:
+                    entropy_weight: float = 0.0, normalize_advantage: bool | str = False) -> PolicyGradient:
     """DeepRM's update direction: sum over decisions of grad log pi(a_t|s_t) (v_t - b_t).
 
     traj: B = N*E episodes, rows b*E..b*E+E-1 replaying jobset b. The loss is the mean over all
     decisions of -log pi * advantage (DeepRM's code divides by the number of decisions), minus
     `entropy_weight` times the mean entropy. `normalize_advantage` divides the advantages by their
     standard deviation over the decisions (not DeepRM's): the step size then no longer scales with
-    the reward's magnitude, which grows with load.
+    the reward's magnitude, which grows with load. `normalize_advantage="jobset"` divides by the
+    standard deviation within each jobset's episodes instead, so a light-load jobset (small
+    returns) pulls as hard as a heavy one.
     """
     returns = discounted_returns(traj.reward, gamma)  # [S, B]
     advantage = baseline.advantages(returns, traj.active, traj.time, episodes)  # [S, B]
     active = traj.active
-    if normalize_advantage:
+    if normalize_advantage == "jobset":
+        advantage = advantage / jobset_std(advantage, active, episodes)
+    elif normalize_advantage:
         advantage = advantage / (advantage[active].std() + 1e-8)
     features = {k: v[active] for k, v in traj.features.items()}  # the decisions, [D, ...]
     log_prob, entropy = policy_log_prob(net, features, traj.action[active])

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Literal
 
 import torch
 from lightning.pytorch import LightningModule
@@ -59,7 +60,8 @@ class Reinforce(LightningModule):
         entropy_weight_end, entropy_decay_iterations: with entropy_weight_end set, the weight
             moves linearly to it over entropy_decay_iterations iterations, then stays: explore
             early, commit later.
-        normalize_advantage: divide the advantages by their standard deviation over the batch.
+        normalize_advantage: divide the advantages by their standard deviation over the batch
+            (true) or within each jobset ("jobset": light and heavy loads weigh the same).
         ppo_epochs: optimizer steps per batch of rollouts. 1 (DeepRM): one policy-gradient step;
             K > 1: K - 1 more steps on the same decisions with PPO's clipped objective
             (`ppo_clip`). trainer.global_step still counts iterations.
@@ -86,7 +88,7 @@ class Reinforce(LightningModule):
                  num_jobsets: int = 100, episodes_per_jobset: int = 20, gamma: float = 1.0,
                  lr: float = 1e-3, rmsprop_alpha: float = 0.9, rmsprop_eps: float = 1e-9,
                  entropy_weight: float = 0.0, entropy_weight_end: float | None = None,
-                 entropy_decay_iterations: int = 0, normalize_advantage: bool = False,
+                 entropy_decay_iterations: int = 0, normalize_advantage: bool | Literal["jobset"] = False,
                  ppo_epochs: int = 1, ppo_clip: float = 0.2, curriculum_iterations: int = 0,
                  imitate: str | None = None, imitation_iterations: int = 0, iterations_per_epoch: int = 100,
                  val_jobsets: int = 100, val_seed: int = 900_001, test_jobsets: int = 200, test_seed: int = 12345,

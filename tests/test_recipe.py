@@ -63,6 +63,21 @@ def test_baselines_give_zero_advantage_when_every_episode_is_the_same():
         assert advantage.abs().max() < 1e-5, baseline
 
 
+def test_jobset_normalisation_gives_every_jobset_unit_spread():
+    from lightning_sched.policy_gradient import jobset_std
+
+    net, traj = rollout(episodes=4, jobsets=3)
+    returns = discounted_returns(traj.reward, 1.0)
+    advantage = TimeIndexedBaseline().advantages(returns, traj.active, traj.time, 4)
+    scaled = advantage / jobset_std(advantage, traj.active, 4)
+    for j in range(3):
+        rows = slice(4 * j, 4 * j + 4)
+        values = scaled[:, rows][traj.active[:, rows]]
+        assert abs(float(values.std(unbiased=False)) - 1.0) < 1e-4
+    pg = policy_gradient(net, traj, TimeIndexedBaseline(), 4, normalize_advantage="jobset")
+    assert torch.allclose(pg.advantage, scaled[traj.active])
+
+
 def test_clipped_surrogate_first_step_is_the_policy_gradient_and_clips_later():
     net, traj = rollout()
     pg = policy_gradient(net, traj, TimeIndexedBaseline(), 4)
