@@ -1,0 +1,56 @@
+"""Pick one checkpoint among candidates on selection jobsets (never the evaluation seeds), by its
+worst ratio to the best heuristic over a range of loads.
+
+    python scripts/select_checkpoint.py --ckpt A.ckpt B.ckpt --metric mean_slowdown
+    python scripts/select_checkpoint.py --ckpt A.ckpt B.ckpt --metric slo_hit_rate --loads 1.1 1.3 1.5 1.7 1.9
+
+For mean_slowdown the score at a load is policy / best heuristic (lower is better); for
+slo_hit_rate it is policy - best heuristic in percentage points (higher is better). The winner is
+the candidate whose worst load is best. Selection seeds start at --seed (default 555) and differ
+from scripts/figures.py's and evaluate.py's defaults (12345...), so the figures stay unseen data.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from _common import set_threads
+
+from lightning_sched import ClusterConfig, DeepRMWorkload
+from lightning_sched.evaluation import evaluate, make_jobsets
+from lightning_sched.heuristics import make_heuristic
+from lightning_sched.policies import load_policy
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ckpt", nargs="+", required=True)
+    ap.add_argument("--metric", choices=("mean_slowdown", "slo_hit_rate"), default="mean_slowdown")
+    ap.add_argument("--loads", type=float, nargs="+", default=[0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5, 1.7, 1.9])
+    ap.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "edf"])
+    ap.add_argument("--jobsets", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=555)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    set_threads(args.threads)
+    cfg = ClusterConfig(observation="none")
+    lower_is_better = args.metric == "mean_slowdown"
+    scores: dict[str, dict[float, float]] = {path: {} for path in args.ckpt}
+    for i, load in enumerate(args.loads):
+        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, args.seed + i)
+        heuristic = [evaluate(make_heuristic(h, cfg), cfg, jobs).summary[args.metric] for h in args.heuristics]
+        best = min(heuristic) if lower_is_better else max(heuristic)
+        for path in args.ckpt:
+            policy, _ = load_policy(path)
+            value = evaluate(policy, cfg, jobs).summary[args.metric]
+            scores[path][load] = value / best if lower_is_better else 100 * (value - best)
+        print(f"load {load:.1f} best heuristic {best:.3f} " + " ".join(f"{p}: {scores[p][load]:.3f}" for p in args.ckpt),
+              flush=True)
+    worst = {p: (max if lower_is_better else min)(s.values()) for p, s in scores.items()}
+    winner = (min if lower_is_better else max)(worst, key=worst.get)
+    print(json.dumps({"metric": args.metric, "seed": args.seed, "jobsets": args.jobsets, "worst": worst,
+                      "winner": winner, "scores": {p: {str(k): v for k, v in s.items()} for p, s in scores.items()}}))
+
+
+if __name__ == "__main__":
+    main()
