@@ -8,7 +8,7 @@ difference to the best heuristic at each load in the JSON.
 
     python scripts/figures.py ablation --ckpt deeprm=A.ckpt "+ mask=B.ckpt" ... [--loads 0.7 1.1 1.5]
     python scripts/figures.py cdf --ckpt RL=A.ckpt [--loads 0.9 1.3]
-    python scripts/figures.py recipes --run deeprm=runs/a/version_0/metrics.csv upgraded=runs/b/...
+    python scripts/figures.py recipes --runs deeprm=runs/a/version_0/metrics.csv upgraded=runs/b/...
 
 ablation: each recipe's mean slowdown and SLO hit rate at a few loads. cdf: per-job slowdown CDF
 per scheme. recipes: validation curves of runs against iterations and against wall time.
@@ -162,7 +162,7 @@ def recipes(args) -> None:
     from lightning_sched.plots import recipe_curves
 
     curves, reference = {}, {}
-    for item in args.run:
+    for item in args.runs:
         name, _, path = item.partition("=")
         rows = list(csv.DictReader(open(path)))
         seconds = {int(r["step"]): float(r["perf/iteration_s"]) for r in rows if r.get("perf/iteration_s")}
@@ -418,7 +418,7 @@ def main() -> None:
     p.add_argument("--out", help="PNG path (default docs/figures/slowdown_cdf.png)")
     p.set_defaults(run=cdf)
     p = sub.add_parser("recipes", help="validation curves of several runs vs iterations and wall time")
-    p.add_argument("--run", nargs="+", required=True, help="NAME=runs/.../metrics.csv (CSVLogger)")
+    p.add_argument("--runs", nargs="+", required=True, help="NAME=runs/.../metrics.csv (CSVLogger)")
     p.add_argument("--heuristics", nargs="+", default=["tetris"])
     p.add_argument("--title", default="")
     p.add_argument("--out", help="PNG path (default docs/figures/recipe_learning_curves.png)")

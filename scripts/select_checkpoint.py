@@ -6,8 +6,9 @@ worst ratio to the best heuristic over a range of loads.
 
 For mean_slowdown the score at a load is policy / best heuristic (lower is better); for
 slo_hit_rate it is policy - best heuristic in percentage points (higher is better). The winner is
-the candidate whose worst load is best. Selection seeds start at --seed (default 555) and differ
-from scripts/figures.py's and evaluate.py's defaults (12345...), so the figures stay unseen data.
+the candidate whose worst load is best. Selection jobsets are seeded with --seed + 100 * load
+(default 555 + ...), away from scripts/figures.py's and evaluate.py's seeds (12345...), so the
+figures stay unseen data.
 """
 from __future__ import annotations
 
@@ -36,8 +37,9 @@ def main(argv=None) -> None:
     cfg = ClusterConfig(observation="none")
     lower_is_better = args.metric == "mean_slowdown"
     scores: dict[str, dict[float, float]] = {path: {} for path in args.ckpt}
-    for i, load in enumerate(args.loads):
-        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, args.seed + i)
+    for load in args.loads:
+        # the seed follows the load, so a subset of the loads sees the same jobsets
+        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, args.seed + round(100 * load))
         heuristic = [evaluate(make_heuristic(h, cfg), cfg, jobs).summary[args.metric] for h in args.heuristics]
         best = min(heuristic) if lower_is_better else max(heuristic)
         for path in args.ckpt:

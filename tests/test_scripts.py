@@ -75,3 +75,41 @@ def test_bench_maml_times_a_meta_iteration(tmp_path):
     result = json.loads(out.strip().splitlines()[-1])
     assert result["meta_batch"] == 2 and result["episodes"] == 2 * (2 * 2 + 2 * 2)
     assert result["meta_iteration_s"] > 0 and len(result["all_s"]) == 2
+
+
+def test_figures_for_the_upgraded_recipe(tmp_path):
+    """load_sweep (slowdown and SLO figures, paired difference to the best heuristic), ablation,
+    cdf and recipes, each on a few jobsets, write their PNG and JSON."""
+    ckpt = "RL=checkpoints/reinforce_slowdown.ckpt"
+    common = ("--jobsets", "3", "--threads", "1")
+    run("scripts/figures.py", "load_sweep", "--loads", "0.5", "--heuristics", "tetris", "edf", "--ckpt", ckpt,
+        "--out", str(tmp_path / "sweep_slowdown.png"), *common)
+    sweep = json.loads((tmp_path / "sweep_slowdown.json").read_text())
+    assert (tmp_path / "sweep_slo.png").exists()
+    assert set(sweep["slo_hit_rate"]) == {"tetris", "edf", "RL"}
+    vs = sweep["versus_best_heuristic"]["RL"]["0.5"]
+    assert vs["best_heuristic"] in ("tetris", "edf") and vs["ci95"] >= 0
+    run("scripts/figures.py", "ablation", "--loads", "0.7", "1.1", "--ckpt", ckpt, "--out", str(tmp_path / "abl.png"), *common)
+    ablation = json.loads((tmp_path / "abl.json").read_text())["results"]
+    assert set(ablation) == {"tetris", "edf", "RL"} and set(ablation["RL"]) == {"0.7", "1.1"}
+    run("scripts/figures.py", "cdf", "--loads", "0.9", "--heuristics", "tetris", "--ckpt", ckpt,
+        "--out", str(tmp_path / "cdf.png"), *common)
+    cdf = json.loads((tmp_path / "cdf.json").read_text())["results"]["0.9"]
+    assert 0 <= cdf["RL"]["share_slowdown_le_2"] <= 1 and cdf["tetris"]["p99"] >= cdf["tetris"]["median"] >= 1
+    metrics = tmp_path / "metrics.csv"
+    metrics.write_text("step,perf/iteration_s,eval/mean_slowdown,eval/slo_hit_rate,eval/tetris/mean_slowdown\n"
+                       "0,2.0,,,\n1,3.0,,,\n1,,5.0,0.4,3.5\n2,4.0,,,\n3,1.0,,,\n3,,4.0,0.5,3.5\n")
+    run("scripts/figures.py", "recipes", "--runs", f"a={metrics}", "--out", str(tmp_path / "rec.png"), "--threads", "1")
+    curve = json.loads((tmp_path / "rec.json").read_text())["curves"]["a"]
+    assert curve["iteration"] == [2, 4] and curve["wall_s"] == [5.0, 10.0] and curve["slowdown"] == [5.0, 4.0]
+
+
+def test_select_checkpoint_picks_by_the_worst_load():
+    out = run("scripts/select_checkpoint.py", "--ckpt", "checkpoints/reinforce_slowdown.ckpt",
+              "checkpoints/reinforce_slowdown_load0.7.ckpt", "--loads", "0.5", "1.5", "--jobsets", "4",
+              "--threads", "1").stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    worst = result["worst"]
+    assert result["winner"] == min(worst, key=worst.get)
+    for path, scores in result["scores"].items():
+        assert worst[path] == max(scores.values())
