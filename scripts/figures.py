@@ -164,7 +164,8 @@ def recipes(args) -> None:
     curves, reference = {}, {}
     for item in args.runs:
         name, _, path = item.partition("=")
-        rows = list(csv.DictReader(open(path)))
+        rows = [row for part in path.split(",") for row in csv.DictReader(open(part))]  # a resumed run: several CSVs
+        # later files win for repeated steps (a resumed run repeats those after its checkpoint)
         seconds = {int(r["step"]): float(r["perf/iteration_s"]) for r in rows if r.get("perf/iteration_s")}
         evals = sorted({int(r["step"]): r for r in rows if r.get("eval/mean_slowdown")}.values(), key=lambda r: int(r["step"]))
         wall = [sum(v for k, v in seconds.items() if k <= int(r["step"])) for r in evals]
@@ -418,7 +419,8 @@ def main() -> None:
     p.add_argument("--out", help="PNG path (default docs/figures/slowdown_cdf.png)")
     p.set_defaults(run=cdf)
     p = sub.add_parser("recipes", help="validation curves of several runs vs iterations and wall time")
-    p.add_argument("--runs", nargs="+", required=True, help="NAME=runs/.../metrics.csv (CSVLogger)")
+    p.add_argument("--runs", nargs="+", required=True,
+                   help="NAME=runs/.../metrics.csv (CSVLogger; a resumed run: NAME=first.csv,second.csv)")
     p.add_argument("--heuristics", nargs="+", default=["tetris"])
     p.add_argument("--title", default="")
     p.add_argument("--out", help="PNG path (default docs/figures/recipe_learning_curves.png)")
