@@ -90,10 +90,15 @@ def load_sweep(args) -> None:
                 results[m][name][load] = (s[m], s[m + "_ci95"])
             line.append(f"{name} {s['mean_slowdown']:.3f}±{s['mean_slowdown_ci95']:.3f} slo {s['slo_hit_rate']:.3f}")
         best = min(args.heuristics, key=lambda h: evals[h].summary["mean_slowdown"])
+        best_slo = max(args.heuristics, key=lambda h: evals[h].summary["slo_hit_rate"])
         for name in versus_best:
             diff, ci = paired_difference(evals[name], evals[best])
             versus_best[name][str(load)] = {"best_heuristic": best, "slowdown_minus_best": diff, "ci95": ci,
                                             "ratio_to_best": evals[name].summary["mean_slowdown"] / evals[best].summary["mean_slowdown"]}
+            for h in args.heuristics:  # SLO hit rate minus each heuristic's, paired over jobsets
+                slo, slo_ci = paired_difference(evals[name], evals[h], "slo_hit_rate")
+                versus_best[name][str(load)][f"slo_minus_{h}"] = (slo, slo_ci)
+            versus_best[name][str(load)]["best_slo_heuristic"] = best_slo
             line.append(f"{name}-{best} {diff:+.3f}±{ci:.3f}")
         print("  ".join(line), flush=True)
     out = Path(args.out or FIGURES / "slowdown_vs_load.png")
