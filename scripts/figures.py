@@ -108,8 +108,8 @@ def load_sweep(args) -> None:
             "versus_best_heuristic": versus_best}
     _save(slowdown_vs_load(results["mean_slowdown"], f"Mean slowdown vs load ({args.jobsets} unseen jobsets a point)"),
           out, data)
-    slo = slowdown_vs_load(results["slo_hit_rate"], f"Share of jobs meeting their deadline (slowdown <= {cfg.slo_slowdown:g}) "
-                           f"vs load ({args.jobsets} jobsets)", ylabel="SLO hit rate")
+    slo = slowdown_vs_load(results["slo_hit_rate"], f"SLO hit rate (slowdown <= {cfg.slo_slowdown:g}) vs load, "
+                           f"{args.jobsets} jobsets a point", ylabel="share of jobs meeting their deadline")
     _save(slo, out.with_name(out.stem.replace("slowdown", "slo") + ".png"), data)
 
 
