@@ -9,7 +9,7 @@
    load 0.7, simu_len 50) under the Tetris heuristic, start to the end of the last episode.
 
 Prints a table and, last, a JSON line. Medians over --repeats runs.
-    python scripts/bench_env.py [--device cuda] [--threads 2]
+    python scripts/bench_env.py [--device cuda] [--threads 2] [--objective deadline]
 """
 from __future__ import annotations
 
@@ -85,20 +85,24 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=["none", "compact", "image"])
     ap.add_argument("--steps", type=int, default=100, help="timed steps per run")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--objective", default="slowdown", help="the reward computed every step (SPEC's objectives)")
+    ap.add_argument("--load", type=float, default=0.7, help="DeepRM workload of the decisions/s table")
+    ap.add_argument("--simu_len", type=int, default=50, help="arrival steps (more jobs per row when larger)")
     args = ap.parse_args()
     threads = set_threads(args.threads)
     device = torch.device(args.device)
     generator = torch.Generator(device=device).manual_seed(0)
-    result = {"device": str(device), "threads": threads, "torch": torch.__version__, "decisions_per_s": {}}
+    result = {"device": str(device), "threads": threads, "torch": torch.__version__, "objective": args.objective,
+              "decisions_per_s": {}}
     if device.type == "cuda":
         result["device_name"] = torch.cuda.get_device_name(device)
 
-    print(f"device={device} threads={threads} torch={torch.__version__}")
+    print(f"device={device} threads={threads} torch={torch.__version__} objective={args.objective}")
     print(f"{'mode':8s} {'path':8s} {'B':>6s} {'decisions/s (median)':>22s}")
     for mode in args.modes:
-        cfg = ClusterConfig(observation=mode)
+        cfg = ClusterConfig(observation=mode, objective=args.objective)
         for b in args.batch_sizes:
-            jobs = make_jobsets(DeepRMWorkload(load=0.7), b, seed=b).to(device)
+            jobs = make_jobsets(DeepRMWorkload(load=args.load, simu_len=args.simu_len), b, seed=b).to(device)
             steps = args.steps if b >= 256 else args.steps * 3
             rate = statistics.median(hot_path_rate(cfg, jobs, steps, device, generator) for _ in range(args.repeats))
             result["decisions_per_s"][f"{mode}/hot/{b}"] = round(rate)
