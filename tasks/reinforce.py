@@ -117,7 +117,7 @@ class Reinforce(LightningModule):
         if (imitate is None) != (imitation_iterations == 0):
             raise ConfigError(f"Reinforce.imitate={imitate!r} and imitation_iterations={imitation_iterations}: "
                               "give both (a heuristic and a number of iterations >= 1) or neither")
-        self.automatic_optimization = False  # ppo_epochs steps per iteration (see optimizer_step)
+        self.automatic_optimization = False  # ppo_epochs steps per iteration (see gradient_step)
         # the rollouts never render the image: the network reads structured keys
         self.cluster = cluster.replace(observation="none")
         workload.validate(self.cluster)
@@ -185,10 +185,10 @@ class Reinforce(LightningModule):
         pg = policy_gradient(self.net, traj, self.baseline, hp.episodes_per_jobset, hp.gamma, entropy_weight,
                              hp.normalize_advantage)
         # 5. one optimizer step (RMSprop)
-        self.optimizer_step(pg.loss, last=hp.ppo_epochs == 1)
+        self.gradient_step(pg.loss, last=hp.ppo_epochs == 1)
         # PPO-style reuse: more steps on the same decisions, clipped where the policy moved too far
         for epoch in range(1, hp.ppo_epochs):
-            self.optimizer_step(clipped_surrogate(self.net, pg, hp.ppo_clip, entropy_weight), last=epoch == hp.ppo_epochs - 1)
+            self.gradient_step(clipped_surrogate(self.net, pg, hp.ppo_clip, entropy_weight), last=epoch == hp.ppo_epochs - 1)
         metrics = episode_metrics(traj.state)
         self.log_dict({"train/mean_return": pg.mean_return, "train/max_return": pg.max_return,
                        **{f"train/{m}": metrics[m].nanmean().float() for m in METRICS},
@@ -204,14 +204,14 @@ class Reinforce(LightningModule):
         traj = collect(self.net, self.cluster, jobs, teacher=self.teacher)
         rollout_s = time.perf_counter() - start
         loss = imitation_loss(self.net, traj)
-        self.optimizer_step(loss, last=True)
+        self.gradient_step(loss, last=True)
         self.log_dict({"train/imitation_loss": loss.detach(),
                        "train/mean_slowdown": episode_metrics(traj.state)["mean_slowdown"].nanmean().float()},
                       on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
         self.log("iteration", float(self.global_step), prog_bar=True, on_step=True, on_epoch=False)
         self._perf = {"perf/rollout_s": rollout_s, "perf/decisions": float(traj.num_decisions), "start": start}
 
-    def optimizer_step(self, loss: torch.Tensor, last: bool) -> None:
+    def gradient_step(self, loss: torch.Tensor, last: bool) -> None:
         """One gradient step on `loss`. Lightning's optimizer wrapper counts trainer.global_step, so
         only an iteration's last step goes through it (global_step counts iterations: max_steps,
         seeds and checkpoints mean iterations); the steps before it reuse the same batch."""
