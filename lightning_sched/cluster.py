@@ -182,8 +182,8 @@ def _pending_due(deadline: torch.Tensor, duration: torch.Tensor, cfg: ClusterCon
     if cfg.objective != "deadline":
         return deadline.new_zeros(b, 0)
     due = deadline.new_zeros(b, cfg.max_time + 2)
-    column = deadline[:, :-1].clamp(max=cfg.max_time + 1)
-    return due.scatter_add_(1, column.clamp(min=0), (duration[:, :-1] > 0).long())  # padding adds 0
+    column = deadline[:, :-1].clamp(0, cfg.max_time + 1)
+    return due.scatter_add_(1, column, (duration[:, :-1] > 0).long())  # padding adds 0
 
 
 # ----- pieces of a step ------------------------------------------------------------------------

@@ -50,6 +50,7 @@ class PolicyGradient:
     advantage: torch.Tensor
     old_log_prob: torch.Tensor  # log pi_old(a|s) of the policy that collected them
 
+
 def policy_gradient(net, traj: Trajectories, baseline: Baseline, episodes: int, gamma: float = 1.0,
                     entropy_weight: float = 0.0, normalize_advantage: bool | str = False) -> PolicyGradient:
     """DeepRM's update direction: sum over decisions of grad log pi(a_t|s_t) (v_t - b_t).
@@ -69,13 +70,13 @@ def policy_gradient(net, traj: Trajectories, baseline: Baseline, episodes: int, 
         advantage = advantage / jobset_std(advantage, active, episodes)
     elif normalize_advantage:
         advantage = advantage / (advantage[active].std() + 1e-8)
-    features = {k: v[active] for k, v in traj.features.items()}  # the decisions, [D, ...]
-    log_prob, entropy = policy_log_prob(net, features, traj.action[active])
+    features, action = traj.decisions()  # [D, ...]
+    log_prob, entropy = policy_log_prob(net, features, action)
     advantage = advantage[active].detach()
     loss = -(log_prob * advantage).mean() - entropy_weight * entropy.mean()
     episode_return = returns[0]
     return PolicyGradient(loss, episode_return.mean(), episode_return.max(), entropy.mean().detach(),
-                          int(active.sum()), features, traj.action[active], advantage, log_prob.detach())
+                          int(active.sum()), features, action, advantage, log_prob.detach())
 
 
 def clipped_surrogate(net, pg: PolicyGradient, clip: float, entropy_weight: float = 0.0) -> torch.Tensor:
@@ -93,6 +94,5 @@ def clipped_surrogate(net, pg: PolicyGradient, clip: float, entropy_weight: floa
 def imitation_loss(net, traj: Trajectories) -> torch.Tensor:
     """Cross-entropy of the network's policy against the actions a teacher took (rollout.collect
     with `teacher`): -mean over decisions of log pi(a_teacher | s)."""
-    active = traj.active
-    log_prob, _ = policy_log_prob(net, {k: v[active] for k, v in traj.features.items()}, traj.action[active])
+    log_prob, _ = policy_log_prob(net, *traj.decisions())
     return -log_prob.mean()

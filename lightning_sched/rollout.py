@@ -78,6 +78,10 @@ class Trajectories:
     def num_decisions(self) -> int:
         return int(self.active.sum())
 
+    def decisions(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """(features, actions) of the D decisions of rows not yet done: each [D, ...]."""
+        return {k: v[self.active] for k, v in self.features.items()}, self.action[self.active]
+
     def split(self, rows: list[int]) -> list["Trajectories"]:
         """Consecutive blocks of rows (e.g. the tasks of a meta-batch), each a Trajectories of its own."""
         out, start = [], 0

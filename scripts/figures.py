@@ -164,25 +164,20 @@ def cdf(args) -> None:
 
 def recipes(args) -> None:
     """Validation curves of several runs on the same axes, against iterations and wall time."""
-    import csv
-
     from lightning_sched.plots import recipe_curves
 
     curves, reference = {}, {}
     for item in args.runs:
         name, _, path = item.partition("=")
-        rows = [row for part in path.split(",") for row in csv.DictReader(open(part))]  # a resumed run: several CSVs
-        # later files win for repeated steps (a resumed run repeats those after its checkpoint)
-        seconds = {int(r["step"]): float(r["perf/iteration_s"]) for r in rows if r.get("perf/iteration_s")}
-        evals = sorted({int(r["step"]): r for r in rows if r.get("eval/mean_slowdown")}.values(), key=lambda r: int(r["step"]))
+        rows = read_metrics(path.split(","))
+        seconds = {int(r["step"]): float(r["perf/iteration_s"]) for r in last_per_step(rows, "perf/iteration_s")}
+        evals = last_per_step(rows, "eval/mean_slowdown")
         wall = [sum(v for k, v in seconds.items() if k <= int(r["step"])) for r in evals]
         curves[name] = {"iteration": [int(r["step"]) + 1 for r in evals], "wall_s": wall,
                         "slowdown": [float(r["eval/mean_slowdown"]) for r in evals],
                         "slo_hit_rate": [float(r["eval/slo_hit_rate"]) for r in evals],
                         "median_iteration_s": sorted(seconds.values())[len(seconds) // 2], "metrics": path}
-        for h in args.heuristics:
-            if evals and evals[-1].get(f"eval/{h}/mean_slowdown"):
-                reference[h] = float(evals[-1][f"eval/{h}/mean_slowdown"])
+        reference.update(heuristic_lines(evals, args.heuristics))
         print(name, "best", min(curves[name]["slowdown"]), "median s/iteration", curves[name]["median_iteration_s"])
     _save(recipe_curves(curves, reference, args.title), Path(args.out or FIGURES / "recipe_learning_curves.png"),
           {"curves": curves, "heuristics": reference})
@@ -270,28 +265,39 @@ def objectives(args) -> None:
                                                               "seed": EVAL_SEED, "results": values})
 
 
-def learning_curve(args) -> None:
-    """Validation slowdown per iteration (heuristic lines) and the training episodes' total reward."""
+def read_metrics(paths) -> list[dict]:
+    """The rows of CSVLogger metrics files, in order (a resumed run has several)."""
     import csv
 
+    return [row for path in paths for row in csv.DictReader(open(path))]
+
+
+def last_per_step(rows: list[dict], key: str) -> list[dict]:
+    """Rows holding `key`, one per step, by step; the last wins (a resumed run repeats the steps
+    after its checkpoint)."""
+    return sorted({int(r["step"]): r for r in rows if r.get(key)}.values(), key=lambda r: int(r["step"]))
+
+
+def heuristic_lines(evals: list[dict], heuristics: list[str]) -> dict[str, float]:
+    """Each heuristic's validation slowdown, from the last evaluation row that logged it."""
+    return {h: float(evals[-1][f"eval/{h}/mean_slowdown"]) for h in heuristics
+            if evals and evals[-1].get(f"eval/{h}/mean_slowdown")}
+
+
+def learning_curve(args) -> None:
+    """Validation slowdown per iteration (heuristic lines) and the training episodes' total reward."""
     from lightning_sched.plots import learning_curve as plot
 
-    rows = [row for path in args.metrics for row in csv.DictReader(open(path))]  # a resumed run: several CSVs
-
-    def last_per_step(key):
-        """Rows holding `key`, one per step: a resumed run repeats the steps after its checkpoint."""
-        return sorted({int(r["step"]): r for r in rows if r.get(key)}.values(), key=lambda r: int(r["step"]))
-
-    evals = last_per_step("eval/mean_slowdown")
-    train = last_per_step("train/mean_return")
+    rows = read_metrics(args.metrics)
+    evals = last_per_step(rows, "eval/mean_slowdown")
+    train = last_per_step(rows, "train/mean_return")
     curve = {"eval_step": [int(r["step"]) for r in evals], "eval_mean_slowdown": [float(r["eval/mean_slowdown"]) for r in evals],
              "train_step": [int(r["step"]) for r in train],
              "train_mean_slowdown": [float(r["train/mean_slowdown"]) for r in train],
              "mean_return": [float(r["train/mean_return"]) for r in train],
              "max_return": [float(r["train/max_return"]) for r in train],
-             "iteration_s": [float(r["perf/iteration_s"]) for r in last_per_step("perf/iteration_s")]}
-    reference = {h: float(evals[-1][f"eval/{h}/mean_slowdown"]) for h in args.heuristics
-                 if evals and evals[-1].get(f"eval/{h}/mean_slowdown")}
+             "iteration_s": [float(r["perf/iteration_s"]) for r in last_per_step(rows, "perf/iteration_s")]}
+    reference = heuristic_lines(evals, args.heuristics)
     fig = plot(curve["eval_step"], curve["eval_mean_slowdown"], reference, curve["mean_return"], curve["max_return"],
                title=args.title, train=(curve["train_step"], curve["train_mean_slowdown"]),
                reward_iterations=curve["train_step"])

@@ -33,8 +33,8 @@ from lightning_sched.baselines import Baseline, TimeIndexedBaseline
 from lightning_sched.config import ConfigError
 from lightning_sched.evaluation import EvalResult, evaluate, make_jobsets
 from lightning_sched.objectives import METRICS, episode_metrics
-from lightning_sched.policies import (CHECKPOINT_KEY, NetworkPolicy, PolicySpec, load_network, make_policy,
-                                      policy_checkpoint)
+from lightning_sched.policies import (CHECKPOINT_KEY, ImagePolicy, NetworkPolicy, PolicySpec, load_network,
+                                      make_policy, policy_checkpoint)
 from lightning_sched.heuristics import make_heuristic
 from lightning_sched.policy_gradient import clipped_surrogate, imitation_loss, policy_gradient
 from lightning_sched.rollout import collect
@@ -124,7 +124,7 @@ class Reinforce(LightningModule):
         self.workload = workload
         self.net = make_policy(policy, self.cluster)
         if init_from is not None:
-            self.net.load_state_dict(warm_start(init_from, self.cluster, policy))
+            warm_start(self.net, init_from)
         self.baseline = baseline or TimeIndexedBaseline()
         self.teacher = make_heuristic(imitate, self.cluster) if imitate else None
         self.sampler = torch.Generator()
@@ -195,9 +195,8 @@ class Reinforce(LightningModule):
                        "train/entropy": pg.entropy, "train/entropy_weight": entropy_weight,
                        "train/loss": pg.loss.detach()},
                       on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
-        self.log("iteration", float(self.global_step), prog_bar=True, on_step=True, on_epoch=False)
         self.log("return", pg.mean_return, prog_bar=True, on_step=True, on_epoch=False, logger=False)
-        self._perf = {"perf/rollout_s": rollout_s, "perf/decisions": float(pg.decisions), "start": start}
+        self.log_progress(start, rollout_s, pg.decisions)
 
     def imitation_step(self, jobs: JobSet, start: float) -> None:
         """The warm start: the heuristic acts, the network learns to pick its actions."""
@@ -208,8 +207,12 @@ class Reinforce(LightningModule):
         self.log_dict({"train/imitation_loss": loss.detach(),
                        "train/mean_slowdown": episode_metrics(traj.state)["mean_slowdown"].nanmean().float()},
                       on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
+        self.log_progress(start, rollout_s, traj.num_decisions)
+
+    def log_progress(self, start: float, rollout_s: float, decisions: int) -> None:
+        """The iteration on the progress bar; the timings on_train_batch_end logs once the step is done."""
         self.log("iteration", float(self.global_step), prog_bar=True, on_step=True, on_epoch=False)
-        self._perf = {"perf/rollout_s": rollout_s, "perf/decisions": float(traj.num_decisions), "start": start}
+        self._perf = {"perf/rollout_s": rollout_s, "perf/decisions": float(decisions), "start": start}
 
     def gradient_step(self, loss: torch.Tensor, last: bool) -> None:
         """One gradient step on `loss`. Lightning's optimizer wrapper counts trainer.global_step, so
@@ -279,16 +282,14 @@ def evaluate_and_log(module: LightningModule, jobs: JobSet, prefix: str) -> Eval
     return result
 
 
-def warm_start(path: str, cluster: ClusterConfig, spec: PolicySpec) -> dict:
-    """The policy weights of checkpoint `path`, refused with the differing fields when its cluster
-    or network is not this run's (its objective may differ: the network does not depend on it).
-    A network without deadline inputs may start one with them (their weights start at zero)."""
-    net, cfg, _ = load_network(path)
-    cfg.require_same_cluster(cluster, f"init_from={path}", "run", may_differ=("objective", "slo_slowdown"))
-    adds_deadline_inputs = spec.deadline_inputs and not net.spec.deadline_inputs
-    if net.spec != (replace(spec, deadline_inputs=False) if adds_deadline_inputs else spec):
-        raise ConfigError(f"init_from={path}: its policy {net.spec!r} is not this run's {spec!r}")
-    weights = net.state_dict()
-    if adds_deadline_inputs:
-        weights["deadline.weight"] = torch.zeros(spec.hidden[0], 2 * cluster.num_slots)
-    return weights
+def warm_start(net: ImagePolicy, path: str) -> None:
+    """Load the policy weights of checkpoint `path` into `net`, refused with the differing fields
+    when its cluster or network is not `net`'s (its objective may differ: the network does not
+    depend on it). A network without deadline inputs may start one with them: `net` keeps its
+    own deadline weights, which start at zero."""
+    source, cfg, _ = load_network(path)
+    cfg.require_same_cluster(net.cfg, f"init_from={path}", "run", may_differ=("objective", "slo_slowdown"))
+    adds_deadline_inputs = net.spec.deadline_inputs and not source.spec.deadline_inputs
+    if source.spec != (replace(net.spec, deadline_inputs=False) if adds_deadline_inputs else net.spec):
+        raise ConfigError(f"init_from={path}: its policy {source.spec!r} is not this run's {net.spec!r}")
+    net.load_state_dict(source.state_dict(), strict=not adds_deadline_inputs)
