@@ -3,7 +3,7 @@ and the adaptation curves run). Each step is the MAML inner step done for real: 
 episodes of the workload, DeepRM's time-indexed baseline, one optimizer step."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -29,6 +29,9 @@ class AdaptationSettings:
     lr: float = 0.05
     optimizer: str = "sgd"  # sgd (MAML's inner step), adam, rmsprop (DeepRM's)
     normalize_advantage: bool = True
+    # Meta-SGD (Li et al., 2017): a learned step size per weight, multiplying lr; {parameter name:
+    # tensor of its shape}. Only with sgd (Adam and RMSprop divide any gradient scale away).
+    step_sizes: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("jobsets", "episodes"):
@@ -40,6 +43,24 @@ class AdaptationSettings:
             raise ConfigError(f"adaptation lr must be > 0, got {self.lr}")
         if self.optimizer not in ("sgd", "adam", "rmsprop"):
             raise ConfigError(f"adaptation optimizer {self.optimizer!r} is unknown; choose sgd, adam or rmsprop")
+        if self.step_sizes is not None and self.optimizer != "sgd":
+            raise ConfigError(f"adaptation step_sizes (learned per weight) need optimizer 'sgd', got {self.optimizer!r}")
+
+    def describe(self) -> dict:
+        """The settings as plain values (step sizes summarised by their geometric mean per tensor)."""
+        out = {k: v for k, v in vars(self).items() if k != "step_sizes"}
+        if self.step_sizes is not None:
+            out["step_sizes_geometric_mean"] = {name: float(s.abs().log().mean().exp()) for name, s in self.step_sizes.items()}
+        return out
+
+    def scale_gradients(self, net: torch.nn.Module) -> None:
+        """Multiply each weight's gradient by its learned step size (no-op without them)."""
+        if self.step_sizes is None:
+            return
+        for name, p in net.named_parameters():
+            if name not in self.step_sizes or self.step_sizes[name].shape != p.shape:
+                raise ConfigError(f"adaptation step_sizes do not match the network at {name!r} {tuple(p.shape)}")
+            p.grad.mul_(self.step_sizes[name].to(p.device))
 
     def make_optimizer(self, params) -> torch.optim.Optimizer:
         if self.optimizer == "sgd":
@@ -77,6 +98,7 @@ def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: Adaptati
         pg = policy_gradient(net, traj, baseline, settings.episodes, normalize_advantage=settings.normalize_advantage)
         optimizer.zero_grad()
         pg.loss.backward()
+        settings.scale_gradients(net)
         optimizer.step()
         measure(step, {"train_mean_return": float(pg.mean_return), "train_decisions": pg.decisions})
     return summaries

@@ -11,7 +11,8 @@ every step it prints the metrics on --eval_jobsets unseen jobsets (acting as the
 says: sampled or greedy); with --json one JSON
 line per step, the last one the final metrics in the form of `scripts/evaluate.py --json`.
 The step size, optimizer and batch default to the meta-policy's inner loop when the checkpoint
-has one (else SGD, lr 0.05, 20 x 20).
+has one, with its learned per-weight step sizes if it was meta-trained with them (Meta-SGD);
+else SGD, lr 0.05, 20 x 20.
 """
 from __future__ import annotations
 
@@ -57,11 +58,12 @@ def main(argv=None) -> int:
     try:
         net, cfg, saved = load_network(args.ckpt, args.device)
         inner = saved.get("adaptation", {})
+        optimizer = args.optimizer or inner.get("optimizer", "sgd")
         settings = AdaptationSettings(steps=args.steps, jobsets=args.jobsets or inner.get("jobsets", 20),
                                       episodes=args.episodes or inner.get("episodes", 20),
-                                      lr=args.lr or inner.get("lr", 0.05),
-                                      optimizer=args.optimizer or inner.get("optimizer", "sgd"),
-                                      normalize_advantage=not args.no_normalize)
+                                      lr=args.lr or inner.get("lr", 0.05), optimizer=optimizer,
+                                      normalize_advantage=not args.no_normalize,
+                                      step_sizes=inner.get("step_sizes") if optimizer == "sgd" else None)
         if args.trace:
             workload = trace_workload_from_args(args, cfg)
             workload_desc = workload.describe()
@@ -75,7 +77,8 @@ def main(argv=None) -> int:
         eval_jobs = make_jobsets(workload, args.eval_jobsets, EVAL_SEED)
     except (ConfigError, FileNotFoundError) as error:
         ap.error(str(error))
-    print(f"adapting {args.ckpt} on {workload_desc}: {settings}")
+    print(f"adapting {args.ckpt} on {workload_desc}: {settings}"
+          + (" with learned per-weight step sizes" if settings.step_sizes is not None else ""))
     print(f"{'step':28s} {'mean slowdown':>16s} {'completion time':>16s} {'makespan':>14s} "
           f"{'utilization':>16s} {'SLO hit rate':>16s} {'jobs':>8s}")
 

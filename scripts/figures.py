@@ -374,11 +374,18 @@ def adaptation(args) -> None:
     cfg = cfg.replace(objective=args.objective)
     torch.manual_seed(args.seed)
     starts["scratch"] = (make_policy(net0.spec, cfg).to(args.device), cfg, {"greedy": saved0.get("greedy", True)})
-    inner = saved0.get("adaptation", {})
-    # every method is fine-tuned the way the meta-policy was trained to adapt (its inner loop)
-    settings = AdaptationSettings(steps=args.steps, jobsets=args.jobsets, episodes=args.episodes,
-                                  lr=args.lr or inner.get("lr", 0.05), optimizer=inner.get("optimizer", "sgd"),
-                                  normalize_advantage=inner.get("normalize_advantage", True))
+    def settings_for(saved: dict) -> AdaptationSettings:
+        """Same steps and samples for every method. A meta-policy adapts with the inner loop it was
+        meta-trained for (its optimizer, lr and, with Meta-SGD, learned step sizes); a policy with
+        none (REINFORCE, scratch) with --optimizer and --lr."""
+        inner = saved.get("adaptation")
+        if inner is None:
+            return AdaptationSettings(steps=args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr,
+                                      optimizer=args.optimizer)
+        return AdaptationSettings(steps=args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=inner["lr"],
+                                  optimizer=inner["optimizer"], normalize_advantage=inner.get("normalize_advantage", True),
+                                  step_sizes=inner.get("step_sizes"))
+    settings = {name: settings_for(saved) for name, (_, _, saved) in starts.items()}
     metric = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time"}[args.objective]
     curves, lines, table = {}, {}, {}
     for label, params in HELD_OUT.items():
@@ -390,7 +397,7 @@ def adaptation(args) -> None:
             lines[label][h] = (s[metric], s[metric + "_ci95"])
         curves[label], table[label] = {}, {}
         for name, (net, _, saved) in starts.items():
-            summaries = adapt(copy.deepcopy(net), cfg, workload, settings, eval_jobs, seed=args.seed, device=args.device,
+            summaries = adapt(copy.deepcopy(net), cfg, workload, settings[name], eval_jobs, seed=args.seed, device=args.device,
                               greedy=saved.get("greedy", True), eval_steps=ADAPT_EVAL_STEPS)
             curves[label][name] = {s["step"]: (s[metric], s[metric + "_ci95"]) for s in summaries}
             tetris = lines[label]["tetris"][0]
@@ -402,7 +409,8 @@ def adaptation(args) -> None:
                             title=f"adaptation on held-out workloads ({args.objective}; {args.jobsets}x{args.episodes} "
                                   f"episodes a step, {args.eval_jobsets} unseen jobsets, 95% CI)")
     out = Path(args.out or FIGURES / f"adaptation_{args.objective}.png")
-    _save(fig, out, {"objective": args.objective, "settings": vars(settings), "held_out": HELD_OUT,
+    _save(fig, out, {"objective": args.objective, "settings": {name: st.describe() for name, st in settings.items()},
+                     "held_out": HELD_OUT,
                      "curves": curves, "heuristics": lines, "first_step_at_or_below_tetris": table})
 
 
@@ -480,7 +488,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--jobsets", type=int, default=20)
     p.add_argument("--episodes", type=int, default=20)
-    p.add_argument("--lr", type=float, help="SGD step (default: the first checkpoint's inner lr)")
+    p.add_argument("--optimizer", choices=("sgd", "adam", "rmsprop"), default="adam",
+                   help="fine-tuning of checkpoints without an inner loop of their own (REINFORCE, scratch)")
+    p.add_argument("--lr", type=float, default=0.003, help="their step size")
     p.add_argument("--eval_jobsets", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="PNG path (default docs/figures/adaptation_<objective>.png)")

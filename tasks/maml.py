@@ -8,10 +8,11 @@ workload in a few REINFORCE steps. A task is a DeepRM workload drawn from a `Wor
             roll out every theta_k on jobsets of its task         (one batched env for all tasks)
             theta_k <- theta_k - alpha grad L_k(theta_k)          (inner_step: REINFORCE with the
                                                                    time-indexed baseline; SGD, or
-                                                                   higher's differentiable Adam)
+                                                                   higher's differentiable Adam; or
+                                                                   Meta-SGD: alpha * exp(s) per weight)
         roll out every adapted theta_k on fresh jobsets of its task
         meta-loss = mean_k L_k(theta_k)                           (REINFORCE loss of the adapted policy)
-        theta <- Adam(theta, grad_theta meta-loss)                (second order through the inner
+        theta, s <- Adam(grad meta-loss)                          (second order through the inner
                                                                    steps, or first order)
 
 As in MAML for RL, the gradient flows through the inner updates but not through the sampling of
@@ -63,10 +64,13 @@ class TaskBlocks:
         return logits
 
 
-def inner_step(fnet, diffopt, traj: Trajectories, baseline: Baseline, episodes: int, normalize: bool) -> PolicyGradient:
-    """One differentiable REINFORCE step of a task's fast weights on its own rollouts."""
+def inner_step(fnet, diffopt, traj: Trajectories, baseline: Baseline, episodes: int, normalize: bool,
+               step_sizes: list[torch.Tensor] | None = None) -> PolicyGradient:
+    """One differentiable REINFORCE step of a task's fast weights on its own rollouts; with
+    `step_sizes` (Meta-SGD) each weight's gradient is first multiplied by its own learned step."""
     pg = policy_gradient(fnet, traj, baseline, episodes, normalize_advantage=normalize)
-    diffopt.step(pg.loss)
+    scale = None if step_sizes is None else (lambda grads: [g * a for g, a in zip(grads, step_sizes)])
+    diffopt.step(pg.loss, grad_callback=scale)
     return pg
 
 
@@ -88,6 +92,10 @@ class MAML(LightningModule):
             plain-SGD inner step's size independent of the reward scale).
         meta_lr: Adam step size on the meta-parameters.
         first_order: first-order MAML (no gradient through the inner updates).
+        learn_step_sizes: Meta-SGD (Li et al., 2017): meta-learn a step size for every weight
+            with the initialisation; the inner SGD step is inner_lr * exp(s) * gradient, s
+            starting at 0. Needs inner_optimizer 'sgd' and second-order gradients.
+        step_size_lr: Adam step size on s (log step sizes move much further than the weights).
         iterations_per_epoch: pacing only.
         val_jobsets, val_seed: a fixed validation set drawn from the family (the unadapted policy).
         eval_greedy: evaluate by the argmax (default: sampled actions, as Reinforce and DeepRM).
@@ -99,7 +107,8 @@ class MAML(LightningModule):
                  inner_steps: int = 1, inner_lr: float = 0.05, inner_optimizer: str = "sgd",
                  inner_jobsets: int = 10, inner_episodes: int = 10,
                  outer_jobsets: int = 10, outer_episodes: int = 10, normalize_advantage: bool = True,
-                 meta_lr: float = 1e-3, first_order: bool = False, iterations_per_epoch: int = 100,
+                 meta_lr: float = 1e-3, first_order: bool = False, learn_step_sizes: bool = False,
+                 step_size_lr: float = 0.01, iterations_per_epoch: int = 100,
                  val_jobsets: int = 100, val_seed: int = 900_001, eval_greedy: bool = False, seed: int = 0):
         super().__init__()
         self.save_hyperparameters(ignore=["baseline"])
@@ -116,6 +125,16 @@ class MAML(LightningModule):
         family.validate(self.cluster)
         self.family = family
         self.net = make_policy(policy, self.cluster)
+        self.log_step_sizes = None
+        if learn_step_sizes:
+            if inner_optimizer != "sgd":
+                raise ConfigError(f"MAML.learn_step_sizes needs inner_optimizer 'sgd' (Adam divides the step sizes "
+                                  f"away), got {inner_optimizer!r}")
+            if first_order:
+                raise ConfigError("MAML.learn_step_sizes needs second-order gradients (first_order=True gives the "
+                                  "step sizes none)")
+            self.log_step_sizes = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros_like(p))
+                                                          for p in self.net.parameters()])
         self.baseline = baseline or TimeIndexedBaseline()
         self.sampler = torch.Generator().manual_seed(seed)
         self._val_jobs: JobSet | None = None
@@ -127,7 +146,14 @@ class MAML(LightningModule):
         return DataLoader([0], batch_size=None)
 
     def configure_optimizers(self):
-        return torch.optim.Adam(self.net.parameters(), lr=self.hparams.meta_lr)
+        groups = [{"params": list(self.net.parameters()), "lr": self.hparams.meta_lr}]
+        if self.log_step_sizes is not None:
+            groups.append({"params": list(self.log_step_sizes), "lr": self.hparams.step_size_lr})
+        return torch.optim.Adam(groups)
+
+    def step_sizes(self) -> list[torch.Tensor] | None:
+        """Meta-SGD's per-weight step multipliers, in the order of net.parameters() (differentiable)."""
+        return None if self.log_step_sizes is None else [s.exp() for s in self.log_step_sizes]
 
     # ----- tasks and rollouts -----------------------------------------------------------------------
     def _seed(self, stream: int) -> int:
@@ -163,10 +189,11 @@ class MAML(LightningModule):
                 self.net, self.inner.make_optimizer(self.net.parameters()),
                 copy_initial_weights=False, track_higher_grads=not hp.first_order)) for _ in tasks]
             fnets = [fnet for fnet, _ in learners]
+            step_sizes = self.step_sizes()
             for step in range(hp.inner_steps):
                 traj, rows = self.rollout(fnets, tasks, hp.inner_jobsets, hp.inner_episodes, stream=1 + 100 * step)
                 for (fnet, diffopt), part in zip(learners, traj.split(rows)):
-                    inner_step(fnet, diffopt, part, self.baseline, hp.inner_episodes, hp.normalize_advantage)
+                    inner_step(fnet, diffopt, part, self.baseline, hp.inner_episodes, hp.normalize_advantage, step_sizes)
             traj, rows = self.rollout(fnets, tasks, hp.outer_jobsets, hp.outer_episodes, stream=1000)
             outer = [policy_gradient(fnet, part, self.baseline, hp.outer_episodes, normalize_advantage=hp.normalize_advantage)
                      for fnet, part in zip(fnets, traj.split(rows))]
@@ -180,6 +207,10 @@ class MAML(LightningModule):
                        "train/adapted_mean_return": torch.stack([pg.mean_return for pg in outer]).mean(),
                        "perf/iteration_s": time.perf_counter() - start},
                       on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
+        if self.log_step_sizes is not None:  # geometric mean of each tensor's learned step multiplier
+            self.log_dict({f"train/step_size/{name}": s.detach().mean().exp()
+                           for (name, _), s in zip(self.net.named_parameters(), self.log_step_sizes)},
+                          on_step=True, on_epoch=False)
         self.log("iteration", float(self.global_step), prog_bar=True, on_step=True, on_epoch=False)
 
     def meta_gradient(self, meta_loss: torch.Tensor, fnets) -> None:
@@ -212,4 +243,8 @@ class MAML(LightningModule):
     def on_save_checkpoint(self, checkpoint):
         checkpoint[CHECKPOINT_KEY] = policy_checkpoint(self.net, greedy=self.hparams.eval_greedy)
         # scripts/adapt.py adapts with the inner loop the meta-policy was trained for
-        checkpoint[CHECKPOINT_KEY]["adaptation"] = {k: v for k, v in vars(self.inner).items() if k != "steps"}
+        inner = {k: v for k, v in vars(self.inner).items() if k not in ("steps", "step_sizes")}
+        if self.log_step_sizes is not None:
+            inner["step_sizes"] = {name: s.detach().exp().cpu()
+                                   for (name, _), s in zip(self.net.named_parameters(), self.log_step_sizes)}
+        checkpoint[CHECKPOINT_KEY]["adaptation"] = inner

@@ -92,3 +92,62 @@ def test_adapt_script_on_a_maml_checkpoint(tmp_path):
 
     policy, cfg = load_policy(out)
     assert cfg.objective == "slowdown"
+
+
+def test_meta_sgd_learns_a_step_size_per_weight_and_adapt_uses_them(tmp_path):
+    module = MAML(family=WorkloadFamily(simu_len=10, load=(0.8, 1.2)), meta_batch=2, inner_steps=2, inner_jobsets=2,
+                  inner_episodes=3, outer_jobsets=2, outer_episodes=3, val_jobsets=4, seed=3, inner_lr=1.0,
+                  learn_step_sizes=True, step_size_lr=0.05)
+    trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False, limit_val_batches=0,
+                      enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(module)
+    # the meta-gradient reached every tensor's step sizes through the inner SGD steps (Adam's first
+    # step moves a weight with any gradient by ~lr; image cells a tiny run never fills get none)
+    assert all(float(s.detach().abs().max()) > 0.04 for s in module.log_step_sizes)
+    ckpt = tmp_path / "meta_sgd.ckpt"
+    trainer.save_checkpoint(ckpt)
+    saved = torch.load(ckpt, weights_only=False)["lightning_sched"]["adaptation"]
+    assert {k: tuple(v.shape) for k, v in saved["step_sizes"].items()} == {
+        k: tuple(p.shape) for k, p in module.net.named_parameters()}
+    proc = subprocess.run([sys.executable, "scripts/adapt.py", "--ckpt", str(ckpt), "--steps", "1", "--load", "1.2",
+                           "--simu_len", "10", "--eval_jobsets", "4", "--jobsets", "2", "--episodes", "2",
+                           "--threads", "1", "--out", str(tmp_path / "a.ckpt")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "with learned per-weight step sizes" in proc.stdout and "optimizer='sgd'" in proc.stdout
+
+
+def test_step_sizes_scale_each_weights_sgd_step():
+    cfg = ClusterConfig(observation="none")
+    workload = DeepRMWorkload(load=1.1, simu_len=12)
+    eval_jobs = make_jobsets(workload, 2, 12345)
+    torch.manual_seed(0)
+    start = make_policy(PolicySpec(masked=True), cfg)
+
+    def adapted(lr, step_sizes=None):
+        net = make_policy(PolicySpec(masked=True), cfg)
+        net.load_state_dict(start.state_dict())
+        adapt(net, cfg, workload, AdaptationSettings(steps=1, jobsets=3, episodes=3, lr=lr, step_sizes=step_sizes),
+              eval_jobs)
+        return dict(net.named_parameters())
+
+    doubled = adapted(0.1)
+    sized = adapted(0.05, {n: torch.full_like(p, 2.0) for n, p in start.named_parameters()})
+    assert all(torch.allclose(doubled[n], sized[n], atol=1e-7) for n in doubled)  # s = 2 is twice the lr
+    frozen = adapted(0.05, {n: torch.zeros_like(p) if n == "first.weight" else torch.ones_like(p)
+                            for n, p in start.named_parameters()})
+    assert torch.equal(frozen["first.weight"], start.first.weight)  # s = 0: that weight stays
+    assert not torch.equal(frozen["first.bias"], start.first.bias)
+
+
+def test_meta_sgd_settings_errors_name_the_field():
+    import pytest
+
+    from lightning_sched import ConfigError
+
+    with pytest.raises(ConfigError, match="learn_step_sizes.*inner_optimizer 'sgd'.*'adam'"):
+        MAML(learn_step_sizes=True, inner_optimizer="adam")
+    with pytest.raises(ConfigError, match="learn_step_sizes needs second-order"):
+        MAML(learn_step_sizes=True, first_order=True)
+    with pytest.raises(ConfigError, match="step_sizes.*'sgd'.*'rmsprop'"):
+        AdaptationSettings(optimizer="rmsprop", step_sizes={})
