@@ -48,6 +48,7 @@ def main(argv=None) -> int:
                     help="default: the meta-policy's inner optimizer, else sgd")
     ap.add_argument("--no_normalize", action="store_true", help="raw advantages (default: normalized, as the inner loop)")
     ap.add_argument("--eval_jobsets", type=int, default=200, help="unseen jobsets the metrics are measured on")
+    ap.add_argument("--eval_every", type=int, default=1, help="measure after every N-th step (and the last)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the adaptation jobsets and actions")
     ap.add_argument("--out", help="adapted checkpoint (default: <ckpt>.adapted.ckpt)")
     ap.add_argument("--device", default="cpu")
@@ -88,7 +89,10 @@ def main(argv=None) -> int:
             print(json.dumps({"policy": args.ckpt, **summary}), flush=True)
 
     greedy = saved.get("greedy", True)
-    adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, greedy=greedy, report=report)
+    if args.eval_every < 1:
+        ap.error(f"--eval_every must be >= 1, got {args.eval_every}")
+    adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, greedy=greedy, report=report,
+          eval_steps=set(range(0, args.steps + 1, args.eval_every)))
     out = Path(args.out or Path(args.ckpt).with_suffix(".adapted.ckpt"))
     torch.save({CHECKPOINT_KEY: {**policy_checkpoint(net, greedy), "adapted_from": str(args.ckpt), "adapted_on": workload_desc,
                                  "adaptation": {k: v for k, v in vars(settings).items()}}}, out)

@@ -109,12 +109,13 @@ def test_meta_sgd_learns_a_step_size_per_weight_and_adapt_uses_them(tmp_path):
     saved = torch.load(ckpt, weights_only=False)["lightning_sched"]["adaptation"]
     assert {k: tuple(v.shape) for k, v in saved["step_sizes"].items()} == {
         k: tuple(p.shape) for k, p in module.net.named_parameters()}
-    proc = subprocess.run([sys.executable, "scripts/adapt.py", "--ckpt", str(ckpt), "--steps", "1", "--load", "1.2",
-                           "--simu_len", "10", "--eval_jobsets", "4", "--jobsets", "2", "--episodes", "2",
-                           "--threads", "1", "--out", str(tmp_path / "a.ckpt")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "scripts/adapt.py", "--ckpt", str(ckpt), "--steps", "3", "--load", "1.2",
+                           "--simu_len", "10", "--eval_jobsets", "4", "--jobsets", "2", "--episodes", "2", "--json",
+                           "--eval_every", "2", "--threads", "1", "--out", str(tmp_path / "a.ckpt")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "with learned per-weight step sizes" in proc.stdout and "optimizer='sgd'" in proc.stdout
+    assert [json.loads(line)["step"] for line in proc.stdout.splitlines() if line.startswith("{")] == [0, 2, 3]
 
 
 def test_step_sizes_scale_each_weights_sgd_step():
