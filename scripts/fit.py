@@ -44,8 +44,13 @@ class SchedulerCLI(LightningCLI):
         parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (CPU)")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults({"checkpoint.monitor": "eval/mean_slowdown", "checkpoint.mode": "min",
-                             "checkpoint.save_last": True, "checkpoint.filename": "best-{step}",
-                             "checkpoint.auto_insert_metric_name": False})
+                             "checkpoint.filename": "best-{step}", "checkpoint.auto_insert_metric_name": False})
+        # last.ckpt = the state at the latest validation. ModelCheckpoint(save_last=True) only
+        # copies a checkpoint when it saves one, i.e. when the monitored value improves, so last.ckpt
+        # would be the best one; a second checkpoint with no monitor keeps the latest instead.
+        parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
+        parser.set_defaults({"last_checkpoint.monitor": None, "last_checkpoint.save_top_k": 1,
+                             "last_checkpoint.filename": "last", "last_checkpoint.enable_version_counter": False})
         parser.add_lightning_class_args(HeuristicComparison, "compare")
         parser.add_lightning_class_args(RichProgressBar, "progress_bar")
         # with no --model and no config: DeepRM's training on its paper settings
