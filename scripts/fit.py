@@ -51,6 +51,7 @@ class SchedulerCLI(LightningCLI):
         parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
         parser.set_defaults({"last_checkpoint.monitor": None, "last_checkpoint.save_top_k": 1,
                              "last_checkpoint.filename": "last", "last_checkpoint.enable_version_counter": False})
+        parser.link_arguments("checkpoint.dirpath", "last_checkpoint.dirpath")  # last.ckpt beside the best
         parser.add_lightning_class_args(HeuristicComparison, "compare")
         parser.add_lightning_class_args(RichProgressBar, "progress_bar")
         # with no --model and no config: DeepRM's training on its paper settings

@@ -54,7 +54,7 @@ def test_smoke_fit_writes_a_wandb_offline_run_and_checkpoints(smoke_run):
 def test_last_checkpoint_is_the_latest_state_not_the_best(tmp_path):
     # monitoring the iteration counter (mode min), the best stays at the first validation (step 2)
     fit("fit", "--config", SMOKE, "--trainer.logger", "false", "--checkpoint.monitor", "iteration",
-        "--checkpoint.dirpath", str(tmp_path / "ck"), "--last_checkpoint.dirpath", str(tmp_path / "ck"), tmp_path=tmp_path)
+        "--checkpoint.dirpath", str(tmp_path / "ck"), tmp_path=tmp_path)
     names = sorted(p.name for p in (tmp_path / "ck").iterdir())
     assert names == ["best-2.ckpt", "last.ckpt"], names
     assert torch.load(tmp_path / "ck" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == 4
