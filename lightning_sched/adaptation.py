@@ -31,7 +31,7 @@ class AdaptationSettings:
     normalize_advantage: bool = True
     # Meta-SGD (Li et al., 2017): a learned step size per weight, multiplying lr; {parameter name:
     # tensor of its shape}. Only with sgd (Adam and RMSprop divide any gradient scale away).
-    step_sizes: dict[str, torch.Tensor] | None = field(default=None, repr=False)
+    step_sizes: dict[str, torch.Tensor] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("jobsets", "episodes"):
@@ -46,6 +46,18 @@ class AdaptationSettings:
         if self.step_sizes is not None and self.optimizer != "sgd":
             raise ConfigError(f"adaptation step_sizes (learned per weight) need optimizer 'sgd', got {self.optimizer!r}")
 
+    @classmethod
+    def from_checkpoint(cls, saved: dict, steps: int, **overrides) -> "AdaptationSettings":
+        """The inner loop a checkpoint's policy was meta-trained with (`saved` = its lightning_sched
+        entry: optimizer, lr, jobsets, episodes, learned step sizes), with the `overrides` that are
+        not None on top; a checkpoint without an inner loop gets this class's defaults. Learned step
+        sizes are dropped when the optimizer is not SGD (they scale an SGD step only)."""
+        inner = {k: v for k, v in (saved.get("adaptation") or {}).items() if k != "steps"}
+        inner.update({k: v for k, v in overrides.items() if v is not None})
+        if inner.get("optimizer", cls.optimizer) != "sgd":
+            inner.pop("step_sizes", None)
+        return cls(steps=steps, **inner)
+
     def describe(self) -> dict:
         """The settings as plain values (step sizes summarised by their geometric mean per tensor)."""
         out = {k: v for k, v in vars(self).items() if k != "step_sizes"}
@@ -58,9 +70,13 @@ class AdaptationSettings:
         if self.step_sizes is None:
             return
         for name, p in net.named_parameters():
-            if name not in self.step_sizes or self.step_sizes[name].shape != p.shape:
-                raise ConfigError(f"adaptation step_sizes do not match the network at {name!r} {tuple(p.shape)}")
-            p.grad.mul_(self.step_sizes[name].to(p.device))
+            if name not in self.step_sizes:
+                raise ConfigError(f"adaptation step_sizes has no entry for the network's {name!r}")
+            if self.step_sizes[name].shape != p.shape:
+                raise ConfigError(f"adaptation step_sizes[{name!r}] has shape {tuple(self.step_sizes[name].shape)}, "
+                                  f"the network's {tuple(p.shape)}")
+            if p.grad is not None:  # a weight the loss does not reach has no gradient to scale
+                p.grad.mul_(self.step_sizes[name].to(p.device))
 
     def make_optimizer(self, params) -> torch.optim.Optimizer:
         if self.optimizer == "sgd":

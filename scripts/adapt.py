@@ -43,7 +43,8 @@ def main(argv=None) -> int:
     add_trace_flags(ap)
     ap.add_argument("--jobsets", type=int, help="jobsets per step (default: the checkpoint's inner loop, else 20)")
     ap.add_argument("--episodes", type=int, help="episodes per jobset and step (default: inner loop, else 20)")
-    ap.add_argument("--lr", type=float, help="step size (default: the meta-policy's inner lr, else 0.05)")
+    ap.add_argument("--lr", type=float, help="step size (default: the meta-policy's inner lr, else 0.05; with "
+                    "learned per-weight step sizes each weight moves by lr * its own)")
     ap.add_argument("--optimizer", choices=("sgd", "adam", "rmsprop"),
                     help="default: the meta-policy's inner optimizer, else sgd")
     ap.add_argument("--no_normalize", action="store_true", help="raw advantages (default: normalized, as the inner loop)")
@@ -56,15 +57,13 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     set_threads(args.threads)
+    if args.eval_every < 1:
+        ap.error(f"--eval_every must be >= 1, got {args.eval_every}")
     try:
         net, cfg, saved = load_network(args.ckpt, args.device)
-        inner = saved.get("adaptation", {})
-        optimizer = args.optimizer or inner.get("optimizer", "sgd")
-        settings = AdaptationSettings(steps=args.steps, jobsets=args.jobsets or inner.get("jobsets", 20),
-                                      episodes=args.episodes or inner.get("episodes", 20),
-                                      lr=args.lr or inner.get("lr", 0.05), optimizer=optimizer,
-                                      normalize_advantage=not args.no_normalize,
-                                      step_sizes=inner.get("step_sizes") if optimizer == "sgd" else None)
+        settings = AdaptationSettings.from_checkpoint(
+            saved, args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr, optimizer=args.optimizer,
+            normalize_advantage=False if args.no_normalize else None)
         if args.trace:
             workload = trace_workload_from_args(args, cfg)
             workload_desc = workload.describe()
@@ -78,8 +77,11 @@ def main(argv=None) -> int:
         eval_jobs = make_jobsets(workload, args.eval_jobsets, EVAL_SEED)
     except (ConfigError, FileNotFoundError) as error:
         ap.error(str(error))
+    learned = (saved.get("adaptation") or {}).get("step_sizes") is not None
     print(f"adapting {args.ckpt} on {workload_desc}: {settings}"
-          + (" with learned per-weight step sizes" if settings.step_sizes is not None else ""))
+          + (" with learned per-weight step sizes" if settings.step_sizes is not None else "")
+          + (" (the checkpoint's learned step sizes scale SGD only: not used)" if learned and settings.step_sizes is None
+             else ""))
     print(f"{'step':28s} {'mean slowdown':>16s} {'completion time':>16s} {'makespan':>14s} "
           f"{'utilization':>16s} {'SLO hit rate':>16s} {'jobs':>8s}")
 
@@ -89,8 +91,6 @@ def main(argv=None) -> int:
             print(json.dumps({"policy": args.ckpt, **summary}), flush=True)
 
     greedy = saved.get("greedy", True)
-    if args.eval_every < 1:
-        ap.error(f"--eval_every must be >= 1, got {args.eval_every}")
     adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, greedy=greedy, report=report,
           eval_steps=set(range(0, args.steps + 1, args.eval_every)))
     out = Path(args.out or Path(args.ckpt).with_suffix(".adapted.ckpt"))

@@ -37,7 +37,8 @@ against Tetris (DeepRM section 5.3, "where the gains come from").
 
 adaptation: on held-out workloads outside the meta-training ranges, the objective on unseen
 jobsets vs adaptation steps for the meta-policy, the mixture-trained policy and a fresh network,
-all fine-tuned the same way, with heuristic lines; and the first step at which each beats Tetris.
+each with the same steps and episodes (a meta-policy with its own inner loop, the others with
+--optimizer/--lr), with heuristic lines; and the first step at which each beats Tetris.
 """
 from __future__ import annotations
 
@@ -357,7 +358,7 @@ ADAPT_EVAL_STEPS = {0, 1, 2, 3, 4, 5, 7, 10, 15, 20, 30, 40, 50}
 
 def adaptation(args) -> None:
     """Adaptation curves on held-out workloads: the meta-policy, the mixture-trained REINFORCE policy
-    and a fresh network, each fine-tuned the same way; heuristics as lines."""
+    and a fresh network, each fine-tuned with the same steps and episodes; heuristics as lines."""
     import copy
 
     import torch
@@ -375,16 +376,10 @@ def adaptation(args) -> None:
     torch.manual_seed(args.seed)
     starts["scratch"] = (make_policy(net0.spec, cfg).to(args.device), cfg, {"greedy": saved0.get("greedy", True)})
     def settings_for(saved: dict) -> AdaptationSettings:
-        """Same steps and samples for every method. A meta-policy adapts with the inner loop it was
-        meta-trained for (its optimizer, lr and, with Meta-SGD, learned step sizes); a policy with
-        none (REINFORCE, scratch) with --optimizer and --lr."""
-        inner = saved.get("adaptation")
-        if inner is None:
-            return AdaptationSettings(steps=args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr,
-                                      optimizer=args.optimizer)
-        return AdaptationSettings(steps=args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=inner["lr"],
-                                  optimizer=inner["optimizer"], normalize_advantage=inner.get("normalize_advantage", True),
-                                  step_sizes=inner.get("step_sizes"))
+        """Same steps and samples for every method; a meta-policy adapts with the inner loop it was
+        meta-trained for (optimizer, lr, learned step sizes), a policy with none with --optimizer/--lr."""
+        own = {} if saved.get("adaptation") else {"lr": args.lr, "optimizer": args.optimizer}
+        return AdaptationSettings.from_checkpoint(saved, args.steps, jobsets=args.jobsets, episodes=args.episodes, **own)
     settings = {name: settings_for(saved) for name, (_, _, saved) in starts.items()}
     metric = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time"}[args.objective]
     curves, lines, table = {}, {}, {}
@@ -490,7 +485,8 @@ def main() -> None:
     p.add_argument("--episodes", type=int, default=20)
     p.add_argument("--optimizer", choices=("sgd", "adam", "rmsprop"), default="adam",
                    help="fine-tuning of checkpoints without an inner loop of their own (REINFORCE, scratch)")
-    p.add_argument("--lr", type=float, default=0.003, help="their step size")
+    p.add_argument("--lr", type=float, default=0.003,
+                   help="their step size (a meta-policy keeps its own inner loop's optimizer and lr)")
     p.add_argument("--eval_jobsets", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="PNG path (default docs/figures/adaptation_<objective>.png)")

@@ -29,7 +29,7 @@ from lightning.pytorch.cli import LightningCLI  # noqa: E402
 from lightning.pytorch.loggers import WandbLogger  # noqa: E402
 from jsonargparse import lazy_instance  # noqa: E402
 
-from callbacks import HeuristicComparison  # noqa: E402
+from callbacks import HeuristicComparison, LatestCheckpoint  # noqa: E402
 from lightning_sched import ClusterConfig, ConfigError  # noqa: E402
 from tasks.reinforce import Reinforce  # noqa: E402
 
@@ -45,13 +45,10 @@ class SchedulerCLI(LightningCLI):
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults({"checkpoint.monitor": "eval/mean_slowdown", "checkpoint.mode": "min",
                              "checkpoint.filename": "best-{step}", "checkpoint.auto_insert_metric_name": False})
-        # last.ckpt = the state at the latest validation. ModelCheckpoint(save_last=True) only
-        # copies a checkpoint when it saves one, i.e. when the monitored value improves, so last.ckpt
-        # would be the best one; a second checkpoint with no monitor keeps the latest instead.
-        parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
-        parser.set_defaults({"last_checkpoint.monitor": None, "last_checkpoint.save_top_k": 1,
-                             "last_checkpoint.filename": "last", "last_checkpoint.enable_version_counter": False})
-        parser.link_arguments("checkpoint.dirpath", "last_checkpoint.dirpath")  # last.ckpt beside the best
+        # last.ckpt = the state at the latest validation (callbacks/checkpoints.py says why a
+        # second callback and not save_last), beside the best
+        parser.add_lightning_class_args(LatestCheckpoint, "last_checkpoint")
+        parser.link_arguments("checkpoint.dirpath", "last_checkpoint.dirpath")
         parser.add_lightning_class_args(HeuristicComparison, "compare")
         parser.add_lightning_class_args(RichProgressBar, "progress_bar")
         # with no --model and no config: DeepRM's training on its paper settings
@@ -77,6 +74,10 @@ class SchedulerCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config)
         torch.set_num_threads(config.get("threads", 2))
+        save_last = (config.get("checkpoint") or {}).get("save_last")
+        if save_last:  # last_checkpoint writes last.ckpt; two writers would overwrite each other
+            raise SystemExit(f"error: checkpoint.save_last={save_last!r}: last.ckpt is kept by last_checkpoint "
+                             "(the latest state); leave checkpoint.save_last unset")
 
 
 def main(args=None) -> None:

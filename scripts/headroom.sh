@@ -4,6 +4,7 @@
 # step, as its adaptation curve), measured every 25 steps on the figure's 200 unseen jobsets.
 # Output: docs/figures/headroom/<workload>.jsonl (one JSON line per measurement).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 CKPT=${CKPT:-checkpoints/reinforce_mixture_masked.ckpt}
 OUT=docs/figures/headroom
 mkdir -p "$OUT"

@@ -69,7 +69,8 @@ def inner_step(fnet, diffopt, traj: Trajectories, baseline: Baseline, episodes: 
     """One differentiable REINFORCE step of a task's fast weights on its own rollouts; with
     `step_sizes` (Meta-SGD) each weight's gradient is first multiplied by its own learned step."""
     pg = policy_gradient(fnet, traj, baseline, episodes, normalize_advantage=normalize)
-    scale = None if step_sizes is None else (lambda grads: [g * a for g, a in zip(grads, step_sizes)])
+    scale = None if step_sizes is None else (
+        lambda grads: [None if g is None else g * a for g, a in zip(grads, step_sizes, strict=True)])
     diffopt.step(pg.loss, grad_callback=scale)
     return pg
 
@@ -155,6 +156,10 @@ class MAML(LightningModule):
         """Meta-SGD's per-weight step multipliers, in the order of net.parameters() (differentiable)."""
         return None if self.log_step_sizes is None else [s.exp() for s in self.log_step_sizes]
 
+    def named_log_step_sizes(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """(parameter name, its log step sizes) pairs."""
+        return [(name, s) for (name, _), s in zip(self.net.named_parameters(), self.log_step_sizes, strict=True)]
+
     # ----- tasks and rollouts -----------------------------------------------------------------------
     def _seed(self, stream: int) -> int:
         """Seed of one stream of this iteration and rank: 0 the tasks, 1 + 100 * step the inner
@@ -208,8 +213,7 @@ class MAML(LightningModule):
                        "perf/iteration_s": time.perf_counter() - start},
                       on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
         if self.log_step_sizes is not None:  # geometric mean of each tensor's learned step multiplier
-            self.log_dict({f"train/step_size/{name}": s.detach().mean().exp()
-                           for (name, _), s in zip(self.net.named_parameters(), self.log_step_sizes)},
+            self.log_dict({f"train/step_size/{name}": s.detach().mean().exp() for name, s in self.named_log_step_sizes()},
                           on_step=True, on_epoch=False)
         self.log("iteration", float(self.global_step), prog_bar=True, on_step=True, on_epoch=False)
 
@@ -245,6 +249,5 @@ class MAML(LightningModule):
         # scripts/adapt.py adapts with the inner loop the meta-policy was trained for
         inner = {k: v for k, v in vars(self.inner).items() if k not in ("steps", "step_sizes")}
         if self.log_step_sizes is not None:
-            inner["step_sizes"] = {name: s.detach().exp().cpu()
-                                   for (name, _), s in zip(self.net.named_parameters(), self.log_step_sizes)}
+            inner["step_sizes"] = {name: s.detach().exp().cpu() for name, s in self.named_log_step_sizes()}
         checkpoint[CHECKPOINT_KEY]["adaptation"] = inner

@@ -60,6 +60,15 @@ def test_last_checkpoint_is_the_latest_state_not_the_best(tmp_path):
     assert torch.load(tmp_path / "ck" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == 4
 
 
+def test_best_checkpoint_without_monitor_and_save_last(tmp_path):
+    # no monitor on the best-checkpoint callback: it and the latest one keep distinct states
+    fit("fit", "--config", SMOKE, "--trainer.logger", "false", "--checkpoint.monitor", "null",
+        "--checkpoint.dirpath", str(tmp_path / "ck"), tmp_path=tmp_path)
+    assert torch.load(tmp_path / "ck" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == 4
+    proc = fit("fit", "--config", SMOKE, "--checkpoint.save_last", "true", tmp_path=tmp_path, check=False)
+    assert proc.returncode != 0 and "checkpoint.save_last=True" in proc.stderr + proc.stdout
+
+
 def test_checkpoint_reloads_for_evaluation(smoke_run):
     tmp, _ = smoke_run
     ckpt = next((tmp / "runs").rglob("last.ckpt"))

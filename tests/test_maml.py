@@ -152,3 +152,21 @@ def test_meta_sgd_settings_errors_name_the_field():
         MAML(learn_step_sizes=True, first_order=True)
     with pytest.raises(ConfigError, match="step_sizes.*'sgd'.*'rmsprop'"):
         AdaptationSettings(optimizer="rmsprop", step_sizes={})
+    net = make_policy(PolicySpec(masked=True), ClusterConfig(observation="none"))
+    sizes = {n: torch.ones_like(p) for n, p in net.named_parameters()}
+    with pytest.raises(ConfigError, match=r"step_sizes has no entry for the network's 'first.bias'"):
+        AdaptationSettings(step_sizes={n: v for n, v in sizes.items() if n != "first.bias"}).scale_gradients(net)
+    with pytest.raises(ConfigError, match=r"step_sizes\['first.bias'\] has shape \(3,\), the network's \(20,\)"):
+        AdaptationSettings(step_sizes={**sizes, "first.bias": torch.ones(3)}).scale_gradients(net)
+
+
+def test_settings_from_a_checkpoint_keep_its_inner_loop_under_overrides():
+    saved = {"adaptation": {"jobsets": 10, "episodes": 10, "lr": 3.0, "optimizer": "sgd", "normalize_advantage": True,
+                            "step_sizes": {"w": torch.ones(2)}}}
+    own = AdaptationSettings.from_checkpoint(saved, 5, jobsets=20, episodes=None)
+    assert (own.lr, own.optimizer, own.jobsets, own.episodes, own.steps) == (3.0, "sgd", 20, 10, 5)
+    assert own.step_sizes is not None
+    adam = AdaptationSettings.from_checkpoint(saved, 5, optimizer="adam", lr=0.003)
+    assert adam.step_sizes is None and adam.optimizer == "adam"  # learned sizes scale SGD only
+    plain = AdaptationSettings.from_checkpoint({}, 2)
+    assert (plain.optimizer, plain.lr, plain.jobsets) == ("sgd", 0.05, 20)
