@@ -39,6 +39,11 @@ adaptation: on held-out workloads outside the meta-training ranges, the objectiv
 jobsets vs adaptation steps for the meta-policy, the mixture-trained policy and a fresh network,
 each with the same steps and episodes (a meta-policy with its own inner loop, the others with
 --optimizer/--lr), with heuristic lines; and the first step at which each beats Tetris.
+
+    python scripts/figures.py headroom [--ckpt checkpoints/reinforce_mixture_masked.ckpt --steps 300]
+
+headroom: one checkpoint fine-tuned long on the same held-out workloads and jobsets (how far
+fine-tuning goes at all).
 """
 from __future__ import annotations
 
@@ -356,6 +361,46 @@ HELD_OUT = {
 ADAPT_EVAL_STEPS = {0, 1, 2, 3, 4, 5, 7, 10, 15, 20, 30, 40, 50}
 
 
+def held_out_workloads(cfg: ClusterConfig, args, metric: str):
+    """(label, workload, its --eval_jobsets unseen jobsets, {heuristic: (mean, ci) of `metric`})
+    for each held-out workload of the adaptation figures."""
+    for label, params in HELD_OUT.items():
+        workload = DeepRMWorkload(**params)
+        eval_jobs = make_jobsets(workload, args.eval_jobsets, EVAL_SEED)
+        lines = {}
+        for h in args.heuristics:
+            s = evaluate(named_policies(cfg, [h], [], args.device)[h], cfg, eval_jobs, device=args.device).summary
+            lines[h] = (s[metric], s[metric + "_ci95"])
+        yield label, workload, eval_jobs, lines
+
+
+def headroom(args) -> None:
+    """How far fine-tuning goes on each held-out workload: one checkpoint fine-tuned --steps steps
+    (--optimizer/--lr, --jobsets x --episodes a step), measured every --every steps on the
+    adaptation figures' unseen jobsets (same seeds, so its first steps are their curve)."""
+    import copy
+
+    from lightning_sched.adaptation import AdaptationSettings, adapt
+    from lightning_sched.plots import adaptation_curves
+    from lightning_sched.policies import load_network
+
+    net, cfg, saved = load_network(args.ckpt, args.device)
+    settings = AdaptationSettings(steps=args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr,
+                                  optimizer=args.optimizer)
+    curves, lines = {}, {}
+    for label, workload, eval_jobs, lines[label] in held_out_workloads(cfg, args, "mean_slowdown"):
+        summaries = adapt(copy.deepcopy(net), cfg, workload, settings, eval_jobs, seed=args.seed, device=args.device,
+                          greedy=saved.get("greedy", True), eval_steps=set(range(0, args.steps + 1, args.every)))
+        curves[label] = {"fine-tuned": {s["step"]: (s["mean_slowdown"], s["mean_slowdown_ci95"]) for s in summaries}}
+        print(f"{label:32s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curves[label]["fine-tuned"].items()), flush=True)
+    fig = adaptation_curves(curves, lines, ylabel="mean slowdown",
+                            title=f"{args.ckpt} fine-tuned on the held-out workloads ({args.jobsets}x{args.episodes} "
+                                  f"episodes a step, {args.eval_jobsets} unseen jobsets, 95% CI)")
+    _save(fig, Path(args.out or FIGURES / "headroom.png"),
+          {"checkpoint": args.ckpt, "settings": settings.describe(), "held_out": HELD_OUT, "curves": curves,
+           "heuristics": lines})
+
+
 def adaptation(args) -> None:
     """Adaptation curves on held-out workloads: the meta-policy, the mixture-trained REINFORCE policy
     and a fresh network, each fine-tuned with the same steps and episodes; heuristics as lines."""
@@ -383,13 +428,7 @@ def adaptation(args) -> None:
     settings = {name: settings_for(saved) for name, (_, _, saved) in starts.items()}
     metric = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time"}[args.objective]
     curves, lines, table = {}, {}, {}
-    for label, params in HELD_OUT.items():
-        workload = DeepRMWorkload(**params)
-        eval_jobs = make_jobsets(workload, args.eval_jobsets, EVAL_SEED)
-        lines[label] = {}
-        for h in args.heuristics:
-            s = evaluate(named_policies(cfg, [h], [], args.device)[h], cfg, eval_jobs, device=args.device).summary
-            lines[label][h] = (s[metric], s[metric + "_ci95"])
+    for label, workload, eval_jobs, lines[label] in held_out_workloads(cfg, args, metric):
         curves[label], table[label] = {}, {}
         for name, (net, _, saved) in starts.items():
             summaries = adapt(copy.deepcopy(net), cfg, workload, settings[name], eval_jobs, seed=args.seed, device=args.device,
@@ -491,6 +530,19 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="PNG path (default docs/figures/adaptation_<objective>.png)")
     p.set_defaults(run=adaptation)
+    p = sub.add_parser("headroom", help="one checkpoint fine-tuned long on the held-out workloads (issue 4)")
+    p.add_argument("--ckpt", default="checkpoints/reinforce_mixture_masked.ckpt")
+    p.add_argument("--heuristics", nargs="+", default=["tetris"])
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--every", type=int, default=25, help="measure after every N-th step")
+    p.add_argument("--jobsets", type=int, default=20)
+    p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--optimizer", choices=("sgd", "adam", "rmsprop"), default="adam")
+    p.add_argument("--lr", type=float, default=0.003)
+    p.add_argument("--eval_jobsets", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="PNG path (default docs/figures/headroom.png)")
+    p.set_defaults(run=headroom)
     for parser in sub.choices.values():
         parser.add_argument("--device", default="cpu")
         parser.add_argument("--threads", type=int, default=2)

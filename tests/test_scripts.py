@@ -104,6 +104,23 @@ def test_figures_for_the_upgraded_recipe(tmp_path):
     assert curve["iteration"] == [2, 4] and curve["wall_s"] == [5.0, 10.0] and curve["slowdown"] == [5.0, 4.0]
 
 
+def test_headroom_continues_the_adaptation_figures_curve(tmp_path):
+    """headroom fine-tunes one checkpoint on the adaptation figure's held-out workloads with the
+    same seeds: with the same settings its steps are the figure's curve for that checkpoint."""
+    ckpt = "checkpoints/reinforce_mixture_masked.ckpt"
+    tiny = ("--steps", "2", "--jobsets", "2", "--episodes", "2", "--eval_jobsets", "3", "--heuristics", "tetris",
+            "--threads", "1")
+    run("scripts/figures.py", "adaptation", "--ckpt", f"mixture={ckpt}", "--out", str(tmp_path / "ad.png"), *tiny)
+    run("scripts/figures.py", "headroom", "--ckpt", ckpt, "--every", "1", "--out", str(tmp_path / "hr.png"), *tiny)
+    adaptation = json.loads((tmp_path / "ad.json").read_text())
+    headroom = json.loads((tmp_path / "hr.json").read_text())
+    assert set(headroom["curves"]) == set(adaptation["curves"]) and len(headroom["curves"]) == 4
+    for label, curve in headroom["curves"].items():
+        assert list(curve["fine-tuned"]) == ["0", "1", "2"]
+        assert curve["fine-tuned"] == adaptation["curves"][label]["mixture"]
+        assert headroom["heuristics"][label] == adaptation["heuristics"][label]
+
+
 def test_select_checkpoint_picks_by_the_worst_load():
     out = run("scripts/select_checkpoint.py", "--ckpt", "checkpoints/reinforce_slowdown.ckpt",
               "checkpoints/reinforce_slowdown_load0.7.ckpt", "--loads", "0.5", "1.5", "--jobsets", "4",
