@@ -5,6 +5,9 @@ import math
 from dataclasses import asdict, dataclass, fields
 
 OBJECTIVES = ("slowdown", "completion_time", "makespan", "utilization", "deadline")
+# Fields that change only the reward, not the jobs or the dynamics: a policy trained with one value
+# may start a run with another, and one evaluation table may hold policies trained for either.
+REWARD_FIELDS = ("objective", "tardiness_weight")
 OBSERVATIONS = ("image", "compact", "none")
 # Placement uses one 64-bit word per (resource, level) whose bit k is time row k: horizon <= 62
 # keeps every shift inside a signed int64.
@@ -42,6 +45,11 @@ class ClusterConfig:
     """Cap of the 'steps since the last arrival' column. DeepRM: 10."""
     objective: str = "slowdown"
     """Reward: one of slowdown, completion_time, makespan, utilization, deadline (SPEC table)."""
+    tardiness_weight: float = 0.0
+    """Beyond SPEC: each step a job spends in the system past its deadline also costs this much, so
+    the return falls by this times the total tardiness sum_j max(0, f_j - deadline_j). SPEC's
+    deadline reward stops counting a job once it is late, and policies learn to leave late jobs
+    until max_time; a small weight makes finishing them pay. 0 (the default) is SPEC's reward."""
     slo_slowdown: float = 2.0
     """Default deadline a_j + floor(slo_slowdown * d_j) when a jobset gives none (>= 1)."""
     observation: str = "image"
@@ -63,6 +71,9 @@ class ClusterConfig:
             raise ConfigError(f"ClusterConfig.objective={self.objective!r} is unknown; choose one of {OBJECTIVES}")
         if self.observation not in OBSERVATIONS:
             raise ConfigError(f"ClusterConfig.observation={self.observation!r} is unknown; choose one of {OBSERVATIONS}")
+        if (isinstance(self.tardiness_weight, bool) or not isinstance(self.tardiness_weight, (int, float))
+                or not math.isfinite(self.tardiness_weight) or self.tardiness_weight < 0):
+            raise ConfigError(f"ClusterConfig.tardiness_weight must be a finite number >= 0, got {self.tardiness_weight!r}")
         if not isinstance(self.slo_slowdown, (int, float)) or not math.isfinite(self.slo_slowdown) or self.slo_slowdown < 1:
             raise ConfigError(f"ClusterConfig.slo_slowdown must be a finite number >= 1, got {self.slo_slowdown!r}")
 

@@ -7,6 +7,9 @@
 | makespan        | -1                                            | -(time of the last finish)       |
 | utilization     | mean over r of used[0][r] / U                 | sum of per-step utilization      |
 | deadline        | -(jobs with deadline t+1 unfinished at t+1)   | -(jobs that miss their deadline) |
+
+With `ClusterConfig.tardiness_weight` w > 0 (beyond SPEC) every reward also pays -w per job in the
+system past its deadline (deadline_j <= t < f_j), and every return falls by w * sum_j max(0, f_j - deadline_j).
 """
 from __future__ import annotations
 
@@ -19,7 +22,23 @@ METRICS = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "
 
 
 def interval_reward(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
-    """Reward for [t, t+1) at the state's current time, before it advances: DoubleTensor[B].
+    """Reward for [t, t+1) at the state's current time, before it advances: DoubleTensor[B]. The
+    objective's reward, less the tardiness term when `cfg.tardiness_weight` > 0."""
+    reward = objective_reward(state, cfg)
+    if cfg.tardiness_weight:
+        reward = reward - cfg.tardiness_weight * late_jobs(state).double()
+    return reward
+
+
+def late_jobs(state: ClusterState) -> torch.Tensor:
+    """Jobs in the system past their deadline during [t, t+1): deadline_j <= t < f_j. LongTensor[B].
+    (deadline_j >= a_j + d_j > a_j, so such a job has arrived; padding's deadline is NEVER.)"""
+    length, t = state.max_jobs, state.time.unsqueeze(1)
+    return ((state.deadline[:, :length] <= t) & (finish_times(state) > t)).sum(1)
+
+
+def objective_reward(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
+    """SPEC's reward of `cfg.objective` for [t, t+1): DoubleTensor[B].
 
     A job is in the system when a_j <= t < f_j: it has arrived (a prefix of the sorted jobs) and
     has not finished (the ring buffer counts finishes up to t).

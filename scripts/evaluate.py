@@ -21,6 +21,7 @@ from _common import add_workload_flags, set_threads, workload_from_args
 import torch
 
 from lightning_sched import ClusterConfig, ConfigError, JobSet
+from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.evaluation import evaluate, make_jobsets, paired_difference
 from lightning_sched.heuristics import HEURISTICS, make_heuristic
 from lightning_sched.traces import TraceWorkload, parse_capacity
@@ -118,7 +119,7 @@ def main(argv=None) -> int:
         # were trained for may differ: the table measures every metric)
         cluster = policies[0][2]
         for name, _, other in policies[1:]:
-            cluster.require_same_cluster(other, policies[0][0], name, may_differ=("objective",))
+            cluster.require_same_cluster(other, policies[0][0], name, may_differ=REWARD_FIELDS)
         trace_counts = {}  # with --trace, every JSON line also says what the mapping dropped and clipped
         if args.jobset_file and args.trace:
             raise ConfigError("give --jobset_file or --trace, not both")

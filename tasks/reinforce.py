@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader
 
 from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily
 from lightning_sched.baselines import Baseline, TimeIndexedBaseline
-from lightning_sched.config import ConfigError
+from lightning_sched.config import REWARD_FIELDS, ConfigError
 from lightning_sched.evaluation import EvalResult, evaluate, make_jobsets
 from lightning_sched.objectives import METRICS, episode_metrics
 from lightning_sched.policies import (CHECKPOINT_KEY, ImagePolicy, NetworkPolicy, PolicySpec, load_network,
@@ -288,7 +288,7 @@ def warm_start(net: ImagePolicy, path: str) -> None:
     depend on it). A network without deadline inputs may start one with them: `net` keeps its
     own deadline weights, which start at zero."""
     source, cfg, _ = load_network(path)
-    cfg.require_same_cluster(net.cfg, f"init_from={path}", "run", may_differ=("objective", "slo_slowdown"))
+    cfg.require_same_cluster(net.cfg, f"init_from={path}", "run", may_differ=(*REWARD_FIELDS, "slo_slowdown"))
     adds_deadline_inputs = net.spec.deadline_inputs and not source.spec.deadline_inputs
     if source.spec != (replace(net.spec, deadline_inputs=False) if adds_deadline_inputs else net.spec):
         raise ConfigError(f"init_from={path}: its policy {source.spec!r} is not this run's {net.spec!r}")

@@ -25,6 +25,8 @@ def both(field: str, value) -> str:
     ({"observation": "pixels"}, "observation", "'pixels'"),
     ({"slo_slowdown": 0.5}, "slo_slowdown", 0.5),
     ({"slo_slowdown": float("nan")}, "slo_slowdown", "nan"),
+    ({"tardiness_weight": -0.1}, "tardiness_weight", -0.1),
+    ({"tardiness_weight": float("inf")}, "tardiness_weight", "inf"),
     ({"num_slots": 2.5}, "num_slots", 2.5),
     ({"resource_units": "10"}, "resource_units", "'10'"),
     ({"num_resources": True}, "num_resources", True),

@@ -424,6 +424,43 @@ def test_return_identity_on_terminated_heuristic_episodes(cfg, seed, objective):
         assert math.isclose(float(returns[row]), want, rel_tol=1e-5, abs_tol=1e-3), (row, float(returns[row]), want)
 
 
+@settings(max_examples=10)
+@given(seed=st.integers(0, 2**16), objective=st.sampled_from(("deadline", "slowdown")),
+       weight=st.sampled_from((0.01, 0.5, 3.0)), load=st.sampled_from((0.6, 1.8)))
+def test_tardiness_weight_charges_total_tardiness(seed, objective, weight, load):
+    """Beyond SPEC: with tardiness_weight w the return is the objective's identity minus
+    w * sum_j max(0, f_j - deadline_j), and w = 0 pays exactly SPEC's reward (same decisions)."""
+    from lightning_sched.heuristics import make_heuristic
+    from lightning_sched.rollout import play
+
+    base = ClusterConfig(objective=objective, max_time=400, observation="none")
+    jobs = DeepRMWorkload.for_cluster(base, load=load, simu_len=15).sample(6, torch.Generator().manual_seed(seed))
+    def returns_of(cfg):
+        total = torch.zeros(jobs.batch_size, dtype=torch.float64)
+        def record(obs, active, reward, time):
+            total.add_(reward.double())
+        state, _ = play(make_heuristic("sjf", cfg), cfg, jobs, record=record)
+        return state, total
+
+    plain, plain_rewards = returns_of(base)
+    state, rewards = returns_of(base.replace(tardiness_weight=weight))
+    assert torch.equal(state.start, plain.start), "the reward must not change SJF's decisions"
+    start = observe(state, base)["job_start"]
+    late_rows = 0
+    for row in range(jobs.batch_size):
+        if not bool(state.terminated[row]):
+            continue
+        model = RowModel(base, jobs, row)
+        finish = model.finish(start[row].numpy())[model.real]
+        tardiness = float(np.maximum(finish - model.deadline[model.real], 0).sum())
+        late_rows += tardiness > 0
+        spec = model.episode_return(start[row].numpy(), 0.0, objective)
+        assert math.isclose(float(plain_rewards[row]), spec, rel_tol=1e-6, abs_tol=1e-6)
+        assert math.isclose(float(rewards[row]), spec - weight * tardiness, rel_tol=1e-6, abs_tol=1e-6), \
+            (row, float(rewards[row]), spec, tardiness)
+    event(f"rows with late jobs: {'some' if late_rows else 'none'}")
+
+
 # ----- same seed, same jobsets ------------------------------------------------------------------------
 @settings(max_examples=20)
 @given(seed=st.integers(0, 2**32 - 1), load=st.floats(0.5, 3.0), arrivals=st.sampled_from(["auto", "poisson"]),
