@@ -1,11 +1,13 @@
 """MAML (Finn et al., ICML 2017) over cluster workloads: a meta-policy that adapts to a new
-workload in a few REINFORCE steps. A task is a DeepRM workload drawn from a `WorkloadFamily`.
+workload in a few REINFORCE steps. A task is a DeepRM workload drawn from a `WorkloadFamily`,
+optionally with an objective drawn from `objectives` (which the observation does not show).
 
     for each meta-iteration:                                      (training_step)
         draw a meta-batch of tasks T_1..T_K from the family
         theta_k = theta for each task (higher.innerloop_ctx, copy_initial_weights=False)
         repeat inner_steps times:
-            roll out every theta_k on jobsets of its task         (one batched env for all tasks)
+            roll out every theta_k on jobsets of its task         (one batched env for all tasks
+                                                                   of the same objective)
             theta_k <- theta_k - alpha grad L_k(theta_k)          (inner_step: REINFORCE with the
                                                                    time-indexed baseline; SGD, or
                                                                    higher's differentiable Adam; or
@@ -22,16 +24,17 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import NamedTuple
 
 import higher
 import torch
 from lightning.pytorch import LightningModule
 from torch.utils.data import DataLoader
 
-from lightning_sched import ClusterConfig, JobSet, WorkloadFamily
+from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily
 from lightning_sched.adaptation import AdaptationSettings
 from lightning_sched.baselines import Baseline, TimeIndexedBaseline
-from lightning_sched.config import ConfigError
+from lightning_sched.config import OBJECTIVES, ConfigError
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.objectives import episode_metrics
 from lightning_sched.policies import (CHECKPOINT_KEY, PolicySpec, make_policy,
@@ -40,6 +43,12 @@ from lightning_sched.policy_gradient import PolicyGradient, policy_gradient
 from lightning_sched.rollout import Trajectories, collect
 
 from .reinforce import evaluate_and_log
+
+
+class Task(NamedTuple):
+    """A meta-learning task: the workload its jobsets come from and the objective its reward follows."""
+    workload: DeepRMWorkload
+    objective: str
 
 
 class TaskBlocks:
@@ -79,10 +88,15 @@ class MAML(LightningModule):
     """Args:
         cluster: the cluster and objective (SPEC.md).
         family: the meta-training tasks (`WorkloadFamily` ranges).
+        objectives: each task also draws its objective (its reward) uniformly from this list; the
+            observation does not show it, so no single policy serves every task without adapting.
+            None: every task has the cluster's objective.
         policy: the network (`PolicySpec`).
         baseline: default DeepRM's time-indexed baseline.
         meta_batch: tasks per meta-iteration.
-        inner_steps: adaptation steps per task inside a meta-iteration.
+        inner_steps: adaptation steps per task inside a meta-iteration. 0: no adaptation, i.e.
+            REINFORCE on the task mixture (the baseline a meta-policy is compared with: the same
+            tasks, and the same samples when outer_jobsets covers the inner rollouts too).
         inner_lr: step size of the inner loop (and the default of scripts/adapt.py).
         inner_optimizer: 'sgd' (MAML's) or 'adam' (higher's differentiable Adam: a step of about
             inner_lr per weight, whatever the gradient's scale; REINFORCE gradients here are ~1e-4
@@ -104,7 +118,7 @@ class MAML(LightningModule):
     """
 
     def __init__(self, cluster: ClusterConfig = ClusterConfig(), family: WorkloadFamily = WorkloadFamily(),
-                 policy: PolicySpec = PolicySpec(), baseline: Baseline | None = None, meta_batch: int = 8,
+                 objectives: list[str] | None = None, policy: PolicySpec = PolicySpec(), baseline: Baseline | None = None, meta_batch: int = 8,
                  inner_steps: int = 1, inner_lr: float = 0.05, inner_optimizer: str = "sgd",
                  inner_jobsets: int = 10, inner_episodes: int = 10,
                  outer_jobsets: int = 10, outer_episodes: int = 10, normalize_advantage: bool = True,
@@ -116,7 +130,14 @@ class MAML(LightningModule):
         self.automatic_optimization = False
         if meta_batch >= 100:
             raise ConfigError(f"MAML.meta_batch must be < 100 (jobset seed streams), got {meta_batch}")
-        for name in ("meta_batch", "inner_steps", "inner_jobsets", "inner_episodes", "outer_jobsets", "outer_episodes",
+        if inner_steps < 0:
+            raise ConfigError(f"MAML.inner_steps must be >= 0, got {inner_steps}")
+        for objective in objectives or ():
+            if objective not in OBJECTIVES:
+                raise ConfigError(f"MAML.objectives holds {objective!r}, which is unknown; choose from {OBJECTIVES}")
+        if objectives is not None and not objectives:
+            raise ConfigError("MAML.objectives must name at least one objective (or be null: the cluster's)")
+        for name in ("meta_batch", "inner_jobsets", "inner_episodes", "outer_jobsets", "outer_episodes",
                      "iterations_per_epoch", "val_jobsets"):
             if self.hparams[name] < 1:
                 raise ConfigError(f"MAML.{name} must be >= 1, got {self.hparams[name]}")
@@ -134,6 +155,8 @@ class MAML(LightningModule):
             if first_order:
                 raise ConfigError("MAML.learn_step_sizes needs second-order gradients (first_order=True gives the "
                                   "step sizes none)")
+            if inner_steps == 0:
+                raise ConfigError("MAML.learn_step_sizes needs inner_steps >= 1 (there is no step to size)")
             self.log_step_sizes = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros_like(p))
                                                           for p in self.net.parameters()])
         self.baseline = baseline or TimeIndexedBaseline()
@@ -166,21 +189,32 @@ class MAML(LightningModule):
         rollouts of each step, 1000 the outer ones; task k of a stream adds k (meta_batch < 100)."""
         return (self.hparams.seed * 1_000_003 + self.global_step) * 4099 + self.trainer.global_rank * 100_003 + stream
 
-    def draw_tasks(self):
-        """This rank's meta-batch of workloads (split over DDP ranks)."""
+    def draw_tasks(self) -> list[Task]:
+        """This rank's meta-batch of tasks (split over DDP ranks)."""
         world = self.trainer.world_size
         if self.hparams.meta_batch % world:
             raise ConfigError(f"MAML.meta_batch={self.hparams.meta_batch} must divide evenly over {world} devices")
         generator = torch.Generator().manual_seed(self._seed(0))
-        return self.family.draw(self.hparams.meta_batch // world, generator)
+        workloads = self.family.draw(self.hparams.meta_batch // world, generator)
+        objectives = self.hparams.objectives
+        if not objectives:
+            return [Task(w, self.cluster.objective) for w in workloads]
+        picks = torch.randint(len(objectives), (len(workloads),), generator=generator).tolist()
+        return [Task(w, objectives[i]) for w, i in zip(workloads, picks)]
 
-    def rollout(self, nets, tasks, jobsets: int, episodes: int, stream: int) -> tuple[Trajectories, list[int]]:
-        """`jobsets` x `episodes` episodes of every task in one batched env, task k acting with nets[k]."""
-        per_task = [make_jobsets(task, jobsets, self._seed(stream) + k) for k, task in enumerate(tasks)]
-        jobs = JobSet.cat(per_task).to(self.device).repeat_interleave(episodes)
-        rows = [jobsets * episodes] * len(tasks)
-        traj = collect(TaskBlocks(self.net, nets, rows), self.cluster, jobs, generator=self.sampler)
-        return traj, rows
+    def rollout(self, nets, tasks: list[Task], jobsets: int, episodes: int, stream: int) -> list[Trajectories]:
+        """`jobsets` x `episodes` episodes of every task, task k acting with nets[k]: one batched env
+        for all the tasks of each objective. Returns each task's trajectories, in task order."""
+        parts: list[Trajectories | None] = [None] * len(tasks)
+        for objective in dict.fromkeys(task.objective for task in tasks):
+            ks = [k for k, task in enumerate(tasks) if task.objective == objective]
+            jobs = JobSet.cat([make_jobsets(tasks[k].workload, jobsets, self._seed(stream) + k) for k in ks])
+            rows = [jobsets * episodes] * len(ks)
+            traj = collect(TaskBlocks(self.net, [nets[k] for k in ks], rows), self.cluster.replace(objective=objective),
+                           jobs.to(self.device).repeat_interleave(episodes), generator=self.sampler)
+            for k, part in zip(ks, traj.split(rows)):
+                parts[k] = part
+        return parts
 
     # ----- one meta-iteration ------------------------------------------------------------------------
     def training_step(self, batch, batch_idx):
@@ -196,19 +230,19 @@ class MAML(LightningModule):
             fnets = [fnet for fnet, _ in learners]
             step_sizes = self.step_sizes()
             for step in range(hp.inner_steps):
-                traj, rows = self.rollout(fnets, tasks, hp.inner_jobsets, hp.inner_episodes, stream=1 + 100 * step)
-                for (fnet, diffopt), part in zip(learners, traj.split(rows)):
+                parts = self.rollout(fnets, tasks, hp.inner_jobsets, hp.inner_episodes, stream=1 + 100 * step)
+                for (fnet, diffopt), part in zip(learners, parts):
                     inner_step(fnet, diffopt, part, self.baseline, hp.inner_episodes, hp.normalize_advantage, step_sizes)
-            traj, rows = self.rollout(fnets, tasks, hp.outer_jobsets, hp.outer_episodes, stream=1000)
+            parts = self.rollout(fnets, tasks, hp.outer_jobsets, hp.outer_episodes, stream=1000)
             outer = [policy_gradient(fnet, part, self.baseline, hp.outer_episodes, normalize_advantage=hp.normalize_advantage)
-                     for fnet, part in zip(fnets, traj.split(rows))]
+                     for fnet, part in zip(fnets, parts)]
             meta_loss = torch.stack([pg.loss for pg in outer]).mean()
             if not torch.isfinite(meta_loss):
                 raise FloatingPointError(f"non-finite meta-loss at iteration {self.global_step}; training stops here")
             self.meta_gradient(meta_loss, fnets)
         meta_opt.step()
-        metrics = episode_metrics(traj.state)
-        self.log_dict({"train/meta_loss": meta_loss.detach(), "train/adapted_mean_slowdown": metrics["mean_slowdown"].nanmean().float(),
+        slowdown = torch.cat([episode_metrics(part.state)["mean_slowdown"] for part in parts])
+        self.log_dict({"train/meta_loss": meta_loss.detach(), "train/adapted_mean_slowdown": slowdown.nanmean().float(),
                        "train/adapted_mean_return": torch.stack([pg.mean_return for pg in outer]).mean(),
                        "perf/iteration_s": time.perf_counter() - start},
                       on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)

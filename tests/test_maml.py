@@ -170,3 +170,54 @@ def test_settings_from_a_checkpoint_keep_its_inner_loop_under_overrides():
     assert adam.step_sizes is None and adam.optimizer == "adam"  # learned sizes scale SGD only
     plain = AdaptationSettings.from_checkpoint({}, 2)
     assert (plain.optimizer, plain.lr, plain.jobsets) == ("sgd", 0.05, 20)
+
+
+def test_tasks_with_objectives_each_roll_out_under_their_own_reward():
+    """With `objectives` every task draws one; each task's rewards follow its objective (SPEC's
+    return identities on the finished episodes), though tasks of one objective share an env."""
+    from lightning_sched.objectives import episode_metrics
+
+    module = MAML(family=WorkloadFamily(simu_len=10, load=(1.0, 1.5)), objectives=["slowdown", "deadline"],
+                  meta_batch=8, policy=PolicySpec(masked=True), seed=1)
+    module.trainer = Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
+    tasks = module.draw_tasks()
+    assert {t.objective for t in tasks} == {"slowdown", "deadline"}
+    parts = module.rollout([module.net] * len(tasks), tasks, jobsets=2, episodes=2, stream=1)
+    assert len(parts) == len(tasks) and all(p.reward.shape[1] == 4 for p in parts)
+    for task, part in zip(tasks, parts):
+        m = episode_metrics(part.state)
+        done = part.state.terminated & (m["num_jobs"] > 0)
+        assert bool(done.any())
+        returns, jobs = part.reward.double().sum(0)[done], m["num_jobs"][done].double()
+        if task.objective == "slowdown":
+            want = -m["mean_slowdown"][done] * jobs
+        else:
+            want = -(jobs - m["slo_hit_rate"][done] * jobs)
+        torch.testing.assert_close(returns, want, rtol=1e-5, atol=1e-4)
+
+
+def test_zero_inner_steps_is_reinforce_on_the_task_mixture():
+    """inner_steps=0 (the mixture baseline): the outer REINFORCE step alone moves the parameters."""
+    torch.manual_seed(0)
+    module = MAML(family=WorkloadFamily(simu_len=10, load=(0.8, 1.2)), objectives=["slowdown", "completion_time"],
+                  meta_batch=2, inner_steps=0, outer_jobsets=2, outer_episodes=3, val_jobsets=4, seed=3)
+    before = [p.detach().clone() for p in module.net.parameters()]
+    trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False, enable_checkpointing=False,
+                      limit_val_batches=0, enable_model_summary=False)
+    trainer.fit(module)
+    assert any(not torch.equal(a, b) for a, b in zip(before, module.net.parameters()))
+
+
+def test_maml_objectives_and_inner_steps_errors_name_the_field():
+    import pytest
+
+    from lightning_sched import ConfigError
+
+    with pytest.raises(ConfigError, match="MAML.objectives holds 'throughput'"):
+        MAML(objectives=["slowdown", "throughput"])
+    with pytest.raises(ConfigError, match="MAML.objectives must name at least one"):
+        MAML(objectives=[])
+    with pytest.raises(ConfigError, match="MAML.inner_steps must be >= 0, got -1"):
+        MAML(inner_steps=-1)
+    with pytest.raises(ConfigError, match="learn_step_sizes needs inner_steps >= 1"):
+        MAML(learn_step_sizes=True, inner_steps=0)
