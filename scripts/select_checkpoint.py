@@ -6,7 +6,8 @@ worst ratio to the best heuristic over a range of loads.
 
 For mean_slowdown the score at a load is policy / best heuristic (lower is better); for
 slo_hit_rate it is policy - best heuristic in percentage points (higher is better). The winner is
-the candidate whose worst load is best. Selection jobsets are seeded with --seed + 100 * load
+the candidate whose worst load is best, among those that finish every job of the selection jobsets
+(a policy that leaves jobs waiting until max_time wins only if all do). Selection jobsets are seeded with --seed + 100 * load
 (default 555 + ...), away from scripts/figures.py's and evaluate.py's seeds (12345...), so the
 figures stay unseen data.
 """
@@ -37,6 +38,7 @@ def main(argv=None) -> None:
     cfg = ClusterConfig(observation="none")
     lower_is_better = args.metric == "mean_slowdown"
     scores: dict[str, dict[float, float]] = {path: {} for path in args.ckpt}
+    unfinished = dict.fromkeys(args.ckpt, 0)  # jobs left waiting at max_time, over all loads
     for load in args.loads:
         # the seed follows the load, so a subset of the loads sees the same jobsets
         jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, args.seed + round(100 * load))
@@ -44,14 +46,21 @@ def main(argv=None) -> None:
         best = min(heuristic) if lower_is_better else max(heuristic)
         for path in args.ckpt:
             policy, _ = load_policy(path)
-            value = evaluate(policy, cfg, jobs).summary[args.metric]
-            scores[path][load] = value / best if lower_is_better else 100 * (value - best)
+            summary = evaluate(policy, cfg, jobs).summary
+            scores[path][load] = summary[args.metric] / best if lower_is_better else 100 * (summary[args.metric] - best)
+            unfinished[path] += summary["unfinished_jobs"]
         print(f"load {load:.1f} best heuristic {best:.3f} " + " ".join(f"{p}: {scores[p][load]:.3f}" for p in args.ckpt),
               flush=True)
     worst = {p: (max if lower_is_better else min)(s.values()) for p, s in scores.items()}
-    winner = (min if lower_is_better else max)(worst, key=worst.get)
+    # a policy that leaves jobs waiting until max_time wins only when every candidate does
+    eligible = [p for p in args.ckpt if not unfinished[p]] or args.ckpt
+    winner = (min if lower_is_better else max)(eligible, key=worst.get)
+    if any(unfinished.values()):
+        print("unfinished jobs (not eligible while a candidate finishes all): "
+              + " ".join(f"{p}: {n}" for p, n in unfinished.items() if n))
     print(json.dumps({"metric": args.metric, "seed": args.seed, "jobsets": args.jobsets, "worst": worst,
-                      "winner": winner, "scores": {p: {str(k): v for k, v in s.items()} for p, s in scores.items()}}))
+                      "unfinished_jobs": unfinished, "winner": winner,
+                      "scores": {p: {str(k): v for k, v in s.items()} for p, s in scores.items()}}))
 
 
 if __name__ == "__main__":

@@ -130,3 +130,15 @@ def test_select_checkpoint_picks_by_the_worst_load():
     assert result["winner"] == min(worst, key=worst.get)
     for path, scores in result["scores"].items():
         assert worst[path] == max(scores.values())
+
+
+def test_select_checkpoint_rules_out_a_policy_that_leaves_jobs_unfinished():
+    """deadline_abandons_late meets more deadlines than reinforce_slowdown at load 1.5 by leaving
+    late jobs until max_time; the selection must not pick it while the other finishes every job."""
+    abandons, finishes = "checkpoints/deadline_abandons_late.ckpt", "checkpoints/reinforce_slowdown.ckpt"
+    out = run("scripts/select_checkpoint.py", "--ckpt", abandons, finishes, "--metric", "slo_hit_rate",
+              "--loads", "1.5", "--jobsets", "10", "--threads", "1").stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["unfinished_jobs"][abandons] > 0 and result["unfinished_jobs"][finishes] == 0
+    assert result["worst"][abandons] > result["worst"][finishes]  # it would win on the score alone
+    assert result["winner"] == finishes
