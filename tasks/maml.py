@@ -105,6 +105,8 @@ class MAML(LightningModule):
         outer_jobsets, outer_episodes: rollouts of the adapted policy per task (N x E).
         normalize_advantage: divide advantages by their std over the task's decisions (keeps the
             plain-SGD inner step's size independent of the reward scale).
+        entropy_weight: entropy bonus in the outer (meta) loss, as Reinforce's; keeps the policy
+            from collapsing to a deterministic one (REINFORCE on completion time does, under Adam).
         meta_lr: Adam step size on the meta-parameters.
         first_order: first-order MAML (no gradient through the inner updates).
         learn_step_sizes: Meta-SGD (Li et al., 2017): meta-learn a step size for every weight
@@ -122,6 +124,7 @@ class MAML(LightningModule):
                  inner_steps: int = 1, inner_lr: float = 0.05, inner_optimizer: str = "sgd",
                  inner_jobsets: int = 10, inner_episodes: int = 10,
                  outer_jobsets: int = 10, outer_episodes: int = 10, normalize_advantage: bool = True,
+                 entropy_weight: float = 0.0,
                  meta_lr: float = 1e-3, first_order: bool = False, learn_step_sizes: bool = False,
                  step_size_lr: float = 0.01, iterations_per_epoch: int = 100,
                  val_jobsets: int = 100, val_seed: int = 900_001, eval_greedy: bool = False, seed: int = 0):
@@ -130,6 +133,8 @@ class MAML(LightningModule):
         self.automatic_optimization = False
         if meta_batch >= 100:
             raise ConfigError(f"MAML.meta_batch must be < 100 (jobset seed streams), got {meta_batch}")
+        if not entropy_weight >= 0:
+            raise ConfigError(f"MAML.entropy_weight must be >= 0, got {entropy_weight}")
         if inner_steps < 0:
             raise ConfigError(f"MAML.inner_steps must be >= 0, got {inner_steps}")
         for objective in objectives or ():
@@ -234,8 +239,8 @@ class MAML(LightningModule):
                 for (fnet, diffopt), part in zip(learners, parts):
                     inner_step(fnet, diffopt, part, self.baseline, hp.inner_episodes, hp.normalize_advantage, step_sizes)
             parts = self.rollout(fnets, tasks, hp.outer_jobsets, hp.outer_episodes, stream=1000)
-            outer = [policy_gradient(fnet, part, self.baseline, hp.outer_episodes, normalize_advantage=hp.normalize_advantage)
-                     for fnet, part in zip(fnets, parts)]
+            outer = [policy_gradient(fnet, part, self.baseline, hp.outer_episodes, entropy_weight=hp.entropy_weight,
+                                     normalize_advantage=hp.normalize_advantage) for fnet, part in zip(fnets, parts)]
             meta_loss = torch.stack([pg.loss for pg in outer]).mean()
             if not torch.isfinite(meta_loss):
                 raise FloatingPointError(f"non-finite meta-loss at iteration {self.global_step}; training stops here")
@@ -244,6 +249,7 @@ class MAML(LightningModule):
         slowdown = torch.cat([episode_metrics(part.state)["mean_slowdown"] for part in parts])
         self.log_dict({"train/meta_loss": meta_loss.detach(), "train/adapted_mean_slowdown": slowdown.nanmean().float(),
                        "train/adapted_mean_return": torch.stack([pg.mean_return for pg in outer]).mean(),
+                       "train/entropy": torch.stack([pg.entropy for pg in outer]).mean(),
                        "perf/iteration_s": time.perf_counter() - start},
                       on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
         if self.log_step_sizes is not None:  # geometric mean of each tensor's learned step multiplier

@@ -221,3 +221,22 @@ def test_maml_objectives_and_inner_steps_errors_name_the_field():
         MAML(inner_steps=-1)
     with pytest.raises(ConfigError, match="learn_step_sizes needs inner_steps >= 1"):
         MAML(learn_step_sizes=True, inner_steps=0)
+    with pytest.raises(ConfigError, match="MAML.entropy_weight must be >= 0, got -0.1"):
+        MAML(entropy_weight=-0.1)
+
+
+def test_entropy_bonus_keeps_the_outer_policy_stochastic():
+    """The same meta-iteration with an entropy bonus ends with a higher-entropy policy than without."""
+    def entropy_after(weight: float) -> float:
+        torch.manual_seed(0)
+        module = MAML(family=WorkloadFamily(simu_len=10, load=(0.8, 1.2)), meta_batch=2, inner_steps=0, outer_jobsets=2,
+                      outer_episodes=3, val_jobsets=4, meta_lr=0.05, entropy_weight=weight, seed=3)
+        Trainer(max_steps=3, logger=False, enable_progress_bar=False, enable_checkpointing=False, limit_val_batches=0,
+                enable_model_summary=False).fit(module)
+        jobs = make_jobsets(DeepRMWorkload(load=1.0, simu_len=10), 4, 7)
+        from lightning_sched.policy_gradient import policy_gradient
+        from lightning_sched.rollout import collect
+        traj = collect(module.net, module.cluster, jobs, generator=torch.Generator().manual_seed(1))
+        return float(policy_gradient(module.net, traj, module.baseline, 1).entropy)
+
+    assert entropy_after(1.0) > entropy_after(0.0)
