@@ -51,8 +51,6 @@ class SchedulerCLI(LightningCLI):
         parser.link_arguments("checkpoint.dirpath", "last_checkpoint.dirpath")
         parser.add_lightning_class_args(HeuristicComparison, "compare")
         parser.add_lightning_class_args(RichProgressBar, "progress_bar")
-        # with no --model and no config: DeepRM's training on its paper settings
-        parser.set_defaults({"model": lazy_instance(Reinforce)})
 
     def _parse_ckpt_path(self) -> None:
         """LightningCLI lets a checkpoint's hyperparameters override the config; a cluster that differs
@@ -80,8 +78,23 @@ class SchedulerCLI(LightningCLI):
                              "(the latest state); leave checkpoint.save_last unset")
 
 
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+
+def with_default_model(args: list[str]) -> list[str]:
+    """DeepRM's REINFORCE (tasks.reinforce.Reinforce, paper settings) when neither --model nor a
+    config picks the module. Not a parser default: jsonargparse keeps a default instance's init_args
+    when a config's class_path replaces it, so tasks.maml.MAML silently took Reinforce's values for
+    the arguments both have (normalize_advantage False instead of MAML's True)."""
+    picks_model = any(a.startswith(("--model", "--config", "-c")) for a in args)
+    if picks_model or not args or args[0] not in SUBCOMMANDS:
+        return args
+    return [args[0], f"--model={Reinforce.__module__}.{Reinforce.__qualname__}", *args[1:]]
+
+
 def main(args=None) -> None:
     os.environ.setdefault("WANDB_SILENT", "true")
+    args = with_default_model(list(sys.argv[1:] if args is None else args))
     trainer_defaults = {
         "accelerator": "auto",
         "devices": 1,

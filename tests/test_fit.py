@@ -121,6 +121,18 @@ def test_print_config_and_unknown_keys(tmp_path):
     assert proc.returncode != 0 and "num_jobsets" in proc.stderr
 
 
+def test_a_maml_config_keeps_maml_defaults_and_no_config_means_reinforce(tmp_path):
+    """A config picking tasks.maml.MAML gets MAML's own defaults (normalize_advantage True), not
+    Reinforce's values for the arguments both modules have; with no config, Reinforce is trained."""
+    import yaml
+
+    maml = yaml.safe_load(fit("fit", "--config", str(ROOT / "configs" / "maml_masked.yaml"), "--print_config",
+                              tmp_path=tmp_path).stdout)["model"]
+    assert maml["class_path"] == "tasks.maml.MAML" and maml["init_args"]["normalize_advantage"] is True
+    plain = yaml.safe_load(fit("fit", "--print_config", tmp_path=tmp_path).stdout)["model"]
+    assert plain["class_path"] == "tasks.reinforce.Reinforce" and plain["init_args"]["normalize_advantage"] is False
+
+
 def test_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
     from lightning.pytorch import Callback, Trainer
     from lightning.pytorch.callbacks import ModelCheckpoint
