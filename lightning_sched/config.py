@@ -47,7 +47,8 @@ class ClusterConfig:
     """Reward: one of slowdown, completion_time, makespan, utilization, deadline (SPEC table)."""
     tardiness_weight: float = 0.0
     """Beyond SPEC: each step a job spends in the system past its deadline also costs this much, so
-    the return falls by this times the total tardiness sum_j max(0, f_j - deadline_j). SPEC's
+    the return of a terminated episode falls by this times the total tardiness sum_j max(0, f_j -
+    deadline_j) (a truncated one charges unfinished jobs up to the final time). SPEC's
     deadline reward stops counting a job once it is late, and policies learn to leave late jobs
     until max_time; a small weight makes finishing them pay. 0 (the default) is SPEC's reward."""
     slo_slowdown: float = 2.0

@@ -23,6 +23,7 @@ the inner rollouts (their actions are data).
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from typing import NamedTuple
 
@@ -96,7 +97,7 @@ class MAML(LightningModule):
         meta_batch: tasks per meta-iteration.
         inner_steps: adaptation steps per task inside a meta-iteration. 0: no adaptation, i.e.
             REINFORCE on the task mixture (the baseline a meta-policy is compared with: the same
-            tasks, and the same samples when outer_jobsets covers the inner rollouts too).
+            tasks, and as many episodes when outer_jobsets covers the inner rollouts too).
         inner_lr: step size of the inner loop (and the default of scripts/adapt.py).
         inner_optimizer: 'sgd' (MAML's) or 'adam' (higher's differentiable Adam: a step of about
             inner_lr per weight, whatever the gradient's scale; REINFORCE gradients here are ~1e-4
@@ -133,8 +134,9 @@ class MAML(LightningModule):
         self.automatic_optimization = False
         if meta_batch >= 100:
             raise ConfigError(f"MAML.meta_batch must be < 100 (jobset seed streams), got {meta_batch}")
-        if not entropy_weight >= 0:
-            raise ConfigError(f"MAML.entropy_weight must be >= 0, got {entropy_weight}")
+        if isinstance(entropy_weight, bool) or not isinstance(entropy_weight, (int, float)) \
+                or not math.isfinite(entropy_weight) or entropy_weight < 0:
+            raise ConfigError(f"MAML.entropy_weight must be a finite number >= 0, got {entropy_weight!r}")
         if inner_steps < 0:
             raise ConfigError(f"MAML.inner_steps must be >= 0, got {inner_steps}")
         for objective in objectives or ():

@@ -221,7 +221,7 @@ def test_maml_objectives_and_inner_steps_errors_name_the_field():
         MAML(inner_steps=-1)
     with pytest.raises(ConfigError, match="learn_step_sizes needs inner_steps >= 1"):
         MAML(learn_step_sizes=True, inner_steps=0)
-    with pytest.raises(ConfigError, match="MAML.entropy_weight must be >= 0, got -0.1"):
+    with pytest.raises(ConfigError, match="MAML.entropy_weight must be a finite number >= 0, got -0.1"):
         MAML(entropy_weight=-0.1)
 
 

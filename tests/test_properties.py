@@ -426,8 +426,9 @@ def test_return_identity_on_terminated_heuristic_episodes(cfg, seed, objective):
 
 @settings(max_examples=10)
 @given(seed=st.integers(0, 2**16), objective=st.sampled_from(("deadline", "slowdown")),
-       weight=st.sampled_from((0.01, 0.5, 3.0)), load=st.sampled_from((0.6, 1.8)))
-def test_tardiness_weight_charges_total_tardiness(seed, objective, weight, load):
+       weight=st.sampled_from((0.01, 0.5, 3.0)), load=st.sampled_from((0.6, 1.8)),
+       heuristic=st.sampled_from(("sjf", "tetris", "random")))
+def test_tardiness_weight_charges_total_tardiness(seed, objective, weight, load, heuristic):
     """Beyond SPEC: with tardiness_weight w the return is the objective's identity minus
     w * sum_j max(0, f_j - deadline_j), and w = 0 pays exactly SPEC's reward (same decisions)."""
     from lightning_sched.heuristics import make_heuristic
@@ -439,12 +440,13 @@ def test_tardiness_weight_charges_total_tardiness(seed, objective, weight, load)
         total = torch.zeros(jobs.batch_size, dtype=torch.float64)
         def record(obs, active, reward, time):
             total.add_(reward.double())
-        state, _ = play(make_heuristic("sjf", cfg), cfg, jobs, record=record)
+        extra = {"generator": torch.Generator().manual_seed(seed)} if heuristic == "random" else {}
+        state, _ = play(make_heuristic(heuristic, cfg, **extra), cfg, jobs, record=record)
         return state, total
 
     plain, plain_rewards = returns_of(base)
     state, rewards = returns_of(base.replace(tardiness_weight=weight))
-    assert torch.equal(state.start, plain.start), "the reward must not change SJF's decisions"
+    assert torch.equal(state.start, plain.start), "the reward must not change the heuristic's decisions"
     start = observe(state, base)["job_start"]
     late_rows = 0
     for row in range(jobs.batch_size):
@@ -458,6 +460,8 @@ def test_tardiness_weight_charges_total_tardiness(seed, objective, weight, load)
         assert math.isclose(float(plain_rewards[row]), spec, rel_tol=1e-6, abs_tol=1e-6)
         assert math.isclose(float(rewards[row]), spec - weight * tardiness, rel_tol=1e-6, abs_tol=1e-6), \
             (row, float(rewards[row]), spec, tardiness)
+    if load == 1.8 and heuristic != "random":  # overload: the identity must be checked on late jobs
+        assert late_rows > 0
     event(f"rows with late jobs: {'some' if late_rows else 'none'}")
 
 
