@@ -86,7 +86,8 @@ def with_default_model(args: list[str]) -> list[str]:
     config picks the module. Not a parser default: jsonargparse keeps a default instance's init_args
     when a config's class_path replaces it, so tasks.maml.MAML silently took Reinforce's values for
     the arguments both have (normalize_advantage False instead of MAML's True)."""
-    picks_model = any(a.startswith(("--model", "--config", "-c")) for a in args)
+    # --model NAME / --config FILE pick the module; --model.<arg> only sets one of its arguments
+    picks_model = any(a in ("--model", "--config", "-c") or a.startswith(("--model=", "--config=")) for a in args)
     if picks_model or not args or args[0] not in SUBCOMMANDS:
         return args
     return [args[0], f"--model={Reinforce.__module__}.{Reinforce.__qualname__}", *args[1:]]
@@ -94,7 +95,10 @@ def with_default_model(args: list[str]) -> list[str]:
 
 def main(args=None) -> None:
     os.environ.setdefault("WANDB_SILENT", "true")
-    args = with_default_model(list(sys.argv[1:] if args is None else args))
+    if args is None:  # from the command line: LightningCLI reads sys.argv (it warns when given both)
+        sys.argv[1:] = with_default_model(sys.argv[1:])
+    else:
+        args = with_default_model(list(args))
     trainer_defaults = {
         "accelerator": "auto",
         "devices": 1,

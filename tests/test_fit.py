@@ -131,6 +131,8 @@ def test_a_maml_config_keeps_maml_defaults_and_no_config_means_reinforce(tmp_pat
     assert maml["class_path"] == "tasks.maml.MAML" and maml["init_args"]["normalize_advantage"] is True
     plain = yaml.safe_load(fit("fit", "--print_config", tmp_path=tmp_path).stdout)["model"]
     assert plain["class_path"] == "tasks.reinforce.Reinforce" and plain["init_args"]["normalize_advantage"] is False
+    tuned = yaml.safe_load(fit("fit", "--model.num_jobsets", "5", "--print_config", tmp_path=tmp_path).stdout)["model"]
+    assert tuned["class_path"] == "tasks.reinforce.Reinforce" and tuned["init_args"]["num_jobsets"] == 5
 
 
 def test_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
