@@ -8,6 +8,7 @@ from typing import Callable
 
 import torch
 
+from . import seeds
 from .baselines import Baseline, TimeIndexedBaseline
 from .config import ClusterConfig, ConfigError
 from .evaluation import evaluate, make_jobsets
@@ -16,7 +17,6 @@ from .policies import NetworkPolicy
 from .policy_gradient import policy_gradient
 from .rollout import collect
 
-TRAIN_SEED = 5_000_000  # adaptation jobsets: far from the evaluation seeds (12345 + ...)
 
 
 @dataclass
@@ -109,7 +109,7 @@ def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: Adaptati
 
     measure(0, {})
     for step in range(1, settings.steps + 1):
-        jobs = make_jobsets(workload, settings.jobsets, TRAIN_SEED + seed * 10_007 + step).to(device)
+        jobs = make_jobsets(workload, settings.jobsets, seeds.adaptation(seed, step)).to(device)
         traj = collect(net, cfg, jobs.repeat_interleave(settings.episodes), generator=generator)
         pg = policy_gradient(net, traj, baseline, settings.episodes, normalize_advantage=settings.normalize_advantage)
         optimizer.zero_grad()

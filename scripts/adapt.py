@@ -25,12 +25,11 @@ from _common import add_workload_flags, set_threads, workload_from_args
 
 import torch
 
-from lightning_sched import ConfigError
+from lightning_sched import ConfigError, seeds
 from lightning_sched.adaptation import AdaptationSettings, adapt
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.policies import CHECKPOINT_KEY, load_network, policy_checkpoint
 
-EVAL_SEED = 12345  # as scripts/evaluate.py
 
 
 def main(argv=None) -> int:
@@ -74,7 +73,7 @@ def main(argv=None) -> int:
         else:
             workload = train = workload_from_args(args, cfg)
             workload_desc = f"DeepRMWorkload({', '.join(f'{k}={v}' for k, v in workload.to_dict().items())})"
-        eval_jobs = make_jobsets(workload, args.eval_jobsets, EVAL_SEED)
+        eval_jobs = make_jobsets(workload, args.eval_jobsets, seeds.EVALUATION)
     except (ConfigError, FileNotFoundError) as error:
         ap.error(str(error))
     learned = (saved.get("adaptation") or {}).get("step_sizes") is not None

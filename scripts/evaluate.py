@@ -20,13 +20,12 @@ from _common import add_workload_flags, set_threads, workload_from_args
 
 import torch
 
-from lightning_sched import ClusterConfig, ConfigError, JobSet
+from lightning_sched import ClusterConfig, ConfigError, JobSet, seeds
 from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.evaluation import evaluate, make_jobsets, paired_difference
 from lightning_sched.heuristics import HEURISTICS, make_heuristic
 from lightning_sched.traces import TraceWorkload, parse_capacity
 
-DEFAULT_EVAL_SEED = 12345  # training draws from other seeds: these jobsets are unseen
 
 
 def resolve_policy(spec: str, cfg: ClusterConfig, device, greedy: bool | None, seed: int):
@@ -98,7 +97,7 @@ def main(argv=None) -> int:
     ap.add_argument("--slo_slowdown", type=float, default=2.0, help="default deadline a + floor(slo * d)")
     ap.add_argument("--jobsets", type=int, default=200, help="number of unseen jobsets N")
     ap.add_argument("--episodes", type=int, default=1, help="episodes per jobset (for stochastic policies)")
-    ap.add_argument("--seed", type=int, default=DEFAULT_EVAL_SEED, help="seed of the jobsets")
+    ap.add_argument("--seed", type=int, default=seeds.EVALUATION, help="seed of the jobsets")
     ap.add_argument("--jobset_file", help="evaluate on jobsets saved with JobSet.save instead of drawing them")
     ap.add_argument("--save_jobsets", help="save the drawn jobsets to this file")
     act = ap.add_mutually_exclusive_group()

@@ -53,13 +53,12 @@ from pathlib import Path
 
 from _common import ROOT, set_threads
 
-from lightning_sched import ClusterConfig, DeepRMWorkload
+from lightning_sched import ClusterConfig, DeepRMWorkload, seeds
 from lightning_sched.evaluation import evaluate, make_jobsets
 from lightning_sched.heuristics import make_heuristic
 from lightning_sched.plots import slowdown_vs_load
 
 FIGURES = ROOT / "docs" / "figures"
-EVAL_SEED = 12345  # as scripts/evaluate.py: unseen by training
 LOADS = [0.1, 0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5, 1.7, 1.9]
 
 
@@ -87,7 +86,7 @@ def load_sweep(args) -> None:
     results = {m: {name: {} for name in policies} for m in metrics}
     versus_best: dict[str, dict[str, dict]] = {name.partition("=")[0]: {} for name in args.ckpt}
     for i, load in enumerate(args.loads):
-        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, EVAL_SEED + i)
+        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, seeds.EVALUATION + i)
         line, evals = [f"load {load:.1f}"], {}
         for name, policy in policies.items():
             evals[name] = evaluate(policy, cfg, jobs, device=args.device)
@@ -108,7 +107,7 @@ def load_sweep(args) -> None:
             line.append(f"{name}-{best} {diff:+.3f}±{ci:.3f}")
         print("  ".join(line), flush=True)
     out = Path(args.out or FIGURES / "slowdown_vs_load.png")
-    data = {"jobsets": args.jobsets, "seed": EVAL_SEED,
+    data = {"jobsets": args.jobsets, "seed": seeds.EVALUATION,
             "results": {n: {str(l): v for l, v in r.items()} for n, r in results["mean_slowdown"].items()},
             "slo_hit_rate": {n: {str(l): v for l, v in r.items()} for n, r in results["slo_hit_rate"].items()},
             "versus_best_heuristic": versus_best}
@@ -130,7 +129,7 @@ def ablation(args) -> None:
     metrics = {"mean_slowdown": "mean slowdown", "slo_hit_rate": f"SLO hit rate (slowdown <= {cfg.slo_slowdown:g})"}
     values = {name: {} for name in policies}
     for i, load in enumerate(args.loads):
-        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, EVAL_SEED + 100 + i)
+        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, seeds.EVALUATION + 100 + i)
         for name, policy in policies.items():
             s = evaluate(policy, cfg, jobs, device=args.device).summary
             values[name][load] = {m: (s[m], s[m + "_ci95"]) for m in metrics}
@@ -138,7 +137,7 @@ def ablation(args) -> None:
                   f"slo {s['slo_hit_rate']:.3f}±{s['slo_hit_rate_ci95']:.3f}", flush=True)
     fig = plot(values, metrics, title=f"{args.title} ({args.jobsets} unseen jobsets a load, 95% CI)")
     _save(fig, Path(args.out or FIGURES / "ablation.png"),
-          {"jobsets": args.jobsets, "seeds": [EVAL_SEED + 100 + i for i in range(len(args.loads))],
+          {"jobsets": args.jobsets, "seeds": [seeds.EVALUATION + 100 + i for i in range(len(args.loads))],
            "results": {n: {str(l): v for l, v in r.items()} for n, r in values.items()}})
 
 
@@ -152,7 +151,7 @@ def cdf(args) -> None:
     policies = named_policies(cfg, args.heuristics, args.ckpt, args.device)
     panels, data = {}, {}
     for i, load in enumerate(args.loads):
-        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, EVAL_SEED + 200 + i)
+        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, seeds.EVALUATION + 200 + i)
         panel, data[str(load)] = {}, {}
         for name, policy in policies.items():
             result = evaluate(policy, cfg, jobs, device=args.device)
@@ -165,7 +164,7 @@ def cdf(args) -> None:
             print(f"load {load:.1f} {name:24s} " + " ".join(f"{k} {v:.3f}" for k, v in data[str(load)][name].items()), flush=True)
         panels[f"load {load:g} ({args.jobsets} unseen jobsets)"] = panel
     _save(cdf_panels(panels, "Per-job slowdown CDF (dotted: the SLO, slowdown 2)"), Path(args.out or FIGURES / "slowdown_cdf.png"),
-          {"jobsets": args.jobsets, "seeds": [EVAL_SEED + 200 + i for i in range(len(args.loads))], "results": data})
+          {"jobsets": args.jobsets, "seeds": [seeds.EVALUATION + 200 + i for i in range(len(args.loads))], "results": data})
 
 
 def recipes(args) -> None:
@@ -208,7 +207,7 @@ def trace(args) -> None:
             cfg, args.trace, args.seconds_per_step, capacity=parse_capacity(args.capacity), oversize=args.oversize,
             split=args.split, test_fraction=args.test_fraction, simu_len=args.simu_len, time_compression=compression)
         report = workload.report
-        jobs = make_jobsets(workload, args.jobsets, EVAL_SEED)
+        jobs = make_jobsets(workload, args.jobsets, seeds.EVALUATION)
         label = f"x{compression:g} (load {max(report['split_load']):.2f})" if compression != 1 else \
             f"as recorded (load {max(report['split_load']):.2f})"
         settings[label] = {"time_compression": compression, "split_load": report["split_load"],
@@ -237,7 +236,7 @@ def trace(args) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     out.with_suffix(".json").write_text(json.dumps(
-        {"command": "python scripts/figures.py " + " ".join(sys.argv[1:]), "jobsets": args.jobsets, "seed": EVAL_SEED,
+        {"command": "python scripts/figures.py " + " ".join(sys.argv[1:]), "jobsets": args.jobsets, "seed": seeds.EVALUATION,
          "split": args.split, "test_fraction": args.test_fraction, "simu_len": args.simu_len, "oversize": args.oversize,
          "cluster": cfg.to_dict(), "mapping": mapping, "settings": settings}, indent=1))
     print(f"wrote {out} and {out.with_suffix('.json')}")
@@ -259,7 +258,7 @@ def objectives(args) -> None:
 
     cfg = ClusterConfig(observation="none")
     policies = named_policies(cfg, args.heuristics, args.ckpt, args.device)
-    jobs = make_jobsets(DeepRMWorkload(load=args.load), args.jobsets, EVAL_SEED)
+    jobs = make_jobsets(DeepRMWorkload(load=args.load), args.jobsets, seeds.EVALUATION)
     metrics = {"mean_slowdown": "mean slowdown", "mean_completion_time": "mean completion time"}
     values = {}
     for name, policy in policies.items():
@@ -268,7 +267,7 @@ def objectives(args) -> None:
         print(name, "  ".join(f"{m} {s[m]:.3f}±{s[m + '_ci95']:.3f}" for m in metrics), flush=True)
     fig = bars(values, metrics, title=f"load {args.load}: {args.jobsets} unseen jobsets (95% CI)")
     _save(fig, Path(args.out or FIGURES / "objectives.png"), {"load": args.load, "jobsets": args.jobsets,
-                                                              "seed": EVAL_SEED, "results": values})
+                                                              "seed": seeds.EVALUATION, "results": values})
 
 
 def read_metrics(paths) -> list[dict]:
@@ -321,7 +320,7 @@ def gains(args) -> None:
     cfg = ClusterConfig(observation="none")
     policies = named_policies(cfg, args.heuristics, args.ckpt, args.device)
     name, rl = next((n, p) for n, p in policies.items() if n not in args.heuristics)
-    jobs = make_jobsets(DeepRMWorkload(load=args.load), args.jobsets, EVAL_SEED)
+    jobs = make_jobsets(DeepRMWorkload(load=args.load), args.jobsets, seeds.EVALUATION)
     withheld: dict[int, int] = {}
 
     def watching(obs):
@@ -345,7 +344,7 @@ def gains(args) -> None:
     for length in jobs.duration[jobs.duration > 0].tolist():
         offered[length] = offered.get(length, 0) + 1
     fig = plot(withheld, offered, by_length, title=f"{name} at load {args.load}, {args.jobsets} unseen jobsets")
-    _save(fig, Path(args.out or FIGURES / "gains.png"), {"load": args.load, "jobsets": args.jobsets, "seed": EVAL_SEED,
+    _save(fig, Path(args.out or FIGURES / "gains.png"), {"load": args.load, "jobsets": args.jobsets, "seed": seeds.EVALUATION,
                                                          "withheld": withheld, "offered": offered,
                                                          "slowdown_by_length": by_length})
 
@@ -366,7 +365,7 @@ def held_out_workloads(cfg: ClusterConfig, args, metric: str):
     for each held-out workload of the adaptation figures."""
     for label, params in HELD_OUT.items():
         workload = DeepRMWorkload(**params)
-        eval_jobs = make_jobsets(workload, args.eval_jobsets, EVAL_SEED)
+        eval_jobs = make_jobsets(workload, args.eval_jobsets, seeds.EVALUATION)
         lines = {}
         for h in args.heuristics:
             s = evaluate(named_policies(cfg, [h], [], args.device)[h], cfg, eval_jobs, device=args.device).summary

@@ -8,7 +8,7 @@ For mean_slowdown the score at a load is policy / best heuristic (lower is bette
 slo_hit_rate it is policy - best heuristic in percentage points (higher is better). The winner is
 the candidate whose worst load is best, among those that finish every job of the selection jobsets
 (a policy that leaves jobs waiting until max_time wins only if all do). Selection jobsets are seeded with --seed + 100 * load
-(default 555 + ...), away from scripts/figures.py's and evaluate.py's seeds (12345...), so the
+(default: the selection range of lightning_sched.seeds), away from the evaluation seeds, so the
 figures stay unseen data.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import json
 
 from _common import set_threads
 
-from lightning_sched import ClusterConfig, DeepRMWorkload
+from lightning_sched import ClusterConfig, DeepRMWorkload, seeds
 from lightning_sched.evaluation import evaluate, make_jobsets
 from lightning_sched.heuristics import make_heuristic
 from lightning_sched.policies import load_policy
@@ -31,7 +31,7 @@ def main(argv=None) -> None:
     ap.add_argument("--loads", type=float, nargs="+", default=[0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5, 1.7, 1.9])
     ap.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "edf"])
     ap.add_argument("--jobsets", type=int, default=100)
-    ap.add_argument("--seed", type=int, default=555)
+    ap.add_argument("--seed", type=int, default=seeds.SELECTION)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     set_threads(args.threads)
@@ -41,7 +41,7 @@ def main(argv=None) -> None:
     unfinished = dict.fromkeys(args.ckpt, 0)  # jobs left waiting at max_time, over all loads
     for load in args.loads:
         # the seed follows the load, so a subset of the loads sees the same jobsets
-        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, args.seed + round(100 * load))
+        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, seeds.selection(load, args.seed))
         heuristic = [evaluate(make_heuristic(h, cfg), cfg, jobs).summary[args.metric] for h in args.heuristics]
         best = min(heuristic) if lower_is_better else max(heuristic)
         for path in args.ckpt:

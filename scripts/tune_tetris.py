@@ -12,11 +12,9 @@ import json
 
 from _common import set_threads
 
-from lightning_sched import ClusterConfig, DeepRMWorkload
+from lightning_sched import ClusterConfig, DeepRMWorkload, seeds
 from lightning_sched.evaluation import evaluate, make_jobsets
 from lightning_sched.heuristics import Tetris, make_heuristic
-
-TUNING_SEED = 777  # not evaluate.py's 12345 nor the training seeds
 
 
 def main() -> None:
@@ -28,7 +26,7 @@ def main() -> None:
     args = ap.parse_args()
     set_threads(args.threads)
     cfg = ClusterConfig(observation="none")
-    jobsets = {load: make_jobsets(DeepRMWorkload(load=load), args.jobsets, TUNING_SEED + i) for i, load in enumerate(args.loads)}
+    jobsets = {load: make_jobsets(DeepRMWorkload(load=load), args.jobsets, seeds.tuning(i)) for i, load in enumerate(args.loads)}
     policies = {f"tetris w={w:g}": Tetris(cfg, short_weight=w) for w in args.weights}
     policies.update(sjf=make_heuristic("sjf", cfg), packer=make_heuristic("packer", cfg))
     print(f"{'policy':16s} " + " ".join(f"{'load ' + str(l):>9s}" for l in args.loads) + f" {'mean':>8s}")

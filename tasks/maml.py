@@ -32,7 +32,7 @@ import torch
 from lightning.pytorch import LightningModule
 from torch.utils.data import DataLoader
 
-from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily
+from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily, seeds
 from lightning_sched.adaptation import AdaptationSettings
 from lightning_sched.baselines import Baseline, TimeIndexedBaseline
 from lightning_sched.config import OBJECTIVES, ConfigError
@@ -128,7 +128,7 @@ class MAML(LightningModule):
                  entropy_weight: float = 0.0,
                  meta_lr: float = 1e-3, first_order: bool = False, learn_step_sizes: bool = False,
                  step_size_lr: float = 0.01, iterations_per_epoch: int = 100,
-                 val_jobsets: int = 100, val_seed: int = 900_001, eval_greedy: bool = False, seed: int = 0):
+                 val_jobsets: int = 100, val_seed: int = seeds.VALIDATION, eval_greedy: bool = False, seed: int = 0):
         super().__init__()
         self.save_hyperparameters(ignore=["baseline"])
         self.automatic_optimization = False
@@ -194,7 +194,7 @@ class MAML(LightningModule):
     def _seed(self, stream: int) -> int:
         """Seed of one stream of this iteration and rank: 0 the tasks, 1 + 100 * step the inner
         rollouts of each step, 1000 the outer ones; task k of a stream adds k (meta_batch < 100)."""
-        return (self.hparams.seed * 1_000_003 + self.global_step) * 4099 + self.trainer.global_rank * 100_003 + stream
+        return seeds.training(self.hparams.seed, self.global_step, self.trainer.global_rank * 100_003, stream)
 
     def draw_tasks(self) -> list[Task]:
         """This rank's meta-batch of tasks (split over DDP ranks)."""
@@ -215,7 +215,7 @@ class MAML(LightningModule):
         parts: list[Trajectories | None] = [None] * len(tasks)
         for objective in dict.fromkeys(task.objective for task in tasks):
             ks = [k for k, task in enumerate(tasks) if task.objective == objective]
-            jobs = JobSet.cat([make_jobsets(tasks[k].workload, jobsets, self._seed(stream) + k) for k in ks])
+            jobs = JobSet.cat([make_jobsets(tasks[k].workload, jobsets, self._seed(stream + k)) for k in ks])
             rows = [jobsets * episodes] * len(ks)
             traj = collect(TaskBlocks(self.net, [nets[k] for k in ks], rows), self.cluster.replace(objective=objective),
                            jobs.to(self.device).repeat_interleave(episodes), generator=self.sampler)

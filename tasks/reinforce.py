@@ -28,7 +28,7 @@ import torch
 from lightning.pytorch import LightningModule
 from torch.utils.data import DataLoader
 
-from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily
+from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily, seeds
 from lightning_sched.baselines import Baseline, TimeIndexedBaseline
 from lightning_sched.config import REWARD_FIELDS, ConfigError
 from lightning_sched.evaluation import EvalResult, evaluate, make_jobsets
@@ -91,7 +91,8 @@ class Reinforce(LightningModule):
                  entropy_decay_iterations: int = 0, normalize_advantage: bool | Literal["jobset"] = False,
                  ppo_epochs: int = 1, ppo_clip: float = 0.2, curriculum_iterations: int = 0,
                  imitate: str | None = None, imitation_iterations: int = 0, iterations_per_epoch: int = 100,
-                 val_jobsets: int = 100, val_seed: int = 900_001, test_jobsets: int = 200, test_seed: int = 12345,
+                 val_jobsets: int = 100, val_seed: int = seeds.VALIDATION, test_jobsets: int = 200,
+                 test_seed: int = seeds.EVALUATION,
                  eval_greedy: bool = False, seed: int = 0, init_from: str | None = None):
         super().__init__()
         self.save_hyperparameters(ignore=["baseline"])
@@ -147,7 +148,7 @@ class Reinforce(LightningModule):
         n = self.hparams.num_jobsets
         if n % world:
             raise ConfigError(f"Reinforce.num_jobsets={n} must divide evenly over {world} devices")
-        seed = (self.hparams.seed * 1_000_003 + self.global_step) * 4099 + rank
+        seed = seeds.training(self.hparams.seed, self.global_step, rank)
         workload = self.workload
         if self.hparams.curriculum_iterations:
             workload = workload.with_load_upto(min(1.0, (self.global_step + 1) / self.hparams.curriculum_iterations))
