@@ -11,11 +11,12 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-from .cluster import ClusterState, init_state, step_state
+from .cluster import init_state, step_state
 from .config import ClusterConfig, ConfigError
 from .jobs import JobSet
 from .objectives import episode_metrics
 from .observations import observe
+from .state import ClusterState
 
 
 class ClusterEnv(EnvBase):

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from .cluster import NEVER, ClusterState, utilization_now
 from .config import ClusterConfig
+from .state import NEVER, ClusterState, utilization_now
 
 METRICS = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate")
 
@@ -56,7 +56,7 @@ def objective_reward(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
         due = state.time + 1
         if state.pending_due.shape[1]:
             # jobs due at t+1 not scheduled to finish by then, counted as they were scheduled
-            # (cluster.ClusterState.pending_due): one column a step
+            # (state.ClusterState.pending_due): one column a step
             return -state.pending_due.gather(1, due.clamp(max=cfg.max_time + 1).unsqueeze(1)).squeeze(1).double()
         # a state built for another objective keeps no count: look at every job
         length = state.max_jobs

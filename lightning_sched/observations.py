@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from .cluster import ClusterState, slot_offsets, used_rows
 from .config import ClusterConfig
+from .state import ClusterState, slot_offsets, used_rows
 
 
 class Observation(dict):

@@ -11,11 +11,12 @@ from typing import Callable
 
 import torch
 
-from .cluster import ClusterState, init_state, step_state
+from .cluster import init_state, step_state
 from .config import ClusterConfig
 from .jobs import JobSet
 from .observations import observe
 from .policies import sample_actions
+from .state import ClusterState
 
 Policy = Callable[[dict], dict]
 

@@ -7,7 +7,7 @@ import torch
 from torchrl.envs.utils import check_env_specs
 
 from lightning_sched import ClusterConfig, ClusterEnv, DeepRMWorkload, JobSet
-from lightning_sched.cluster import ClusterState
+from lightning_sched.state import ClusterState
 from lightning_sched.heuristics import Tetris, make_heuristic
 from lightning_sched.objectives import episode_metrics
 

@@ -1,0 +1,118 @@
+"""The state of B episodes (`ClusterState`) and the read-only queries on it that the step, the
+rewards and the observations share. `cluster.py` changes the state; this module only reads it,
+so objectives.py and observations.py depend on it without depending on the step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from .config import ClusterConfig
+
+NEVER = 1 << 40  # arrival / finish time of what never happens (padding jobs, unscheduled jobs)
+
+
+@dataclass
+class ClusterState:
+    """The state of B episodes. Jobs are stored sorted by (arrival, position); column L is a
+    sentinel padding job that empty slots point to.
+
+    order:        LongTensor[B, L]      original position of the i-th sorted job
+    arrival:      LongTensor[B, L+1]    sorted arrivals (NEVER for padding)
+    duration:     IntTensor[B, L+1]     (0 for padding; int32 halves the memory traffic)
+    demand:       IntTensor[B, R, L+1]  resource-major, so a slot gather is one row per resource
+    deadline:     LongTensor[B, L+1]
+    start:        LongTensor[B, L+1]    start time, -1 while unscheduled
+    arrived_weight: DoubleTensor[B, L+1] prefix sums of 1/d over sorted jobs (slowdown reward)
+    num_jobs:     LongTensor[B]
+    time:         LongTensor[B]
+    num_arrived:  LongTensor[B]         sorted jobs with arrival <= time
+    queue_head:   LongTensor[B]         first sorted job that has not entered a slot
+    slot_job:     LongTensor[B, M]      sorted index of each slot's job, L when empty
+    slot_duration: IntTensor[B, M]      the slot jobs' durations (0 when empty)
+    slot_demand:  IntTensor[B, R, M]    and demands
+    slot_window:  Int/LongTensor[B, M]  bit k set: the slot's job fits at offset k (0 when empty)
+    used_now:     LongTensor[B, R]      used[0][r]
+    occ:          Int/LongTensor[B, R, U+2] occupancy bit planes (module docstring); int32 when
+                  horizon <= 30, else int64
+    finish_count: LongTensor[B, T+1]    ring buffer: jobs finishing at time f, at f mod (T+1)
+    finish_weight: DoubleTensor[B, T+1] same, summing 1/d
+    finished_count: LongTensor[B]       jobs with f_j <= time
+    finished_weight: DoubleTensor[B]
+    util_sum:     DoubleTensor[B]       sum of per-step utilization (episode metric)
+    pending_due:  LongTensor[B, max_time+2] (objective "deadline" only, else [B, 0]): jobs whose
+                  deadline is t and that are not scheduled to finish by it, at column min(t,
+                  max_time+1); the deadline reward reads one column a step instead of every job
+    terminated, truncated: BoolTensor[B]
+    """
+
+    order: torch.Tensor
+    arrival: torch.Tensor
+    duration: torch.Tensor
+    demand: torch.Tensor
+    deadline: torch.Tensor
+    start: torch.Tensor
+    arrived_weight: torch.Tensor
+    num_jobs: torch.Tensor
+    time: torch.Tensor
+    num_arrived: torch.Tensor
+    queue_head: torch.Tensor
+    slot_job: torch.Tensor
+    slot_duration: torch.Tensor
+    slot_demand: torch.Tensor
+    slot_window: torch.Tensor
+    used_now: torch.Tensor
+    occ: torch.Tensor
+    finish_count: torch.Tensor
+    finish_weight: torch.Tensor
+    finished_count: torch.Tensor
+    finished_weight: torch.Tensor
+    util_sum: torch.Tensor
+    pending_due: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+
+    @property
+    def done(self) -> torch.Tensor:
+        return self.terminated | self.truncated
+
+    @property
+    def max_jobs(self) -> int:
+        return self.order.shape[1]
+
+    def rows(self, index) -> "ClusterState":
+        """The episodes `index` (a slice or index tensor over B) as a state of their own."""
+        return ClusterState(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    def merge(self, rows: torch.Tensor, other: "ClusterState") -> "ClusterState":
+        """A state whose rows where `rows` (BoolTensor[B]) is true come from `other`."""
+        out = {}
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            mask = rows.view(-1, *([1] * (mine.dim() - 1)))
+            out[f.name] = torch.where(mask, theirs, mine)
+        return ClusterState(**out)
+
+
+def lowest_bit(word: torch.Tensor) -> torch.Tensor:
+    """Index of the lowest set bit, -1 for 0: LongTensor of word's shape."""
+    lowest = (word & -word).to(torch.float64 if word.dtype == torch.int64 else torch.float32)
+    return torch.frexp(lowest).exponent.long() - 1  # a power of two converts to float exactly
+
+
+def slot_offsets(state: ClusterState) -> torch.Tensor:
+    """Earliest feasible start offset of each slot's job, -1 when none: LongTensor[B, M]."""
+    return lowest_bit(state.slot_window)
+
+
+def used_rows(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
+    """used[k][r] for the whole horizon: LongTensor[B, T, R] (for observations, not the step)."""
+    k = torch.arange(cfg.horizon, device=state.occ.device, dtype=state.occ.dtype)
+    bits = (state.occ[:, :, 1 : cfg.resource_units + 1, None] >> k) & 1  # [B, R, U, T]
+    return bits.sum(2, dtype=torch.long).transpose(1, 2)
+
+
+def utilization_now(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
+    """Mean over resources of used[0][r] / U: DoubleTensor[B]."""
+    return state.used_now.double().mean(1) / cfg.resource_units
