@@ -114,16 +114,6 @@ def _plot_cdf(ax, job_slowdowns: dict[str, "torch.Tensor"], xlabel: str = "job s
     ax.legend(fontsize="small")
 
 
-def slowdown_cdf(job_slowdowns: dict[str, "torch.Tensor"], title: str = ""):
-    """Empirical CDF of per-job slowdowns per scheme (DeepRM's slow_down_cdf plot)."""
-    fig, ax = plt.subplots(figsize=(6, 4))
-    _plot_cdf(ax, job_slowdowns)
-    if title:
-        ax.set_title(title)
-    fig.tight_layout()
-    return fig
-
-
 def trace_heuristics(values: dict[str, dict[str, tuple[float, float]]], job_slowdowns: dict[str, "torch.Tensor"] | None = None,
                      ylabel: str = "mean job slowdown", title: str = ""):
     """Schemes on a replayed trace: {setting: {scheme: (mean, 95% CI half-width)}} as grouped bars

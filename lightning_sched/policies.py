@@ -1,4 +1,4 @@
-"""Policy networks over the cluster state, the action head, and loading trained policies.
+"""Policy networks over the cluster state and the action head (checkpoints: checkpoints.py).
 
 DeepRM's network (Mao et al., HotNets 2016, section 4.1): the image [T, W] flattened, one fully
 connected hidden layer of 20 ReLU units, a softmax over the M+1 actions. `PolicySpec` describes a
@@ -22,6 +22,7 @@ rows per state: the same function and the same gradients as multiplying the rend
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Callable, Protocol
 
 import torch
 from torch import nn
@@ -91,7 +92,21 @@ def sample_actions(logits: torch.Tensor, greedy: bool, generator: torch.Generato
     return (cdf <= u).sum(-1).clamp(max=logits.shape[-1] - 1)
 
 
-class ImagePolicy(nn.Module):
+class PolicyNetwork(Protocol):
+    """What a rollout (`rollout.collect`) and a policy-gradient step need of a network: features
+    from an observation, and logits from features. `DeepRMNetwork` is one; so is a block of
+    per-task networks acting on their own rows of one batch (tasks.maml)."""
+
+    cfg: ClusterConfig
+
+    def encode(self, obs) -> dict[str, torch.Tensor]:
+        """The features the network reads, from an observation's structured keys: each [B, ...]."""
+
+    def frozen(self) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
+        """features -> logits [B, M+1] with the weights as they are now (for rollouts under no_grad)."""
+
+
+class DeepRMNetwork(nn.Module):
     """DeepRM's policy: MLP over the flattened image, first layer computed from the structured
     state (module docstring). Features per state (see `encode`):
 
@@ -200,8 +215,6 @@ class ImagePolicy(nn.Module):
         return render_image(obs["used"], obs["slot_duration"], obs["slot_demand"], obs["backlog"].reshape(b),
                             obs["since_new"].reshape(b), self.cfg)
 
-    logits = forward
-
     def frozen(self):
         """features -> logits with the weights as they are now (the prefix table built once): what a
         rollout under torch.no_grad calls at every step."""
@@ -218,12 +231,9 @@ def log_prob(net: nn.Module, features: dict[str, torch.Tensor], action: torch.Te
     return logp.gather(1, action.unsqueeze(1)).squeeze(1), entropy
 
 
-POLICIES = {"image": ImagePolicy}
-
-
-def make_policy(spec: PolicySpec, cfg: ClusterConfig) -> ImagePolicy:
+def make_policy(spec: PolicySpec, cfg: ClusterConfig) -> DeepRMNetwork:
     """The network a `PolicySpec` describes, for cluster `cfg`."""
-    return ImagePolicy(cfg, spec)
+    return DeepRMNetwork(cfg, spec)
 
 
 @dataclass
@@ -237,39 +247,5 @@ class NetworkPolicy:
     @torch.no_grad()
     def __call__(self, obs):
         features = self.net.encode(obs)
-        obs["action"] = sample_actions(self.net.logits(features), self.greedy, self.generator)
+        obs["action"] = sample_actions(self.net(features), self.greedy, self.generator)
         return obs
-
-
-CHECKPOINT_KEY = "lightning_sched"
-
-
-def policy_checkpoint(net: ImagePolicy, greedy: bool = True) -> dict:
-    """What a checkpoint needs to rebuild the policy without the training code: plain dicts and
-    tensors, and whether the policy is meant to act greedily or by sampling."""
-    return {"cluster": net.cfg.to_dict(), "policy": net.spec.to_dict(), "greedy": greedy,
-            "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()}}
-
-
-def load_network(path, device="cpu") -> tuple[ImagePolicy, ClusterConfig, dict]:
-    """(network, its ClusterConfig, the checkpoint's lightning_sched entry) from a checkpoint written
-    by a task of this project. Checkpoints are pickles (as Lightning's): load only files you trust."""
-    data = torch.load(path, map_location="cpu", weights_only=False)
-    if not isinstance(data, dict) or CHECKPOINT_KEY not in data:
-        raise ConfigError(f"{path}: not a lightning_sched checkpoint (no '{CHECKPOINT_KEY}' entry)")
-    saved = data[CHECKPOINT_KEY]
-    cfg = ClusterConfig(**saved["cluster"])
-    net = make_policy(PolicySpec(**saved["policy"]), cfg)
-    net.load_state_dict(saved["state_dict"])
-    return net.to(device), cfg, saved
-
-
-def load_policy(path, device="cpu", greedy: bool | None = None, generator: torch.Generator | None = None):
-    """(NetworkPolicy, its ClusterConfig) from a checkpoint (see load_network). greedy=None acts as
-    the checkpoint says (argmax, or sampled as DeepRM evaluates); a sampled policy with no
-    generator gets one seeded with 0, so evaluations repeat."""
-    net, cfg, saved = load_network(path, device)
-    greedy = saved.get("greedy", True) if greedy is None else greedy
-    if not greedy and generator is None:
-        generator = torch.Generator(device=device).manual_seed(0)
-    return NetworkPolicy(net.eval(), greedy=greedy, generator=generator), cfg

@@ -15,7 +15,7 @@ from .cluster import init_state, step_state
 from .config import ClusterConfig
 from .jobs import JobSet
 from .observations import observe
-from .policies import sample_actions
+from .policies import PolicyNetwork, sample_actions
 from .state import ClusterState
 
 Policy = Callable[[dict], dict]
@@ -96,10 +96,10 @@ class Trajectories:
 
 
 @torch.no_grad()
-def collect(net, cfg: ClusterConfig, jobs: JobSet, greedy: bool = False,
+def collect(net: PolicyNetwork, cfg: ClusterConfig, jobs: JobSet, greedy: bool = False,
             generator: torch.Generator | None = None, teacher: Policy | None = None) -> Trajectories:
     """Roll out a policy network on every row of `jobs`, recording each decision. `net` has
-    `encode(obs) -> features` and `frozen() -> (features -> logits)` (policies.ImagePolicy).
+    `encode(obs) -> features` and `frozen() -> (features -> logits)` (policies.PolicyNetwork).
     Actions are sampled from the policy (greedy: its argmax); with `teacher` (e.g. a heuristic)
     the teacher acts instead and the network's features of the states it visits are recorded
     (imitation learning)."""

@@ -13,7 +13,8 @@ values a test checks never land in a held-out range (tests/test_seeds.py).
 | evaluation  | 12_345 + offset, offset < 300          | evaluate.py, figures.py, adapt.py, `fit.py test` |
 | validation  | 900_001 + i, i < 1_000                 | the tasks' validation jobsets (every N iterations)|
 | adaptation  | 5_000_000 + 10_007 x seed + step       | adaptation.adapt (fine-tuning on a new workload) |
-| training    | (1_000_003 x seed + iteration) x 4_099 | the tasks' training jobsets, + rank and stream   |
+| training    | (1_000_003 x seed + iteration) x 4_099 | the tasks' training jobsets (+ 100_003 x rank    |
+|             |   + 100_003 x rank + stream            |   + stream)                                      |
 
 A training or adaptation seed that would land in a held-out range is moved past all of them
 (+ 10^12); with the shipped configurations none does.
@@ -70,7 +71,7 @@ def adaptation(seed: int, step: int) -> int:
 def training(seed: int, iteration: int, rank: int = 0, stream: int = 0) -> int:
     """The jobsets of one training iteration on one DDP rank; `stream` (< 100_003) separates the
     draws of one iteration (MAML: tasks, inner and outer rollouts)."""
-    return _outside((seed * 1_000_003 + iteration) * 4099 + rank + stream)
+    return _outside((seed * 1_000_003 + iteration) * 4099 + rank * 100_003 + stream)
 
 
 def _outside(seed: int) -> int:

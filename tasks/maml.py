@@ -29,21 +29,19 @@ from typing import NamedTuple
 
 import higher
 import torch
-from lightning.pytorch import LightningModule
-from torch.utils.data import DataLoader
 
-from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily, seeds
+from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily
 from lightning_sched.adaptation import AdaptationSettings
-from lightning_sched.baselines import Baseline, TimeIndexedBaseline
+from lightning_sched.baselines import Baseline
+from lightning_sched.checkpoints import CHECKPOINT_KEY
 from lightning_sched.config import OBJECTIVES, ConfigError
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.objectives import episode_metrics
-from lightning_sched.policies import (CHECKPOINT_KEY, PolicySpec, make_policy,
-                                      policy_checkpoint)
+from lightning_sched.policies import PolicySpec
 from lightning_sched.policy_gradient import PolicyGradient, policy_gradient
 from lightning_sched.rollout import Trajectories, collect
 
-from .reinforce import evaluate_and_log
+from .base import EvaluationSettings, SchedulerTask, require_at_least
 
 
 class Task(NamedTuple):
@@ -52,9 +50,9 @@ class Task(NamedTuple):
     objective: str
 
 
-class TaskBlocks:
-    """One batched rollout for several networks: rows [bounds[k], bounds[k+1]) act with nets[k]
-    (the tasks' fast weights), so the env steps all tasks at once."""
+class TaskBlockNetworks:
+    """A network per block of rows (a `policies.PolicyNetwork`): rows [bounds[k], bounds[k+1]) act
+    with nets[k], the fast weights of task k, so one batched env steps all the tasks at once."""
 
     def __init__(self, encoder, nets, rows_per_task: list[int]):
         self.encoder, self.nets = encoder, nets
@@ -85,7 +83,7 @@ def inner_step(fnet, diffopt, traj: Trajectories, baseline: Baseline, episodes: 
     return pg
 
 
-class MAML(LightningModule):
+class MAML(SchedulerTask):
     """Args:
         cluster: the cluster and objective (SPEC.md).
         family: the meta-training tasks (`WorkloadFamily` ranges).
@@ -115,45 +113,39 @@ class MAML(LightningModule):
             starting at 0. Needs inner_optimizer 'sgd' and second-order gradients.
         step_size_lr: Adam step size on s (log step sizes move much further than the weights).
         iterations_per_epoch: pacing only.
-        val_jobsets, val_seed: a fixed validation set drawn from the family (the unadapted policy).
-        eval_greedy: evaluate by the argmax (default: sampled actions, as Reinforce and DeepRM).
+        evaluation: the validation and test sets, one jobset of each of as many tasks drawn from
+            the family, on which the unadapted meta-policy is measured.
         seed: seeds the tasks, jobsets and actions.
     """
 
     def __init__(self, cluster: ClusterConfig = ClusterConfig(), family: WorkloadFamily = WorkloadFamily(),
-                 objectives: list[str] | None = None, policy: PolicySpec = PolicySpec(), baseline: Baseline | None = None, meta_batch: int = 8,
+                 objectives: list[str] | None = None, policy: PolicySpec = PolicySpec(),
+                 baseline: Baseline | None = None, meta_batch: int = 8,
                  inner_steps: int = 1, inner_lr: float = 0.05, inner_optimizer: str = "sgd",
                  inner_jobsets: int = 10, inner_episodes: int = 10,
                  outer_jobsets: int = 10, outer_episodes: int = 10, normalize_advantage: bool = True,
                  entropy_weight: float = 0.0,
                  meta_lr: float = 1e-3, first_order: bool = False, learn_step_sizes: bool = False,
                  step_size_lr: float = 0.01, iterations_per_epoch: int = 100,
-                 val_jobsets: int = 100, val_seed: int = seeds.VALIDATION, eval_greedy: bool = False, seed: int = 0):
-        super().__init__()
+                 evaluation: EvaluationSettings = EvaluationSettings(), seed: int = 0):
+        super().__init__(cluster, family, policy, baseline, evaluation, iterations_per_epoch, seed)
         self.save_hyperparameters(ignore=["baseline"])
-        self.automatic_optimization = False
         if meta_batch >= 100:
             raise ConfigError(f"MAML.meta_batch must be < 100 (jobset seed streams), got {meta_batch}")
         if isinstance(entropy_weight, bool) or not isinstance(entropy_weight, (int, float)) \
                 or not math.isfinite(entropy_weight) or entropy_weight < 0:
             raise ConfigError(f"MAML.entropy_weight must be a finite number >= 0, got {entropy_weight!r}")
-        if inner_steps < 0:
-            raise ConfigError(f"MAML.inner_steps must be >= 0, got {inner_steps}")
+        require_at_least("MAML", 0, inner_steps=inner_steps)
         for objective in objectives or ():
             if objective not in OBJECTIVES:
                 raise ConfigError(f"MAML.objectives holds {objective!r}, which is unknown; choose from {OBJECTIVES}")
         if objectives is not None and not objectives:
             raise ConfigError("MAML.objectives must name at least one objective (or be null: the cluster's)")
-        for name in ("meta_batch", "inner_jobsets", "inner_episodes", "outer_jobsets", "outer_episodes",
-                     "iterations_per_epoch", "val_jobsets"):
-            if self.hparams[name] < 1:
-                raise ConfigError(f"MAML.{name} must be >= 1, got {self.hparams[name]}")
+        require_at_least("MAML", 1, meta_batch=meta_batch, inner_jobsets=inner_jobsets, inner_episodes=inner_episodes,
+                         outer_jobsets=outer_jobsets, outer_episodes=outer_episodes)
         self.inner = AdaptationSettings(steps=inner_steps, jobsets=inner_jobsets, episodes=inner_episodes, lr=inner_lr,
                                         optimizer=inner_optimizer, normalize_advantage=normalize_advantage)
-        self.cluster = cluster.replace(observation="none")
-        family.validate(self.cluster)
         self.family = family
-        self.net = make_policy(policy, self.cluster)
         self.log_step_sizes = None
         if learn_step_sizes:
             if inner_optimizer != "sgd":
@@ -166,15 +158,6 @@ class MAML(LightningModule):
                 raise ConfigError("MAML.learn_step_sizes needs inner_steps >= 1 (there is no step to size)")
             self.log_step_sizes = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros_like(p))
                                                           for p in self.net.parameters()])
-        self.baseline = baseline or TimeIndexedBaseline()
-        self.sampler = torch.Generator().manual_seed(seed)
-        self._val_jobs: JobSet | None = None
-
-    def train_dataloader(self):
-        return DataLoader(range(self.hparams.iterations_per_epoch), batch_size=None)
-
-    def val_dataloader(self):
-        return DataLoader([0], batch_size=None)
 
     def configure_optimizers(self):
         groups = [{"params": list(self.net.parameters()), "lr": self.hparams.meta_lr}]
@@ -191,18 +174,12 @@ class MAML(LightningModule):
         return [(name, s) for (name, _), s in zip(self.net.named_parameters(), self.log_step_sizes, strict=True)]
 
     # ----- tasks and rollouts -----------------------------------------------------------------------
-    def _seed(self, stream: int) -> int:
-        """Seed of one stream of this iteration and rank: 0 the tasks, 1 + 100 * step the inner
-        rollouts of each step, 1000 the outer ones; task k of a stream adds k (meta_batch < 100)."""
-        return seeds.training(self.hparams.seed, self.global_step, self.trainer.global_rank * 100_003, stream)
-
+    # Seed streams of one iteration (iteration_seed): 0 the tasks, 1 + 100 * step the inner rollouts of
+    # each step, 1000 the outer ones; task k of a stream adds k (meta_batch < 100).
     def draw_tasks(self) -> list[Task]:
         """This rank's meta-batch of tasks (split over DDP ranks)."""
-        world = self.trainer.world_size
-        if self.hparams.meta_batch % world:
-            raise ConfigError(f"MAML.meta_batch={self.hparams.meta_batch} must divide evenly over {world} devices")
-        generator = torch.Generator().manual_seed(self._seed(0))
-        workloads = self.family.draw(self.hparams.meta_batch // world, generator)
+        generator = torch.Generator().manual_seed(self.iteration_seed(0))
+        workloads = self.family.draw(self.share_of(self.hparams.meta_batch, "meta_batch"), generator)
         objectives = self.hparams.objectives
         if not objectives:
             return [Task(w, self.cluster.objective) for w in workloads]
@@ -215,10 +192,11 @@ class MAML(LightningModule):
         parts: list[Trajectories | None] = [None] * len(tasks)
         for objective in dict.fromkeys(task.objective for task in tasks):
             ks = [k for k, task in enumerate(tasks) if task.objective == objective]
-            jobs = JobSet.cat([make_jobsets(tasks[k].workload, jobsets, self._seed(stream + k)) for k in ks])
+            jobs = JobSet.cat([make_jobsets(tasks[k].workload, jobsets, self.iteration_seed(stream + k)) for k in ks])
             rows = [jobsets * episodes] * len(ks)
-            traj = collect(TaskBlocks(self.net, [nets[k] for k in ks], rows), self.cluster.replace(objective=objective),
-                           jobs.to(self.device).repeat_interleave(episodes), generator=self.sampler)
+            traj = collect(TaskBlockNetworks(self.net, [nets[k] for k in ks], rows),
+                           self.cluster.replace(objective=objective), jobs.to(self.device).repeat_interleave(episodes),
+                           generator=self.action_sampler())
             for k, part in zip(ks, traj.split(rows)):
                 parts[k] = part
         return parts
@@ -244,8 +222,7 @@ class MAML(LightningModule):
             outer = [policy_gradient(fnet, part, self.baseline, hp.outer_episodes, entropy_weight=hp.entropy_weight,
                                      normalize_advantage=hp.normalize_advantage) for fnet, part in zip(fnets, parts)]
             meta_loss = torch.stack([pg.loss for pg in outer]).mean()
-            if not torch.isfinite(meta_loss):
-                raise FloatingPointError(f"non-finite meta-loss at iteration {self.global_step}; training stops here")
+            self.check_loss(meta_loss)
             self.meta_gradient(meta_loss, fnets)
         meta_opt.step()
         slowdown = torch.cat([episode_metrics(part.state)["mean_slowdown"] for part in parts])
@@ -276,18 +253,13 @@ class MAML(LightningModule):
                 p.grad.copy_(self.trainer.strategy.reduce(p.grad, reduce_op="mean"))
 
     # ----- evaluation and checkpoints -----------------------------------------------------------------
-    @property
-    def val_jobs(self) -> JobSet:
-        if self._val_jobs is None:
-            tasks = self.family.draw(self.hparams.val_jobsets, torch.Generator().manual_seed(self.hparams.val_seed))
-            self._val_jobs = JobSet.cat([make_jobsets(t, 1, self.hparams.val_seed + i) for i, t in enumerate(tasks)])
-        return self._val_jobs
-
-    def validation_step(self, batch, batch_idx):
-        self.last_eval = evaluate_and_log(self, self.val_jobs, "eval")
+    def held_out_jobsets(self, num_jobsets: int, seed: int) -> JobSet:
+        """One jobset of each of `num_jobsets` tasks drawn from the family."""
+        tasks = self.family.draw(num_jobsets, torch.Generator().manual_seed(seed))
+        return JobSet.cat([make_jobsets(t, 1, seed + i) for i, t in enumerate(tasks)])
 
     def on_save_checkpoint(self, checkpoint):
-        checkpoint[CHECKPOINT_KEY] = policy_checkpoint(self.net, greedy=self.hparams.eval_greedy)
+        super().on_save_checkpoint(checkpoint)
         # scripts/adapt.py adapts with the inner loop the meta-policy was trained for
         inner = {k: v for k, v in vars(self.inner).items() if k not in ("steps", "step_sizes")}
         if self.log_step_sizes is not None:

@@ -74,7 +74,7 @@ def test_checkpoint_reloads_for_evaluation(smoke_run):
     ckpt = next((tmp / "runs").rglob("last.ckpt"))
     data = torch.load(ckpt, map_location="cpu", weights_only=False)
     assert data["global_step"] == 4
-    from lightning_sched.policies import load_policy
+    from lightning_sched.checkpoints import load_policy
 
     policy, cfg = load_policy(ckpt)
     assert cfg.objective == "slowdown"
@@ -140,6 +140,7 @@ def test_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_p
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     from lightning_sched import DeepRMWorkload
+    from tasks.base import EvaluationSettings
     from tasks.reinforce import Reinforce
 
     class Poison(Callback):
@@ -150,7 +151,8 @@ def test_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_p
                 with torch.no_grad():
                     pl_module.net.first.weight[0, 0] = float("nan")
 
-    module = Reinforce(workload=DeepRMWorkload(simu_len=10), num_jobsets=2, episodes_per_jobset=2, val_jobsets=4)
+    module = Reinforce(workload=DeepRMWorkload(simu_len=10), num_jobsets=2, episodes_per_jobset=2,
+                       evaluation=EvaluationSettings(val_jobsets=4))
     checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True)  # no monitor: saves at every validation
     trainer = Trainer(max_steps=10, val_check_interval=1, check_val_every_n_epoch=None, logger=False,
                       enable_progress_bar=False, callbacks=[Poison(), checkpoint], num_sanity_val_steps=0)

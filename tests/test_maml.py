@@ -14,6 +14,7 @@ from lightning_sched import ClusterConfig, DeepRMWorkload, WorkloadFamily
 from lightning_sched.adaptation import AdaptationSettings, adapt
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.policies import PolicySpec, make_policy
+from tasks.base import EvaluationSettings
 from tasks.maml import MAML
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +31,7 @@ class GradientProbe(Callback):
 def one_meta_iteration(first_order: bool, steps: int = 1):
     torch.manual_seed(0)
     module = MAML(family=WorkloadFamily(simu_len=10, load=(0.8, 1.2)), meta_batch=2, inner_steps=2, inner_jobsets=2,
-                  inner_episodes=3, outer_jobsets=2, outer_episodes=3, val_jobsets=4, first_order=first_order, seed=3)
+                  inner_episodes=3, outer_jobsets=2, outer_episodes=3, evaluation=EvaluationSettings(val_jobsets=4), first_order=first_order, seed=3)
     before = [p.detach().clone() for p in module.net.parameters()]
     probe = GradientProbe()
     trainer = Trainer(max_steps=steps, logger=False, enable_progress_bar=False, enable_checkpointing=False,
@@ -71,7 +72,7 @@ def test_adaptation_steps_update_the_policy_and_report_each_step():
 
 def test_adapt_script_on_a_maml_checkpoint(tmp_path):
     module = MAML(family=WorkloadFamily(simu_len=10), meta_batch=2, inner_jobsets=2, inner_episodes=2, outer_jobsets=2,
-                  outer_episodes=2, val_jobsets=4, inner_lr=0.07)
+                  outer_episodes=2, evaluation=EvaluationSettings(val_jobsets=4), inner_lr=0.07)
     trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False, limit_val_batches=0,
                       enable_model_summary=False, default_root_dir=tmp_path)
     trainer.fit(module)
@@ -88,7 +89,7 @@ def test_adapt_script_on_a_maml_checkpoint(tmp_path):
     for key in ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate"):
         assert isinstance(lines[-1][key], float) and lines[-1][key + "_ci95"] >= 0
     assert "lr=0.07" in proc.stdout and "jobsets=2" in proc.stdout  # the meta-policy's inner loop
-    from lightning_sched.policies import load_policy
+    from lightning_sched.checkpoints import load_policy
 
     policy, cfg = load_policy(out)
     assert cfg.objective == "slowdown"
@@ -96,7 +97,7 @@ def test_adapt_script_on_a_maml_checkpoint(tmp_path):
 
 def test_meta_sgd_learns_a_step_size_per_weight_and_adapt_uses_them(tmp_path):
     module = MAML(family=WorkloadFamily(simu_len=10, load=(0.8, 1.2)), meta_batch=2, inner_steps=2, inner_jobsets=2,
-                  inner_episodes=3, outer_jobsets=2, outer_episodes=3, val_jobsets=4, seed=3, inner_lr=1.0,
+                  inner_episodes=3, outer_jobsets=2, outer_episodes=3, evaluation=EvaluationSettings(val_jobsets=4), seed=3, inner_lr=1.0,
                   learn_step_sizes=True, step_size_lr=0.05)
     trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False, limit_val_batches=0,
                       enable_model_summary=False, default_root_dir=tmp_path)
@@ -200,7 +201,7 @@ def test_zero_inner_steps_is_reinforce_on_the_task_mixture():
     """inner_steps=0 (the mixture baseline): the outer REINFORCE step alone moves the parameters."""
     torch.manual_seed(0)
     module = MAML(family=WorkloadFamily(simu_len=10, load=(0.8, 1.2)), objectives=["slowdown", "completion_time"],
-                  meta_batch=2, inner_steps=0, outer_jobsets=2, outer_episodes=3, val_jobsets=4, seed=3)
+                  meta_batch=2, inner_steps=0, outer_jobsets=2, outer_episodes=3, evaluation=EvaluationSettings(val_jobsets=4), seed=3)
     before = [p.detach().clone() for p in module.net.parameters()]
     trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False, enable_checkpointing=False,
                       limit_val_batches=0, enable_model_summary=False)
@@ -230,7 +231,7 @@ def test_entropy_bonus_keeps_the_outer_policy_stochastic():
     def entropy_after(weight: float) -> float:
         torch.manual_seed(0)
         module = MAML(family=WorkloadFamily(simu_len=10, load=(0.8, 1.2)), meta_batch=2, inner_steps=0, outer_jobsets=2,
-                      outer_episodes=3, val_jobsets=4, meta_lr=0.05, entropy_weight=weight, seed=3)
+                      outer_episodes=3, evaluation=EvaluationSettings(val_jobsets=4), meta_lr=0.05, entropy_weight=weight, seed=3)
         Trainer(max_steps=3, logger=False, enable_progress_bar=False, enable_checkpointing=False, limit_val_batches=0,
                 enable_model_summary=False).fit(module)
         jobs = make_jobsets(DeepRMWorkload(load=1.0, simu_len=10), 4, 7)

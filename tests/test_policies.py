@@ -45,7 +45,7 @@ def test_image_free_first_layer_matches_the_rendered_image(hidden, deadline_inpu
 
     features = net.encode(obs)
     doubled = {k: v.double() for k, v in features.items() if k in ("since", "slack")}
-    fast = net.logits({**features, **doubled})
+    fast = net({**features, **doubled})
     (fast * weights).sum().backward()
     fast_grads = [p.grad.clone() for p in net.parameters()]
     net.zero_grad()
@@ -70,7 +70,7 @@ def test_masked_head_never_samples_invalid_actions_and_unmasked_does():
     for masked in (True, False):
         net = make_policy(PolicySpec(masked=masked), cfg)
         f = net.encode(obs)
-        picks = torch.stack([sample_actions(net.logits(f), greedy=False, generator=g) for _ in range(50)])
+        picks = torch.stack([sample_actions(net(f), greedy=False, generator=g) for _ in range(50)])
         valid = f["mask"].gather(1, picks.T).T
         assert bool(valid.all()) == masked
 

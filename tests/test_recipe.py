@@ -143,18 +143,18 @@ def test_curriculum_and_schedule_settings():
     assert family.with_load_upto(1.0).load == (0.5, 1.5)
     with pytest.raises(ConfigError, match="fraction"):
         family.with_load_upto(0.0)
-    from tasks.reinforce import Reinforce
+    from tasks.reinforce import EntropyBonus, Imitation, PPOReuse, Reinforce
 
     with pytest.raises(ConfigError, match="curriculum_iterations=10 needs a WorkloadFamily"):
         Reinforce(curriculum_iterations=10)
-    with pytest.raises(ConfigError, match="imitate='tetris' and imitation_iterations=0"):
-        Reinforce(imitate="tetris")
-    with pytest.raises(ConfigError, match="entropy_decay_iterations"):
-        Reinforce(entropy_weight=0.1, entropy_weight_end=0.0)
-    with pytest.raises(ConfigError, match="ppo_clip"):
-        Reinforce(ppo_clip=1.5)
-    module = Reinforce(entropy_weight=0.1, entropy_weight_end=0.0, entropy_decay_iterations=10)
-    assert module.entropy_weight() == pytest.approx(0.1)  # global_step 0 outside a trainer
+    with pytest.raises(ConfigError, match="heuristic='tetris' and iterations=0"):
+        Imitation(heuristic="tetris")
+    with pytest.raises(ConfigError, match="entropy.end=0.0 needs decay_iterations"):
+        EntropyBonus(weight=0.1, end=0.0)
+    with pytest.raises(ConfigError, match="ppo.clip"):
+        PPOReuse(clip=1.5)
+    entropy = EntropyBonus(weight=0.1, end=0.0, decay_iterations=10)
+    assert entropy.at(0) == pytest.approx(0.1)
 
 
 def test_fit_with_every_upgrade_counts_iterations_and_steps(tmp_path):
@@ -178,18 +178,22 @@ model:
     policy: {hidden: [16, 16], masked: true}
     baseline: {class_path: lightning_sched.baselines.ClusterTimeBaseline}
     normalize_advantage: true
-    entropy_weight: 0.01
-    entropy_weight_end: 0.0
-    entropy_decay_iterations: 3
-    ppo_epochs: 3
+    entropy:
+      weight: 0.01
+      end: 0.0
+      decay_iterations: 3
+    ppo:
+      epochs: 3
     curriculum_iterations: 3
-    imitate: sjf
-    imitation_iterations: 2
+    imitation:
+      heuristic: sjf
+      iterations: 2
     num_jobsets: 4
     episodes_per_jobset: 4
     iterations_per_epoch: 5
-    val_jobsets: 4
-    test_jobsets: 4
+    evaluation:
+      val_jobsets: 4
+      test_jobsets: 4
 trainer:
   max_steps: 5
   val_check_interval: 5
@@ -200,7 +204,7 @@ trainer:
     assert data["global_step"] == 5
     rmsprop_steps = {int(s["step"]) for s in data["optimizer_states"][0]["state"].values()}
     assert rmsprop_steps == {2 * 1 + 3 * 3}  # 2 imitation iterations, 3 policy-gradient ones
-    assert data["hyper_parameters"]["imitate"] == "sjf"
+    assert data["hyper_parameters"]["imitation"]["heuristic"] == "sjf"
 
 
 def test_deadline_inputs_read_each_slots_slack_and_warm_start_keeps_the_policy(tmp_path):
@@ -223,7 +227,7 @@ def test_deadline_inputs_read_each_slots_slack_and_warm_start_keeps_the_policy(t
     plain = make_policy(PolicySpec(masked=True), CFG)
     torch.nn.init.normal_(plain.first.weight, std=0.01)
     path = tmp_path / "plain.ckpt"
-    from lightning_sched.policies import CHECKPOINT_KEY, policy_checkpoint
+    from lightning_sched.checkpoints import CHECKPOINT_KEY, policy_checkpoint
 
     torch.save({CHECKPOINT_KEY: policy_checkpoint(plain)}, path)
     module = Reinforce(policy=PolicySpec(masked=True, deadline_inputs=True), init_from=str(path))

@@ -24,7 +24,7 @@ def test_training_and_adaptation_streams_avoid_held_out_seeds():
     for _ in range(50_000):
         seed, iteration, rank = rng.randrange(4), rng.randrange(5000), rng.randrange(4)
         stream = rng.choice([0, 1000, 1, 101, 201, 301]) + rng.randrange(32)
-        assert held_out(seeds.training(seed, iteration, rank * 100_003, stream)) is None
+        assert held_out(seeds.training(seed, iteration, rank, stream)) is None
         assert held_out(seeds.adaptation(rng.randrange(20), rng.randrange(2000))) is None
 
 

@@ -1,0 +1,56 @@
+"""Trained policies on disk: what a checkpoint of this project holds under CHECKPOINT_KEY, and reading
+it back without the training code (scripts/evaluate.py, scripts/adapt.py, warm starts)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from .config import REWARD_FIELDS, ClusterConfig, ConfigError
+from .policies import DeepRMNetwork, NetworkPolicy, PolicySpec, make_policy
+
+CHECKPOINT_KEY = "lightning_sched"
+
+
+def policy_checkpoint(net: DeepRMNetwork, greedy: bool = True) -> dict:
+    """What a checkpoint needs to rebuild the policy without the training code: plain dicts and
+    tensors, and whether the policy is meant to act greedily or by sampling."""
+    return {"cluster": net.cfg.to_dict(), "policy": net.spec.to_dict(), "greedy": greedy,
+            "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()}}
+
+
+def load_network(path, device="cpu") -> tuple[DeepRMNetwork, ClusterConfig, dict]:
+    """(network, its ClusterConfig, the checkpoint's lightning_sched entry) from a checkpoint written
+    by a task of this project. Checkpoints are pickles (as Lightning's): load only files you trust."""
+    data = torch.load(path, map_location="cpu", weights_only=False)
+    if not isinstance(data, dict) or CHECKPOINT_KEY not in data:
+        raise ConfigError(f"{path}: not a lightning_sched checkpoint (no '{CHECKPOINT_KEY}' entry)")
+    saved = data[CHECKPOINT_KEY]
+    cfg = ClusterConfig(**saved["cluster"])
+    net = make_policy(PolicySpec(**saved["policy"]), cfg)
+    net.load_state_dict(saved["state_dict"])
+    return net.to(device), cfg, saved
+
+
+def load_policy(path, device="cpu", greedy: bool | None = None, generator: torch.Generator | None = None):
+    """(NetworkPolicy, its ClusterConfig) from a checkpoint (see load_network). greedy=None acts as
+    the checkpoint says (argmax, or sampled as DeepRM evaluates); a sampled policy with no
+    generator gets one seeded with 0, so evaluations repeat."""
+    net, cfg, saved = load_network(path, device)
+    greedy = saved.get("greedy", True) if greedy is None else greedy
+    if not greedy and generator is None:
+        generator = torch.Generator(device=device).manual_seed(0)
+    return NetworkPolicy(net.eval(), greedy=greedy, generator=generator), cfg
+
+
+def warm_start(net: DeepRMNetwork, path: str) -> None:
+    """Load the policy weights of checkpoint `path` into `net`, refused with the differing fields
+    when its cluster or network is not `net`'s (its objective may differ: the network does not
+    depend on it). A network without deadline inputs may start one with them: `net` keeps its
+    own deadline weights, which start at zero."""
+    source, cfg, _ = load_network(path)
+    cfg.require_same_cluster(net.cfg, f"init_from={path}", "run", may_differ=(*REWARD_FIELDS, "slo_slowdown"))
+    adds_deadline_inputs = net.spec.deadline_inputs and not source.spec.deadline_inputs
+    if source.spec != (replace(net.spec, deadline_inputs=False) if adds_deadline_inputs else net.spec):
+        raise ConfigError(f"init_from={path}: its policy {source.spec!r} is not this run's {net.spec!r}")
+    net.load_state_dict(source.state_dict(), strict=not adds_deadline_inputs)

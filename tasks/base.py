@@ -1,0 +1,171 @@
+"""What every training algorithm of this project shares, so that an algorithm is its training step.
+
+`SchedulerTask` owns:
+    data          the dataloader only paces iterations; jobsets are drawn inside the step, on the
+                  module's device, from seeds that follow (seed, iteration, rank): ranks under DDP
+                  draw different jobsets and a resumed run draws the same ones (lightning_sched.seeds)
+    evaluation    validation and test steps on fixed jobsets, logged as eval/... and test/...
+    checkpoints   the policy alone under CHECKPOINT_KEY (readable without this code) and the
+                  action sampler's state; a resume on another cluster is refused
+    faults        a step that makes the parameters non-finite stops training before the next
+                  validation or checkpoint, so the checkpoints on disk stay good
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from lightning.pytorch import LightningModule
+from torch.utils.data import DataLoader
+
+from lightning_sched import ClusterConfig, JobSet, seeds
+from lightning_sched.baselines import Baseline, TimeIndexedBaseline
+from lightning_sched.checkpoints import CHECKPOINT_KEY, policy_checkpoint
+from lightning_sched.config import ConfigError
+from lightning_sched.evaluation import EvalResult, evaluate, make_jobsets
+from lightning_sched.objectives import METRICS
+from lightning_sched.policies import NetworkPolicy, PolicySpec, make_policy
+
+
+@dataclass
+class EvaluationSettings:
+    """The fixed jobsets a task is measured on. Their seeds are in the held-out ranges of
+    lightning_sched.seeds, which training never draws from."""
+
+    val_jobsets: int = 100
+    """Jobsets of the validation set, evaluated every trainer.val_check_interval iterations."""
+    val_seed: int = seeds.VALIDATION
+    """Seed of the validation set (and of the evaluation's action sampling)."""
+    test_jobsets: int = 200
+    """Jobsets of `fit.py test`."""
+    test_seed: int = seeds.EVALUATION
+    """Seed of the test set."""
+    greedy: bool = False
+    """Evaluate the policy's argmax; default: sample its actions, as DeepRM's evaluation does (an
+    unmasked policy's argmax can keep picking a slot whose job does not fit, wasting time steps)."""
+
+
+def require_at_least(owner: str, low: int, **values: int) -> None:
+    """A ConfigError naming the first field below `low`."""
+    for name, value in values.items():
+        if value < low:
+            raise ConfigError(f"{owner}.{name} must be >= {low}, got {value}")
+
+
+class SchedulerTask(LightningModule):
+    """The shared part of the training modules; a subclass implements `training_step`.
+
+    Args (each subclass documents them again in its own terms):
+        cluster: the cluster and the objective its reward follows (SPEC.md).
+        workload: where jobsets come from (`DeepRMWorkload`, `WorkloadFamily`, `TraceWorkload`).
+        policy: the network (`PolicySpec`).
+        baseline: a `Baseline`; default DeepRM's time-indexed one.
+        evaluation: the validation and test sets (`EvaluationSettings`).
+        iterations_per_epoch: iterations between epoch ends (pacing only).
+        seed: seeds the training jobsets and the action sampling.
+    """
+
+    def __init__(self, cluster: ClusterConfig, workload, policy: PolicySpec, baseline: Baseline | None,
+                 evaluation: EvaluationSettings, iterations_per_epoch: int, seed: int):
+        super().__init__()
+        name = type(self).__name__
+        require_at_least(name, 1, iterations_per_epoch=iterations_per_epoch,
+                         **{f"evaluation.{k}": getattr(evaluation, k) for k in ("val_jobsets", "test_jobsets")})
+        self.automatic_optimization = False  # the algorithms take their own optimizer steps
+        # rollouts never render the image: the network reads structured keys
+        self.cluster = cluster.replace(observation="none")
+        workload.validate(self.cluster)
+        self.workload = workload
+        self.net = make_policy(policy, self.cluster)
+        self.baseline = baseline or TimeIndexedBaseline()
+        self.evaluation = evaluation
+        self.iterations_per_epoch = iterations_per_epoch
+        self.seed = seed
+        self.sampler = torch.Generator().manual_seed(seed)
+        self._held_out: dict[str, JobSet] = {}
+
+    # ----- data ----------------------------------------------------------------------------------
+    def train_dataloader(self):
+        return DataLoader(range(self.iterations_per_epoch), batch_size=None, shuffle=False)
+
+    def val_dataloader(self):
+        return DataLoader([0], batch_size=None)
+
+    def test_dataloader(self):
+        return DataLoader([0], batch_size=None)
+
+    def share_of(self, total: int, field: str) -> int:
+        """This rank's share of `total` items (jobsets, tasks) split evenly over the DDP ranks."""
+        world = self.trainer.world_size
+        if total % world:
+            raise ConfigError(f"{type(self).__name__}.{field}={total} must divide evenly over {world} devices")
+        return total // world
+
+    def iteration_seed(self, stream: int = 0) -> int:
+        """The seed of one draw (`stream`) of this iteration on this rank."""
+        return seeds.training(self.seed, self.global_step, self.trainer.global_rank, stream)
+
+    def action_sampler(self) -> torch.Generator:
+        """The generator of the rollouts' action samples, on the module's device."""
+        if self.sampler.device != self.device:
+            self.sampler = torch.Generator(device=self.device).manual_seed(self.seed + self.global_step)
+        return self.sampler
+
+    # ----- evaluation ----------------------------------------------------------------------------
+    def held_out_jobsets(self, num_jobsets: int, seed: int) -> JobSet:
+        """The validation or test jobsets: `num_jobsets` of the workload, drawn from `seed`."""
+        return make_jobsets(self.workload, num_jobsets, seed)
+
+    @property
+    def val_jobs(self) -> JobSet:
+        """The fixed validation jobsets (the same on every rank and every call)."""
+        if "val" not in self._held_out:
+            self._held_out["val"] = self.held_out_jobsets(self.evaluation.val_jobsets, self.evaluation.val_seed)
+        return self._held_out["val"]
+
+    def validation_step(self, batch, batch_idx):
+        self.last_eval = self.evaluate_and_log(self.val_jobs, "eval")
+
+    def test_step(self, batch, batch_idx):
+        jobs = self.held_out_jobsets(self.evaluation.test_jobsets, self.evaluation.test_seed)
+        self.evaluate_and_log(jobs, "test")
+
+    def evaluate_and_log(self, jobs: JobSet, prefix: str) -> EvalResult:
+        """SPEC's episode metrics of the policy on fixed jobsets (sampled with the seed val_seed, or
+        greedy), logged as `<prefix>/<metric>` and `<prefix>/<metric>_ci95`."""
+        generator = torch.Generator(device=self.device).manual_seed(self.evaluation.val_seed)
+        policy = NetworkPolicy(self.net, greedy=self.evaluation.greedy, generator=generator)
+        result = evaluate(policy, self.cluster, jobs, device=self.device)
+        s = result.summary
+        values = {f"{prefix}/{m}": s[m] for m in METRICS}
+        values.update({f"{prefix}/{m}_ci95": s[f"{m}_ci95"] for m in METRICS})
+        values[f"{prefix}/unfinished_jobs"] = float(s["unfinished_jobs"])
+        self.log_dict(values, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
+        self.log("eval_slowdown", s["mean_slowdown"], prog_bar=True, logger=False, on_epoch=True, batch_size=1)
+        return result
+
+    # ----- faults --------------------------------------------------------------------------------
+    def check_loss(self, loss: torch.Tensor) -> None:
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"non-finite loss {loss.item()} at iteration {self.global_step}; training stops here, "
+                "the checkpoints written so far are kept (lower lr?)")
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        # after the optimizer step and before any validation or checkpoint of this iteration
+        bad = [name for name, p in self.named_parameters() if not bool(torch.isfinite(p).all())]
+        if bad:
+            raise FloatingPointError(f"parameters {bad} became non-finite at iteration {self.global_step}; training "
+                                     "stops here, the checkpoints written so far are kept (lower lr?)")
+
+    # ----- checkpoints: the policy alone, readable without this module ---------------------------
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint[CHECKPOINT_KEY] = policy_checkpoint(self.net, greedy=self.evaluation.greedy)
+        checkpoint["sampler_state"] = self.sampler.get_state()
+
+    def on_load_checkpoint(self, checkpoint):
+        saved = checkpoint.get(CHECKPOINT_KEY, {}).get("cluster")
+        if saved is not None:
+            ClusterConfig(**saved).require_same_cluster(self.cluster, "checkpoint", "run")
+        if "sampler_state" in checkpoint and self.sampler.device.type == "cpu":
+            self.sampler.set_state(checkpoint["sampler_state"])
