@@ -1,4 +1,4 @@
-"""Benchmark of the batched environment (issue 2).
+"""Benchmark of the batched environment.
 
 1. Env-only decisions per second for batch sizes 1..16384 with random valid actions, per
    observation mode, on the hot path (`cluster.step_state` + `observations.observe`, with the

@@ -1,4 +1,4 @@
-"""Benchmark of one MAML meta-iteration (issue 4) at a config's meta-batch (default configs/maml.yaml):
+"""Benchmark of one MAML meta-iteration at a config's meta-batch (default configs/maml.yaml):
 meta_batch tasks, inner rollouts and steps through higher, outer rollouts, the meta-gradient and
 Adam's step, timed around Lightning's training step. Medians over --repeats after one warm-up;
 prints a line and, last, a JSON line.

@@ -1,4 +1,4 @@
-"""Benchmark of one DeepRM training iteration at the paper's scale (issue 3): 100 jobsets x 20
+"""Benchmark of one DeepRM training iteration at the paper's scale: 100 jobsets x 20
 episodes of load 0.7, simu_len 50, DeepRM's network; rollout (sampled actions), returns and the
 time-indexed baseline, forward, backward and one RMSprop step. Medians over --repeats iterations
 after one warm-up; prints a table and, last, a JSON line.

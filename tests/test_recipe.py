@@ -1,4 +1,4 @@
-"""The upgraded training recipe's switches (issue 5): each one's defining property, and a real
+"""The upgraded training recipe's switches: each one's defining property, and a real
 LightningCLI run with all of them on."""
 from __future__ import annotations
 
