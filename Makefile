@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: setup run smoke test conformance bench clean
+.PHONY: setup run smoke test lint conformance bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -26,7 +26,11 @@ smoke: setup
 	$(BIN)/python scripts/fit.py fit --config configs/smoke.yaml
 
 test: setup
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not gpu" tests
+
+lint: setup
+	$(BIN)/ruff check .
 
 conformance: setup
 	$(BIN)/python ../shared/conformance/check_env.py --cases 200
