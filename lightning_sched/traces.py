@@ -1,12 +1,12 @@
-"""Real job traces as workloads: replay Standard Workload Format (SWF) and CSV traces as `JobSet`s.
+"""Real job traces as workloads: a parsed trace mapped onto the cluster and cut into `JobSet` windows.
 
-The Parallel Workloads Archive's Standard Workload Format (Feitelson et al.; see
-https://www.cs.huji.ac.il/labs/parallel/workload/swf.html) is a text file, optionally gzip-ed
-(`.swf.gz`): header comments start with ';', every other non-blank line is one job of 18
-whitespace-separated numbers, -1 meaning unknown. A CSV trace has a header row naming its columns;
-a column mapping says which column holds the submit time, the run time and each resource demand.
+`lightning_sched.trace_files` reads a Standard Workload Format or CSV file into a `Trace` (the jobs
+as recorded). This module maps that onto a virtual cluster (steps, resource units, job limits) and
+serves windows of it through the workload protocol: `TraceWorkload`, which `ClusterEnv`, `evaluate`
+and the scripts take like `DeepRMWorkload`. `TraceWorkload.report` (a `TraceReport`) says what the
+mapping did.
 
-Mapping a job to the cluster (`TraceWorkload`), with S = seconds_per_step, c = time compression:
+Mapping a job to the cluster, with S = seconds_per_step, c = time compression:
 
     arrival step  = floor((submit - first submit) / (c * S))       (relative to the trace's first kept job)
     duration      = max(1, ceil(run_time / S))                     (a 0 s job still takes one step)
@@ -18,226 +18,438 @@ not kept, or whose submit time, run time or demand is unknown (-1), is dropped a
 Windows of `simu_len` steps of the (compressed) timeline become jobsets; arrivals are relative to
 the window's start, and a window starts with an empty cluster (jobs running from before are not
 carried over).
+
+The mapping is a sequence of pure functions, in the order `TraceWorkload` calls them:
+
+    resource_presence, zero_demand_note   which cluster resources get demand 0 (a TraceWarning)
+    cluster_capacities                    the virtual cluster's total per trace resource
+    select_jobs                           drop, size and clip every job line, counted by reason -> KeptJobs
+    offered_load, compression_for         the kept trace's load at c = 1, and c for a target_load
+    arrival_steps                         submit times -> steps of the compressed timeline
+    split_rows                            the train / test / all step range and its jobs
+    plan_windows                          where windows can start, and the most jobs one holds
 """
 from __future__ import annotations
 
-import csv
-import gzip
 import math
 import warnings
-import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from .config import ClusterConfig, ConfigError
 from .jobs import JobSet
+from .trace_files import SWF_RESOURCES, Trace, TraceError, read_csv, read_swf, trace_format
 
-# SWF's 18 fields, in order (1-based field k is SWF_FIELDS[k - 1])
-SWF_FIELDS = ("job number", "submit time", "wait time", "run time", "allocated processors", "average CPU time",
-              "used memory", "requested processors", "requested time", "requested memory", "status", "user",
-              "group", "executable", "queue", "partition", "preceding job", "think time")
-SWF_RESOURCES = ("processors", "memory")
-"""Resources an SWF trace can give. processors: allocated (field 5), else requested (field 8).
-memory: used memory (field 7), else requested memory (field 10); SWF gives both in KB per processor,
-so a job's memory demand is that times its processors (the capacity is the cluster's total KB)."""
-FORMATS = ("auto", "swf", "csv")
 OVERSIZE = ("clip", "drop")
 SPLITS = ("all", "train", "test")
 WINDOWS = ("random", "consecutive")
-DROP_REASONS = ("status", "unknown_submit", "unknown_run_time", "zero_run_time", "unknown_demand", "too_long", "too_large")
+DROP_REASONS = ("status", "unknown_submit", "unknown_run_time", "zero_run_time", "unknown_demand", "too_long",
+                "too_large")
 CLIP_REASONS = ("length", "demand")
 # Arrival steps beyond this are refused: they would not fit the int64 arithmetic of an episode.
 MAX_STEP = 2 ** 40
-
-
-class TraceError(ConfigError):
-    """A trace file that cannot be read or mapped: the message names the file (and line and field)."""
 
 
 class TraceWarning(UserWarning):
     """Something the mapping did on purpose that the user should know (e.g. a resource missing)."""
 
 
-# ----- parsing -------------------------------------------------------------------------------
-@dataclass
-class Trace:
-    """The jobs of a trace file as read, before any mapping. Times in the trace's unit (seconds
-    for SWF); -1 marks an unknown value; lists are in file order, one entry per job line.
-
-    resources: names of the demand columns; `demand[j][k]` is job j's demand on resources[k].
-    present:   per resource, whether any job gives it (a resource unknown for every job is absent).
-    """
-
-    path: str
-    format: str
-    submit: list[float]
-    run_time: list[float]
-    demand: list[list[float]]
-    status: list[float]
-    line: list[int]
-    resources: tuple[str, ...]
-    header: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def num_jobs(self) -> int:
-        return len(self.submit)
-
-    @property
-    def present(self) -> tuple[bool, ...]:
-        return tuple(any(d[k] != -1 for d in self.demand) for k in range(len(self.resources)))
-
-
-def _open_text(path: Path) -> list[str]:
-    """The file's lines, gunzipped when the name ends in .gz. Undecodable bytes become U+FFFD (they
-    then fail as numbers, with their line and field)."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read the trace ({exc.strerror or exc})") from exc
-    if path.suffix == ".gz":
-        if raw[:2] != b"\x1f\x8b":
-            raise TraceError(f"{path}: not a gzip file (the name ends in .gz but the content does not start with gzip's magic bytes)")
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise TraceError(f"{path}: corrupt gzip file ({exc})") from exc
-    # split on \n only, so line numbers are what an editor shows
-    return [line.rstrip("\r") for line in raw.decode("utf-8", errors="replace").split("\n")]
-
-
-def _number(text: str, path: Path, line: int, what: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise TraceError(f"{path}, line {line}, {what}: {text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise TraceError(f"{path}, line {line}, {what}: {text!r} is not a finite number")
-    return value
-
-
-def _known(value: float, path: Path, line: int, what: str) -> float:
-    """A used field: >= 0, or -1 for unknown (SWF's convention); any other negative is malformed."""
-    if value < 0 and value != -1:
-        raise TraceError(f"{path}, line {line}, {what}: {value:g} is negative (only -1, unknown, may be)")
-    return value
-
-
-def read_swf(path: str | Path) -> Trace:
-    """Parse a Standard Workload Format file (.swf, or gzip-ed .swf.gz) into a `Trace` with the
-    resources ("processors", "memory"). Raises TraceError with the file, line and field of the
-    first malformed line, or when the file has no job line."""
-    path = Path(path)
-    header: dict[str, str] = {}
-    submit, run_time, demand, status, lines = [], [], [], [], []
-    for number, text in enumerate(_open_text(path), start=1):
-        text = text.strip()
-        if not text:
-            continue
-        if text.startswith(";"):
-            key, sep, value = text[1:].partition(":")
-            if sep and key.strip() and key.strip() not in header:
-                header[key.strip()] = value.strip()
-            continue
-        parts = text.split()
-        if len(parts) != len(SWF_FIELDS):
-            if len(parts) < len(SWF_FIELDS):
-                k = len(parts) + 1
-                raise TraceError(f"{path}, line {number}, field {k} ({SWF_FIELDS[k - 1]}): missing; an SWF job line "
-                                 f"has {len(SWF_FIELDS)} whitespace-separated fields, this one has {len(parts)}")
-            raise TraceError(f"{path}, line {number}, field {len(SWF_FIELDS) + 1}: unexpected; an SWF job line has "
-                             f"{len(SWF_FIELDS)} whitespace-separated fields, this one has {len(parts)}")
-        values = [_number(p, path, number, f"field {k} ({name})") for k, (p, name) in enumerate(zip(parts, SWF_FIELDS), 1)]
-        for k in (2, 4, 5, 7, 8, 10):
-            _known(values[k - 1], path, number, f"field {k} ({SWF_FIELDS[k - 1]})")
-        procs = values[4] if values[4] != -1 else values[7]
-        memory = values[6] if values[6] != -1 else values[9]
-        # SWF memory is KB per processor: the job's total is that times its processors
-        total_memory = -1.0 if memory == -1 or procs == -1 else memory * procs
-        submit.append(values[1])
-        run_time.append(values[3])
-        demand.append([procs, total_memory])
-        status.append(values[10])
-        lines.append(number)
-    if not submit:
-        raise TraceError(f"{path}: empty trace, no job line (only comments or blank lines)")
-    return Trace(str(path), "swf", submit, run_time, demand, status, lines, SWF_RESOURCES, header)
-
-
-def read_csv(path: str | Path, submit: str = "submit_time", run_time: str = "run_time",
-             demands: tuple[str, ...] = ("processors",), status: str | None = None) -> Trace:
-    """Parse a CSV trace (header row first; .csv.gz is gunzipped). `submit`, `run_time`, each of
-    `demands` and the optional `status` name columns; an empty cell or -1 is unknown."""
-    path = Path(path)
-    rows = _open_text(path)
-    try:
-        reader = csv.reader(rows)
-        header = next(reader, None)
-        if header is None:
-            raise TraceError(f"{path}: empty trace, no header row")
-        header = [h.strip() for h in header]
-        wanted = {"submit": submit, "run_time": run_time, **{f"demand {d!r}": d for d in demands}}
-        if status is not None:
-            wanted["status"] = status
-        missing = [f"{role} column {name!r}" for role, name in wanted.items() if name not in header]
-        if missing:
-            raise TraceError(f"{path}: unknown CSV column: {', '.join(missing)}; the header has {header}")
-        index = {name: header.index(name) for name in wanted.values()}
-        out = Trace(str(path), "csv", [], [], [], [], [], tuple(demands))
-        for row in reader:
-            number = reader.line_num
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            if len(row) != len(header):
-                raise TraceError(f"{path}, line {number}: {len(row)} cells, the header has {len(header)} columns")
-
-            def cell(name: str) -> float:
-                text = row[index[name]].strip()
-                if text == "":
-                    return -1.0
-                return _known(_number(text, path, number, f"column {name!r}"), path, number, f"column {name!r}")
-
-            out.submit.append(cell(submit))
-            out.run_time.append(cell(run_time))
-            out.demand.append([cell(d) for d in demands])
-            out.status.append(cell(status) if status is not None else -1.0)
-            out.line.append(number)
-    except csv.Error as exc:
-        raise TraceError(f"{path}, line {reader.line_num}: malformed CSV ({exc})") from exc
-    if not out.submit:
-        raise TraceError(f"{path}: empty trace, no job row after the header")
-    return out
-
-
-def trace_format(path: str | Path, format: str = "auto") -> str:
-    """'swf' or 'csv': `format` itself, or read off the name (.swf, .swf.gz, .csv, .csv.gz)."""
-    if format not in FORMATS:
-        raise TraceError(f"trace format {format!r} is unknown; choose one of {FORMATS}")
-    if format != "auto":
-        return format
-    name = Path(path).name.lower()
-    name = name[:-3] if name.endswith(".gz") else name
-    for fmt in ("swf", "csv"):
-        if name.endswith("." + fmt):
-            return fmt
-    raise TraceError(f"{path}: cannot tell the trace format from the name (expected .swf, .swf.gz, .csv or .csv.gz); give format='swf' or 'csv'")
-
-
-# ----- mapping ---------------------------------------------------------------------------------
 def _ceil(x: float) -> int:
     # ceil with a tolerance for binary rounding (12.8 * 10 / 128 must be 1, not 2)
     return math.ceil(x - 1e-9)
 
 
+# ----- resources and capacities ----------------------------------------------------------------
+def resource_presence(trace: Trace, names: tuple[str, ...]) -> dict[str, bool]:
+    """{name: whether any job of the trace gives it} for the mapped trace resources `names`, in order."""
+    flags = dict(zip(trace.resources, trace.present))
+    return {n: flags[n] for n in names}
+
+
+def zero_demand_resources(names: tuple[str, ...], present: dict[str, bool], num_resources: int) -> list[int]:
+    """Indices of the cluster resources whose demand is always 0: mapped trace resources no job gives,
+    then the cluster resources beyond the `names` mapped."""
+    return [i for i, n in enumerate(names) if not present[n]] + list(range(len(names), num_resources))
+
+
+def zero_demand_note(names: tuple[str, ...], present: dict[str, bool], num_resources: int) -> str | None:
+    """Why some cluster resources get demand 0 (the TraceWarning's text after the file name), or None
+    when every one of the `num_resources` gets a trace resource some job gives."""
+    missing = num_resources - sum(present.values())
+    if not missing:
+        return None
+    absent = [n for n in names if not present[n]]
+    what = []
+    if absent:
+        what.append(f"{absent} unknown (-1) for every job")
+    if len(names) < num_resources:
+        what.append(f"only {len(names)} trace resources {names} for {num_resources} cluster resources")
+    return f"{missing} of the cluster's {num_resources} resources get demand 0 ({'; '.join(what)})"
+
+
+def _given_capacities(path: str, names: tuple[str, ...], capacity: dict | tuple | None) -> dict:
+    """`capacity` as {trace resource: value}: a dict is checked for unknown names, values are taken
+    in `names` order. Values are not checked here."""
+    if capacity is None:
+        return {}
+    if isinstance(capacity, dict):
+        extra = [k for k in capacity if k not in names]
+        if extra:
+            raise TraceError(f"{path}: capacity given for {extra}, which are not among the trace resources {names}")
+        return dict(capacity)
+    values = tuple(capacity)
+    if len(values) != len(names):
+        raise TraceError(f"{path}: {len(values)} capacities for the trace resources {names}")
+    return dict(zip(names, values))
+
+
+def _header_processors(header: dict[str, str]) -> float | None:
+    """An SWF header's MaxProcs, else MaxNodes, as a number (its first word); None if neither reads."""
+    for key in ("MaxProcs", "MaxNodes"):
+        try:
+            return float(header[key].split()[0])
+        except (KeyError, ValueError, IndexError):
+            continue
+    return None
+
+
+def cluster_capacities(path: str, trace: Trace, names: tuple[str, ...], present: dict[str, bool],
+                       capacity: dict | tuple | None) -> dict[str, float]:
+    """The virtual cluster's total per mapped trace resource that some job gives, in the trace's
+    units: from `capacity` ({name: value}, or values in `names` order), else, for SWF processors, the
+    header's MaxProcs (or MaxNodes). Resources no job gives get none (their demand is 0).
+    Raises TraceError for an unknown name, a missing capacity or one that is not a finite number > 0."""
+    given = _given_capacities(path, names, capacity)
+    out = {}
+    for name in names:
+        if not present[name]:
+            continue
+        value = given.get(name)
+        if value is None and trace.format == "swf" and name == "processors":
+            value = _header_processors(trace.header)
+        if value is None:
+            raise TraceError(f"{path}: no capacity for resource {name!r}: give capacity={{{name!r}: ...}} "
+                             f"(the virtual cluster's total, in the trace's units"
+                             f"{'; the SWF header has no MaxProcs' if name == 'processors' else ''})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise TraceError(f"{path}: capacity of {name!r} must be a finite number > 0, got {value!r}")
+        out[name] = float(value)
+    return out
+
+
+# ----- jobs: drop, size, clip ------------------------------------------------------------------
+@dataclass(frozen=True)
+class JobRules:
+    """Which jobs `select_jobs` keeps and how it sizes them: TraceWorkload's knobs of the same names,
+    except `statuses`, here a set of floats (None: every known status is kept)."""
+
+    seconds_per_step: float
+    statuses: frozenset[float] | None
+    keep_unknown_status: bool
+    keep_zero_run_time: bool
+    oversize: str
+    num_resources: int
+    resource_units: int
+    max_job_len: int
+    max_job_units: int
+
+
+@dataclass
+class KeptJobs:
+    """The jobs `select_jobs` kept, sorted by submit time (ties in file order), and what it did to the rest.
+
+    submit:   N submit times (trace seconds), ascending; line: the file line of each.
+    duration: LongTensor[N], steps in [1, max_job_len]; demand: LongTensor[N, num_resources], units in
+              [0, max_job_units].
+    dropped:  jobs dropped per reason (DROP_REASONS, in that order); clipped: kept jobs cut to a limit per
+              reason (CLIP_REASONS); a job cut in both length and demand counts in each.
+    """
+
+    submit: list[float]
+    line: list[int]
+    duration: torch.Tensor
+    demand: torch.Tensor
+    dropped: dict[str, int]
+    clipped: dict[str, int]
+
+
+def drop_reason(status: float, submit: float, run_time: float, demand: list[float], capacity: list[float | None],
+                rules: JobRules) -> str | None:
+    """Why a job is dropped before it is sized (status, then unknown submit, run time, demand, then a
+    0 s run), or None to keep it. `demand` and `capacity` are per mapped trace resource; a None
+    capacity marks a resource no job gives, so its unknown (-1) demand does not drop the job."""
+    if status == -1:
+        if not rules.keep_unknown_status:
+            return "status"
+    elif rules.statuses is not None and status not in rules.statuses:
+        return "status"
+    if submit == -1:
+        return "unknown_submit"
+    if run_time == -1:
+        return "unknown_run_time"
+    if run_time == 0 and not rules.keep_zero_run_time:
+        return "zero_run_time"
+    if any(v == -1 for v, cap in zip(demand, capacity) if cap is not None):
+        return "unknown_demand"
+    return None
+
+
+def size_job(run_time: float, demand: list[float], capacity: list[float | None], rules: JobRules
+             ) -> tuple[int, list[int]]:
+    """(duration in steps, units per cluster resource) before the limits: max(1, ceil(run_time / S))
+    and ceil(demand / capacity * resource_units); 0 units for a resource with no capacity (no job gives
+    it) and for the cluster resources beyond the mapped ones. Each is capped at one past its limit
+    (max_job_len + 1, max_job_units + 1): by how much a job is over does not matter."""
+    # min() before ceil: a huge value stays a float and cannot overflow the int conversion
+    duration = max(1, _ceil(min(run_time / rules.seconds_per_step, rules.max_job_len + 1.0)))
+    units = [_ceil(min(v / cap * rules.resource_units, rules.max_job_units + 1.0)) if cap is not None else 0
+             for v, cap in zip(demand, capacity)]
+    return duration, units + [0] * (rules.num_resources - len(units))
+
+
+def oversize_drop(duration: int, units: list[int], rules: JobRules) -> str | None:
+    """With oversize='drop', why a sized job is over a limit ('too_long' first, then 'too_large');
+    None when it fits or oversize='clip'."""
+    if rules.oversize != "drop":
+        return None
+    if duration > rules.max_job_len:
+        return "too_long"
+    if max(units) > rules.max_job_units:
+        return "too_large"
+    return None
+
+
+def clip_job(duration: int, units: list[int], rules: JobRules) -> tuple[int, list[int], list[str]]:
+    """The sized job cut to max_job_len steps and max_job_units units per resource, and what was cut
+    (CLIP_REASONS: 'length', 'demand')."""
+    cuts = []
+    if duration > rules.max_job_len:
+        cuts.append("length")
+        duration = rules.max_job_len
+    if max(units) > rules.max_job_units:
+        cuts.append("demand")
+        units = [min(q, rules.max_job_units) for q in units]
+    return duration, units, cuts
+
+
+def select_jobs(path: str, trace: Trace, names: tuple[str, ...], capacity: dict[str, float], rules: JobRules
+                ) -> KeptJobs:
+    """Every job line of `trace` either dropped (counted by reason) or sized, clipped (counted) and
+    kept. `names` are the trace resources mapped to the cluster's, in order; `capacity` has those
+    some job gives. Raises TraceError when no job is kept."""
+    columns = [trace.resources.index(n) for n in names]
+    caps = [capacity.get(n) for n in names]
+    dropped = dict.fromkeys(DROP_REASONS, 0)
+    clipped = dict.fromkeys(CLIP_REASONS, 0)
+    kept = []  # (submit, line, duration, units per cluster resource)
+    for j in range(trace.num_jobs):
+        demand = [trace.demand[j][c] for c in columns]
+        reason = drop_reason(trace.status[j], trace.submit[j], trace.run_time[j], demand, caps, rules)
+        if reason is None:
+            duration, units = size_job(trace.run_time[j], demand, caps, rules)
+            reason = oversize_drop(duration, units, rules)
+        if reason is not None:
+            dropped[reason] += 1
+            continue
+        duration, units, cuts = clip_job(duration, units, rules)
+        for cut in cuts:
+            clipped[cut] += 1
+        kept.append((trace.submit[j], trace.line[j], duration, units))
+    if not kept:
+        raise TraceError(f"{path}: no job fits the cluster: {trace.num_jobs} job lines, all dropped "
+                         f"({', '.join(f'{k} {v}' for k, v in dropped.items() if v)})")
+    kept.sort(key=lambda job: job[0])  # stable: equal submit times keep file order
+    duration = torch.tensor([job[2] for job in kept], dtype=torch.long)
+    demand = torch.tensor([job[3] for job in kept], dtype=torch.long).view(len(kept), rules.num_resources)
+    return KeptJobs([job[0] for job in kept], [job[1] for job in kept], duration, demand, dropped, clipped)
+
+
+# ----- time: load, compression, arrivals, split --------------------------------------------------
+def offered_load(duration: torch.Tensor, demand: torch.Tensor, steps: float, resource_units: int) -> list[float]:
+    """Per cluster resource, the unit-steps the jobs ask for over the capacity of `steps` steps:
+    sum(duration x units) / (steps x resource_units). duration LongTensor[N], demand LongTensor[N, R]
+    -> R floats."""
+    work = (duration.unsqueeze(1) * demand).sum(0).double()  # [R] unit-steps offered
+    return (work / (steps * resource_units)).tolist()
+
+
+def span_steps(submit: list[float], seconds_per_step: float) -> float:
+    """The steps (at c = 1) from the first to the last of the ascending `submit` times, at least 1:
+    the time range the kept trace's natural load is measured over."""
+    return max(1.0, (submit[-1] - submit[0]) / seconds_per_step)
+
+
+def compression_for(path: str, natural: list[float], target_load: float | None, time_compression: float) -> float:
+    """The time compression c: `time_compression`, or the c that brings the largest natural load (the
+    bottleneck resource's, at c = 1) to `target_load`. Raises TraceError when no job demands anything."""
+    if target_load is None:
+        return time_compression
+    if max(natural) <= 0:
+        raise TraceError(f"{path}: no job demands any resource; target_load={target_load} cannot be reached")
+    return target_load / max(natural)
+
+
+def arrival_steps(path: str, submit: list[float], line: list[int], seconds_per_step: float, compression: float
+                  ) -> torch.Tensor:
+    """LongTensor[N]: floor((submit - submit[0]) / (c * S)) for the ascending `submit` times (trace
+    seconds). Raises TraceError, naming the file `line`, for a step at or beyond MAX_STEP."""
+    origin = submit[0]
+    arrival = []
+    for t, number in zip(submit, line):
+        step = (t - origin) / (compression * seconds_per_step)
+        if not step < MAX_STEP:  # also catches inf from an extreme compression
+            raise TraceError(f"{path}, line {number}: submit time {t:g} maps to step {step:g}, beyond "
+                             f"{MAX_STEP} (seconds_per_step={seconds_per_step:g}, compression={compression:g})")
+        arrival.append(math.floor(step))
+    return torch.tensor(arrival, dtype=torch.long)
+
+
+def split_rows(path: str, arrival: torch.Tensor, split: str, test_fraction: float
+               ) -> tuple[tuple[int, int], torch.Tensor]:
+    """The split's steps [lo, hi) and its jobs (BoolTensor[N]) among the ascending `arrival` steps.
+
+    The kept trace spans [0, end), end = the last arrival + 1; train is [0, cut), test [cut, end),
+    all [0, end), with cut = floor((1 - test_fraction) * end) kept within [1, end - 1] (cut = 1 when
+    end = 1). Raises TraceError when the split holds no job."""
+    end = int(arrival[-1]) + 1
+    cut = max(1, min(end - 1, math.floor((1 - test_fraction) * end))) if end > 1 else 1
+    lo, hi = {"all": (0, end), "train": (0, cut), "test": (cut, end)}[split]
+    rows = (arrival >= lo) & (arrival < hi)
+    if not bool(rows.any()):
+        raise TraceError(f"{path}: the {split} split (steps [{lo}, {hi}) of the trace's [0, {end})) holds no "
+                         f"job; change test_fraction={test_fraction} (or the trace spans too few steps)")
+    return (lo, hi), rows
+
+
+# ----- windows -----------------------------------------------------------------------------------
+@dataclass
+class WindowPlan:
+    """Where a split's windows can start, kept sparse (a trace can span millions of steps).
+
+    starts:       'consecutive': LongTensor[T], the first step of each tile holding a job, in time order.
+    intervals:    'random': LongTensor[K, 2], disjoint inclusive ranges [first, last] of the starts whose
+                  window holds a job, in time order; interval_end: LongTensor[K], the running count of
+                  those starts (interval_end[-1] of them in all).
+    most_jobs:    the most jobs any window that can be drawn holds.
+    """
+
+    most_jobs: int
+    starts: torch.Tensor | None = None
+    intervals: torch.Tensor | None = None
+    interval_end: torch.Tensor | None = None
+
+    @property
+    def count(self) -> int:
+        """Consecutive: the non-empty tiles. Random: the starts whose window holds a job."""
+        return int(self.starts.numel()) if self.starts is not None else int(self.interval_end[-1])
+
+
+def most_jobs(arrival: torch.Tensor, starts: torch.Tensor, length: int) -> int:
+    """The most of the ascending `arrival` steps (LongTensor[N]) in a window [s, s + length) over the
+    starts s (LongTensor[M])."""
+    counts = torch.searchsorted(arrival, starts + length) - torch.searchsorted(arrival, starts)
+    return int(counts.max())
+
+
+def merge_intervals(begin: list[int], finish: list[int]) -> torch.Tensor:
+    """The union of the inclusive integer ranges [begin[i], finish[i]] (begin ascending) as
+    LongTensor[K, 2] of disjoint, non-adjacent ranges in order."""
+    intervals, current = [], None
+    for b, f in zip(begin, finish):
+        if current is not None and b <= current[1] + 1:
+            current[1] = max(current[1], f)
+        else:
+            current = [b, f]
+            intervals.append(current)
+    return torch.tensor(intervals, dtype=torch.long).view(-1, 2)
+
+
+def plan_windows(arrival: torch.Tensor, span: tuple[int, int], length: int, windows: str) -> WindowPlan:
+    """The starts of the windows of `length` steps over the split's steps span = [lo, hi), from its
+    ascending `arrival` steps (LongTensor[N], all in [lo, hi)).
+
+    'consecutive': the tiles [lo + k * length, lo + (k + 1) * length) that hold a job.
+    'random': every start s in [lo, max(lo, hi - length)] (the latest keeps the window inside the
+    split when it can) whose window [s, s + length) holds a job."""
+    lo, hi = span
+    if windows == "consecutive":
+        starts = torch.unique((arrival - lo) // length) * length + lo
+        return WindowPlan(most_jobs(arrival, starts, length), starts=starts)
+    last = max(lo, hi - length)
+    # a job arriving at a is in the windows starting in [a - length + 1, a], clamped to [lo, last]
+    begin = (arrival - length + 1).clamp(min=lo, max=last)
+    finish = arrival.clamp(max=last)
+    intervals = merge_intervals(begin.tolist(), finish.tolist())
+    # the most jobs in a window is reached at a start equal to a job's arrival (or the latest start)
+    candidates = torch.unique(arrival.clamp(min=lo, max=last))
+    return WindowPlan(most_jobs(arrival, candidates, length), intervals=intervals,
+                      interval_end=(intervals[:, 1] - intervals[:, 0] + 1).cumsum(0))
+
+
+# ----- the report --------------------------------------------------------------------------------
+@dataclass
+class TraceReport:
+    """What mapping a trace did, for logs and JSON (`to_dict()`). Loads are offered unit-steps over
+    capacity-steps per cluster resource, rounded to 4 places."""
+
+    path: str
+    """The trace file."""
+    format: str
+    """'swf' or 'csv'."""
+    job_lines: int
+    """Jobs in the file."""
+    kept: int
+    """Jobs left after dropping, over the whole trace (every split)."""
+    dropped: dict[str, int]
+    """Jobs dropped per reason, DROP_REASONS in order."""
+    clipped: dict[str, int]
+    """Kept jobs cut to max_job_len ('length') or max_job_units ('demand')."""
+    resources: list[str]
+    """The trace resources mapped to the cluster's, in order."""
+    zero_demand_resources: list[int]
+    """Indices of the cluster resources whose demand is always 0."""
+    capacity: dict[str, float]
+    """The virtual cluster's total per trace resource some job gives, in the trace's units."""
+    seconds_per_step: float
+    """Trace seconds in one step (S)."""
+    natural_load: list[float]
+    """Offered load per cluster resource of all kept jobs at c = 1, over their submit range."""
+    compression: float
+    """The time compression c applied."""
+    load: list[float]
+    """natural_load x c."""
+    split: str
+    """'all', 'train' or 'test'."""
+    split_jobs: int
+    """Kept jobs in the split."""
+    split_steps: list[int]
+    """The split's steps [lo, hi) on the compressed timeline."""
+    split_seconds: list[float]
+    """The trace times (seconds) of split_steps."""
+    split_load: list[float]
+    """Offered load per cluster resource of the split's jobs over its steps."""
+    windows: str
+    """'random' or 'consecutive'."""
+    window_starts: int
+    """Random: the starts whose window holds a job. Consecutive: the non-empty tiles."""
+    max_jobs: int
+    """Job columns of every jobset."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ----- the workload ------------------------------------------------------------------------------
 @dataclass
 class TraceWorkload:
     """Jobsets cut out of a real trace: the workload protocol (`sample`, `max_jobs`, `validate`).
 
     Build it for a cluster with `TraceWorkload.for_cluster(cfg, path, seconds_per_step, ...)`.
-    After construction, `report` holds the counts (jobs read, kept, dropped by reason, clipped by
-    reason), the loads and the split's time range; `arrival`, `duration`, `demand` hold the kept
-    jobs of the selected split (LongTensor[N], [N], [N, R]) in arrival order.
+    After construction, `report` (a `TraceReport`) holds the counts (jobs read, kept, dropped by
+    reason, clipped by reason), the loads and the split's time range; `arrival`, `duration`, `demand`
+    hold the kept jobs of the selected split (LongTensor[N], [N], [N, R]) in arrival order.
 
     Job status (SWF field 11): `statuses` are kept (default (1,), "completed"); -1 (unknown) is
     kept when `keep_unknown_status` (the default: many archive traces, e.g. NASA iPSC, record no
@@ -296,7 +508,7 @@ class TraceWorkload:
     max_job_units: int = 10
 
     @classmethod
-    def for_cluster(cls, cfg: ClusterConfig, path: str | Path, seconds_per_step: float, **params) -> "TraceWorkload":
+    def for_cluster(cls, cfg: ClusterConfig, path: str | Path, seconds_per_step: float, **params) -> TraceWorkload:
         """A TraceWorkload whose mapping uses cfg's resources, units and job limits."""
         return cls(path=str(path), seconds_per_step=seconds_per_step, **params, num_resources=cfg.num_resources,
                    resource_units=cfg.resource_units, max_job_len=cfg.max_job_len, max_job_units=cfg.max_job_units)
@@ -316,7 +528,8 @@ class TraceWorkload:
             names = tuple(self.resources)
             self.trace = read_csv(self.path, self.csv_submit, self.csv_run_time, names, self.csv_status)
         if len(names) > self.num_resources:
-            raise TraceError(f"{self.path}: {len(names)} trace resources {names} for a cluster of num_resources={self.num_resources}")
+            raise TraceError(f"{self.path}: {len(names)} trace resources {names} for a cluster of "
+                             f"num_resources={self.num_resources}")
         self.resources = names
         self._map()
 
@@ -344,185 +557,47 @@ class TraceWorkload:
         if self.job_columns is not None and (not isinstance(self.job_columns, int) or self.job_columns < 1):
             raise TraceError(f"TraceWorkload.job_columns must be an integer >= 1 or None, got {self.job_columns!r}")
 
-    def _capacities(self, present: dict[str, bool]) -> dict[str, float]:
-        names = self.resources
-        if self.capacity is None:
-            given = {}
-        elif isinstance(self.capacity, dict):
-            given = dict(self.capacity)
-            extra = [k for k in given if k not in names]
-            if extra:
-                raise TraceError(f"{self.path}: capacity given for {extra}, which are not among the trace resources {names}")
-        else:
-            values = tuple(self.capacity)
-            if len(values) != len(names):
-                raise TraceError(f"{self.path}: {len(values)} capacities for the trace resources {names}")
-            given = dict(zip(names, values))
-        header = self.trace.header
-        out = {}
-        for name in names:
-            if not present[name]:
-                continue
-            value = given.get(name)
-            if value is None and self.trace.format == "swf" and name == "processors":
-                for key in ("MaxProcs", "MaxNodes"):
-                    try:
-                        value = float(header[key].split()[0])
-                        break
-                    except (KeyError, ValueError, IndexError):
-                        continue
-            if value is None:
-                raise TraceError(f"{self.path}: no capacity for resource {name!r}: give capacity={{{name!r}: ...}} "
-                                 f"(the virtual cluster's total, in the trace's units"
-                                 f"{'; the SWF header has no MaxProcs' if name == 'processors' else ''})")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise TraceError(f"{self.path}: capacity of {name!r} must be a finite number > 0, got {value!r}")
-            out[name] = float(value)
-        return out
+    def _job_rules(self) -> JobRules:
+        statuses = None if self.statuses is None else frozenset(float(s) for s in self.statuses)
+        return JobRules(seconds_per_step=self.seconds_per_step, statuses=statuses,
+                        keep_unknown_status=self.keep_unknown_status, keep_zero_run_time=self.keep_zero_run_time,
+                        oversize=self.oversize, num_resources=self.num_resources, resource_units=self.resource_units,
+                        max_job_len=self.max_job_len, max_job_units=self.max_job_units)
 
     def _map(self) -> None:
-        trace, names = self.trace, self.resources
-        present_flags = dict(zip(trace.resources, trace.present))
-        present = {n: present_flags[n] for n in names}
-        absent = [n for n in names if not present[n]]
-        missing = self.num_resources - sum(present.values())
-        if missing:
-            what = []
-            if absent:
-                what.append(f"{absent} unknown (-1) for every job")
-            if len(names) < self.num_resources:
-                what.append(f"only {len(names)} trace resources {names} for {self.num_resources} cluster resources")
-            warnings.warn(f"{self.path}: {missing} of the cluster's {self.num_resources} resources get demand 0 "
-                          f"({'; '.join(what)})", TraceWarning, stacklevel=4)
-        capacity = self._capacities(present)
-        columns = [trace.resources.index(n) for n in names]
-        units = self.resource_units
-        keep_status = None if self.statuses is None else {float(s) for s in self.statuses}
-
-        dropped = dict.fromkeys(DROP_REASONS, 0)
-        clipped = dict.fromkeys(CLIP_REASONS, 0)
-        kept = []  # (submit, line, duration, [units per cluster resource])
-        for j in range(trace.num_jobs):
-            status = trace.status[j]
-            if status == -1:
-                if not self.keep_unknown_status:
-                    dropped["status"] += 1
-                    continue
-            elif keep_status is not None and status not in keep_status:
-                dropped["status"] += 1
-                continue
-            if trace.submit[j] == -1:
-                dropped["unknown_submit"] += 1
-                continue
-            if trace.run_time[j] == -1:
-                dropped["unknown_run_time"] += 1
-                continue
-            if trace.run_time[j] == 0 and not self.keep_zero_run_time:
-                dropped["zero_run_time"] += 1
-                continue
-            raw = [trace.demand[j][c] for c in columns]
-            if any(v == -1 for n, v in zip(names, raw) if present[n]):
-                dropped["unknown_demand"] += 1
-                continue
-            # min() before ceil: a huge value stays a float and cannot overflow the int conversion
-            duration = max(1, _ceil(min(trace.run_time[j] / self.seconds_per_step, self.max_job_len + 1.0)))
-            demand = [_ceil(min(v / capacity[n] * units, self.max_job_units + 1.0)) if present[n] else 0
-                      for n, v in zip(names, raw)]
-            demand += [0] * (self.num_resources - len(demand))
-            too_long = duration > self.max_job_len
-            too_large = max(demand) > self.max_job_units
-            if self.oversize == "drop" and (too_long or too_large):
-                dropped["too_long" if too_long else "too_large"] += 1
-                continue
-            if too_long:
-                clipped["length"] += 1
-                duration = self.max_job_len
-            if too_large:
-                clipped["demand"] += 1
-                demand = [min(q, self.max_job_units) for q in demand]
-            kept.append((trace.submit[j], trace.line[j], duration, demand))
-        if not kept:
-            raise TraceError(f"{self.path}: no job fits the cluster: {trace.num_jobs} job lines, all dropped "
-                             f"({', '.join(f'{k} {v}' for k, v in dropped.items() if v)})")
-        kept.sort(key=lambda job: job[0])  # stable: equal submit times keep file order
-        origin = kept[0][0]
-        duration = torch.tensor([job[2] for job in kept], dtype=torch.long)
-        demand = torch.tensor([job[3] for job in kept], dtype=torch.long).view(len(kept), self.num_resources)
-        work = (duration.unsqueeze(1) * demand).sum(0).double()  # [R] unit-steps offered
-
-        # offered load of the kept trace at c = 1, over its time range (max over resources: the bottleneck)
-        span = max(1.0, (kept[-1][0] - origin) / self.seconds_per_step)
-        natural = (work / (span * units)).tolist()
-        compression = self.time_compression
-        if self.target_load is not None:
-            if max(natural) <= 0:
-                raise TraceError(f"{self.path}: no job demands any resource; target_load={self.target_load} cannot be reached")
-            compression = self.target_load / max(natural)
-        arrival = []
-        for submit, line, _, _ in kept:
-            step = (submit - origin) / (compression * self.seconds_per_step)
-            if not step < MAX_STEP:  # also catches inf from an extreme compression
-                raise TraceError(f"{self.path}, line {line}: submit time {submit:g} maps to step {step:g}, beyond "
-                                 f"{MAX_STEP} (seconds_per_step={self.seconds_per_step:g}, compression={compression:g})")
-            arrival.append(math.floor(step))
-        arrival = torch.tensor(arrival, dtype=torch.long)
-
-        # time-ordered split of the step range [0, end)
-        end = int(arrival[-1]) + 1
-        cut = max(1, min(end - 1, math.floor((1 - self.test_fraction) * end))) if end > 1 else 1
-        lo, hi = {"all": (0, end), "train": (0, cut), "test": (cut, end)}[self.split]
-        rows = (arrival >= lo) & (arrival < hi)
-        if not bool(rows.any()):
-            raise TraceError(f"{self.path}: the {self.split} split (steps [{lo}, {hi}) of the trace's [0, {end})) holds no "
-                             f"job; change test_fraction={self.test_fraction} (or the trace spans too few steps)")
-        self.arrival, self.duration, self.demand = arrival[rows], duration[rows], demand[rows]
+        """Map `trace` onto the cluster: the split's jobs (`arrival`, `duration`, `demand`), its window
+        plan and `report`."""
+        trace, names, units = self.trace, self.resources, self.resource_units
+        present = resource_presence(trace, names)
+        note = zero_demand_note(names, present, self.num_resources)
+        if note:  # stacklevel: past _map, __post_init__ and __init__, to the line that built the workload
+            warnings.warn(f"{self.path}: {note}", TraceWarning, stacklevel=4)
+        capacity = cluster_capacities(self.path, trace, names, present, self.capacity)
+        jobs = select_jobs(self.path, trace, names, capacity, self._job_rules())
+        natural = offered_load(jobs.duration, jobs.demand, span_steps(jobs.submit, self.seconds_per_step), units)
+        compression = compression_for(self.path, natural, self.target_load, self.time_compression)
+        arrival = arrival_steps(self.path, jobs.submit, jobs.line, self.seconds_per_step, compression)
+        (lo, hi), rows = split_rows(self.path, arrival, self.split, self.test_fraction)
+        self.arrival, self.duration, self.demand = arrival[rows], jobs.duration[rows], jobs.demand[rows]
         self.range = (lo, hi)
         self._cursor = 0
-        split_work = (self.duration.unsqueeze(1) * self.demand).sum(0).double()
-        seconds = lambda step: origin + step * self.seconds_per_step * compression  # noqa: E731
-        self._plan_windows()
-        self.report = {
-            "path": self.path, "format": trace.format, "job_lines": trace.num_jobs, "kept": len(kept),
-            "dropped": dropped, "clipped": clipped, "resources": list(names),
-            "zero_demand_resources": [i for i, n in enumerate(names) if not present[n]] + list(range(len(names), self.num_resources)),
-            "capacity": capacity, "seconds_per_step": self.seconds_per_step,
-            "natural_load": [round(x, 4) for x in natural], "compression": compression,
-            "load": [round(x * compression, 4) for x in natural],
-            "split": self.split, "split_jobs": int(rows.sum()), "split_steps": [lo, hi],
-            "split_seconds": [seconds(lo), seconds(hi)],
-            "split_load": [round(x, 4) for x in (split_work / ((hi - lo) * units)).tolist()],
-            "windows": self.windows, "window_starts": self.num_windows, "max_jobs": self.max_jobs,
-        }
-
-    def _plan_windows(self) -> None:
-        """The windows' possible starts and the job columns they need (sparse: a trace can span
-        millions of steps)."""
-        length, (lo, hi) = self.simu_len, self.range
-        a = self.arrival
-        if self.windows == "consecutive":
-            self._starts = torch.unique((a - lo) // length) * length + lo  # tiles holding a job, in time order
-            candidates = self._starts
-        else:
-            last = max(lo, hi - length)  # the latest start keeps the window inside the split (if it can)
-            # starts whose window [s, s + length) holds a job: the union of [a - length + 1, a] within [lo, last]
-            begin = (a - length + 1).clamp(min=lo, max=last)
-            finish = a.clamp(max=last)  # inclusive
-            intervals, current = [], None
-            for b, f in zip(begin.tolist(), finish.tolist()):  # a is sorted, so begin is too
-                if current is not None and b <= current[1] + 1:
-                    current[1] = max(current[1], f)
-                else:
-                    current = [b, f]
-                    intervals.append(current)
-            self._intervals = torch.tensor(intervals, dtype=torch.long).view(-1, 2)
-            self._interval_end = (self._intervals[:, 1] - self._intervals[:, 0] + 1).cumsum(0)
-            # the most jobs in a window: at a start equal to a job's arrival (or the latest start)
-            candidates = torch.unique(a.clamp(min=lo, max=last))
-        counts = torch.searchsorted(a, candidates + length) - torch.searchsorted(a, candidates)
-        needed = int(counts.max())
-        if self.job_columns is not None and self.job_columns < needed:
-            raise TraceError(f"{self.path}: a window of {length} steps holds up to {needed} jobs; job_columns={self.job_columns} is too few")
-        self._max_jobs = self.job_columns or needed
+        self._plan = plan_windows(self.arrival, self.range, self.simu_len, self.windows)
+        if self.job_columns is not None and self.job_columns < self._plan.most_jobs:
+            raise TraceError(f"{self.path}: a window of {self.simu_len} steps holds up to {self._plan.most_jobs} jobs; "
+                             f"job_columns={self.job_columns} is too few")
+        self._max_jobs = self.job_columns or self._plan.most_jobs
+        self.report = TraceReport(
+            path=self.path, format=trace.format, job_lines=trace.num_jobs, kept=len(jobs.submit),
+            dropped=jobs.dropped, clipped=jobs.clipped, resources=list(names),
+            zero_demand_resources=zero_demand_resources(names, present, self.num_resources),
+            capacity=capacity, seconds_per_step=self.seconds_per_step,
+            natural_load=[round(x, 4) for x in natural], compression=compression,
+            load=[round(x * compression, 4) for x in natural],
+            split=self.split, split_jobs=int(rows.sum()), split_steps=[lo, hi],
+            split_seconds=[jobs.submit[0] + step * self.seconds_per_step * compression for step in (lo, hi)],
+            split_load=[round(x, 4) for x in offered_load(self.duration, self.demand, hi - lo, units)],
+            windows=self.windows, window_starts=self.num_windows, max_jobs=self.max_jobs,
+        )
 
     # ----- the workload protocol --------------------------------------------------------------
     @property
@@ -532,33 +607,35 @@ class TraceWorkload:
     @property
     def num_windows(self) -> int:
         """Consecutive: the non-empty tiles. Random: the starts whose window holds a job."""
-        if self.windows == "consecutive":
-            return int(self._starts.numel())
-        return int(self._interval_end[-1])
+        return self._plan.count
 
     def validate(self, cfg: ClusterConfig) -> None:
         if (self.num_resources, self.resource_units) != (cfg.num_resources, cfg.resource_units):
-            raise ConfigError(f"TraceWorkload has num_resources={self.num_resources}, resource_units={self.resource_units}; "
+            raise ConfigError(f"TraceWorkload has num_resources={self.num_resources}, "
+                              f"resource_units={self.resource_units}; "
                               f"the cluster has {cfg.num_resources}, {cfg.resource_units}")
         if self.max_job_len > cfg.max_job_len or self.max_job_units > cfg.max_job_units:
-            raise ConfigError(f"TraceWorkload maps jobs up to max_job_len={self.max_job_len}, max_job_units={self.max_job_units}; "
+            raise ConfigError(f"TraceWorkload maps jobs up to max_job_len={self.max_job_len}, "
+                              f"max_job_units={self.max_job_units}; "
                               f"the cluster allows {cfg.max_job_len}, {cfg.max_job_units}")
 
     def window_starts(self, batch_size: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """LongTensor[B]: the first step of each row's window (on the compressed timeline)."""
+        plan = self._plan
         if self.windows == "consecutive":
-            n = self._starts.numel()
+            n = plan.starts.numel()
             if batch_size > n:
                 warnings.warn(f"{self.path}: {batch_size} consecutive windows asked, the {self.split} split has {n}; "
                               "windows repeat", TraceWarning, stacklevel=3)
             index = (self._cursor + torch.arange(batch_size)) % n
             self._cursor = (self._cursor + batch_size) % n
-            return self._starts[index]
+            return plan.starts[index]
+        # uniform over all starts: a draw below the total count, located in its interval
         device = generator.device if generator is not None else "cpu"
-        pick = torch.randint(int(self._interval_end[-1]), (batch_size,), generator=generator, device=device).cpu()
-        which = torch.searchsorted(self._interval_end, pick, right=True)
-        before = torch.cat([self._interval_end.new_zeros(1), self._interval_end])[which]
-        return self._intervals[which, 0] + (pick - before)
+        pick = torch.randint(int(plan.interval_end[-1]), (batch_size,), generator=generator, device=device).cpu()
+        which = torch.searchsorted(plan.interval_end, pick, right=True)
+        before = torch.cat([plan.interval_end.new_zeros(1), plan.interval_end])[which]
+        return plan.intervals[which, 0] + (pick - before)
 
     def jobset(self, starts: torch.Tensor, device="cpu") -> JobSet:
         """The windows [s, s + simu_len) for each start s: JobSet [B, max_jobs], arrivals relative to s."""
@@ -580,7 +657,8 @@ class TraceWorkload:
     def describe(self) -> str:
         r = self.report
         return (f"TraceWorkload({Path(self.path).name}, {self.seconds_per_step:g} s/step, split={self.split} "
-                f"({r['split_jobs']} jobs), {self.windows} windows of {self.simu_len} steps, load {max(r['split_load']):.3f})")
+                f"({r.split_jobs} jobs), {self.windows} windows of {self.simu_len} steps, "
+                f"load {max(r.split_load):.3f})")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -130,12 +130,12 @@ def main(argv=None) -> int:
             jobs = make_jobsets(workload, args.jobsets, args.seed)
             workload_desc = workload.describe()
             report = workload.report
-            trace_counts = {"trace_kept": report["kept"], "trace_dropped": report["dropped"],
-                            "trace_clipped": report["clipped"], "trace_split_jobs": report["split_jobs"],
-                            "trace_load": max(report["split_load"])}
-            print(f"trace {args.trace}: {report['job_lines']} job lines, kept {report['kept']}, dropped "
-                  f"{sum(report['dropped'].values())} {report['dropped']}, clipped {report['clipped']}; "
-                  f"{report['split']} split: {report['split_jobs']} jobs, steps {report['split_steps']}")
+            trace_counts = {"trace_kept": report.kept, "trace_dropped": report.dropped,
+                            "trace_clipped": report.clipped, "trace_split_jobs": report.split_jobs,
+                            "trace_load": max(report.split_load)}
+            print(f"trace {args.trace}: {report.job_lines} job lines, kept {report.kept}, dropped "
+                  f"{sum(report.dropped.values())} {report.dropped}, clipped {report.clipped}; "
+                  f"{report.split} split: {report.split_jobs} jobs, steps {report.split_steps}")
         else:
             workload = workload_from_args(args, cluster)
             jobs = make_jobsets(workload, args.jobsets, args.seed)

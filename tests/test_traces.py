@@ -1,6 +1,6 @@
-"""Real traces as workloads (lightning_sched.traces): the mapping checked exactly on small SWF and
-CSV files the tests write, every bad input's error, a parser fuzz test, and a replay through
-scripts/evaluate.py --trace with every heuristic."""
+"""Real traces as workloads (lightning_sched.trace_files parses, lightning_sched.traces maps): the
+mapping checked exactly on small SWF and CSV files the tests write, every bad input's error, a parser
+fuzz test, and a replay through scripts/evaluate.py --trace with every heuristic."""
 from __future__ import annotations
 
 import gzip
@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from lightning_sched import ClusterConfig, ClusterEnv, ConfigError
 from lightning_sched.evaluation import evaluate
 from lightning_sched.heuristics import HEURISTICS, make_heuristic
-from lightning_sched.traces import (TraceError, TraceWarning, TraceWorkload, parse_capacity, read_csv, read_swf,
-                                    trace_format)
+from lightning_sched.trace_files import read_csv, read_swf, trace_format
+from lightning_sched.traces import TraceError, TraceWarning, TraceWorkload, parse_capacity
 
 ROOT = Path(__file__).resolve().parent.parent
 CFG = ClusterConfig(observation="none")  # 2 resources of 10 units, max_job_len 15, max_job_units 10
@@ -67,7 +67,7 @@ def consecutive(path, **kw):
 def test_swf_mapping_clip(tmp_path, gz):
     with pytest.warns(TraceWarning, match="memory"):  # no job gives memory: the second resource gets 0
         w = consecutive(processor_trace(tmp_path, gz))
-    assert w.trace.header["MaxProcs"] == "64" and w.report["capacity"] == {"processors": 64.0}
+    assert w.trace.header["MaxProcs"] == "64" and w.report.capacity == {"processors": 64.0}
     jobs = w.sample(1)
     n = int(jobs.num_jobs[0])
     assert n == 5 and w.max_jobs == 5
@@ -76,11 +76,13 @@ def test_swf_mapping_clip(tmp_path, gz):
     assert jobs.demand[0, :n, 0].tolist() == [1, 5, 10, 10, 2]
     assert jobs.demand[0, :n, 1].tolist() == [0, 0, 0, 0, 0]
     r = w.report
-    assert r["job_lines"] == 11 and r["kept"] == 5
-    assert r["dropped"] == {"status": 2, "unknown_submit": 1, "unknown_run_time": 1, "zero_run_time": 1,
-                            "unknown_demand": 1, "too_long": 0, "too_large": 0}
-    assert r["clipped"] == {"length": 1, "demand": 1}
-    assert r["zero_demand_resources"] == [1]
+    assert r.job_lines == 11 and r.kept == 5
+    assert r.dropped == {"status": 2, "unknown_submit": 1, "unknown_run_time": 1, "zero_run_time": 1,
+                         "unknown_demand": 1, "too_long": 0, "too_large": 0}
+    assert r.clipped == {"length": 1, "demand": 1}
+    assert r.zero_demand_resources == [1]
+    # as JSON: the same names and numbers
+    assert json.loads(json.dumps(r.to_dict())) == vars(r)
 
 
 def test_swf_mapping_drop_and_status_knobs(tmp_path):
@@ -89,19 +91,19 @@ def test_swf_mapping_drop_and_status_knobs(tmp_path):
         w = consecutive(path, oversize="drop")
     jobs = w.sample(1)
     assert jobs.arrival[0, :3].tolist() == [0, 1, 13] and int(jobs.num_jobs[0]) == 3
-    assert w.report["dropped"]["too_long"] == 1 and w.report["dropped"]["too_large"] == 1
-    assert w.report["clipped"] == {"length": 0, "demand": 0}
+    assert w.report.dropped["too_long"] == 1 and w.report.dropped["too_large"] == 1
+    assert w.report.clipped == {"length": 0, "demand": 0}
     with pytest.warns(TraceWarning):
         w = consecutive(path, keep_unknown_status=False, statuses=(1, 0, 5), keep_zero_run_time=True)
     # job 3 (0 s, a 1-step job at step 5), 6 (failed) and 11 (cancelled) come in; job 7 (status -1) goes
     assert w.sample(1).arrival[0, :7].tolist() == [0, 1, 5, 10, 10, 11, 15]
-    assert w.report["dropped"]["status"] == 1 and w.report["dropped"]["zero_run_time"] == 0
+    assert w.report.dropped["status"] == 1 and w.report.dropped["zero_run_time"] == 0
 
 
 def test_swf_with_memory_columns(tmp_path):
     kb = 1024 * 1024  # 1 GB in SWF's KB
     lines = ["; MaxProcs: 16", swf_line(1, 0, 300, 4, used_mem=kb),        # 4 GB of 16: ceil(2.5) = 3; 4 procs: 3
-             swf_line(2, 600, 300, 2, req_mem=kb // 2),                   # requested memory: 1 GB -> ceil(.625) = 1; 2 procs: 2
+             swf_line(2, 600, 300, 2, req_mem=kb // 2),                   # requested 1 GB: ceil(.625) = 1; 2 procs: 2
              swf_line(3, 1200, 300, 16, used_mem=2 * kb),                 # 32 GB: 20 units, clipped to 10
              swf_line(4, 1500, 300, 1, used_mem=-1)]                      # memory unknown: dropped
     path = write(tmp_path / "mem.swf", lines)
@@ -112,7 +114,7 @@ def test_swf_with_memory_columns(tmp_path):
     assert jobs.arrival[0].tolist() == [0, 2, 4]
     assert jobs.duration[0].tolist() == [1, 1, 1]
     assert jobs.demand[0].tolist() == [[3, 3], [2, 1], [10, 10]]
-    assert w.report["dropped"]["unknown_demand"] == 1 and w.report["clipped"]["demand"] == 1
+    assert w.report.dropped["unknown_demand"] == 1 and w.report.clipped["demand"] == 1
 
 
 def test_csv_mapping(tmp_path):
@@ -130,9 +132,10 @@ def test_csv_mapping(tmp_path):
     assert jobs.arrival[0].tolist() == [0, 1, 4]
     assert jobs.duration[0].tolist() == [4, 1, 1]
     assert jobs.demand[0].tolist() == [[3, 2], [10, 1], [1, 10]]
-    assert w.report["dropped"]["unknown_demand"] == 1 and w.report["dropped"]["status"] == 1
+    assert w.report.dropped["unknown_demand"] == 1 and w.report.dropped["status"] == 1
     # capacities as values in resource order, and from the command line
-    same = TraceWorkload.for_cluster(CFG, path, 900, resources=("cpus", "mem_gb"), capacity=parse_capacity(["32", "128"]),
+    same = TraceWorkload.for_cluster(CFG, path, 900, resources=("cpus", "mem_gb"),
+                                     capacity=parse_capacity(["32", "128"]),
                                      csv_submit="submit", csv_run_time="runtime", csv_status="state",
                                      windows="consecutive", simu_len=10)
     assert torch.equal(same.sample(1).demand, jobs.demand)
@@ -146,12 +149,13 @@ def test_fewer_trace_resources_than_cluster_get_zero_with_warning(tmp_path):
                                       windows="consecutive", simu_len=5)
     jobs = w.sample(1)
     assert jobs.demand[0].tolist() == [[5, 0], [10, 0]] and jobs.arrival[0].tolist() == [0, 2]
-    assert w.report["zero_demand_resources"] == [1]
+    assert w.report.zero_demand_resources == [1]
 
 
 def evenly_spaced(tmp_path, n=100, seconds=10):
     """One 1-step job every step (10 s a step), n of them: arrival step i for job i."""
-    return write(tmp_path / "even.csv", ["submit_time,run_time,cpu"] + [f"{i * seconds},{seconds},{1 + i % 10}" for i in range(n)])
+    return write(tmp_path / "even.csv",
+                 ["submit_time,run_time,cpu"] + [f"{i * seconds},{seconds},{1 + i % 10}" for i in range(n)])
 
 
 def test_time_ordered_split_and_consecutive_windows(tmp_path):
@@ -160,7 +164,7 @@ def test_time_ordered_split_and_consecutive_windows(tmp_path):
     with pytest.warns(TraceWarning):
         train = TraceWorkload.for_cluster(CFG, path, 10, split="train", **kw)
         test = TraceWorkload.for_cluster(CFG, path, 10, split="test", **kw)
-    assert train.report["split_steps"] == [0, 75] and test.report["split_steps"] == [75, 100]
+    assert train.report.split_steps == [0, 75] and test.report.split_steps == [75, 100]
     assert train.arrival.tolist() == list(range(75)) and test.arrival.tolist() == list(range(75, 100))
     # test tiles: [75, 85), [85, 95), [95, 105); successive samples go on in time order, wrapping
     first = test.sample(2)
@@ -176,9 +180,10 @@ def test_random_windows_are_the_trace_cut_at_their_start(tmp_path):
     submits = sorted(rng.randrange(0, 20000) for _ in range(300))
     path = write(tmp_path / "r.csv", ["submit_time,run_time,cpu,mem"] +
                  [f"{s},{rng.randrange(1, 2000)},{rng.randrange(1, 65)},{rng.randrange(0, 100)}" for s in submits])
-    w = TraceWorkload.for_cluster(CFG, path, 60, resources=("cpu", "mem"), capacity=(64, 100), simu_len=25, split="test")
+    w = TraceWorkload.for_cluster(CFG, path, 60, resources=("cpu", "mem"), capacity=(64, 100), simu_len=25,
+                                  split="test")
     steps = w.arrival.tolist()
-    lo, hi = w.report["split_steps"]
+    lo, hi = w.report.split_steps
     # max_jobs: the most jobs any window start in [lo, hi - 25] sees
     assert w.max_jobs == max(sum(s <= a < s + 25 for a in steps) for s in range(lo, hi - 25 + 1))
     starts = w.window_starts(64, torch.Generator().manual_seed(1))
@@ -200,11 +205,11 @@ def test_time_compression_and_target_load(tmp_path):
         twice = TraceWorkload.for_cluster(CFG, path, 10, time_compression=2.0, **kw)
         loaded = TraceWorkload.for_cluster(CFG, path, 10, target_load=0.9, **kw)
     assert twice.arrival.tolist() == [i // 2 for i in range(100)]  # floor(10 i * 2 / 10) halves the steps
-    assert twice.report["load"][0] == pytest.approx(2 * twice.report["natural_load"][0], abs=1e-3)
+    assert twice.report.load[0] == pytest.approx(2 * twice.report.natural_load[0], abs=1e-3)
     # natural load: 550 unit-steps over 99 steps of 10 units
-    assert loaded.report["natural_load"][0] == pytest.approx(550 / 990, abs=1e-4)
-    assert loaded.report["load"][0] == pytest.approx(0.9, abs=1e-3)
-    assert loaded.report["compression"] == pytest.approx(0.9 / (550 / 990))
+    assert loaded.report.natural_load[0] == pytest.approx(550 / 990, abs=1e-4)
+    assert loaded.report.load[0] == pytest.approx(0.9, abs=1e-3)
+    assert loaded.report.compression == pytest.approx(0.9 / (550 / 990))
 
 
 def test_env_and_evaluation_accept_a_trace_workload(tmp_path):
@@ -252,7 +257,8 @@ def test_empty_trace(tmp_path):
 
 def test_no_job_fits(tmp_path):
     path = write(tmp_path / "huge.swf", ["; MaxProcs: 8", swf_line(1, 0, 60, 64), swf_line(2, 9, 60, 8, status=0)])
-    with pytest.raises(TraceError, match=r"no job fits the cluster: 2 job lines, all dropped \(status 1, too_large 1\)"), \
+    with pytest.raises(TraceError,
+                       match=r"no job fits the cluster: 2 job lines, all dropped \(status 1, too_large 1\)"), \
             pytest.warns(TraceWarning):
         TraceWorkload.for_cluster(CFG, path, 60, oversize="drop")
 
@@ -269,7 +275,8 @@ def test_gz_that_is_not_gzip(tmp_path):
 
 def test_unknown_csv_column(tmp_path):
     path = write(tmp_path / "cols.csv", ["submit,run_time,cpu", "0,10,1"])
-    with pytest.raises(TraceError, match=r"unknown CSV column: submit column 'submit_time'.*header has \['submit', 'run_time', 'cpu'\]"):
+    with pytest.raises(TraceError, match=r"unknown CSV column: submit column 'submit_time'.*"
+                                         r"header has \['submit', 'run_time', 'cpu'\]"):
         read_csv(path, demands=("cpu",))
     with pytest.raises(TraceError, match="demand 'gpu' column 'gpu'"):
         TraceWorkload.for_cluster(CFG, path, 10, resources=("cpu", "gpu"), csv_submit="submit", capacity=(1, 1))
@@ -339,7 +346,7 @@ def realistic_swf(path: Path, jobs: int = 400) -> Path:
     """A standard SWF in the archive's style, with memory columns (used and requested, KB per processor)."""
     rng = random.Random(2024)
     lines = ["; Version: 2.2", "; Computer: Imaginary Cluster 64 x 4 GB", "; Installation: nowhere",
-             "; UnixStartTime: 1000000000", "; MaxJobs: %d" % jobs, "; MaxNodes: 64", "; MaxProcs: 64",
+             "; UnixStartTime: 1000000000", f"; MaxJobs: {jobs}", "; MaxNodes: 64", "; MaxProcs: 64",
              "; Note: memory is KB per processor", ";"]
     submit = 0
     for j in range(1, jobs + 1):
@@ -388,14 +395,17 @@ def test_fit_and_adapt_take_a_trace_workload(tmp_path):
     config.write_text("model:\n  init_args:\n    workload:\n      class_path: lightning_sched.traces.TraceWorkload\n"
                       f"      init_args: {{path: {trace}, seconds_per_step: 300, split: train, simu_len: 20,\n"
                       f"                  capacity: {{processors: 64, memory: {64 * 4 * 1024 * 1024}}}}}\n")
-    fit = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), "fit", "--config", str(ROOT / "configs" / "smoke.yaml"),
-                          "--config", str(config), "--trainer.max_steps", "2", "--trainer.logger", "false", "--checkpoint.dirpath", str(tmp_path / "ck"),
-                          "--threads", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    fit = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), "fit",
+                          "--config", str(ROOT / "configs" / "smoke.yaml"), "--config", str(config),
+                          "--trainer.max_steps", "2", "--trainer.logger", "false",
+                          "--checkpoint.dirpath", str(tmp_path / "ck"), "--threads", "1"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert fit.returncode == 0, fit.stderr[-3000:]
     ckpt = tmp_path / "ck" / "last.ckpt"
     data = torch.load(ckpt, map_location="cpu", weights_only=False)
     assert str(trace) in str(data["hyper_parameters"]["workload"])  # trained on the trace's windows
-    adapt = subprocess.run([sys.executable, "scripts/adapt.py", "--ckpt", str(ckpt), "--steps", "1", "--trace", str(trace),
+    adapt = subprocess.run([sys.executable, "scripts/adapt.py", "--ckpt", str(ckpt), "--steps", "1",
+                            "--trace", str(trace),
                             "--seconds_per_step", "300", "--simu_len", "20", "--jobsets", "2", "--episodes", "2",
                             "--trace_capacity", "processors=64", f"memory={64 * 4 * 1024 * 1024}",
                             "--eval_jobsets", "4", "--json", "--threads", "1", "--out", str(tmp_path / "adapted.ckpt")],

@@ -1,0 +1,207 @@
+"""Reading job trace files: Standard Workload Format (SWF) and CSV logs into a `Trace`.
+
+This is the parsing layer: it turns a file into the jobs as recorded (submit time, run time,
+demand per resource, status, file line), checks every used field and names the file, line and
+field of the first bad one. It knows nothing about clusters; `lightning_sched.traces` maps a
+`Trace` onto one (steps, units, windows).
+
+The Parallel Workloads Archive's Standard Workload Format (Feitelson et al.; see
+https://www.cs.huji.ac.il/labs/parallel/workload/swf.html) is a text file, optionally gzip-ed
+(`.swf.gz`): header comments start with ';', every other non-blank line is one job of 18
+whitespace-separated numbers, -1 meaning unknown. A CSV trace has a header row naming its columns;
+a column mapping says which column holds the submit time, the run time and each resource demand.
+
+    read_swf(path)                 -> Trace with resources ("processors", "memory")
+    read_csv(path, submit, ...)    -> Trace with the named demand columns as resources
+    trace_format(path, format)     -> "swf" or "csv"
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import math
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import ConfigError
+
+# SWF's 18 fields, in order (1-based field k is SWF_FIELDS[k - 1])
+SWF_FIELDS = ("job number", "submit time", "wait time", "run time", "allocated processors", "average CPU time",
+              "used memory", "requested processors", "requested time", "requested memory", "status", "user",
+              "group", "executable", "queue", "partition", "preceding job", "think time")
+SWF_RESOURCES = ("processors", "memory")
+"""Resources an SWF trace can give. processors: allocated (field 5), else requested (field 8).
+memory: used memory (field 7), else requested memory (field 10); SWF gives both in KB per processor,
+so a job's memory demand is that times its processors (the capacity is the cluster's total KB)."""
+FORMATS = ("auto", "swf", "csv")
+
+
+class TraceError(ConfigError):
+    """A trace file that cannot be read or mapped: the message names the file (and line and field)."""
+
+
+@dataclass
+class Trace:
+    """The jobs of a trace file as read, before any mapping. Times in the trace's unit (seconds
+    for SWF); -1 marks an unknown value; lists are in file order, one entry per job line.
+
+    resources: names of the demand columns; `demand[j][k]` is job j's demand on resources[k].
+    present:   per resource, whether any job gives it (a resource unknown for every job is absent).
+    """
+
+    path: str
+    format: str
+    submit: list[float]
+    run_time: list[float]
+    demand: list[list[float]]
+    status: list[float]
+    line: list[int]
+    resources: tuple[str, ...]
+    header: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def num_jobs(self) -> int:
+        return len(self.submit)
+
+    @property
+    def present(self) -> tuple[bool, ...]:
+        return tuple(any(d[k] != -1 for d in self.demand) for k in range(len(self.resources)))
+
+
+def _open_text(path: Path) -> list[str]:
+    """The file's lines, gunzipped when the name ends in .gz. Undecodable bytes become U+FFFD (they
+    then fail as numbers, with their line and field)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read the trace ({exc.strerror or exc})") from exc
+    if path.suffix == ".gz":
+        if raw[:2] != b"\x1f\x8b":
+            raise TraceError(f"{path}: not a gzip file (the name ends in .gz but the content does not start "
+                             "with gzip's magic bytes)")
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceError(f"{path}: corrupt gzip file ({exc})") from exc
+    # split on \n only, so line numbers are what an editor shows
+    return [line.rstrip("\r") for line in raw.decode("utf-8", errors="replace").split("\n")]
+
+
+def _number(text: str, path: Path, line: int, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise TraceError(f"{path}, line {line}, {what}: {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise TraceError(f"{path}, line {line}, {what}: {text!r} is not a finite number")
+    return value
+
+
+def _known(value: float, path: Path, line: int, what: str) -> float:
+    """A used field: >= 0, or -1 for unknown (SWF's convention); any other negative is malformed."""
+    if value < 0 and value != -1:
+        raise TraceError(f"{path}, line {line}, {what}: {value:g} is negative (only -1, unknown, may be)")
+    return value
+
+
+def read_swf(path: str | Path) -> Trace:
+    """Parse a Standard Workload Format file (.swf, or gzip-ed .swf.gz) into a `Trace` with the
+    resources ("processors", "memory"). Raises TraceError with the file, line and field of the
+    first malformed line, or when the file has no job line."""
+    path = Path(path)
+    header: dict[str, str] = {}
+    submit, run_time, demand, status, lines = [], [], [], [], []
+    for number, text in enumerate(_open_text(path), start=1):
+        text = text.strip()
+        if not text:
+            continue
+        if text.startswith(";"):
+            key, sep, value = text[1:].partition(":")
+            if sep and key.strip() and key.strip() not in header:
+                header[key.strip()] = value.strip()
+            continue
+        parts = text.split()
+        if len(parts) != len(SWF_FIELDS):
+            if len(parts) < len(SWF_FIELDS):
+                k = len(parts) + 1
+                raise TraceError(f"{path}, line {number}, field {k} ({SWF_FIELDS[k - 1]}): missing; an SWF job line "
+                                 f"has {len(SWF_FIELDS)} whitespace-separated fields, this one has {len(parts)}")
+            raise TraceError(f"{path}, line {number}, field {len(SWF_FIELDS) + 1}: unexpected; an SWF job line has "
+                             f"{len(SWF_FIELDS)} whitespace-separated fields, this one has {len(parts)}")
+        values = [_number(p, path, number, f"field {k} ({name})")
+                  for k, (p, name) in enumerate(zip(parts, SWF_FIELDS), 1)]
+        for k in (2, 4, 5, 7, 8, 10):
+            _known(values[k - 1], path, number, f"field {k} ({SWF_FIELDS[k - 1]})")
+        procs = values[4] if values[4] != -1 else values[7]
+        memory = values[6] if values[6] != -1 else values[9]
+        # SWF memory is KB per processor: the job's total is that times its processors
+        total_memory = -1.0 if memory == -1 or procs == -1 else memory * procs
+        submit.append(values[1])
+        run_time.append(values[3])
+        demand.append([procs, total_memory])
+        status.append(values[10])
+        lines.append(number)
+    if not submit:
+        raise TraceError(f"{path}: empty trace, no job line (only comments or blank lines)")
+    return Trace(str(path), "swf", submit, run_time, demand, status, lines, SWF_RESOURCES, header)
+
+
+def read_csv(path: str | Path, submit: str = "submit_time", run_time: str = "run_time",
+             demands: tuple[str, ...] = ("processors",), status: str | None = None) -> Trace:
+    """Parse a CSV trace (header row first; .csv.gz is gunzipped). `submit`, `run_time`, each of
+    `demands` and the optional `status` name columns; an empty cell or -1 is unknown."""
+    path = Path(path)
+    rows = _open_text(path)
+    try:
+        reader = csv.reader(rows)
+        header = next(reader, None)
+        if header is None:
+            raise TraceError(f"{path}: empty trace, no header row")
+        header = [h.strip() for h in header]
+        wanted = {"submit": submit, "run_time": run_time, **{f"demand {d!r}": d for d in demands}}
+        if status is not None:
+            wanted["status"] = status
+        missing = [f"{role} column {name!r}" for role, name in wanted.items() if name not in header]
+        if missing:
+            raise TraceError(f"{path}: unknown CSV column: {', '.join(missing)}; the header has {header}")
+        index = {name: header.index(name) for name in wanted.values()}
+        out = Trace(str(path), "csv", [], [], [], [], [], tuple(demands))
+        for row in reader:
+            number = reader.line_num
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            if len(row) != len(header):
+                raise TraceError(f"{path}, line {number}: {len(row)} cells, the header has {len(header)} columns")
+
+            def cell(name: str) -> float:
+                text = row[index[name]].strip()
+                if text == "":
+                    return -1.0
+                return _known(_number(text, path, number, f"column {name!r}"), path, number, f"column {name!r}")
+
+            out.submit.append(cell(submit))
+            out.run_time.append(cell(run_time))
+            out.demand.append([cell(d) for d in demands])
+            out.status.append(cell(status) if status is not None else -1.0)
+            out.line.append(number)
+    except csv.Error as exc:
+        raise TraceError(f"{path}, line {reader.line_num}: malformed CSV ({exc})") from exc
+    if not out.submit:
+        raise TraceError(f"{path}: empty trace, no job row after the header")
+    return out
+
+
+def trace_format(path: str | Path, format: str = "auto") -> str:
+    """'swf' or 'csv': `format` itself, or read off the name (.swf, .swf.gz, .csv, .csv.gz)."""
+    if format not in FORMATS:
+        raise TraceError(f"trace format {format!r} is unknown; choose one of {FORMATS}")
+    if format != "auto":
+        return format
+    name = Path(path).name.lower()
+    name = name[:-3] if name.endswith(".gz") else name
+    for fmt in ("swf", "csv"):
+        if name.endswith("." + fmt):
+            return fmt
+    raise TraceError(f"{path}: cannot tell the trace format from the name (expected .swf, .swf.gz, .csv or .csv.gz); "
+                     "give format='swf' or 'csv'")
