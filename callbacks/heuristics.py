@@ -29,7 +29,8 @@ class HeuristicComparison(Callback):
             jobs, cfg = pl_module.val_jobs, pl_module.cluster
             self.reference = {}
             for name in self.heuristics:
-                kwargs = {"generator": torch.Generator(device=pl_module.device).manual_seed(0)} if name == "random" else {}
+                kwargs = ({"generator": torch.Generator(device=pl_module.device).manual_seed(0)}
+                          if name == "random" else {})
                 self.reference[name] = evaluate(make_heuristic(name, cfg, **kwargs), cfg, jobs,
                                                 device=pl_module.device).summary
         return self.reference
@@ -58,7 +59,8 @@ class HeuristicComparison(Callback):
         iterations, slowdown = zip(*self.history)
         fig = learning_curve(list(iterations), list(slowdown), {n: s["mean_slowdown"] for n, s in reference.items()},
                              title="validation mean slowdown vs heuristics")
-        rows = [["policy", *(policy[m] for m in METRICS)]] + [[n, *(s[m] for m in METRICS)] for n, s in reference.items()]
+        rows = ([["policy", *(policy[m] for m in METRICS)]]
+                + [[n, *(s[m] for m in METRICS)] for n, s in reference.items()])
         for logger in loggers:
             logger.log_image("eval/learning_curve", [fig], step=trainer.global_step)
             logger.log_table("eval/comparison", columns=["scheme", *METRICS], data=rows, step=trainer.global_step)

@@ -18,7 +18,6 @@ from .policy_gradient import policy_gradient
 from .rollout import collect
 
 
-
 @dataclass
 class AdaptationSettings:
     """How to adapt: the defaults of a meta-policy come from its checkpoint (its inner loop)."""
@@ -44,7 +43,8 @@ class AdaptationSettings:
         if self.optimizer not in ("sgd", "adam", "rmsprop"):
             raise ConfigError(f"adaptation optimizer {self.optimizer!r} is unknown; choose sgd, adam or rmsprop")
         if self.step_sizes is not None and self.optimizer != "sgd":
-            raise ConfigError(f"adaptation step_sizes (learned per weight) need optimizer 'sgd', got {self.optimizer!r}")
+            raise ConfigError(f"adaptation step_sizes (learned per weight) need optimizer 'sgd', "
+                              f"got {self.optimizer!r}")
 
     @classmethod
     def from_checkpoint(cls, saved: dict, steps: int, **overrides) -> "AdaptationSettings":
@@ -62,7 +62,8 @@ class AdaptationSettings:
         """The settings as plain values (step sizes summarised by their geometric mean per tensor)."""
         out = {k: v for k, v in vars(self).items() if k != "step_sizes"}
         if self.step_sizes is not None:
-            out["step_sizes_geometric_mean"] = {name: float(s.abs().log().mean().exp()) for name, s in self.step_sizes.items()}
+            out["step_sizes_geometric_mean"] = {name: float(s.abs().log().mean().exp())
+                                                for name, s in self.step_sizes.items()}
         return out
 
     def scale_gradients(self, net: torch.nn.Module) -> None:
@@ -89,9 +90,9 @@ class AdaptationSettings:
 def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: AdaptationSettings, eval_jobs: JobSet,
           seed: int = 0, device="cpu", baseline: Baseline | None = None, greedy: bool = False,
           report: Callable[[int, dict], None] | None = None, eval_steps: set[int] | None = None) -> list[dict]:
-    """Adapt `net` in place for `settings.steps` steps on `workload`; after step 0 (before any
-    update) and each step, evaluate it on `eval_jobs` (sampled actions with a fixed seed, or greedy). Returns the evaluation summaries,
-    one per step, each with the step's training figures; `report(step, summary)` sees each as it comes.
+    """Adapt `net` in place for `settings.steps` steps on `workload`; after step 0 (before any update) and each step,
+    evaluate it on `eval_jobs` (sampled actions with a fixed seed, or greedy). Returns the evaluation summaries, one per
+    step, each with the step's training figures; `report(step, summary)` sees each as it comes.
     `eval_steps`: evaluate only after these steps (default: all; the last step always)."""
     baseline = baseline or TimeIndexedBaseline()
     optimizer = settings.make_optimizer(net.parameters())

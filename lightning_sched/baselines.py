@@ -12,7 +12,8 @@ import torch
 class Baseline:
     """advantages(returns, active, time, episodes) -> FloatTensor[S, B]."""
 
-    def advantages(self, returns: torch.Tensor, active: torch.Tensor, time: torch.Tensor, episodes: int) -> torch.Tensor:
+    def advantages(self, returns: torch.Tensor, active: torch.Tensor, time: torch.Tensor,
+                   episodes: int) -> torch.Tensor:
         """returns, active, time: [S, B] with rows b*E..b*E+E-1 replaying jobset b (E = episodes)."""
         raise NotImplementedError
 

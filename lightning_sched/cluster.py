@@ -24,7 +24,6 @@ from .objectives import interval_reward
 from .state import NEVER, ClusterState, lowest_bit, utilization_now
 
 
-
 def full_rows(cfg: ClusterConfig) -> int:
     """The bit word with one bit per time row of the horizon."""
     return (1 << cfg.horizon) - 1
@@ -52,7 +51,8 @@ def init_state(jobs: JobSet, cfg: ClusterConfig) -> ClusterState:
     arrival = torch.cat([sorted_key, sorted_key.new_full((b, 1), NEVER)], dim=1)
     duration = sort_and_pad(jobs.duration * real, 0).int()
     demand = torch.stack([sort_and_pad(jobs.demand[:, :, r] * real, 0) for r in range(cfg.num_resources)], 1).int()
-    deadline = sort_and_pad(torch.where(real, jobs.deadlines(cfg.slo_slowdown), NEVER), NEVER)  # padding never falls due
+    # padding never falls due
+    deadline = sort_and_pad(torch.where(real, jobs.deadlines(cfg.slo_slowdown), NEVER), NEVER)
     weight = torch.where(duration > 0, 1.0 / duration.clamp(min=1).double(), 0.0)
     arrived_weight = torch.cat([weight.new_zeros(b, 1), weight[:, :length].cumsum(1)], dim=1)
     zeros = torch.zeros(b, dtype=torch.long, device=device)

@@ -63,19 +63,24 @@ class ClusterConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"ClusterConfig.{f} must be an integer >= 1, got {value!r}")
         if self.horizon > MAX_HORIZON:
-            raise ConfigError(f"ClusterConfig.horizon must be <= {MAX_HORIZON} (one 64-bit word per time row set), got {self.horizon}")
+            raise ConfigError(f"ClusterConfig.horizon must be <= {MAX_HORIZON} (one 64-bit word per time row set), "
+                              f"got {self.horizon}")
         if self.max_job_len > self.horizon:
             raise ConfigError(f"ClusterConfig.max_job_len={self.max_job_len} exceeds horizon={self.horizon}")
         if self.max_job_units > self.resource_units:
-            raise ConfigError(f"ClusterConfig.max_job_units={self.max_job_units} exceeds resource_units={self.resource_units}")
+            raise ConfigError(f"ClusterConfig.max_job_units={self.max_job_units} "
+                              f"exceeds resource_units={self.resource_units}")
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"ClusterConfig.objective={self.objective!r} is unknown; choose one of {OBJECTIVES}")
         if self.observation not in OBSERVATIONS:
-            raise ConfigError(f"ClusterConfig.observation={self.observation!r} is unknown; choose one of {OBSERVATIONS}")
+            raise ConfigError(f"ClusterConfig.observation={self.observation!r} is unknown; "
+                              f"choose one of {OBSERVATIONS}")
         if (isinstance(self.tardiness_weight, bool) or not isinstance(self.tardiness_weight, (int, float))
                 or not math.isfinite(self.tardiness_weight) or self.tardiness_weight < 0):
-            raise ConfigError(f"ClusterConfig.tardiness_weight must be a finite number >= 0, got {self.tardiness_weight!r}")
-        if not isinstance(self.slo_slowdown, (int, float)) or not math.isfinite(self.slo_slowdown) or self.slo_slowdown < 1:
+            raise ConfigError(f"ClusterConfig.tardiness_weight must be a finite number >= 0, "
+                              f"got {self.tardiness_weight!r}")
+        if (not isinstance(self.slo_slowdown, (int, float)) or not math.isfinite(self.slo_slowdown)
+                or self.slo_slowdown < 1):
             raise ConfigError(f"ClusterConfig.slo_slowdown must be a finite number >= 1, got {self.slo_slowdown!r}")
 
     # ----- derived sizes (SPEC "Observation") ---------------------------------------------
@@ -107,7 +112,8 @@ class ClusterConfig:
         return {f.name: (getattr(self, f.name), getattr(other, f.name)) for f in fields(self)
                 if f.name not in ignore and getattr(self, f.name) != getattr(other, f.name)}
 
-    def require_same_cluster(self, other: "ClusterConfig", mine: str, theirs: str, may_differ: tuple[str, ...] = ()) -> None:
+    def require_same_cluster(self, other: "ClusterConfig", mine: str, theirs: str,
+                             may_differ: tuple[str, ...] = ()) -> None:
         """Raise ConfigError naming every field that differs between two clusters a policy must share
         (the observation mode does not matter: policies read the structured state). `may_differ`
         names more fields to ignore, e.g. the objective when only the reward changes."""

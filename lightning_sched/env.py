@@ -57,7 +57,8 @@ class ClusterEnv(EnvBase):
             max_jobs = workload.max_jobs
         else:
             if not hasattr(workload, "sample"):
-                raise ConfigError(f"workload must be a JobSet or have sample(batch_size, generator, device), got {type(workload).__name__}")
+                raise ConfigError(f"workload must be a JobSet or have sample(batch_size, generator, device), "
+                                  f"got {type(workload).__name__}")
             workload.validate(self.cfg)
             max_jobs = workload.max_jobs
         if getattr(self, "max_jobs", max_jobs) != max_jobs:

@@ -57,7 +57,8 @@ class JobSet:
                                     ("demand", self.demand, (b, length, cfg.num_resources)),
                                     ("deadline", self.deadline, (b, length))):
             if tensor is not None and tuple(tensor.shape) != shape:
-                raise ConfigError(f"JobSet.{name} must have shape {shape} (B, L{', R' if name == 'demand' else ''}), got {tuple(tensor.shape)}")
+                raise ConfigError(f"JobSet.{name} must have shape {shape} (B, L{', R' if name == 'demand' else ''}), "
+                                  f"got {tuple(tensor.shape)}")
         for name in ("arrival", "duration", "demand", "deadline"):
             tensor = getattr(self, name)
             if tensor is not None and (tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool):
@@ -74,7 +75,8 @@ class JobSet:
         return self
 
     def to(self, device) -> "JobSet":
-        return JobSet(*(None if t is None else t.to(device) for t in (self.arrival, self.duration, self.demand, self.deadline)))
+        return JobSet(*(None if t is None else t.to(device)
+                        for t in (self.arrival, self.duration, self.demand, self.deadline)))
 
     def repeat_interleave(self, episodes: int) -> "JobSet":
         """Each jobset `episodes` times in a row: rows b*E .. b*E+E-1 replay jobset b."""
@@ -82,7 +84,8 @@ class JobSet:
                         for t in (self.arrival, self.duration, self.demand, self.deadline)))
 
     def __getitem__(self, rows) -> "JobSet":
-        return JobSet(*(None if t is None else t[rows] for t in (self.arrival, self.duration, self.demand, self.deadline)))
+        return JobSet(*(None if t is None else t[rows]
+                        for t in (self.arrival, self.duration, self.demand, self.deadline)))
 
     @staticmethod
     def cat(jobsets: list["JobSet"]) -> "JobSet":

@@ -44,7 +44,8 @@ def _image_or_compact(s: ClusterState, cfg: ClusterConfig, o: Observation) -> to
 
 
 _COMPUTE = {
-    "action_mask": lambda s, cfg, o: torch.cat([s.slot_window != 0, torch.ones_like(s.slot_window[:, :1], dtype=torch.bool)], 1),
+    "action_mask": lambda s, cfg, o: torch.cat([s.slot_window != 0,
+                                                torch.ones_like(s.slot_window[:, :1], dtype=torch.bool)], 1),
     "time": lambda s, cfg, o: s.time.unsqueeze(1),
     "job_start": lambda s, cfg, o: torch.full_like(s.order, -1).scatter(1, s.order, s.start[:, : s.max_jobs]),
     "slot_duration": lambda s, cfg, o: s.slot_duration.long(),
@@ -105,4 +106,5 @@ def compact_vector(used, duration, demand, backlog, since, cfg: ClusterConfig) -
     b = used.shape[0]
     free = (cfg.resource_units - used).float().reshape(b, -1) / cfg.resource_units
     slots = torch.cat([duration.unsqueeze(-1).float() / cfg.max_job_len, demand.float() / cfg.max_job_units], -1)
-    return torch.cat([free, slots.reshape(b, -1), backlog.float().unsqueeze(1) / cfg.backlog_size, since.unsqueeze(1)], -1)
+    return torch.cat([free, slots.reshape(b, -1), backlog.float().unsqueeze(1) / cfg.backlog_size,
+                      since.unsqueeze(1)], -1)

@@ -35,7 +35,7 @@ def slowdown_vs_load(results: dict[str, dict[float, tuple[float, float]]], title
     for name, points in results.items():
         loads = sorted(points)
         color, marker = _style(name)
-        ax.errorbar(loads, [points[l][0] for l in loads], yerr=[points[l][1] for l in loads], label=name,
+        ax.errorbar(loads, [points[load][0] for load in loads], yerr=[points[load][1] for load in loads], label=name,
                     color=color, marker=marker, capsize=3, linewidth=1.5 if name in STYLE else 2.5)
     ax.set_xlabel("average cluster load (offered load per resource)")
     ax.set_ylabel(ylabel)
@@ -57,7 +57,8 @@ def learning_curve(iterations, slowdown, reference: dict[str, float], mean_retur
     fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4), squeeze=False)
     ax = axes[0][0]
     if train is not None:
-        ax.plot(train[0], train[1], label="policy, training episodes (sampled)", color="tab:red", alpha=0.5, linewidth=0.8)
+        ax.plot(train[0], train[1], label="policy, training episodes (sampled)", color="tab:red", alpha=0.5,
+                linewidth=0.8)
     ax.plot(iterations, slowdown, label="policy, validation jobsets", color="black", marker=".")
     for name, value in reference.items():
         color, _ = _style(name)
@@ -114,7 +115,8 @@ def _plot_cdf(ax, job_slowdowns: dict[str, "torch.Tensor"], xlabel: str = "job s
     ax.legend(fontsize="small")
 
 
-def trace_heuristics(values: dict[str, dict[str, tuple[float, float]]], job_slowdowns: dict[str, "torch.Tensor"] | None = None,
+def trace_heuristics(values: dict[str, dict[str, tuple[float, float]]],
+                     job_slowdowns: dict[str, "torch.Tensor"] | None = None,
                      ylabel: str = "mean job slowdown", title: str = ""):
     """Schemes on a replayed trace: {setting: {scheme: (mean, 95% CI half-width)}} as grouped bars
     (one group per setting, e.g. as recorded and time-compressed), and optionally the per-job slowdown
@@ -152,9 +154,9 @@ def gains(withheld: dict[int, int], offered: dict[int, int], by_length: dict[str
     lengths = sorted(set(withheld) | set(offered))
     total_w, total_o = max(1, sum(withheld.values())), max(1, sum(offered.values()))
     width = 0.4
-    ax.bar([l - width / 2 for l in lengths], [withheld.get(l, 0) / total_w for l in lengths], width,
+    ax.bar([length - width / 2 for length in lengths], [withheld.get(length, 0) / total_w for length in lengths], width,
            label=f"withheld while fitting ({total_w} job-decisions)", color="black")
-    ax.bar([l + width / 2 for l in lengths], [offered.get(l, 0) / total_o for l in lengths], width,
+    ax.bar([length + width / 2 for length in lengths], [offered.get(length, 0) / total_o for length in lengths], width,
            label=f"all jobs ({total_o})", color="tab:gray")
     ax.set_xlabel("job length (steps)")
     ax.set_ylabel("share")
@@ -164,8 +166,8 @@ def gains(withheld: dict[int, int], offered: dict[int, int], by_length: dict[str
     for name, points in by_length.items():
         ls = sorted(points)
         color, marker = _style(name)
-        ax.errorbar(ls, [points[l][0] for l in ls], yerr=[points[l][1] for l in ls], label=name, color=color or "black",
-                    marker=marker, capsize=2)
+        ax.errorbar(ls, [points[length][0] for length in ls], yerr=[points[length][1] for length in ls], label=name,
+                    color=color or "black", marker=marker, capsize=2)
     ax.set_xlabel("job length (steps)")
     ax.set_ylabel("mean job slowdown")
     ax.set_yscale("log")

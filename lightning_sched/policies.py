@@ -143,9 +143,11 @@ class DeepRMNetwork(nn.Module):
         self.backlog_base = self.slot_base + r * m * self.slot_rows
         self.table_rows = self.backlog_base + t * cfg.backlog_width + 1
         k = torch.arange(t)
-        self.register_buffer("cluster_offset", (torch.arange(r) * self.cluster_rows).view(1, r) + (k * (u + 1)).view(t, 1),
+        self.register_buffer("cluster_offset",
+                             (torch.arange(r) * self.cluster_rows).view(1, r) + (k * (u + 1)).view(t, 1),
                              persistent=False)  # [T, R]
-        self.register_buffer("slot_offset", self.slot_base + (torch.arange(r).view(1, r) * m + torch.arange(m).view(m, 1))
+        self.register_buffer("slot_offset",
+                             self.slot_base + (torch.arange(r).view(1, r) * m + torch.arange(m).view(m, 1))
                              * self.slot_rows, persistent=False)  # [M, R]
 
     # ----- features ------------------------------------------------------------------------------
@@ -155,7 +157,8 @@ class DeepRMNetwork(nn.Module):
         used = obs["used"]  # [B, T, R]
         b = used.shape[0]
         cluster = self.cluster_offset + used  # [B, T, R]
-        slots = self.slot_offset + (obs["slot_duration"] * (cfg.max_job_units + 1)).unsqueeze(-1) + obs["slot_demand"]  # [B, M, R]
+        # [B, M, R]
+        slots = self.slot_offset + (obs["slot_duration"] * (cfg.max_job_units + 1)).unsqueeze(-1) + obs["slot_demand"]
         backlog = self.backlog_base + obs["backlog"].clamp(max=cfg.backlog_size)  # [B, 1]
         cells = torch.cat([cluster.reshape(b, -1), slots.reshape(b, -1), backlog.reshape(b, 1)], dim=1)
         features = {"cells": cells.int(), "since": obs["since_new"].reshape(b).float(), "mask": obs["action_mask"]}
@@ -202,7 +205,8 @@ class DeepRMNetwork(nn.Module):
             hidden = hidden + self.deadline(features["slack"])
         return action_logits(self.body(hidden), features["mask"], self.spec.masked)
 
-    def logits_from_image(self, image: torch.Tensor, mask: torch.Tensor, slack: torch.Tensor | None = None) -> torch.Tensor:
+    def logits_from_image(self, image: torch.Tensor, mask: torch.Tensor,
+                          slack: torch.Tensor | None = None) -> torch.Tensor:
         """The same logits from the rendered image [B, T, W] (reference path, for tests)."""
         hidden = self.first(image.flatten(1))
         if self.spec.deadline_inputs:
@@ -222,7 +226,8 @@ class DeepRMNetwork(nn.Module):
         return lambda features: self(features, table)
 
 
-def log_prob(net: nn.Module, features: dict[str, torch.Tensor], action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def log_prob(net: nn.Module, features: dict[str, torch.Tensor],
+             action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(log pi(action | state) [N], entropy [N]) for N states, through `net`'s forward (so a
     `higher` functional copy of the network works the same)."""
     logp = torch.log_softmax(net(features), -1)

@@ -78,7 +78,8 @@ class DeepRMWorkload:
             if lo < 0 or hi > self.resource_units:
                 raise ConfigError(f"{name}=({lo}, {hi}) is outside 0..resource_units={self.resource_units}")
         if self.units_per_job == 0:
-            raise ConfigError(f"dominant_units={self.dominant_units} and other_units={self.other_units} give jobs that demand nothing; no load can be reached")
+            raise ConfigError(f"dominant_units={self.dominant_units} and other_units={self.other_units} "
+                              f"give jobs that demand nothing; no load can be reached")
         if self.process == "bernoulli" and self.rate > 1:
             raise ConfigError(
                 f"load={self.load} needs {self.rate:.3f} arrivals a step; a Bernoulli process reaches at most "
@@ -136,9 +137,11 @@ class DeepRMWorkload:
             raise ConfigError(f"workload has num_resources={self.num_resources}, resource_units={self.resource_units}; "
                               f"the cluster has {cfg.num_resources}, {cfg.resource_units}")
         if max(self.short_len[1], self.long_len[1]) > cfg.max_job_len:
-            raise ConfigError(f"workload job length up to {max(self.short_len[1], self.long_len[1])} exceeds max_job_len={cfg.max_job_len}")
+            raise ConfigError(f"workload job length up to {max(self.short_len[1], self.long_len[1])} "
+                              f"exceeds max_job_len={cfg.max_job_len}")
         if max(self.dominant_units[1], self.other_units[1]) > cfg.max_job_units:
-            raise ConfigError(f"workload demand up to {max(self.dominant_units[1], self.other_units[1])} exceeds max_job_units={cfg.max_job_units}")
+            raise ConfigError(f"workload demand up to {max(self.dominant_units[1], self.other_units[1])} "
+                              f"exceeds max_job_units={cfg.max_job_units}")
 
     def params(self, batch_size: int, device) -> dict[str, torch.Tensor]:
         """The same parameters for every row, as [B] tensors (the form `sample_jobs` takes)."""
@@ -179,8 +182,10 @@ def sample_jobs(p: dict[str, torch.Tensor], simu_len: int, max_jobs: int, num_re
     b = p["rate"].shape[0]
     shape = (b, max_jobs)
     column = torch.arange(max_jobs, device=device)
-    bernoulli_arrives = (torch.rand(shape, generator=generator, device=device, dtype=torch.float64) < p["rate"].unsqueeze(1)) & (column < simu_len)
-    gaps = torch.empty(shape, device=device, dtype=torch.float64).exponential_(1.0, generator=generator) / p["rate"].unsqueeze(1)
+    bernoulli_arrives = ((torch.rand(shape, generator=generator, device=device, dtype=torch.float64)
+                          < p["rate"].unsqueeze(1)) & (column < simu_len))
+    gaps = (torch.empty(shape, device=device, dtype=torch.float64).exponential_(1.0, generator=generator)
+            / p["rate"].unsqueeze(1))
     poisson_time = gaps.cumsum(1)  # a Poisson process: exponential gaps from time 0
     poisson_arrives = poisson_time < simu_len
     if bool((p["poisson"] & poisson_arrives[:, -1]).any()):
@@ -258,7 +263,8 @@ class WorkloadFamily:
         if largest > cfg.max_job_units:
             raise ConfigError(f"WorkloadFamily demand up to {largest} exceeds max_job_units={cfg.max_job_units}")
         if (self.num_resources, self.resource_units) != (cfg.num_resources, cfg.resource_units):
-            raise ConfigError(f"WorkloadFamily has num_resources={self.num_resources}, resource_units={self.resource_units}; "
+            raise ConfigError(f"WorkloadFamily has num_resources={self.num_resources}, "
+                              f"resource_units={self.resource_units}; "
                               f"the cluster has {cfg.num_resources}, {cfg.resource_units}")
 
     def draw(self, batch_size: int, generator: torch.Generator | None = None) -> list[DeepRMWorkload]:

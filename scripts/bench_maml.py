@@ -12,12 +12,11 @@ import json
 import statistics
 import time
 
-from _common import ROOT, set_threads
-
 import torch
 import yaml
 from lightning.pytorch import Callback, Trainer
 
+from _common import ROOT, set_threads
 from lightning_sched import ClusterConfig, WorkloadFamily
 from lightning_sched.policies import PolicySpec
 from tasks.maml import MAML
@@ -53,13 +52,15 @@ def main(argv=None) -> None:
             enable_model_summary=False, limit_val_batches=0, callbacks=[watch]).fit(module)
     median = statistics.median(watch.seconds[1:])
     hp = module.hparams
-    episodes = hp.meta_batch * (hp.inner_steps * hp.inner_jobsets * hp.inner_episodes + hp.outer_jobsets * hp.outer_episodes)
+    episodes = hp.meta_batch * (hp.inner_steps * hp.inner_jobsets * hp.inner_episodes
+                                + hp.outer_jobsets * hp.outer_episodes)
     print(f"threads={threads} torch={torch.__version__} {args.config}: meta_batch {hp.meta_batch}, inner_steps "
           f"{hp.inner_steps}, {episodes} episodes, {'first' if args.first_order else 'second'} order: "
           f"{median:.3f} s per meta-iteration (median of {args.repeats})")
-    print(json.dumps({"threads": threads, "config": args.config, "meta_batch": hp.meta_batch, "inner_steps": hp.inner_steps,
-                      "episodes": episodes, "first_order": args.first_order, "repeats": args.repeats,
-                      "meta_iteration_s": round(median, 4), "all_s": [round(s, 4) for s in watch.seconds]}))
+    print(json.dumps({"threads": threads, "config": args.config, "meta_batch": hp.meta_batch,
+                      "inner_steps": hp.inner_steps, "episodes": episodes, "first_order": args.first_order,
+                      "repeats": args.repeats, "meta_iteration_s": round(median, 4),
+                      "all_s": [round(s, 4) for s in watch.seconds]}))
 
 
 if __name__ == "__main__":

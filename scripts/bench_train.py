@@ -12,10 +12,9 @@ import json
 import statistics
 import time
 
-from _common import set_threads
-
 import torch
 
+from _common import set_threads
 from lightning_sched import ClusterConfig, DeepRMWorkload
 from lightning_sched.baselines import TimeIndexedBaseline
 from lightning_sched.evaluation import make_jobsets
@@ -74,7 +73,8 @@ def main(argv=None) -> None:
           f"episodes, load {args.load}, simu_len {args.simu_len}, masked={args.masked}; medians of {args.repeats}")
     for key in ("rollout_s", "loss_s", "backward_step_s", "iteration_s"):
         print(f"  {key:18s} {med[key]:8.3f}")
-    print(f"  {'decisions':18s} {med['decisions']:8.0f}   ({med['decisions'] / med['iteration_s']:,.0f} trained decisions/s)")
+    print(f"  {'decisions':18s} {med['decisions']:8.0f}   "
+          f"({med['decisions'] / med['iteration_s']:,.0f} trained decisions/s)")
     print(json.dumps({"device": args.device, "threads": threads, "torch": torch.__version__, "jobsets": args.jobsets,
                       "episodes": args.episodes, "load": args.load, "masked": args.masked, "repeats": args.repeats,
                       **{k: round(v, 4) for k, v in med.items()}}))

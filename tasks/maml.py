@@ -217,7 +217,8 @@ class MAML(SchedulerTask):
             for step in range(hp.inner_steps):
                 parts = self.rollout(fnets, tasks, hp.inner_jobsets, hp.inner_episodes, stream=1 + 100 * step)
                 for (fnet, diffopt), part in zip(learners, parts):
-                    inner_step(fnet, diffopt, part, self.baseline, hp.inner_episodes, hp.normalize_advantage, step_sizes)
+                    inner_step(fnet, diffopt, part, self.baseline, hp.inner_episodes, hp.normalize_advantage,
+                               step_sizes)
             parts = self.rollout(fnets, tasks, hp.outer_jobsets, hp.outer_episodes, stream=1000)
             outer = [policy_gradient(fnet, part, self.baseline, hp.outer_episodes, entropy_weight=hp.entropy_weight,
                                      normalize_advantage=hp.normalize_advantage) for fnet, part in zip(fnets, parts)]
@@ -232,7 +233,8 @@ class MAML(SchedulerTask):
                        "perf/iteration_s": time.perf_counter() - start},
                       on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
         if self.log_step_sizes is not None:  # geometric mean of each tensor's learned step multiplier
-            self.log_dict({f"train/step_size/{name}": s.detach().mean().exp() for name, s in self.named_log_step_sizes()},
+            self.log_dict({f"train/step_size/{name}": s.detach().mean().exp()
+                           for name, s in self.named_log_step_sizes()},
                           on_step=True, on_epoch=False)
         self.log("iteration", float(self.global_step), prog_bar=True, on_step=True, on_epoch=False)
 

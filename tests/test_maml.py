@@ -31,7 +31,8 @@ class GradientProbe(Callback):
 def one_meta_iteration(first_order: bool, steps: int = 1):
     torch.manual_seed(0)
     module = MAML(family=WorkloadFamily(simu_len=10, load=(0.8, 1.2)), meta_batch=2, inner_steps=2, inner_jobsets=2,
-                  inner_episodes=3, outer_jobsets=2, outer_episodes=3, evaluation=EvaluationSettings(val_jobsets=4), first_order=first_order, seed=3)
+                  inner_episodes=3, outer_jobsets=2, outer_episodes=3, evaluation=EvaluationSettings(val_jobsets=4),
+                  first_order=first_order, seed=3)
     before = [p.detach().clone() for p in module.net.parameters()]
     probe = GradientProbe()
     trainer = Trainer(max_steps=steps, logger=False, enable_progress_bar=False, enable_checkpointing=False,
@@ -80,9 +81,9 @@ def test_adapt_script_on_a_maml_checkpoint(tmp_path):
     trainer.save_checkpoint(ckpt)
     out = tmp_path / "adapted.ckpt"
     proc = subprocess.run([sys.executable, "scripts/adapt.py", "--ckpt", str(ckpt), "--steps", "2", "--load", "1.2",
-                           "--short_prob", "0.5", "--dominant_units", "3", "7", "--simu_len", "10", "--eval_jobsets", "8",
-                           "--json", "--threads", "1", "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+                           "--short_prob", "0.5", "--dominant_units", "3", "7", "--simu_len", "10",
+                           "--eval_jobsets", "8", "--json", "--threads", "1", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert [line["step"] for line in lines] == [0, 1, 2]
@@ -97,8 +98,8 @@ def test_adapt_script_on_a_maml_checkpoint(tmp_path):
 
 def test_meta_sgd_learns_a_step_size_per_weight_and_adapt_uses_them(tmp_path):
     module = MAML(family=WorkloadFamily(simu_len=10, load=(0.8, 1.2)), meta_batch=2, inner_steps=2, inner_jobsets=2,
-                  inner_episodes=3, outer_jobsets=2, outer_episodes=3, evaluation=EvaluationSettings(val_jobsets=4), seed=3, inner_lr=1.0,
-                  learn_step_sizes=True, step_size_lr=0.05)
+                  inner_episodes=3, outer_jobsets=2, outer_episodes=3, evaluation=EvaluationSettings(val_jobsets=4),
+                  seed=3, inner_lr=1.0, learn_step_sizes=True, step_size_lr=0.05)
     trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False, limit_val_batches=0,
                       enable_model_summary=False, default_root_dir=tmp_path)
     trainer.fit(module)
@@ -201,7 +202,8 @@ def test_zero_inner_steps_is_reinforce_on_the_task_mixture():
     """inner_steps=0 (the mixture baseline): the outer REINFORCE step alone moves the parameters."""
     torch.manual_seed(0)
     module = MAML(family=WorkloadFamily(simu_len=10, load=(0.8, 1.2)), objectives=["slowdown", "completion_time"],
-                  meta_batch=2, inner_steps=0, outer_jobsets=2, outer_episodes=3, evaluation=EvaluationSettings(val_jobsets=4), seed=3)
+                  meta_batch=2, inner_steps=0, outer_jobsets=2, outer_episodes=3,
+                  evaluation=EvaluationSettings(val_jobsets=4), seed=3)
     before = [p.detach().clone() for p in module.net.parameters()]
     trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False, enable_checkpointing=False,
                       limit_val_batches=0, enable_model_summary=False)
@@ -231,7 +233,8 @@ def test_entropy_bonus_keeps_the_outer_policy_stochastic():
     def entropy_after(weight: float) -> float:
         torch.manual_seed(0)
         module = MAML(family=WorkloadFamily(simu_len=10, load=(0.8, 1.2)), meta_batch=2, inner_steps=0, outer_jobsets=2,
-                      outer_episodes=3, evaluation=EvaluationSettings(val_jobsets=4), meta_lr=0.05, entropy_weight=weight, seed=3)
+                      outer_episodes=3, evaluation=EvaluationSettings(val_jobsets=4), meta_lr=0.05,
+                      entropy_weight=weight, seed=3)
         Trainer(max_steps=3, logger=False, enable_progress_bar=False, enable_checkpointing=False, limit_val_batches=0,
                 enable_model_summary=False).fit(module)
         jobs = make_jobsets(DeepRMWorkload(load=1.0, simu_len=10), 4, 7)
