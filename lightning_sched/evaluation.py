@@ -1,8 +1,9 @@
 """`evaluate(policy, ...)`: run any policy on N jobsets and summarise SPEC's episode metrics with
-95% confidence intervals over jobsets."""
+95% confidence intervals over jobsets; `compare(policies, ...)`: several policies on the same jobsets."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -82,6 +83,41 @@ def paired_difference(a: EvalResult, b: EvalResult, metric: str = "mean_slowdown
     if a.num_jobsets != b.num_jobsets:
         raise ValueError(f"paired_difference needs the same jobsets: {a.num_jobsets} vs {b.num_jobsets}")
     return mean_ci95(a.per_jobset(metric) - b.per_jobset(metric))
+
+
+# the metrics where a larger mean is the better policy; for the others smaller is better
+HIGHER_IS_BETTER = frozenset({"utilization", "slo_hit_rate"})
+
+
+@dataclass
+class Comparison:
+    """Every named policy's EvalResult on the same jobsets (one case: a load, a workload), in the
+    order the policies were given."""
+
+    results: dict[str, EvalResult]
+
+    def mean_ci(self, policy: str, metric: str = "mean_slowdown") -> tuple[float, float]:
+        """(mean over jobsets, 95% CI half-width) of `policy`'s `metric`."""
+        summary = self.results[policy].summary
+        return summary[metric], summary[metric + "_ci95"]
+
+    def best(self, among: Iterable[str] | None = None, metric: str = "mean_slowdown") -> str:
+        """The policy with the best mean `metric` among `among` (default: all); the first on ties."""
+        pick = max if metric in HIGHER_IS_BETTER else min
+        return pick(self.results if among is None else among, key=lambda name: self.mean_ci(name, metric)[0])
+
+    def minus(self, policy: str, reference: str, metric: str = "mean_slowdown") -> tuple[float, float]:
+        """`policy`'s metric minus `reference`'s, paired over the jobsets: (mean, 95% CI half-width)."""
+        return paired_difference(self.results[policy], self.results[reference], metric)
+
+
+def compare(policies: Mapping[str, Policy], cfg: ClusterConfig, jobs: JobSet, device="cpu") -> Comparison:
+    """Run each policy of `policies` ({name: policy}) once on every jobset of `jobs` (JobSet [N, L]).
+
+    The policies run in the given order and keep their state: a sampled policy's generator goes on
+    from where the last call left it, so a caller that wants each case to stand alone (its numbers
+    not depending on the cases before) passes freshly made policies per case."""
+    return Comparison({name: evaluate(policy, cfg, jobs, device=device) for name, policy in policies.items()})
 
 
 def make_jobsets(workload, num_jobsets: int, seed: int) -> JobSet:

@@ -1,4 +1,5 @@
-"""Helpers shared by the scripts: workload flags and thread setup (scripts are run as files)."""
+"""Helpers shared by the scripts (run as files, so they share code through this module, never by
+importing each other): workload and trace flags, policies by name, the metrics table row, threads."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +13,9 @@ if str(ROOT) not in sys.path:  # the scripts work from a checkout without `pip i
 
 import torch  # noqa: E402
 
-from lightning_sched import ClusterConfig, DeepRMWorkload  # noqa: E402
+from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload  # noqa: E402
+from lightning_sched.heuristics import make_heuristic  # noqa: E402
+from lightning_sched.traces import TraceWorkload, parse_capacity  # noqa: E402
 
 
 def add_workload_flags(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +37,82 @@ def workload_from_args(args, cfg: ClusterConfig) -> DeepRMWorkload:
                           short_len=tuple(args.short_len), long_len=tuple(args.long_len),
                           dominant_units=tuple(args.dominant_units), other_units=tuple(args.other_units),
                           arrivals=args.arrivals, num_resources=cfg.num_resources, resource_units=cfg.resource_units)
+
+
+def add_trace_flags(ap: argparse.ArgumentParser) -> None:
+    """A real trace as the workload (lightning_sched.traces.TraceWorkload); --simu_len sets its windows."""
+    g = ap.add_argument_group("trace workload (TraceWorkload; replaces the DeepRM flags except --simu_len)")
+    g.add_argument("--trace", help="SWF (.swf, .swf.gz) or CSV trace file to cut jobsets from")
+    g.add_argument("--seconds_per_step", type=float, help="trace seconds in one time step (required with --trace)")
+    g.add_argument("--trace_format", choices=("auto", "swf", "csv"), default="auto")
+    g.add_argument("--trace_resources", nargs="+", metavar="NAME",
+                   help="trace resources in cluster order: SWF processors/memory (default both), CSV demand columns")
+    # --capacity and --split: shorter aliases, the names `figures.py trace` documents
+    g.add_argument("--trace_capacity", "--capacity", nargs="*", metavar="NAME=VALUE",
+                   help="virtual cluster capacity per trace resource (SWF processors default: the header's MaxProcs)")
+    g.add_argument("--oversize", choices=("clip", "drop"), default="clip",
+                   help="jobs longer than max_job_len or larger than max_job_units")
+    g.add_argument("--trace_statuses", type=int, nargs="*", default=[1],
+                   help="job statuses kept (default 1, completed; none given: all)")
+    g.add_argument("--drop_unknown_status", action="store_true", help="drop jobs whose status is -1 (default: keep)")
+    g.add_argument("--trace_split", "--split", choices=("train", "test", "all"), default="test",
+                   help="time-ordered split to cut windows from (default test: held out from training)")
+    g.add_argument("--test_fraction", type=float, default=0.25,
+                   help="share of the trace's time range in the test split")
+    g.add_argument("--trace_windows", choices=("random", "consecutive"), default="random")
+    g.add_argument("--target_load", type=float, help="compress the trace's time to reach this offered load")
+    g.add_argument("--csv_submit", default="submit_time", help="CSV column of the submit time (seconds)")
+    g.add_argument("--csv_run_time", default="run_time", help="CSV column of the run time (seconds)")
+    g.add_argument("--csv_status", help="CSV column of the job status (default: none)")
+
+
+def trace_workload_from_args(args, cluster: ClusterConfig, **params) -> TraceWorkload:
+    """The TraceWorkload the trace flags describe; `params` adds TraceWorkload fields the flags lack
+    (time_compression)."""
+    if args.seconds_per_step is None:
+        raise ConfigError("--trace needs --seconds_per_step")
+    return TraceWorkload.for_cluster(
+        cluster, args.trace, args.seconds_per_step, format=args.trace_format,
+        resources=None if args.trace_resources is None else tuple(args.trace_resources),
+        capacity=parse_capacity(args.trace_capacity), oversize=args.oversize,
+        statuses=tuple(args.trace_statuses) if args.trace_statuses else None,
+        keep_unknown_status=not args.drop_unknown_status, split=args.trace_split, test_fraction=args.test_fraction,
+        windows=args.trace_windows, simu_len=args.simu_len, target_load=args.target_load,
+        csv_submit=args.csv_submit, csv_run_time=args.csv_run_time, csv_status=args.csv_status, **params)
+
+
+def heuristic(name: str, cfg: ClusterConfig, device="cpu", seed: int = 0):
+    """A heuristic by name; `random` draws from its own generator seeded with `seed`, so its
+    numbers repeat."""
+    kwargs = {"generator": torch.Generator(device=device).manual_seed(seed)} if name == "random" else {}
+    return make_heuristic(name, cfg, **kwargs)
+
+
+def named_policies(cfg: ClusterConfig, heuristics: list[str], ckpts: list[str], device="cpu") -> dict:
+    """{name: policy}: the heuristics by name, then each NAME=PATH.ckpt checkpoint under NAME
+    (acting as the checkpoint says: greedy or sampled)."""
+    from lightning_sched.checkpoints import load_policy
+
+    policies = {h: heuristic(h, cfg, device) for h in heuristics}
+    for item in ckpts:
+        name, _, path = item.partition("=")
+        policies[name], _ = load_policy(path, device=device)
+    return policies
+
+
+def table_header(first: str = "policy") -> str:
+    """The header of the metrics table format_row writes; `first` names its first column."""
+    return (f"{first:28s} {'mean slowdown':>16s} {'completion time':>16s} {'makespan':>14s} "
+            f"{'utilization':>16s} {'SLO hit rate':>16s} {'jobs':>8s}")
+
+
+def format_row(name: str, s: dict) -> str:
+    """One row of the metrics table: `name`, then mean ± 95% CI of each metric, and the jobs."""
+    def cell(metric, digits=3):
+        return f"{s[metric]:.{digits}f} ± {s[metric + '_ci95']:.{digits}f}"
+
+    return (f"{name:28s} {cell('mean_slowdown'):>16s} {cell('mean_completion_time', 2):>16s} "
+            f"{cell('makespan', 1):>14s} {cell('utilization'):>16s} {cell('slo_hit_rate'):>16s} {s['num_jobs']:>8d}")
 
 
 def set_threads(threads: int) -> int:

@@ -2,8 +2,9 @@
 in a few REINFORCE steps, and save the adapted checkpoint.
 
     python scripts/adapt.py --ckpt checkpoints/maml.ckpt --steps 5 --load 1.2 --short_prob 0.5 --dominant_units 3 7
-    python scripts/adapt.py --ckpt checkpoints/maml.ckpt --steps 5 --trace ../shared/traces/NASA-iPSC-1993-3.1-cln.swf.gz \\
-        --seconds_per_step 600 --trace_capacity processors=128 --json
+    python scripts/adapt.py --ckpt checkpoints/maml.ckpt --steps 5 \\
+        --trace ../shared/traces/NASA-iPSC-1993-3.1-cln.swf.gz --seconds_per_step 600 \\
+        --trace_capacity processors=128 --json
 
 Each step draws --jobsets jobsets of the workload (seeds disjoint from evaluation's), rolls out
 --episodes episodes of each, and takes one step (DeepRM's time-indexed baseline). After step 0 and
@@ -21,20 +22,24 @@ import json
 import sys
 from pathlib import Path
 
-from _common import add_workload_flags, set_threads, workload_from_args
-
 import torch
 
+from _common import (
+    add_trace_flags,
+    add_workload_flags,
+    format_row,
+    set_threads,
+    table_header,
+    trace_workload_from_args,
+    workload_from_args,
+)
 from lightning_sched import ConfigError, seeds
 from lightning_sched.adaptation import AdaptationSettings, adapt
+from lightning_sched.checkpoints import CHECKPOINT_KEY, load_network, policy_checkpoint
 from lightning_sched.evaluation import make_jobsets
-from lightning_sched.policies import CHECKPOINT_KEY, load_network, policy_checkpoint
-
 
 
 def main(argv=None) -> int:
-    from evaluate import add_trace_flags, format_row, trace_workload_from_args
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ckpt", required=True, help="checkpoint to adapt")
     ap.add_argument("--steps", type=int, default=5, help="adaptation steps K")
@@ -46,7 +51,8 @@ def main(argv=None) -> int:
                     "learned per-weight step sizes each weight moves by lr * its own)")
     ap.add_argument("--optimizer", choices=("sgd", "adam", "rmsprop"),
                     help="default: the meta-policy's inner optimizer, else sgd")
-    ap.add_argument("--no_normalize", action="store_true", help="raw advantages (default: normalized, as the inner loop)")
+    ap.add_argument("--no_normalize", action="store_true",
+                    help="raw advantages (default: normalized, as the inner loop)")
     ap.add_argument("--eval_jobsets", type=int, default=200, help="unseen jobsets the metrics are measured on")
     ap.add_argument("--eval_every", type=int, default=1, help="measure after every N-th step (and the last)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the adaptation jobsets and actions")
@@ -79,10 +85,9 @@ def main(argv=None) -> int:
     learned = (saved.get("adaptation") or {}).get("step_sizes") is not None
     print(f"adapting {args.ckpt} on {workload_desc}: {settings}"
           + (" with learned per-weight step sizes" if settings.step_sizes is not None else "")
-          + (" (the checkpoint's learned step sizes scale SGD only: not used)" if learned and settings.step_sizes is None
-             else ""))
-    print(f"{'step':28s} {'mean slowdown':>16s} {'completion time':>16s} {'makespan':>14s} "
-          f"{'utilization':>16s} {'SLO hit rate':>16s} {'jobs':>8s}")
+          + (" (the checkpoint's learned step sizes scale SGD only: not used)"
+             if learned and settings.step_sizes is None else ""))
+    print(table_header("step"))
 
     def report(step, summary):
         print(format_row(f"step {step}", summary), flush=True)
@@ -93,8 +98,9 @@ def main(argv=None) -> int:
     adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, greedy=greedy, report=report,
           eval_steps=set(range(0, args.steps + 1, args.eval_every)))
     out = Path(args.out or Path(args.ckpt).with_suffix(".adapted.ckpt"))
-    torch.save({CHECKPOINT_KEY: {**policy_checkpoint(net, greedy), "adapted_from": str(args.ckpt), "adapted_on": workload_desc,
-                                 "adaptation": {k: v for k, v in vars(settings).items()}}}, out)
+    torch.save({CHECKPOINT_KEY: {**policy_checkpoint(net, greedy), "adapted_from": str(args.ckpt),
+                                 "adapted_on": workload_desc, "adaptation": {k: v for k, v in vars(settings).items()}}},
+               out)
     print(f"saved {out}", file=sys.stderr)
     return 0
 

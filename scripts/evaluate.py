@@ -16,75 +16,32 @@ import math
 import sys
 import time
 
-from _common import add_workload_flags, set_threads, workload_from_args
-
-import torch
-
+from _common import (
+    add_trace_flags,
+    add_workload_flags,
+    format_row,
+    heuristic,
+    set_threads,
+    table_header,
+    trace_workload_from_args,
+    workload_from_args,
+)
 from lightning_sched import ClusterConfig, ConfigError, JobSet, seeds
 from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.evaluation import evaluate, make_jobsets, paired_difference
-from lightning_sched.heuristics import HEURISTICS, make_heuristic
-from lightning_sched.traces import TraceWorkload, parse_capacity
-
+from lightning_sched.heuristics import HEURISTICS
 
 
 def resolve_policy(spec: str, cfg: ClusterConfig, device, greedy: bool | None, seed: int):
     """A heuristic name or a checkpoint path -> (display name, policy callable, its ClusterConfig)."""
     if spec in HEURISTICS:
-        kwargs = {"generator": torch.Generator(device=device).manual_seed(seed)} if spec == "random" else {}
-        return spec, make_heuristic(spec, cfg, **kwargs), cfg
+        return spec, heuristic(spec, cfg, device, seed), cfg
     if spec.endswith(".ckpt"):
-        from lightning_sched.policies import load_policy
+        from lightning_sched.checkpoints import load_policy
 
         policy, ckpt_cfg = load_policy(spec, device=device, greedy=greedy)
         return spec, policy, ckpt_cfg
     raise ConfigError(f"--policy {spec!r} is neither a heuristic ({', '.join(sorted(HEURISTICS))}) nor a .ckpt file")
-
-
-def format_row(name: str, s: dict) -> str:
-    def cell(metric, digits=3):
-        return f"{s[metric]:.{digits}f} ± {s[metric + '_ci95']:.{digits}f}"
-
-    return (f"{name:28s} {cell('mean_slowdown'):>16s} {cell('mean_completion_time', 2):>16s} {cell('makespan', 1):>14s} "
-            f"{cell('utilization'):>16s} {cell('slo_hit_rate'):>16s} {s['num_jobs']:>8d}")
-
-
-def add_trace_flags(ap: argparse.ArgumentParser) -> None:
-    """A real trace as the workload (lightning_sched.traces.TraceWorkload); --simu_len sets its windows."""
-    g = ap.add_argument_group("trace workload (TraceWorkload; replaces the DeepRM flags except --simu_len)")
-    g.add_argument("--trace", help="SWF (.swf, .swf.gz) or CSV trace file to cut jobsets from")
-    g.add_argument("--seconds_per_step", type=float, help="trace seconds in one time step (required with --trace)")
-    g.add_argument("--trace_format", choices=("auto", "swf", "csv"), default="auto")
-    g.add_argument("--trace_resources", nargs="+", metavar="NAME",
-                   help="trace resources in cluster order: SWF processors/memory (default both), CSV demand columns")
-    g.add_argument("--trace_capacity", nargs="+", metavar="NAME=VALUE",
-                   help="virtual cluster capacity per trace resource (SWF processors default: the header's MaxProcs)")
-    g.add_argument("--oversize", choices=("clip", "drop"), default="clip",
-                   help="jobs longer than max_job_len or larger than max_job_units")
-    g.add_argument("--trace_statuses", type=int, nargs="*", default=[1],
-                   help="job statuses kept (default 1, completed; none given: all)")
-    g.add_argument("--drop_unknown_status", action="store_true", help="drop jobs whose status is -1 (default: keep)")
-    g.add_argument("--trace_split", choices=("train", "test", "all"), default="test",
-                   help="time-ordered split to cut windows from (default test: held out from training)")
-    g.add_argument("--test_fraction", type=float, default=0.25, help="share of the trace's time range in the test split")
-    g.add_argument("--trace_windows", choices=("random", "consecutive"), default="random")
-    g.add_argument("--target_load", type=float, help="compress the trace's time to reach this offered load")
-    g.add_argument("--csv_submit", default="submit_time", help="CSV column of the submit time (seconds)")
-    g.add_argument("--csv_run_time", default="run_time", help="CSV column of the run time (seconds)")
-    g.add_argument("--csv_status", help="CSV column of the job status (default: none)")
-
-
-def trace_workload_from_args(args, cluster: ClusterConfig) -> TraceWorkload:
-    if args.seconds_per_step is None:
-        raise ConfigError("--trace needs --seconds_per_step")
-    return TraceWorkload.for_cluster(
-        cluster, args.trace, args.seconds_per_step, format=args.trace_format,
-        resources=None if args.trace_resources is None else tuple(args.trace_resources),
-        capacity=parse_capacity(args.trace_capacity), oversize=args.oversize,
-        statuses=tuple(args.trace_statuses) if args.trace_statuses else None,
-        keep_unknown_status=not args.drop_unknown_status, split=args.trace_split, test_fraction=args.test_fraction,
-        windows=args.trace_windows, simu_len=args.simu_len, target_load=args.target_load,
-        csv_submit=args.csv_submit, csv_run_time=args.csv_run_time, csv_status=args.csv_status)
 
 
 def main(argv=None) -> int:
@@ -150,8 +107,7 @@ def main(argv=None) -> int:
 
     print(f"{jobs.batch_size} jobsets x {args.episodes} episodes of {workload_desc}, seed {args.seed}, "
           f"objective {cluster.objective}; mean ± 95% CI over jobsets")
-    print(f"{'policy':28s} {'mean slowdown':>16s} {'completion time':>16s} {'makespan':>14s} "
-          f"{'utilization':>16s} {'SLO hit rate':>16s} {'jobs':>8s}")
+    print(table_header())
     lines, results = [], []
     for name, policy, pcfg in policies:
         t0 = time.perf_counter()
@@ -167,7 +123,7 @@ def main(argv=None) -> int:
         if summary["unfinished_jobs"]:
             print(f"  note: {summary['unfinished_jobs']} jobs unfinished at max_time={pcfg.max_time} "
                   "(counted with f capped at the final time)")
-        lines.append(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in summary.items()}))
+        lines.append(json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in summary.items()}))
     if args.json:
         print("\n".join(lines))
     return 0

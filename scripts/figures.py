@@ -48,73 +48,96 @@ fine-tuning goes at all).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import sys
 from pathlib import Path
 
-from _common import ROOT, set_threads
+import torch
 
-from lightning_sched import ClusterConfig, DeepRMWorkload, seeds
-from lightning_sched.evaluation import evaluate, make_jobsets
-from lightning_sched.heuristics import make_heuristic
-from lightning_sched.plots import slowdown_vs_load
+from _common import ROOT, add_trace_flags, named_policies, set_threads, trace_workload_from_args
+from lightning_sched import ClusterConfig, DeepRMWorkload, plots, seeds
+from lightning_sched.adaptation import AdaptationSettings, adapt
+from lightning_sched.evaluation import compare, make_jobsets, mean_ci95
 
 FIGURES = ROOT / "docs" / "figures"
 LOADS = [0.1, 0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5, 1.7, 1.9]
+HEURISTICS = ["tetris", "sjf", "packer", "edf", "random"]
+NASA_TRACE = ROOT.parent / "shared" / "traces" / "NASA-iPSC-1993-3.1-cln.swf.gz"  # never copied into the repo
+CKPT_HELP = "NAME=PATH.ckpt (acting as the checkpoint says: greedy or sampled)"
 
 
-def named_policies(cfg: ClusterConfig, heuristics: list[str], ckpts: list[str], device: str):
-    import torch
+def by_load(args, cfg: ClusterConfig, policies: dict, offset: int):
+    """(load, Comparison of `policies` on --jobsets unseen jobsets of DeepRM's workload at that load)
+    for each of --loads; the i-th load's jobsets are seeded with evaluation(offset + i), so every load
+    of a figure has jobsets of its own."""
+    for i, load in enumerate(args.loads):
+        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, seeds.evaluation(offset + i))
+        yield load, compare(policies, cfg, jobs, args.device)
 
-    policies = {h: make_heuristic(h, cfg, **({"generator": torch.Generator().manual_seed(0)} if h == "random" else {}))
-                for h in heuristics}
-    for item in ckpts:
-        name, _, path = item.partition("=")
-        from lightning_sched.policies import load_policy
 
-        policies[name], _ = load_policy(path, device=device)  # acting as the checkpoint says
-    return policies
+def checkpoints(args) -> dict[str, str]:
+    """--ckpt NAME=PATH ... as {name: path}."""
+    return {name: path for name, _, path in (item.partition("=") for item in args.ckpt)}
+
+
+def cluster_and_policies(args) -> tuple[ClusterConfig, dict]:
+    """The cluster of the figures on DeepRM's workload, and --heuristics then --ckpt as {name: policy}."""
+    cfg = ClusterConfig(observation="none")
+    return cfg, named_policies(cfg, args.heuristics, args.ckpt, args.device)
+
+
+def pm(mean_ci: tuple[float, float]) -> str:
+    return f"{mean_ci[0]:.3f}±{mean_ci[1]:.3f}"
+
+
+def str_keys(table: dict[str, dict]) -> dict[str, dict]:
+    """{policy: {load: value}} with the loads as JSON keys."""
+    return {name: {str(load): v for load, v in row.items()} for name, row in table.items()}
+
+
+def save(fig, args, default: str, data: dict) -> Path:
+    """Write the figure to --out (default: docs/figures/`default`) and `data` as JSON beside it,
+    under the command that made them."""
+    out = Path(args.out or FIGURES / default)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    out.with_suffix(".json").write_text(json.dumps({"command": "python scripts/figures.py " + " ".join(sys.argv[1:]),
+                                                    **data}, indent=1))
+    print(f"wrote {out} and {out.with_suffix('.json')}")
+    return out
 
 
 def load_sweep(args) -> None:
     """Mean slowdown and SLO hit rate vs load for heuristics and checkpoints; for each checkpoint,
     the paired difference to the best heuristic at each load."""
-    from lightning_sched.evaluation import paired_difference
-
-    cfg = ClusterConfig(observation="none")
-    policies = named_policies(cfg, args.heuristics, args.ckpt, args.device)
-    metrics = ("mean_slowdown", "slo_hit_rate")
-    results = {m: {name: {} for name in policies} for m in metrics}
-    versus_best: dict[str, dict[str, dict]] = {name.partition("=")[0]: {} for name in args.ckpt}
-    for i, load in enumerate(args.loads):
-        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, seeds.EVALUATION + i)
-        line, evals = [f"load {load:.1f}"], {}
-        for name, policy in policies.items():
-            evals[name] = evaluate(policy, cfg, jobs, device=args.device)
-            s = evals[name].summary
-            for m in metrics:
-                results[m][name][load] = (s[m], s[m + "_ci95"])
-            line.append(f"{name} {s['mean_slowdown']:.3f}±{s['mean_slowdown_ci95']:.3f} slo {s['slo_hit_rate']:.3f}")
-        best = min(args.heuristics, key=lambda h: evals[h].summary["mean_slowdown"])
-        best_slo = max(args.heuristics, key=lambda h: evals[h].summary["slo_hit_rate"])
+    cfg, policies = cluster_and_policies(args)
+    results = {m: {name: {} for name in policies} for m in ("mean_slowdown", "slo_hit_rate")}
+    versus_best: dict[str, dict[str, dict]] = {name: {} for name in checkpoints(args)}
+    for load, case in by_load(args, cfg, policies, 0):
+        line = [f"load {load:.1f}"]
+        for name in policies:
+            for metric, row in results.items():
+                row[name][load] = case.mean_ci(name, metric)
+            line.append(f"{name} {pm(case.mean_ci(name))} slo {case.mean_ci(name, 'slo_hit_rate')[0]:.3f}")
+        best = case.best(args.heuristics)
         for name in versus_best:
-            diff, ci = paired_difference(evals[name], evals[best])
-            versus_best[name][str(load)] = {"best_heuristic": best, "slowdown_minus_best": diff, "ci95": ci,
-                                            "ratio_to_best": evals[name].summary["mean_slowdown"] / evals[best].summary["mean_slowdown"]}
-            for h in args.heuristics:  # SLO hit rate minus each heuristic's, paired over jobsets
-                slo, slo_ci = paired_difference(evals[name], evals[h], "slo_hit_rate")
-                versus_best[name][str(load)][f"slo_minus_{h}"] = (slo, slo_ci)
-            versus_best[name][str(load)]["best_slo_heuristic"] = best_slo
+            diff, ci = case.minus(name, best)
+            versus_best[name][str(load)] = {
+                "best_heuristic": best, "slowdown_minus_best": diff, "ci95": ci,
+                "ratio_to_best": case.mean_ci(name)[0] / case.mean_ci(best)[0],
+                # SLO hit rate minus each heuristic's, paired over jobsets
+                **{f"slo_minus_{h}": case.minus(name, h, "slo_hit_rate") for h in args.heuristics},
+                "best_slo_heuristic": case.best(args.heuristics, "slo_hit_rate")}
             line.append(f"{name}-{best} {diff:+.3f}±{ci:.3f}")
         print("  ".join(line), flush=True)
-    out = Path(args.out or FIGURES / "slowdown_vs_load.png")
-    data = {"jobsets": args.jobsets, "seed": seeds.EVALUATION,
-            "results": {n: {str(l): v for l, v in r.items()} for n, r in results["mean_slowdown"].items()},
-            "slo_hit_rate": {n: {str(l): v for l, v in r.items()} for n, r in results["slo_hit_rate"].items()},
-            "versus_best_heuristic": versus_best}
-    _save(slowdown_vs_load(results["mean_slowdown"], f"Mean slowdown vs load ({args.jobsets} unseen jobsets a point)"),
-          out, data)
-    slo = slowdown_vs_load(results["slo_hit_rate"], f"SLO hit rate (slowdown <= {cfg.slo_slowdown:g}) vs load, "
-                           f"{args.jobsets} jobsets a point", ylabel="share of jobs meeting their deadline")
+    fig = plots.slowdown_vs_load(results["mean_slowdown"],
+                                 f"Mean slowdown vs load ({args.jobsets} unseen jobsets a point)")
+    out = save(fig, args, "slowdown_vs_load.png",
+               {"jobsets": args.jobsets, "seed": seeds.evaluation(), "results": str_keys(results["mean_slowdown"]),
+                "slo_hit_rate": str_keys(results["slo_hit_rate"]), "versus_best_heuristic": versus_best})
+    slo = plots.slowdown_vs_load(results["slo_hit_rate"], f"SLO hit rate (slowdown <= {cfg.slo_slowdown:g}) vs load, "
+                                 f"{args.jobsets} jobsets a point", ylabel="share of jobs meeting their deadline")
     slo_out = out.with_name(out.stem.replace("slowdown", "slo") + ".png")
     slo.savefig(slo_out, dpi=120)  # its numbers are in the JSON above
     print(f"wrote {slo_out}")
@@ -122,55 +145,43 @@ def load_sweep(args) -> None:
 
 def ablation(args) -> None:
     """Mean slowdown and SLO hit rate of each recipe's checkpoint (and heuristics) at a few loads."""
-    from lightning_sched.plots import ablation as plot
-
-    cfg = ClusterConfig(observation="none")
-    policies = named_policies(cfg, args.heuristics, args.ckpt, args.device)
+    cfg, policies = cluster_and_policies(args)
     metrics = {"mean_slowdown": "mean slowdown", "slo_hit_rate": f"SLO hit rate (slowdown <= {cfg.slo_slowdown:g})"}
     values = {name: {} for name in policies}
-    for i, load in enumerate(args.loads):
-        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, seeds.EVALUATION + 100 + i)
-        for name, policy in policies.items():
-            s = evaluate(policy, cfg, jobs, device=args.device).summary
-            values[name][load] = {m: (s[m], s[m + "_ci95"]) for m in metrics}
-            print(f"load {load:.1f} {name:28s} slowdown {s['mean_slowdown']:.3f}±{s['mean_slowdown_ci95']:.3f}  "
-                  f"slo {s['slo_hit_rate']:.3f}±{s['slo_hit_rate_ci95']:.3f}", flush=True)
-    fig = plot(values, metrics, title=f"{args.title} ({args.jobsets} unseen jobsets a load, 95% CI)")
-    _save(fig, Path(args.out or FIGURES / "ablation.png"),
-          {"jobsets": args.jobsets, "seeds": [seeds.EVALUATION + 100 + i for i in range(len(args.loads))],
-           "results": {n: {str(l): v for l, v in r.items()} for n, r in values.items()}})
+    for load, case in by_load(args, cfg, policies, 100):
+        for name in policies:
+            values[name][load] = {m: case.mean_ci(name, m) for m in metrics}
+            print(f"load {load:.1f} {name:28s} slowdown {pm(case.mean_ci(name))}  "
+                  f"slo {pm(case.mean_ci(name, 'slo_hit_rate'))}", flush=True)
+    fig = plots.ablation(values, metrics, title=f"{args.title} ({args.jobsets} unseen jobsets a load, 95% CI)")
+    save(fig, args, "ablation.png", {"jobsets": args.jobsets, "seeds": [seeds.evaluation(100 + i)
+                                                                         for i in range(len(args.loads))],
+                                     "results": str_keys(values)})
 
 
 def cdf(args) -> None:
     """Per-job slowdown CDF per scheme at a few loads (DeepRM's code's slow_down_cdf)."""
-    import torch
-
-    from lightning_sched.plots import cdf_panels
-
-    cfg = ClusterConfig(observation="none")
-    policies = named_policies(cfg, args.heuristics, args.ckpt, args.device)
+    cfg, policies = cluster_and_policies(args)
     panels, data = {}, {}
-    for i, load in enumerate(args.loads):
-        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, seeds.EVALUATION + 200 + i)
+    for load, case in by_load(args, cfg, policies, 200):
         panel, data[str(load)] = {}, {}
-        for name, policy in policies.items():
-            result = evaluate(policy, cfg, jobs, device=args.device)
-            values = result.job_slowdown[~torch.isnan(result.job_slowdown)]
-            panel[name] = values
+        for name, result in case.results.items():
+            values = panel[name] = result.job_slowdown[~torch.isnan(result.job_slowdown)]
             q = torch.quantile(values, torch.tensor([0.5, 0.9, 0.99], dtype=values.dtype))
-            data[str(load)][name] = {"jobs": values.numel(), "share_slowdown_le_2": float((values <= 2).double().mean()),
+            data[str(load)][name] = {"jobs": values.numel(),
+                                     "share_slowdown_le_2": float((values <= 2).double().mean()),
                                      "median": float(q[0]), "p90": float(q[1]), "p99": float(q[2]),
                                      "mean_slowdown": result.summary["mean_slowdown"]}
-            print(f"load {load:.1f} {name:24s} " + " ".join(f"{k} {v:.3f}" for k, v in data[str(load)][name].items()), flush=True)
+            print(f"load {load:.1f} {name:24s} " + " ".join(f"{k} {v:.3f}" for k, v in data[str(load)][name].items()),
+                  flush=True)
         panels[f"load {load:g} ({args.jobsets} unseen jobsets)"] = panel
-    _save(cdf_panels(panels, "Per-job slowdown CDF (dotted: the SLO, slowdown 2)"), Path(args.out or FIGURES / "slowdown_cdf.png"),
-          {"jobsets": args.jobsets, "seeds": [seeds.EVALUATION + 200 + i for i in range(len(args.loads))], "results": data})
+    save(plots.cdf_panels(panels, "Per-job slowdown CDF (dotted: the SLO, slowdown 2)"), args, "slowdown_cdf.png",
+         {"jobsets": args.jobsets, "seeds": [seeds.evaluation(200 + i) for i in range(len(args.loads))],
+          "results": data})
 
 
 def recipes(args) -> None:
     """Validation curves of several runs on the same axes, against iterations and wall time."""
-    from lightning_sched.plots import recipe_curves
-
     curves, reference = {}, {}
     for item in args.runs:
         name, _, path = item.partition("=")
@@ -184,90 +195,57 @@ def recipes(args) -> None:
                         "median_iteration_s": sorted(seconds.values())[len(seconds) // 2], "metrics": path}
         reference.update(heuristic_lines(evals, args.heuristics))
         print(name, "best", min(curves[name]["slowdown"]), "median s/iteration", curves[name]["median_iteration_s"])
-    _save(recipe_curves(curves, reference, args.title), Path(args.out or FIGURES / "recipe_learning_curves.png"),
-          {"curves": curves, "heuristics": reference})
-
-
-NASA_TRACE = ROOT.parent / "shared" / "traces" / "NASA-iPSC-1993-3.1-cln.swf.gz"  # never copied into the repo
+    save(plots.recipe_curves(curves, reference, args.title), args, "recipe_learning_curves.png",
+         {"curves": curves, "heuristics": reference})
 
 
 def trace(args) -> None:
     """Heuristics (and any checkpoints) on a real trace's held-out time range, as recorded and time-compressed."""
-    import sys
-
-    from lightning_sched.plots import trace_heuristics
-    from lightning_sched.traces import TraceWorkload, parse_capacity
-
-    cfg = ClusterConfig(observation="none")
-    policies = named_policies(cfg, args.heuristics, args.ckpt, args.device)
+    cfg, policies = cluster_and_policies(args)
     metrics = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate")
     settings, values, cdf, mapping = {}, {}, None, None
     for compression in args.compressions:
-        workload = TraceWorkload.for_cluster(
-            cfg, args.trace, args.seconds_per_step, capacity=parse_capacity(args.capacity), oversize=args.oversize,
-            split=args.split, test_fraction=args.test_fraction, simu_len=args.simu_len, time_compression=compression)
+        workload = trace_workload_from_args(args, cfg, time_compression=compression)
         report = workload.report
-        jobs = make_jobsets(workload, args.jobsets, seeds.EVALUATION)
-        label = f"x{compression:g} (load {max(report['split_load']):.2f})" if compression != 1 else \
-            f"as recorded (load {max(report['split_load']):.2f})"
-        settings[label] = {"time_compression": compression, "split_load": report["split_load"],
-                           "split_steps": report["split_steps"], "split_seconds": report["split_seconds"],
-                           "split_jobs": report["split_jobs"], "window_starts": report["window_starts"],
-                           "max_jobs": report["max_jobs"], "jobs_in_jobsets": int(jobs.num_jobs.sum()), "results": {}}
-        mapping = mapping or {k: report[k] for k in ("path", "format", "job_lines", "kept", "dropped", "clipped", "resources",
-                                                     "zero_demand_resources", "capacity", "seconds_per_step", "natural_load")}
-        values[label] = {}
-        slowdowns = {}
-        line = [label]
-        for name, policy in policies.items():
-            result = evaluate(policy, cfg, jobs, device=args.device)
-            s = result.summary
-            settings[label]["results"][name] = {m: [s[m], s[m + "_ci95"]] for m in metrics}
-            settings[label]["results"][name]["unfinished_jobs"] = s["unfinished_jobs"]
-            values[label][name] = (s["mean_slowdown"], s["mean_slowdown_ci95"])
-            slowdowns[name] = result.job_slowdown.flatten()
-            line.append(f"{name} {s['mean_slowdown']:.3f}±{s['mean_slowdown_ci95']:.3f}")
-        cdf = cdf or slowdowns
-        print("  ".join(line), flush=True)
+        jobs = make_jobsets(workload, args.jobsets, seeds.evaluation())
+        case = compare(policies, cfg, jobs, args.device)
+        load = max(report.split_load)
+        label = f"x{compression:g} (load {load:.2f})" if compression != 1 else f"as recorded (load {load:.2f})"
+        settings[label] = {
+            "time_compression": compression,
+            **{k: getattr(report, k) for k in ("split_load", "split_steps", "split_seconds", "split_jobs",
+                                               "window_starts", "max_jobs")},
+            "jobs_in_jobsets": int(jobs.num_jobs.sum()),
+            "results": {name: {**{m: list(case.mean_ci(name, m)) for m in metrics},
+                               "unfinished_jobs": result.summary["unfinished_jobs"]}
+                        for name, result in case.results.items()}}
+        mapping = mapping or {k: getattr(report, k) for k in (
+            "path", "format", "job_lines", "kept", "dropped", "clipped", "resources", "zero_demand_resources",
+            "capacity", "seconds_per_step", "natural_load")}
+        values[label] = {name: case.mean_ci(name) for name in policies}
+        cdf = cdf or {name: result.job_slowdown.flatten() for name, result in case.results.items()}
+        print("  ".join([label] + [f"{name} {pm(case.mean_ci(name))}" for name in policies]), flush=True)
     name = Path(args.trace).name.split(".")[0]
-    fig = trace_heuristics(values, cdf, title=f"{name}, {args.split} split: {args.jobsets} windows of "
-                                              f"{args.simu_len} x {args.seconds_per_step:g} s (95% CI over windows)")
-    out = Path(args.out or FIGURES / "trace_nasa.png")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    out.with_suffix(".json").write_text(json.dumps(
-        {"command": "python scripts/figures.py " + " ".join(sys.argv[1:]), "jobsets": args.jobsets, "seed": seeds.EVALUATION,
-         "split": args.split, "test_fraction": args.test_fraction, "simu_len": args.simu_len, "oversize": args.oversize,
-         "cluster": cfg.to_dict(), "mapping": mapping, "settings": settings}, indent=1))
-    print(f"wrote {out} and {out.with_suffix('.json')}")
-
-
-def _save(fig, out: Path, data: dict) -> None:
-    import sys
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    out.with_suffix(".json").write_text(json.dumps({"command": "python scripts/figures.py " + " ".join(sys.argv[1:]),
-                                                    **data}, indent=1))
-    print(f"wrote {out} and {out.with_suffix('.json')}")
+    fig = plots.trace_heuristics(values, cdf, title=f"{name}, {args.trace_split} split: {args.jobsets} windows of "
+                                 f"{args.simu_len} x {args.seconds_per_step:g} s (95% CI over windows)")
+    save(fig, args, "trace_nasa.png",
+         {"jobsets": args.jobsets, "seed": seeds.evaluation(), "split": args.trace_split,
+          "test_fraction": args.test_fraction, "simu_len": args.simu_len, "oversize": args.oversize,
+          "cluster": cfg.to_dict(), "mapping": mapping, "settings": settings})
 
 
 def objectives(args) -> None:
     """Heuristics and policies trained for different objectives, each measured on both metrics."""
-    from lightning_sched.plots import bars
-
-    cfg = ClusterConfig(observation="none")
-    policies = named_policies(cfg, args.heuristics, args.ckpt, args.device)
-    jobs = make_jobsets(DeepRMWorkload(load=args.load), args.jobsets, seeds.EVALUATION)
+    cfg, policies = cluster_and_policies(args)
+    case = compare(policies, cfg, make_jobsets(DeepRMWorkload(load=args.load), args.jobsets, seeds.evaluation()),
+                   args.device)
     metrics = {"mean_slowdown": "mean slowdown", "mean_completion_time": "mean completion time"}
-    values = {}
-    for name, policy in policies.items():
-        s = evaluate(policy, cfg, jobs, device=args.device).summary
-        values[name] = {m: (s[m], s[m + "_ci95"]) for m in metrics}
-        print(name, "  ".join(f"{m} {s[m]:.3f}±{s[m + '_ci95']:.3f}" for m in metrics), flush=True)
-    fig = bars(values, metrics, title=f"load {args.load}: {args.jobsets} unseen jobsets (95% CI)")
-    _save(fig, Path(args.out or FIGURES / "objectives.png"), {"load": args.load, "jobsets": args.jobsets,
-                                                              "seed": seeds.EVALUATION, "results": values})
+    values = {name: {m: case.mean_ci(name, m) for m in metrics} for name in policies}
+    for name, row in values.items():
+        print(name, "  ".join(f"{m} {pm(row[m])}" for m in metrics), flush=True)
+    fig = plots.bars(values, metrics, title=f"load {args.load}: {args.jobsets} unseen jobsets (95% CI)")
+    save(fig, args, "objectives.png", {"load": args.load, "jobsets": args.jobsets, "seed": seeds.evaluation(),
+                                       "results": values})
 
 
 def read_metrics(paths) -> list[dict]:
@@ -291,40 +269,34 @@ def heuristic_lines(evals: list[dict], heuristics: list[str]) -> dict[str, float
 
 def learning_curve(args) -> None:
     """Validation slowdown per iteration (heuristic lines) and the training episodes' total reward."""
-    from lightning_sched.plots import learning_curve as plot
-
     rows = read_metrics(args.metrics)
     evals = last_per_step(rows, "eval/mean_slowdown")
     train = last_per_step(rows, "train/mean_return")
-    curve = {"eval_step": [int(r["step"]) for r in evals], "eval_mean_slowdown": [float(r["eval/mean_slowdown"]) for r in evals],
+    curve = {"eval_step": [int(r["step"]) for r in evals],
+             "eval_mean_slowdown": [float(r["eval/mean_slowdown"]) for r in evals],
              "train_step": [int(r["step"]) for r in train],
              "train_mean_slowdown": [float(r["train/mean_slowdown"]) for r in train],
              "mean_return": [float(r["train/mean_return"]) for r in train],
              "max_return": [float(r["train/max_return"]) for r in train],
              "iteration_s": [float(r["perf/iteration_s"]) for r in last_per_step(rows, "perf/iteration_s")]}
     reference = heuristic_lines(evals, args.heuristics)
-    fig = plot(curve["eval_step"], curve["eval_mean_slowdown"], reference, curve["mean_return"], curve["max_return"],
-               title=args.title, train=(curve["train_step"], curve["train_mean_slowdown"]),
-               reward_iterations=curve["train_step"])
-    _save(fig, Path(args.out or FIGURES / "learning_curve.png"), {"metrics": [str(m) for m in args.metrics], "heuristics": reference,
-                                                                  "curve": curve})
+    fig = plots.learning_curve(curve["eval_step"], curve["eval_mean_slowdown"], reference, curve["mean_return"],
+                               curve["max_return"], title=args.title,
+                               train=(curve["train_step"], curve["train_mean_slowdown"]),
+                               reward_iterations=curve["train_step"])
+    save(fig, args, "learning_curve.png",
+         {"metrics": [str(m) for m in args.metrics], "heuristics": reference, "curve": curve})
 
 
 def gains(args) -> None:
     """What the policy withholds, and slowdown by job length against Tetris."""
-    import torch
-
-    from lightning_sched.evaluation import mean_ci95
-    from lightning_sched.plots import gains as plot
-
-    cfg = ClusterConfig(observation="none")
-    policies = named_policies(cfg, args.heuristics, args.ckpt, args.device)
-    name, rl = next((n, p) for n, p in policies.items() if n not in args.heuristics)
-    jobs = make_jobsets(DeepRMWorkload(load=args.load), args.jobsets, seeds.EVALUATION)
+    cfg, policies = cluster_and_policies(args)
+    name = next(iter(checkpoints(args)))
+    jobs = make_jobsets(DeepRMWorkload(load=args.load), args.jobsets, seeds.evaluation())
     withheld: dict[int, int] = {}
 
     def watching(obs):
-        obs = rl(obs)
+        obs = policies[name](obs)
         void = obs["action"] == cfg.num_slots
         fits = (obs["slot_offset"] == 0) & void.unsqueeze(1)
         for length, count in zip(*torch.unique(obs["slot_duration"][fits], return_counts=True)):
@@ -332,21 +304,21 @@ def gains(args) -> None:
         return obs
 
     by_length = {}
-    for scheme, policy in [(name, watching)] + [(h, policies[h]) for h in args.heuristics]:
-        result = evaluate(policy, cfg, jobs, device=args.device)
+    case = compare({name: watching, **{h: policies[h] for h in args.heuristics}}, cfg, jobs, args.device)
+    for scheme, result in case.results.items():
         by_length[scheme] = {}
         for length in sorted(set(result.job_duration[result.job_duration > 0].tolist())):
             # per jobset, the mean slowdown of its jobs of this length; CI over jobsets
-            per_jobset = torch.stack([row[d == length].mean() if bool((d == length).any()) else torch.tensor(float("nan"))
+            per_jobset = torch.stack([row[d == length].mean() if bool((d == length).any())
+                                      else torch.tensor(float("nan"))
                                       for row, d in zip(result.job_slowdown, result.job_duration)])
             by_length[scheme][length] = mean_ci95(per_jobset)
     offered = {}
     for length in jobs.duration[jobs.duration > 0].tolist():
         offered[length] = offered.get(length, 0) + 1
-    fig = plot(withheld, offered, by_length, title=f"{name} at load {args.load}, {args.jobsets} unseen jobsets")
-    _save(fig, Path(args.out or FIGURES / "gains.png"), {"load": args.load, "jobsets": args.jobsets, "seed": seeds.EVALUATION,
-                                                         "withheld": withheld, "offered": offered,
-                                                         "slowdown_by_length": by_length})
+    fig = plots.gains(withheld, offered, by_length, title=f"{name} at load {args.load}, {args.jobsets} unseen jobsets")
+    save(fig, args, "gains.png", {"load": args.load, "jobsets": args.jobsets, "seed": seeds.evaluation(),
+                                  "withheld": withheld, "offered": offered, "slowdown_by_length": by_length})
 
 
 # Held-out workloads for the adaptation curves: each outside configs/maml.yaml's meta-training ranges
@@ -365,23 +337,17 @@ def held_out_workloads(cfg: ClusterConfig, args, metric: str):
     for each held-out workload of the adaptation figures."""
     for label, params in HELD_OUT.items():
         workload = DeepRMWorkload(**params)
-        eval_jobs = make_jobsets(workload, args.eval_jobsets, seeds.EVALUATION)
-        lines = {}
-        for h in args.heuristics:
-            s = evaluate(named_policies(cfg, [h], [], args.device)[h], cfg, eval_jobs, device=args.device).summary
-            lines[h] = (s[metric], s[metric + "_ci95"])
-        yield label, workload, eval_jobs, lines
+        eval_jobs = make_jobsets(workload, args.eval_jobsets, seeds.evaluation())
+        # heuristics made anew for each workload: random's line does not depend on the workloads before
+        case = compare(named_policies(cfg, args.heuristics, [], args.device), cfg, eval_jobs, args.device)
+        yield label, workload, eval_jobs, {h: case.mean_ci(h, metric) for h in args.heuristics}
 
 
 def headroom(args) -> None:
     """How far fine-tuning goes on each held-out workload: one checkpoint fine-tuned --steps steps
     (--optimizer/--lr, --jobsets x --episodes a step), measured every --every steps on the
     adaptation figures' unseen jobsets (same seeds, so its first steps are their curve)."""
-    import copy
-
-    from lightning_sched.adaptation import AdaptationSettings, adapt
-    from lightning_sched.plots import adaptation_curves
-    from lightning_sched.policies import load_network
+    from lightning_sched.checkpoints import load_network
 
     net, cfg, saved = load_network(args.ckpt, args.device)
     settings = AdaptationSettings(steps=args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr,
@@ -391,160 +357,134 @@ def headroom(args) -> None:
         summaries = adapt(copy.deepcopy(net), cfg, workload, settings, eval_jobs, seed=args.seed, device=args.device,
                           greedy=saved.get("greedy", True), eval_steps=set(range(0, args.steps + 1, args.every)))
         curves[label] = {"fine-tuned": {s["step"]: (s["mean_slowdown"], s["mean_slowdown_ci95"]) for s in summaries}}
-        print(f"{label:32s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curves[label]["fine-tuned"].items()), flush=True)
-    fig = adaptation_curves(curves, lines, ylabel="mean slowdown",
-                            title=f"{args.ckpt} fine-tuned on the held-out workloads ({args.jobsets}x{args.episodes} "
-                                  f"episodes a step, {args.eval_jobsets} unseen jobsets, 95% CI)")
-    _save(fig, Path(args.out or FIGURES / "headroom.png"),
-          {"checkpoint": args.ckpt, "settings": settings.describe(), "held_out": HELD_OUT, "curves": curves,
-           "heuristics": lines})
+        print(f"{label:32s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curves[label]["fine-tuned"].items()),
+              flush=True)
+    fig = plots.adaptation_curves(curves, lines, ylabel="mean slowdown",
+                                  title=f"{args.ckpt} fine-tuned on the held-out workloads ({args.jobsets}x"
+                                        f"{args.episodes} episodes a step, {args.eval_jobsets} unseen jobsets, 95% CI)")
+    save(fig, args, "headroom.png", {"checkpoint": args.ckpt, "settings": settings.describe(), "held_out": HELD_OUT,
+                                     "curves": curves, "heuristics": lines})
 
 
 def adaptation(args) -> None:
     """Adaptation curves on held-out workloads: the meta-policy, the mixture-trained REINFORCE policy
     and a fresh network, each fine-tuned with the same steps and episodes; heuristics as lines."""
-    import copy
+    from lightning_sched.checkpoints import load_network
+    from lightning_sched.policies import make_policy
 
-    import torch
-
-    from lightning_sched.adaptation import AdaptationSettings, adapt
-    from lightning_sched.plots import adaptation_curves
-    from lightning_sched.policies import load_network, make_policy
-
-    starts = {}
-    for item in args.ckpt:
-        name, _, path = item.partition("=")
-        starts[name] = load_network(path, args.device)
+    starts = {name: load_network(path, args.device) for name, path in checkpoints(args).items()}
     net0, cfg, saved0 = next(iter(starts.values()))
     cfg = cfg.replace(objective=args.objective)
     torch.manual_seed(args.seed)
     starts["scratch"] = (make_policy(net0.spec, cfg).to(args.device), cfg, {"greedy": saved0.get("greedy", True)})
+
     def settings_for(saved: dict) -> AdaptationSettings:
         """Same steps and samples for every method; a meta-policy adapts with the inner loop it was
         meta-trained for (optimizer, lr, learned step sizes), a policy with none with --optimizer/--lr."""
         own = {} if saved.get("adaptation") else {"lr": args.lr, "optimizer": args.optimizer}
-        return AdaptationSettings.from_checkpoint(saved, args.steps, jobsets=args.jobsets, episodes=args.episodes, **own)
+        return AdaptationSettings.from_checkpoint(saved, args.steps, jobsets=args.jobsets, episodes=args.episodes,
+                                                  **own)
     settings = {name: settings_for(saved) for name, (_, _, saved) in starts.items()}
     metric = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time"}[args.objective]
     curves, lines, table = {}, {}, {}
     for label, workload, eval_jobs, lines[label] in held_out_workloads(cfg, args, metric):
         curves[label], table[label] = {}, {}
         for name, (net, _, saved) in starts.items():
-            summaries = adapt(copy.deepcopy(net), cfg, workload, settings[name], eval_jobs, seed=args.seed, device=args.device,
-                              greedy=saved.get("greedy", True), eval_steps=ADAPT_EVAL_STEPS)
+            summaries = adapt(copy.deepcopy(net), cfg, workload, settings[name], eval_jobs, seed=args.seed,
+                              device=args.device, greedy=saved.get("greedy", True), eval_steps=ADAPT_EVAL_STEPS)
             curves[label][name] = {s["step"]: (s[metric], s[metric + "_ci95"]) for s in summaries}
             tetris = lines[label]["tetris"][0]
             beat = [s["step"] for s in summaries if s[metric] <= tetris]
             table[label][name] = beat[0] if beat else None
             print(f"{label:32s} {name:10s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curves[label][name].items())
                   + f"   beats tetris ({tetris:.2f}) at step {table[label][name]}", flush=True)
-    fig = adaptation_curves(curves, lines, ylabel=metric.replace("_", " "),
-                            title=f"adaptation on held-out workloads ({args.objective}; {args.jobsets}x{args.episodes} "
-                                  f"episodes a step, {args.eval_jobsets} unseen jobsets, 95% CI)")
-    out = Path(args.out or FIGURES / f"adaptation_{args.objective}.png")
-    _save(fig, out, {"objective": args.objective, "settings": {name: st.describe() for name, st in settings.items()},
-                     "held_out": HELD_OUT,
-                     "curves": curves, "heuristics": lines, "first_step_at_or_below_tetris": table})
+    fig = plots.adaptation_curves(curves, lines, ylabel=metric.replace("_", " "),
+                                  title=f"adaptation on held-out workloads ({args.objective}; {args.jobsets}x"
+                                        f"{args.episodes} episodes a step, {args.eval_jobsets} unseen jobsets, 95% CI)")
+    save(fig, args, f"adaptation_{args.objective}.png",
+         {"objective": args.objective, "settings": {name: st.describe() for name, st in settings.items()},
+          "held_out": HELD_OUT, "curves": curves, "heuristics": lines, "first_step_at_or_below_tetris": table})
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="figure", required=True)
-    p = sub.add_parser("load_sweep", help="mean slowdown vs load")
-    p.add_argument("--loads", type=float, nargs="+", default=LOADS)
-    p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "packer", "edf", "random"])
-    p.add_argument("--ckpt", nargs="*", default=[], help="NAME=PATH.ckpt (acting as the checkpoint says: greedy or sampled)")
-    p.add_argument("--jobsets", type=int, default=200)
-    p.add_argument("--out", help="PNG path (default docs/figures/slowdown_vs_load.png; the SLO figure beside it)")
-    p.set_defaults(run=load_sweep)
-    p = sub.add_parser("ablation", help="recipes' checkpoints at a few loads: slowdown and SLO hit rate (issue 5)")
-    p.add_argument("--ckpt", nargs="+", required=True, help="NAME=PATH.ckpt, in the order to show")
-    p.add_argument("--loads", type=float, nargs="+", default=[0.7, 1.1, 1.5])
-    p.add_argument("--heuristics", nargs="+", default=["tetris", "edf"])
-    p.add_argument("--jobsets", type=int, default=200)
-    p.add_argument("--title", default="Ablation")
-    p.add_argument("--out", help="PNG path (default docs/figures/ablation.png)")
-    p.set_defaults(run=ablation)
-    p = sub.add_parser("cdf", help="per-job slowdown CDF per scheme at a few loads")
-    p.add_argument("--ckpt", nargs="*", default=[], help="NAME=PATH.ckpt")
-    p.add_argument("--loads", type=float, nargs="+", default=[0.9, 1.3])
-    p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "packer", "edf", "random"])
-    p.add_argument("--jobsets", type=int, default=200)
-    p.add_argument("--out", help="PNG path (default docs/figures/slowdown_cdf.png)")
-    p.set_defaults(run=cdf)
-    p = sub.add_parser("recipes", help="validation curves of several runs vs iterations and wall time")
-    p.add_argument("--runs", nargs="+", required=True,
-                   help="NAME=runs/.../metrics.csv (CSVLogger; a resumed run: NAME=first.csv,second.csv)")
-    p.add_argument("--heuristics", nargs="+", default=["tetris"])
-    p.add_argument("--title", default="")
-    p.add_argument("--out", help="PNG path (default docs/figures/recipe_learning_curves.png)")
-    p.set_defaults(run=recipes)
-    p = sub.add_parser("trace", help="heuristics on a real trace's held-out time range (docs/traces.md)")
-    p.add_argument("--trace", default=str(NASA_TRACE), help="SWF or CSV trace (default: the NASA iPSC log in ../shared)")
-    p.add_argument("--seconds_per_step", type=float, default=600.0)
-    p.add_argument("--capacity", nargs="*", default=["processors=128"], help="NAME=VALUE per trace resource")
-    p.add_argument("--oversize", choices=("clip", "drop"), default="clip")
-    p.add_argument("--split", choices=("train", "test", "all"), default="test")
-    p.add_argument("--test_fraction", type=float, default=0.25)
-    p.add_argument("--simu_len", type=int, default=50)
-    p.add_argument("--compressions", type=float, nargs="+", default=[1.0, 2.0], help="time compressions to compare")
-    p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "packer", "edf", "random"])
-    p.add_argument("--ckpt", nargs="*", default=[], help="NAME=PATH.ckpt (acting as the checkpoint says: greedy or sampled)")
-    p.add_argument("--jobsets", type=int, default=200)
-    p.add_argument("--out", help="PNG path (default docs/figures/trace_nasa.png)")
-    p.set_defaults(run=trace)
-    p = sub.add_parser("objectives", help="policies trained for different objectives, on both metrics")
-    p.add_argument("--ckpt", nargs="+", required=True, help="NAME=PATH.ckpt (acting as the checkpoint says: greedy or sampled)")
-    p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "packer", "random"])
-    p.add_argument("--load", type=float, default=1.3)
-    p.add_argument("--jobsets", type=int, default=200)
-    p.add_argument("--out", help="PNG path (default docs/figures/objectives.png)")
-    p.set_defaults(run=objectives)
-    p = sub.add_parser("learning_curve", help="a run's learning curve from its CSV metrics")
-    p.add_argument("--metrics", nargs="+", required=True, help="metrics.csv of a run logged with CSVLogger "
-                   "(several, in order, for a resumed run)")
-    p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "packer", "random"])
-    p.add_argument("--title", default="DeepRM's recipe, load 0.7")
-    p.add_argument("--out", help="PNG path (default docs/figures/learning_curve.png)")
-    p.set_defaults(run=learning_curve)
-    p = sub.add_parser("gains", help="what the policy withholds; slowdown by job length")
-    p.add_argument("--ckpt", nargs=1, required=True, help="NAME=PATH.ckpt (acting as the checkpoint says: greedy or sampled)")
-    p.add_argument("--heuristics", nargs="+", default=["tetris"])
-    p.add_argument("--load", type=float, default=0.7)
-    p.add_argument("--jobsets", type=int, default=200)
-    p.add_argument("--out", help="PNG path (default docs/figures/gains.png)")
-    p.set_defaults(run=gains)
-    p = sub.add_parser("adaptation", help="adaptation curves on held-out workloads (issue 4)")
-    p.add_argument("--ckpt", nargs="+", required=True, help="NAME=PATH.ckpt: the meta-policy and the mixture policy")
-    p.add_argument("--objective", choices=("slowdown", "completion_time"), default="slowdown")
-    p.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "random"])
-    p.add_argument("--steps", type=int, default=50)
-    p.add_argument("--jobsets", type=int, default=20)
-    p.add_argument("--episodes", type=int, default=20)
+def shared_flags(heuristics: list[str], jobsets: int | None = 200, loads: list[float] | None = None,
+                 ckpt: str | int | None = "*", ckpt_help: str = CKPT_HELP) -> argparse.ArgumentParser:
+    """A parent parser of the flags the figures share, with one figure's defaults (a parser per
+    figure: argparse shares a parent's actions among its children, so one child's set_defaults
+    would change them for all). ckpt: --ckpt's nargs (required unless "*"); None, like jobsets
+    or loads None: the figure takes no such flag."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--heuristics", nargs="+", default=heuristics)
+    if ckpt is not None:
+        p.add_argument("--ckpt", nargs=ckpt, required=ckpt != "*", default=[], help=ckpt_help)
+    if jobsets is not None:
+        p.add_argument("--jobsets", type=int, default=jobsets, help="unseen jobsets a point")
+    if loads is not None:
+        p.add_argument("--loads", type=float, nargs="+", default=loads)
+    p.add_argument("--out", help="PNG path (default: the figure's file in docs/figures; its JSON beside it)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=2)
+    return p
+
+
+def fine_tuning_flags(steps: int) -> argparse.ArgumentParser:
+    """A parent parser of adaptation's and headroom's fine-tuning flags, with `steps` as default."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--jobsets", type=int, default=20, help="jobsets a fine-tuning step")
+    p.add_argument("--episodes", type=int, default=20, help="episodes of each jobset a step")
     p.add_argument("--optimizer", choices=("sgd", "adam", "rmsprop"), default="adam",
                    help="fine-tuning of checkpoints without an inner loop of their own (REINFORCE, scratch)")
     p.add_argument("--lr", type=float, default=0.003,
                    help="their step size (a meta-policy keeps its own inner loop's optimizer and lr)")
     p.add_argument("--eval_jobsets", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", help="PNG path (default docs/figures/adaptation_<objective>.png)")
-    p.set_defaults(run=adaptation)
-    p = sub.add_parser("headroom", help="one checkpoint fine-tuned long on the held-out workloads (issue 4)")
+    return p
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="figure", required=True)
+
+    def figure(run, help: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p = sub.add_parser(run.__name__, help=help, parents=list(parents))
+        p.set_defaults(run=run)
+        return p
+
+    figure(load_sweep, "mean slowdown vs load", shared_flags(HEURISTICS, loads=LOADS))
+    p = figure(ablation, "recipes' checkpoints at a few loads: slowdown and SLO hit rate",
+               shared_flags(["tetris", "edf"], loads=[0.7, 1.1, 1.5], ckpt="+",
+                            ckpt_help="NAME=PATH.ckpt, in the order to show"))
+    p.add_argument("--title", default="Ablation")
+    figure(cdf, "per-job slowdown CDF per scheme at a few loads", shared_flags(HEURISTICS, loads=[0.9, 1.3]))
+    p = figure(recipes, "validation curves of several runs vs iterations and wall time",
+               shared_flags(["tetris"], jobsets=None, ckpt=None))
+    p.add_argument("--runs", nargs="+", required=True,
+                   help="NAME=runs/.../metrics.csv (CSVLogger; a resumed run: NAME=first.csv,second.csv)")
+    p.add_argument("--title", default="")
+    p = figure(trace, "heuristics on a real trace's held-out time range (docs/traces.md; default trace: the NASA "
+               "iPSC log in ../shared)", shared_flags(HEURISTICS))
+    add_trace_flags(p)
+    p.add_argument("--simu_len", type=int, default=50, help="steps of a window")
+    p.add_argument("--compressions", type=float, nargs="+", default=[1.0, 2.0], help="time compressions to compare")
+    p.set_defaults(trace=str(NASA_TRACE), seconds_per_step=600.0, trace_capacity=["processors=128"])
+    p = figure(objectives, "policies trained for different objectives, on both metrics",
+               shared_flags(["tetris", "sjf", "packer", "random"], ckpt="+"))
+    p.add_argument("--load", type=float, default=1.3)
+    p = figure(learning_curve, "a run's learning curve from its CSV metrics",
+               shared_flags(["tetris", "sjf", "packer", "random"], jobsets=None, ckpt=None))
+    p.add_argument("--metrics", nargs="+", required=True, help="metrics.csv of a run logged with CSVLogger "
+                   "(several, in order, for a resumed run)")
+    p.add_argument("--title", default="DeepRM's recipe, load 0.7")
+    p = figure(gains, "what the policy withholds; slowdown by job length", shared_flags(["tetris"], ckpt=1))
+    p.add_argument("--load", type=float, default=0.7)
+    p = figure(adaptation, "adaptation curves on held-out workloads",
+               shared_flags(["tetris", "sjf", "random"], jobsets=None, ckpt="+",
+                            ckpt_help="NAME=PATH.ckpt: the meta-policy and the mixture policy"), fine_tuning_flags(50))
+    p.add_argument("--objective", choices=("slowdown", "completion_time"), default="slowdown")
+    p = figure(headroom, "one checkpoint fine-tuned long on the held-out workloads",
+               shared_flags(["tetris"], jobsets=None, ckpt=None), fine_tuning_flags(300))
     p.add_argument("--ckpt", default="checkpoints/reinforce_mixture_masked.ckpt")
-    p.add_argument("--heuristics", nargs="+", default=["tetris"])
-    p.add_argument("--steps", type=int, default=300)
     p.add_argument("--every", type=int, default=25, help="measure after every N-th step")
-    p.add_argument("--jobsets", type=int, default=20)
-    p.add_argument("--episodes", type=int, default=20)
-    p.add_argument("--optimizer", choices=("sgd", "adam", "rmsprop"), default="adam")
-    p.add_argument("--lr", type=float, default=0.003)
-    p.add_argument("--eval_jobsets", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", help="PNG path (default docs/figures/headroom.png)")
-    p.set_defaults(run=headroom)
-    for parser in sub.choices.values():
-        parser.add_argument("--device", default="cpu")
-        parser.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     set_threads(args.threads)
     args.run(args)

@@ -7,9 +7,9 @@ worst ratio to the best heuristic over a range of loads.
 For mean_slowdown the score at a load is policy / best heuristic (lower is better); for
 slo_hit_rate it is policy - best heuristic in percentage points (higher is better). The winner is
 the candidate whose worst load is best, among those that finish every job of the selection jobsets
-(a policy that leaves jobs waiting until max_time wins only if all do). Selection jobsets are seeded with --seed + 100 * load
-(default: the selection range of lightning_sched.seeds), away from the evaluation seeds, so the
-figures stay unseen data.
+(a policy that leaves jobs waiting until max_time wins only if all do). Selection jobsets are
+seeded with --seed + 100 * load (default: the selection range of lightning_sched.seeds), away from
+the evaluation seeds, so the figures stay unseen data.
 """
 from __future__ import annotations
 
@@ -17,11 +17,10 @@ import argparse
 import json
 
 from _common import set_threads
-
 from lightning_sched import ClusterConfig, DeepRMWorkload, seeds
-from lightning_sched.evaluation import evaluate, make_jobsets
+from lightning_sched.checkpoints import load_policy
+from lightning_sched.evaluation import compare, make_jobsets
 from lightning_sched.heuristics import make_heuristic
-from lightning_sched.policies import load_policy
 
 
 def main(argv=None) -> None:
@@ -42,15 +41,17 @@ def main(argv=None) -> None:
     for load in args.loads:
         # the seed follows the load, so a subset of the loads sees the same jobsets
         jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, seeds.selection(load, args.seed))
-        heuristic = [evaluate(make_heuristic(h, cfg), cfg, jobs).summary[args.metric] for h in args.heuristics]
-        best = min(heuristic) if lower_is_better else max(heuristic)
-        for path in args.ckpt:
-            policy, _ = load_policy(path)
-            summary = evaluate(policy, cfg, jobs).summary
-            scores[path][load] = summary[args.metric] / best if lower_is_better else 100 * (summary[args.metric] - best)
-            unfinished[path] += summary["unfinished_jobs"]
-        print(f"load {load:.1f} best heuristic {best:.3f} " + " ".join(f"{p}: {scores[p][load]:.3f}" for p in args.ckpt),
-              flush=True)
+        # policies made anew at each load: a sampled checkpoint's actions at one load do not depend
+        # on the loads before it
+        heuristics = compare({h: make_heuristic(h, cfg) for h in args.heuristics}, cfg, jobs)
+        best, _ = heuristics.mean_ci(heuristics.best(metric=args.metric), args.metric)
+        candidates = compare({path: load_policy(path)[0] for path in args.ckpt}, cfg, jobs)
+        for path, result in candidates.results.items():
+            value = result.summary[args.metric]
+            scores[path][load] = value / best if lower_is_better else 100 * (value - best)
+            unfinished[path] += result.summary["unfinished_jobs"]
+        print(f"load {load:.1f} best heuristic {best:.3f} "
+              + " ".join(f"{p}: {scores[p][load]:.3f}" for p in args.ckpt), flush=True)
     worst = {p: (max if lower_is_better else min)(s.values()) for p, s in scores.items()}
     # a policy that leaves jobs waiting until max_time wins only when every candidate does
     eligible = [p for p in args.ckpt if not unfinished[p]] or args.ckpt

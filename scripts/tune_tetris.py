@@ -11,9 +11,8 @@ import argparse
 import json
 
 from _common import set_threads
-
 from lightning_sched import ClusterConfig, DeepRMWorkload, seeds
-from lightning_sched.evaluation import evaluate, make_jobsets
+from lightning_sched.evaluation import compare, make_jobsets
 from lightning_sched.heuristics import Tetris, make_heuristic
 
 
@@ -26,13 +25,15 @@ def main() -> None:
     args = ap.parse_args()
     set_threads(args.threads)
     cfg = ClusterConfig(observation="none")
-    jobsets = {load: make_jobsets(DeepRMWorkload(load=load), args.jobsets, seeds.tuning(i)) for i, load in enumerate(args.loads)}
     policies = {f"tetris w={w:g}": Tetris(cfg, short_weight=w) for w in args.weights}
     policies.update(sjf=make_heuristic("sjf", cfg), packer=make_heuristic("packer", cfg))
-    print(f"{'policy':16s} " + " ".join(f"{'load ' + str(l):>9s}" for l in args.loads) + f" {'mean':>8s}")
+    jobsets = {load: make_jobsets(DeepRMWorkload(load=load), args.jobsets, seeds.tuning(i))
+               for i, load in enumerate(args.loads)}
+    by_load = {load: compare(policies, cfg, jobs) for load, jobs in jobsets.items()}
+    print(f"{'policy':16s} " + " ".join(f"{'load ' + str(load):>9s}" for load in args.loads) + f" {'mean':>8s}")
     table = {}
-    for name, policy in policies.items():
-        row = [evaluate(policy, cfg, jobsets[l]).summary["mean_slowdown"] for l in args.loads]
+    for name in policies:
+        row = [by_load[load].mean_ci(name)[0] for load in args.loads]
         table[name] = row + [sum(row) / len(row)]
         print(f"{name:16s} " + " ".join(f"{v:9.3f}" for v in table[name]), flush=True)
     tetris = {k: v for k, v in table.items() if k.startswith("tetris")}

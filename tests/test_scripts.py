@@ -89,7 +89,8 @@ def test_figures_for_the_upgraded_recipe(tmp_path):
     assert set(sweep["slo_hit_rate"]) == {"tetris", "edf", "RL"}
     vs = sweep["versus_best_heuristic"]["RL"]["0.5"]
     assert vs["best_heuristic"] in ("tetris", "edf") and vs["ci95"] >= 0
-    run("scripts/figures.py", "ablation", "--loads", "0.7", "1.1", "--ckpt", ckpt, "--out", str(tmp_path / "abl.png"), *common)
+    run("scripts/figures.py", "ablation", "--loads", "0.7", "1.1", "--ckpt", ckpt, "--out", str(tmp_path / "abl.png"),
+        *common)
     ablation = json.loads((tmp_path / "abl.json").read_text())["results"]
     assert set(ablation) == {"tetris", "edf", "RL"} and set(ablation["RL"]) == {"0.7", "1.1"}
     run("scripts/figures.py", "cdf", "--loads", "0.9", "--heuristics", "tetris", "--ckpt", ckpt,
@@ -142,3 +143,23 @@ def test_select_checkpoint_rules_out_a_policy_that_leaves_jobs_unfinished():
     assert result["unfinished_jobs"][abandons] > 0 and result["unfinished_jobs"][finishes] == 0
     assert result["worst"][abandons] > result["worst"][finishes]  # it would win on the score alone
     assert result["winner"] == finishes
+
+
+def test_figures_trace_takes_the_shared_trace_flags_and_its_old_names(tmp_path):
+    """`figures.py trace` reads its trace through the trace flags evaluate.py and adapt.py take;
+    its old --capacity/--split still name --trace_capacity/--trace_split."""
+    lines = ["; MaxProcs: 64"]
+    for j in range(1, 301):  # a job every 2 minutes, 1..16 processors, 1..30 minutes
+        lines.append(f"{j} {120 * j} 0 {60 * (1 + j % 30)} {1 + j % 16} -1 -1 -1 -1 -1 1 1 1 1 1 1 -1 -1")
+    trace = tmp_path / "jobs.swf"
+    trace.write_text("\n".join(lines) + "\n")
+    common = ("scripts/figures.py", "trace", "--trace", str(trace), "--seconds_per_step", "300", "--simu_len", "20",
+              "--compressions", "1", "2", "--heuristics", "tetris", "sjf", "--jobsets", "3", "--threads", "1")
+    run(*common, "--capacity", "processors=64", "--split", "test", "--out", str(tmp_path / "old.png"))
+    run(*common, "--trace_capacity", "processors=64", "--trace_split", "test", "--out", str(tmp_path / "new.png"))
+    old, new = (json.loads((tmp_path / f"{name}.json").read_text()) for name in ("old", "new"))
+    assert old.pop("command") != new.pop("command") and old == new
+    assert new["split"] == "test" and new["mapping"]["capacity"] == {"processors": 64.0}
+    assert [s["time_compression"] for s in new["settings"].values()] == [1.0, 2.0]
+    for setting in new["settings"].values():
+        assert set(setting["results"]) == {"tetris", "sjf"} and setting["jobs_in_jobsets"] > 0

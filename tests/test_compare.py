@@ -1,0 +1,59 @@
+"""`evaluation.compare`: several policies on the same jobsets give what `evaluate` gives each of them
+alone, and the comparison's best policy and paired differences read those results."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lightning_sched import ClusterConfig, DeepRMWorkload
+from lightning_sched.evaluation import compare, evaluate, make_jobsets, paired_difference
+from lightning_sched.heuristics import make_heuristic
+
+
+@pytest.fixture(scope="module")
+def setup():
+    cfg = ClusterConfig(observation="none")
+    jobs = make_jobsets(DeepRMWorkload(load=1.1, simu_len=20), 5, 3)
+    return cfg, jobs
+
+
+def test_compare_matches_evaluating_each_policy(setup):
+    cfg, jobs = setup
+    case = compare({"tetris": make_heuristic("tetris", cfg), "sjf": make_heuristic("sjf", cfg)}, cfg, jobs)
+    assert list(case.results) == ["tetris", "sjf"]
+    for name in ("tetris", "sjf"):
+        alone = evaluate(make_heuristic(name, cfg), cfg, jobs)
+        assert case.results[name].summary == alone.summary
+        assert torch.equal(case.results[name].job_slowdown.nan_to_num(-1), alone.job_slowdown.nan_to_num(-1))
+        s = alone.summary
+        assert case.mean_ci(name, "slo_hit_rate") == (s["slo_hit_rate"], s["slo_hit_rate_ci95"])
+    assert case.minus("sjf", "tetris") == paired_difference(case.results["sjf"], case.results["tetris"])
+    diff, _ = case.minus("sjf", "tetris", "slo_hit_rate")
+    assert diff == pytest.approx(case.mean_ci("sjf", "slo_hit_rate")[0] - case.mean_ci("tetris", "slo_hit_rate")[0])
+
+
+def test_best_is_the_lowest_slowdown_and_the_highest_slo_hit_rate(setup):
+    cfg, jobs = setup
+    policies = {h: make_heuristic(h, cfg, **({"generator": torch.Generator().manual_seed(0)} if h == "random" else {}))
+                for h in ("random", "tetris", "edf")}
+    case = compare(policies, cfg, jobs)
+    slowdown = {name: case.mean_ci(name)[0] for name in policies}
+    slo = {name: case.mean_ci(name, "slo_hit_rate")[0] for name in policies}
+    assert case.best() == min(slowdown, key=slowdown.get) != "random"
+    assert case.best(metric="slo_hit_rate") == max(slo, key=slo.get)
+    assert case.best(["random"]) == "random"
+
+
+def test_a_sampled_policy_goes_on_from_where_it_left_off(setup):
+    """compare keeps a policy's state: the same generator twice gives other actions the second time,
+    a fresh one the same numbers."""
+    cfg, jobs = setup
+
+    def random(seed=0):
+        return make_heuristic("random", cfg, generator=torch.Generator().manual_seed(seed))
+
+    shared = {"random": random()}
+    first, second = compare(shared, cfg, jobs), compare(shared, cfg, jobs)
+    again = compare({"random": random()}, cfg, jobs)
+    assert again.results["random"].summary == first.results["random"].summary
+    assert second.results["random"].summary != first.results["random"].summary
