@@ -18,10 +18,9 @@ import json
 import statistics
 import time
 
-from _common import set_threads
-
 import torch
 
+from _common import set_threads
 from lightning_sched import ClusterConfig, ClusterEnv, DeepRMWorkload
 from lightning_sched.cluster import init_state, step_state
 from lightning_sched.evaluation import make_jobsets

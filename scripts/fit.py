@@ -23,11 +23,11 @@ if str(ROOT) not in sys.path:  # runs from a checkout without `pip install -e .`
     sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+from jsonargparse import lazy_instance  # noqa: E402
 from lightning.pytorch import LightningModule  # noqa: E402
 from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar  # noqa: E402
 from lightning.pytorch.cli import LightningCLI  # noqa: E402
 from lightning.pytorch.loggers import WandbLogger  # noqa: E402
-from jsonargparse import lazy_instance  # noqa: E402
 
 from callbacks import HeuristicComparison, LatestCheckpoint  # noqa: E402
 from lightning_sched import ClusterConfig, ConfigError  # noqa: E402

@@ -7,9 +7,9 @@ import torch
 from torchrl.envs.utils import check_env_specs
 
 from lightning_sched import ClusterConfig, ClusterEnv, DeepRMWorkload, JobSet
-from lightning_sched.state import ClusterState
 from lightning_sched.heuristics import Tetris, make_heuristic
 from lightning_sched.objectives import episode_metrics
+from lightning_sched.state import ClusterState
 
 SMALL = ClusterConfig(num_resources=2, resource_units=6, horizon=10, num_slots=4, backlog_size=12, max_job_len=8,
                       max_job_units=6, max_time=120)

@@ -21,7 +21,7 @@ from lightning_sched.rollout import collect
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).parent))
-from test_fit import SMOKE, fit  # noqa: E402
+from test_fit import fit  # noqa: E402
 
 CFG = ClusterConfig(observation="none")
 
