@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
+from torch import nn
 
 from .config import REWARD_FIELDS, ClusterConfig, ConfigError
 from .policies import DeepRMNetwork, NetworkPolicy, PolicySpec, make_policy
@@ -19,24 +20,42 @@ def policy_checkpoint(net: DeepRMNetwork, greedy: bool = True) -> dict:
             "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()}}
 
 
-def load_network(path, device="cpu") -> tuple[DeepRMNetwork, ClusterConfig, dict]:
+SIZE_FIELDS = ("num_resources", "resource_units", "horizon", "num_slots", "backlog_size", "max_job_len",
+               "max_job_units", "max_time", "max_track_since_new")
+
+
+def load_network(path, device="cpu", cluster: ClusterConfig | None = None) -> tuple[nn.Module, ClusterConfig, dict]:
     """(network, its ClusterConfig, the checkpoint's lightning_sched entry) from a checkpoint written
-    by a task of this project. Checkpoints are pickles (as Lightning's): load only files you trust."""
+    by a task of this project. With `cluster`, the network runs on that cluster's size (its
+    ClusterConfig takes the cluster's size fields): a slot policy runs on any size, DeepRM's image
+    network only on its own, and another is refused naming the fields. Checkpoints are pickles (as
+    Lightning's): load only files you trust."""
     data = torch.load(path, map_location="cpu", weights_only=False)
     if not isinstance(data, dict) or CHECKPOINT_KEY not in data:
         raise ConfigError(f"{path}: not a lightning_sched checkpoint (no '{CHECKPOINT_KEY}' entry)")
     saved = data[CHECKPOINT_KEY]
     cfg = ClusterConfig(**saved["cluster"])
-    net = make_policy(PolicySpec(**saved["policy"]), cfg)
+    spec = PolicySpec(**saved["policy"])
+    if cluster is not None:
+        resized = {k: getattr(cluster, k) for k in SIZE_FIELDS if getattr(cluster, k) != getattr(cfg, k)}
+        if resized and not spec.any_cluster:
+            raise ConfigError(
+                f"{path}: DeepRM's image network runs only on the cluster it was trained on (its input is that "
+                f"cluster's image), and this cluster differs in "
+                + ", ".join(f"{k} ({getattr(cfg, k)} -> {v})" for k, v in resized.items())
+                + "; a policy trained with policy.kind 'slots' runs on any size")
+        cfg = cfg.replace(**resized)
+    net = make_policy(spec, cfg)
     net.load_state_dict(saved["state_dict"])
     return net.to(device), cfg, saved
 
 
-def load_policy(path, device="cpu", greedy: bool | None = None, generator: torch.Generator | None = None):
+def load_policy(path, device="cpu", greedy: bool | None = None, generator: torch.Generator | None = None,
+                cluster: ClusterConfig | None = None):
     """(NetworkPolicy, its ClusterConfig) from a checkpoint (see load_network). greedy=None acts as
     the checkpoint says (argmax, or sampled as DeepRM evaluates); a sampled policy with no
     generator gets one seeded with 0, so evaluations repeat."""
-    net, cfg, saved = load_network(path, device)
+    net, cfg, saved = load_network(path, device, cluster)
     greedy = saved.get("greedy", True) if greedy is None else greedy
     if not greedy and generator is None:
         generator = torch.Generator(device=device).manual_seed(0)

@@ -52,6 +52,8 @@ _COMPUTE = {
     "slot_demand": lambda s, cfg, o: s.slot_demand.transpose(1, 2).long(),
     "slot_offset": lambda s, cfg, o: slot_offsets(s),
     "slot_deadline": lambda s, cfg, o: s.deadline.gather(1, s.slot_job) - s.time.unsqueeze(1),
+    "slot_waited": lambda s, cfg, o: torch.where(s.slot_duration > 0,
+                                                 s.time.unsqueeze(1) - s.arrival.gather(1, s.slot_job), 0),
     "free_now": lambda s, cfg, o: cfg.resource_units - s.used_now,
     "backlog": lambda s, cfg, o: _backlog(s).unsqueeze(1),
     "since_new": lambda s, cfg, o: _since_new(s, cfg).unsqueeze(1),
@@ -68,11 +70,12 @@ def observe(state: ClusterState, cfg: ClusterConfig, job_start: bool = True) -> 
     action_mask [M+1] bool, time [1], job_start [L] (original job order, -1 unscheduled),
     slot_duration [M], slot_demand [M, R], slot_offset [M] (earliest start offset, -1 infeasible),
     slot_deadline [M] (steps to the deadline), free_now [R], backlog [1], since_new [1] float;
+    slot_waited [M] (steps since the slot job arrived, 0 for an empty slot; policies only);
     used [T, R] (in every mode: policies over the structured state read it; the env publishes it
     only with 'image' or 'compact'); and with observation 'image' or 'compact': observation.
     `job_start=False` leaves out job_start (an [B, L] scatter the rollout hot path does not need).
     """
-    keys = STRUCTURED_KEYS + ("used",) + (("job_start",) if job_start else ())
+    keys = STRUCTURED_KEYS + ("used", "slot_waited") + (("job_start",) if job_start else ())
     if cfg.observation != "none":
         keys = keys + ("observation",)
     return Observation(state, cfg, keys)

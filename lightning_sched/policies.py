@@ -21,6 +21,7 @@ rows per state: the same function and the same gradients as multiplying the rend
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Protocol
 
@@ -29,7 +30,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from .config import ClusterConfig, ConfigError
+from .heuristics import EDF, SJF, Packer, Tetris
 from .observations import render_image
+
+PRIORS = {"tetris": Tetris, "sjf": SJF, "packer": Packer, "edf": EDF}
 
 
 @dataclass
@@ -44,11 +48,35 @@ class PolicySpec:
     """Also read each slot job's slack, deadline - now - duration (DeepRM's image shows no job
     ages or deadlines): two inputs a slot, min(slack, T) / T and whether the deadline can no
     longer be met. DeepRM: False."""
+    kind: str = "image"
+    """"image": DeepRM's network over the flattened image, for one cluster size. "slots": one
+    small network scores every slot job from its own size-normalized features (`SlotNetwork`), so
+    the same weights run on any num_slots, resource_units, horizon and max_job_len (needs masked)."""
+    prior: str | None = None
+    """kind "slots": a heuristic ("tetris", "sjf", "packer", "edf") whose preference is added to
+    the logits, so the untrained network already acts like it and learning only has to find where
+    to deviate. None: no prior."""
+    prior_scale: float = 10.0
+    """The prior's weight at initialization (learned from there)."""
 
     def __post_init__(self) -> None:
         self.hidden = tuple(self.hidden)
         if not self.hidden or any((not isinstance(h, int)) or h < 1 for h in self.hidden):
             raise ConfigError(f"PolicySpec.hidden must be one or more integers >= 1, got {self.hidden!r}")
+        if self.kind not in ("image", "slots"):
+            raise ConfigError(f"PolicySpec.kind must be 'image' or 'slots', got {self.kind!r}")
+        if self.kind == "slots" and not self.masked:
+            raise ConfigError("PolicySpec.masked must be true for kind 'slots' (it scores only the jobs that can be "
+                              "placed), got false")
+        if self.prior is not None and (self.kind != "slots" or self.prior not in PRIORS):
+            raise ConfigError(f"PolicySpec.prior={self.prior!r} needs kind 'slots' and one of {sorted(PRIORS)}")
+        if not (self.prior_scale > 0 and math.isfinite(self.prior_scale)):
+            raise ConfigError(f"PolicySpec.prior_scale must be a finite number > 0, got {self.prior_scale!r}")
+
+    @property
+    def any_cluster(self) -> bool:
+        """Whether the network runs on a cluster of another size than it was trained on."""
+        return self.kind == "slots"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -236,9 +264,119 @@ def log_prob(net: nn.Module, features: dict[str, torch.Tensor],
     return logp.gather(1, action.unsqueeze(1)).squeeze(1), entropy
 
 
-def make_policy(spec: PolicySpec, cfg: ClusterConfig) -> DeepRMNetwork:
+class SlotNetwork(nn.Module):
+    """A slot-equivariant policy: the same small network scores every waiting job in a slot from
+    that job's own features, and the void action from the cluster's context; every feature is a
+    fraction of the cluster's size (capacity, horizon, slots), so the weights run on any num_slots,
+    resource_units, horizon and max_job_len (num_resources enters only through means and extremes
+    over resources). Masked softmax. Features per state (see `encode`):
+
+        slots:   FloatTensor[B, M, SLOT_FEATURES]  per slot job (zeros for an empty slot)
+        present: BoolTensor[B, M]                  the slot holds a job
+        context: FloatTensor[B, CONTEXT_FEATURES]
+        mask:    BoolTensor[B, M+1]                valid actions
+        prior:   FloatTensor[B, M+1]               with spec.prior: the heuristic's preference
+
+    The slot jobs are also pooled (mean and max of their embeddings) into the context, so each
+    job's score can depend on what else waits. With a prior, logits = network + scale x prior and
+    the scoring layers start at zero: the untrained policy acts like the heuristic.
+    """
+
+    SLOT_FEATURES = 12
+    CONTEXT_FEATURES = 8
+
+    def __init__(self, cfg: ClusterConfig, spec: PolicySpec):
+        super().__init__()
+        self.cfg, self.spec = cfg, spec
+        h = spec.hidden[0]
+        self.slot_in = nn.Linear(self.SLOT_FEATURES, h)  # the job's embedding
+        self.context_in = nn.Linear(self.CONTEXT_FEATURES + 2 * h, h)  # the cluster and the pooled jobs
+        self.slot_mix, self.context_mix = nn.Linear(h, h), nn.Linear(h, h, bias=False)  # job x context
+        self.slot_out = nn.Linear(h, 1)
+        self.void_mix, self.void_out = nn.Linear(h, h), nn.Linear(h, 1)
+        self.heuristic = PRIORS[spec.prior](cfg) if spec.prior else None
+        if self.heuristic is not None:
+            self.log_prior_scale = nn.Parameter(torch.tensor(math.log(spec.prior_scale)))
+            for out in (self.slot_out, self.void_out):
+                nn.init.zeros_(out.weight)
+                nn.init.zeros_(out.bias)
+
+    def encode(self, obs) -> dict[str, torch.Tensor]:
+        """The features `forward` needs, from an observation's structured keys (any mode)."""
+        cfg = self.cfg
+        horizon, units = cfg.horizon, cfg.resource_units
+        duration = obs["slot_duration"].float()  # [B, M]
+        present = duration > 0
+        length = duration.clamp(min=1)
+        demand = obs["slot_demand"].float() / units  # [B, M, R], share of capacity
+        free = obs["free_now"].float() / units  # [B, R]
+        offset = obs["slot_offset"]
+        feasible, fits = offset >= 0, offset == 0
+        waited = obs["slot_waited"].float()
+        slack = obs["slot_deadline"].float() - duration
+        slot = torch.stack([
+            duration / horizon, 1 / length,  # SJF's quantity
+            demand.mean(-1), demand.amax(-1),
+            torch.where(feasible, offset.float() / horizon, 1.0), fits.float(), feasible.float(),
+            (waited / horizon).clamp(max=4), (slack / horizon).clamp(-2, 2),
+            torch.log((waited + offset.clamp(min=0) + length) / length),  # its slowdown if placed at its offset
+            (free.unsqueeze(1) * demand).mean(-1),  # Tetris's packing term, per unit of capacity
+            (free.unsqueeze(1) - demand).amin(-1),  # the tightest resource after placing it now
+        ], -1) * present.unsqueeze(-1)
+        used = obs["used"].float() / units  # [B, T, R]
+        b = used.shape[0]
+        context = torch.stack([
+            free.mean(-1), free.amin(-1),
+            1 - used.mean((1, 2)), 1 - used[:, : max(1, horizon // 4)].mean((1, 2)),
+            (obs["backlog"].reshape(b).float() / cfg.num_slots).clamp(max=5), present.float().mean(-1),
+            obs["since_new"].reshape(b).float(), fits.any(-1).float(),
+        ], -1)
+        features = {"slots": slot, "present": present, "context": context, "mask": obs["action_mask"]}
+        if self.heuristic is not None:
+            features["prior"] = self.prior_preference(obs, fits)
+        return features
+
+    def prior_preference(self, obs, fits: torch.Tensor) -> torch.Tensor:
+        """[B, M+1]: 1 + the heuristic's score scaled to [0, 1] among the jobs that fit now, 0 for
+        the others, and 0.5 for void: the work-conserving heuristic's choice has the largest value."""
+        score = self.heuristic.score(obs).float()
+        low = score.masked_fill(~fits, float("inf")).amin(-1, keepdim=True)
+        high = score.masked_fill(~fits, float("-inf")).amax(-1, keepdim=True)
+        scaled = torch.where(high > low, (score - low) / (high - low), 1.0)
+        slots = torch.where(fits, 1 + scaled, 0.0)
+        return torch.cat([slots, torch.full_like(slots[:, :1], 0.5)], -1)
+
+    def forward(self, features: dict[str, torch.Tensor], table=None) -> torch.Tensor:
+        """Masked action logits [B, M+1]."""
+        embedded = torch.relu(self.slot_in(features["slots"]))  # [B, M, H]
+        present = features["present"].unsqueeze(-1)
+        mean = (embedded * present).sum(1) / present.sum(1).clamp(min=1)
+        most = (embedded * present).amax(1)  # ReLU outputs are >= 0: an empty slot's 0 never wins
+        context = torch.relu(self.context_in(torch.cat([features["context"], mean, most], -1)))  # [B, H]
+        # the context's term is computed once a state and broadcast over the slots
+        mixed = torch.relu(self.slot_mix(embedded) + self.context_mix(context).unsqueeze(1))  # [B, M, H]
+        void = self.void_out(torch.relu(self.void_mix(context)))  # [B, 1]
+        logits = torch.cat([self.slot_out(mixed).squeeze(-1), void], -1)
+        if self.heuristic is not None:
+            logits = logits + self.log_prior_scale.exp() * features["prior"]
+        return action_logits(logits, features["mask"], masked=True)
+
+    def frozen(self):
+        return self
+
+
+def make_policy(spec: PolicySpec, cfg: ClusterConfig) -> DeepRMNetwork | SlotNetwork:
     """The network a `PolicySpec` describes, for cluster `cfg`."""
-    return DeepRMNetwork(cfg, spec)
+    return SlotNetwork(cfg, spec) if spec.kind == "slots" else DeepRMNetwork(cfg, spec)
+
+
+def forbid_idle_void(logits: torch.Tensor, obs) -> torch.Tensor:
+    """Greedy acting's guard: while nothing runs or is reserved and a slot job fits now, void only
+    lets time pass on an idle cluster, and an argmax that picks it there can pick it forever (a
+    state that never changes). Such rows get void's logit set to -inf: [B, M+1]."""
+    idle = obs["used"].sum((1, 2)) == 0
+    stuck = idle & (obs["slot_offset"] == 0).any(-1)
+    return torch.cat([logits[:, :-1], logits[:, -1:].masked_fill(stuck.unsqueeze(1), float("-inf"))], -1)
 
 
 @dataclass
@@ -251,6 +389,8 @@ class NetworkPolicy:
 
     @torch.no_grad()
     def __call__(self, obs):
-        features = self.net.encode(obs)
-        obs["action"] = sample_actions(self.net(features), self.greedy, self.generator)
+        logits = self.net(self.net.encode(obs))
+        if self.greedy:
+            logits = forbid_idle_void(logits, obs)
+        obs["action"] = sample_actions(logits, self.greedy, self.generator)
         return obs

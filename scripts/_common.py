@@ -14,6 +14,7 @@ if str(ROOT) not in sys.path:  # the scripts work from a checkout without `pip i
 import torch  # noqa: E402
 
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload  # noqa: E402
+from lightning_sched.checkpoints import SIZE_FIELDS  # noqa: E402
 from lightning_sched.heuristics import make_heuristic  # noqa: E402
 from lightning_sched.traces import TraceWorkload, parse_capacity  # noqa: E402
 
@@ -30,6 +31,27 @@ def add_workload_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--dominant_units", type=int, nargs=2, default=w.dominant_units, metavar=("LO", "HI"))
     g.add_argument("--other_units", type=int, nargs=2, default=w.other_units, metavar=("LO", "HI"))
     g.add_argument("--arrivals", choices=("auto", "bernoulli", "poisson"), default=w.arrivals)
+
+
+def add_cluster_flags(parser: argparse.ArgumentParser, reward_default: bool = True) -> None:
+    """ClusterConfig's fields as flags. The size fields default to None: a checkpoint's own cluster,
+    else DeepRM's; given, every policy runs on that cluster (a checkpoint of DeepRM's image network
+    only if it is its own size). Without `reward_default`, --objective and --slo_slowdown default
+    to None too (the checkpoint's)."""
+    g = parser.add_argument_group("cluster (ClusterConfig; default: the checkpoint's, else DeepRM's)")
+    for name in SIZE_FIELDS:
+        g.add_argument(f"--{name}", type=int, help=f"ClusterConfig.{name} (DeepRM: {getattr(ClusterConfig(), name)})")
+    g.add_argument("--objective", default="slowdown" if reward_default else None,
+                   help="ClusterConfig.objective (heuristics ignore it)")
+    g.add_argument("--slo_slowdown", type=float, default=2.0 if reward_default else None,
+                   help="default deadline a + floor(slo * d)")
+
+
+def cluster_from_args(args) -> tuple[ClusterConfig, bool]:
+    """(the cluster the flags describe, whether any size flag was given)."""
+    sizes = {name: getattr(args, name) for name in SIZE_FIELDS if getattr(args, name) is not None}
+    reward = {k: getattr(args, k) for k in ("objective", "slo_slowdown") if getattr(args, k) is not None}
+    return ClusterConfig(observation="none", **reward, **sizes), bool(sizes)
 
 
 def workload_from_args(args, cfg: ClusterConfig) -> DeepRMWorkload:

@@ -25,8 +25,10 @@ from pathlib import Path
 import torch
 
 from _common import (
+    add_cluster_flags,
     add_trace_flags,
     add_workload_flags,
+    cluster_from_args,
     format_row,
     set_threads,
     table_header,
@@ -45,6 +47,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=5, help="adaptation steps K")
     add_workload_flags(ap)
     add_trace_flags(ap)
+    add_cluster_flags(ap, reward_default=False)
     ap.add_argument("--jobsets", type=int, help="jobsets per step (default: the checkpoint's inner loop, else 20)")
     ap.add_argument("--episodes", type=int, help="episodes per jobset and step (default: inner loop, else 20)")
     ap.add_argument("--lr", type=float, help="step size (default: the meta-policy's inner lr, else 0.05; with "
@@ -65,7 +68,10 @@ def main(argv=None) -> int:
     if args.eval_every < 1:
         ap.error(f"--eval_every must be >= 1, got {args.eval_every}")
     try:
-        net, cfg, saved = load_network(args.ckpt, args.device)
+        cluster, sized = cluster_from_args(args)
+        net, cfg, saved = load_network(args.ckpt, args.device, cluster if sized else None)
+        reward = {k: getattr(args, k) for k in ("objective", "slo_slowdown") if getattr(args, k) is not None}
+        cfg = cfg.replace(**reward)
         settings = AdaptationSettings.from_checkpoint(
             saved, args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr, optimizer=args.optimizer,
             normalize_advantage=False if args.no_normalize else None)

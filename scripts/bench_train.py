@@ -38,46 +38,60 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--slots", action="store_true",
+                    help="also time the slot policy (PolicySpec kind 'slots', 16 units, Tetris prior) in the same "
+                         "run, iterations interleaved, and print its median time over the image network's")
     args = ap.parse_args(argv)
     threads = set_threads(args.threads)
     cfg = ClusterConfig(observation="none")
     torch.manual_seed(0)
-    net = make_policy(PolicySpec(masked=args.masked), cfg).to(args.device)
-    opt = torch.optim.RMSprop(net.parameters(), lr=1e-3, alpha=0.9, eps=1e-9)
+    specs = {"image": PolicySpec(masked=args.masked)}
+    if args.slots:
+        specs["slots"] = PolicySpec(kind="slots", masked=True, hidden=(16,), prior="tetris")
+    nets = {name: make_policy(spec, cfg).to(args.device) for name, spec in specs.items()}
+    opts = {name: torch.optim.RMSprop(net.parameters(), lr=1e-3, alpha=0.9, eps=1e-9) for name, net in nets.items()}
     baseline = TimeIndexedBaseline()
     generator = torch.Generator(device=args.device).manual_seed(0)
-    parts = {"rollout_s": [], "loss_s": [], "backward_step_s": [], "iteration_s": [], "decisions": []}
+    keys = ("rollout_s", "loss_s", "backward_step_s", "iteration_s", "decisions")
+    parts = {name: {k: [] for k in keys} for name in nets}
     for i in range(args.repeats + 1):
         jobs = make_jobsets(DeepRMWorkload(load=args.load, simu_len=args.simu_len), args.jobsets, 1000 + i)
         jobs = jobs.to(args.device).repeat_interleave(args.episodes)
-        sync(args.device)
-        t0 = time.perf_counter()
-        traj = collect(net, cfg, jobs, generator=generator)
-        sync(args.device)
-        t1 = time.perf_counter()
-        pg = policy_gradient(net, traj, baseline, args.episodes)
-        sync(args.device)
-        t2 = time.perf_counter()
-        opt.zero_grad()
-        pg.loss.backward()
-        opt.step()
-        sync(args.device)
-        t3 = time.perf_counter()
-        if i == 0:
-            continue  # warm-up
-        for key, value in (("rollout_s", t1 - t0), ("loss_s", t2 - t1), ("backward_step_s", t3 - t2),
-                           ("iteration_s", t3 - t0), ("decisions", pg.decisions)):
-            parts[key].append(value)
-    med = {k: statistics.median(v) for k, v in parts.items()}
+        for name, net in nets.items():  # the same jobsets for each network, one after the other
+            sync(args.device)
+            t0 = time.perf_counter()
+            traj = collect(net, cfg, jobs, generator=generator)
+            sync(args.device)
+            t1 = time.perf_counter()
+            pg = policy_gradient(net, traj, baseline, args.episodes)
+            sync(args.device)
+            t2 = time.perf_counter()
+            opts[name].zero_grad()
+            pg.loss.backward()
+            opts[name].step()
+            sync(args.device)
+            t3 = time.perf_counter()
+            if i == 0:
+                continue  # warm-up
+            for key, value in zip(keys, (t1 - t0, t2 - t1, t3 - t2, t3 - t0, pg.decisions)):
+                parts[name][key].append(value)
+    med = {name: {k: statistics.median(v) for k, v in part.items()} for name, part in parts.items()}
     print(f"device={args.device} threads={threads} torch={torch.__version__}  {args.jobsets} jobsets x {args.episodes} "
           f"episodes, load {args.load}, simu_len {args.simu_len}, masked={args.masked}; medians of {args.repeats}")
-    for key in ("rollout_s", "loss_s", "backward_step_s", "iteration_s"):
-        print(f"  {key:18s} {med[key]:8.3f}")
-    print(f"  {'decisions':18s} {med['decisions']:8.0f}   "
-          f"({med['decisions'] / med['iteration_s']:,.0f} trained decisions/s)")
-    print(json.dumps({"device": args.device, "threads": threads, "torch": torch.__version__, "jobsets": args.jobsets,
-                      "episodes": args.episodes, "load": args.load, "masked": args.masked, "repeats": args.repeats,
-                      **{k: round(v, 4) for k, v in med.items()}}))
+    for name, m in med.items():
+        print(f" {name} network")
+        for key in keys[:-1]:
+            print(f"  {key:18s} {m[key]:8.3f}")
+        rate = m["decisions"] / m["iteration_s"]
+        print(f"  {'decisions':18s} {m['decisions']:8.0f}   ({rate:,.0f} trained decisions/s)")
+    result = {"device": args.device, "threads": threads, "torch": torch.__version__, "jobsets": args.jobsets,
+              "episodes": args.episodes, "load": args.load, "masked": args.masked, "repeats": args.repeats,
+              **{k: round(v, 4) for k, v in med["image"].items()}}
+    if args.slots:
+        ratio = statistics.median(s / i for s, i in zip(parts["slots"]["iteration_s"], parts["image"]["iteration_s"]))
+        print(f" slots / image iteration time: {ratio:.2f} (median of per-iteration ratios)")
+        result.update(slots={k: round(v, 4) for k, v in med["slots"].items()}, slots_over_image=round(ratio, 3))
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -17,8 +17,10 @@ import sys
 import time
 
 from _common import (
+    add_cluster_flags,
     add_trace_flags,
     add_workload_flags,
+    cluster_from_args,
     format_row,
     heuristic,
     set_threads,
@@ -32,14 +34,15 @@ from lightning_sched.evaluation import evaluate, make_jobsets, paired_difference
 from lightning_sched.heuristics import HEURISTICS
 
 
-def resolve_policy(spec: str, cfg: ClusterConfig, device, greedy: bool | None, seed: int):
-    """A heuristic name or a checkpoint path -> (display name, policy callable, its ClusterConfig)."""
+def resolve_policy(spec: str, cfg: ClusterConfig, device, greedy: bool | None, seed: int, resize: bool = False):
+    """A heuristic name or a checkpoint path -> (display name, policy callable, its ClusterConfig);
+    with `resize` a checkpoint runs on `cfg`'s size."""
     if spec in HEURISTICS:
         return spec, heuristic(spec, cfg, device, seed), cfg
     if spec.endswith(".ckpt"):
         from lightning_sched.checkpoints import load_policy
 
-        policy, ckpt_cfg = load_policy(spec, device=device, greedy=greedy)
+        policy, ckpt_cfg = load_policy(spec, device=device, greedy=greedy, cluster=cfg if resize else None)
         return spec, policy, ckpt_cfg
     raise ConfigError(f"--policy {spec!r} is neither a heuristic ({', '.join(sorted(HEURISTICS))}) nor a .ckpt file")
 
@@ -50,8 +53,7 @@ def main(argv=None) -> int:
                     help="heuristic names and/or checkpoint paths")
     add_workload_flags(ap)
     add_trace_flags(ap)
-    ap.add_argument("--objective", default="slowdown", help="ClusterConfig.objective (heuristics ignore it)")
-    ap.add_argument("--slo_slowdown", type=float, default=2.0, help="default deadline a + floor(slo * d)")
+    add_cluster_flags(ap)
     ap.add_argument("--jobsets", type=int, default=200, help="number of unseen jobsets N")
     ap.add_argument("--episodes", type=int, default=1, help="episodes per jobset (for stochastic policies)")
     ap.add_argument("--seed", type=int, default=seeds.EVALUATION, help="seed of the jobsets")
@@ -69,8 +71,8 @@ def main(argv=None) -> int:
     if args.jobsets < 1:
         ap.error(f"--jobsets must be >= 1, got {args.jobsets}")
     try:
-        cfg = ClusterConfig(objective=args.objective, slo_slowdown=args.slo_slowdown, observation="none")
-        policies = [resolve_policy(p, cfg, args.device, args.greedy, args.seed) for p in args.policy]
+        cfg, sized = cluster_from_args(args)
+        policies = [resolve_policy(p, cfg, args.device, args.greedy, args.seed, sized) for p in args.policy]
         # a checkpoint fixes the cluster; all policies in one table must share it (the reward they
         # were trained for may differ: the table measures every metric)
         cluster = policies[0][2]

@@ -64,11 +64,11 @@ class TaskBlockNetworks:
         return self.encoder.encode(obs)
 
     def frozen(self):
-        tables = [net.prefix_table() for net in self.nets]
+        frozen = [net.frozen() for net in self.nets]
 
         def logits(features):
-            return torch.cat([net({k: v[a:b] for k, v in features.items()}, table)
-                              for net, table, a, b in zip(self.nets, tables, self.bounds, self.bounds[1:])])
+            return torch.cat([net({k: v[a:b] for k, v in features.items()})
+                              for net, a, b in zip(frozen, self.bounds, self.bounds[1:])])
         return logits
 
 

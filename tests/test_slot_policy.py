@@ -1,0 +1,127 @@
+"""The slot policy (PolicySpec kind "slots"): slot-equivariant, one set of weights for any cluster
+size, the heuristic prior, greedy acting that cannot stall, and checkpoints across sizes."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload
+from lightning_sched.checkpoints import load_network, load_policy, policy_checkpoint
+from lightning_sched.cluster import init_state
+from lightning_sched.evaluation import evaluate, make_jobsets
+from lightning_sched.heuristics import make_heuristic
+from lightning_sched.observations import observe
+from lightning_sched.policies import NetworkPolicy, PolicySpec, SlotNetwork, make_policy
+
+ROOT = Path(__file__).resolve().parent.parent
+SLOTS = PolicySpec(kind="slots", masked=True, hidden=(8,))
+CFG = ClusterConfig(observation="none")
+BIG = ClusterConfig(observation="none", num_slots=20, resource_units=20, max_job_units=20, horizon=30,
+                    max_job_len=20)
+
+
+def features_mid_episode(cfg: ClusterConfig, load: float = 1.5) -> dict:
+    """Features of states with waiting jobs: SJF plays a few steps first."""
+    from lightning_sched.cluster import step_state
+
+    jobs = make_jobsets(DeepRMWorkload(load=load, num_resources=cfg.num_resources,
+                                       resource_units=cfg.resource_units,
+                                       dominant_units=(cfg.resource_units // 2, cfg.resource_units)), 16, 3)
+    state = init_state(jobs, cfg)
+    sjf = make_heuristic("sjf", cfg)
+    for _ in range(40):
+        step_state(state, sjf(observe(state, cfg))["action"], cfg)
+    return observe(state, cfg)
+
+
+def test_logits_follow_the_slots_when_they_are_permuted():
+    torch.manual_seed(0)
+    net = make_policy(SLOTS, CFG)
+    features = net.encode(features_mid_episode(CFG))
+    assert features["present"].sum() > features["present"].shape[0]  # several jobs waiting somewhere
+    order = torch.randperm(CFG.num_slots)
+    permuted = {k: v[:, order] if k in ("slots", "present") else v for k, v in features.items()}
+    permuted["mask"] = torch.cat([features["mask"][:, order], features["mask"][:, -1:]], 1)
+    base, moved = net(features), net(permuted)
+    assert torch.allclose(moved[:, :-1], base[:, order], atol=1e-6)
+    assert torch.allclose(moved[:, -1], base[:, -1], atol=1e-6)
+
+
+def test_the_same_weights_run_on_another_cluster_size():
+    torch.manual_seed(0)
+    small = make_policy(SLOTS, CFG)
+    big = make_policy(SLOTS, BIG)
+    big.load_state_dict(small.state_dict())  # no weight depends on the cluster's size
+    jobs = make_jobsets(DeepRMWorkload(load=0.9, resource_units=20, dominant_units=(10, 20), other_units=(1, 4),
+                                       long_len=(10, 20)), 6, 1)
+    result = evaluate(NetworkPolicy(big, greedy=True), BIG, jobs)
+    assert result.summary["unfinished_jobs"] == 0 and result.summary["num_jobs"] > 0
+
+
+def test_with_the_prior_the_untrained_policy_acts_as_the_heuristic():
+    jobs = make_jobsets(DeepRMWorkload(load=1.1), 20, 5)
+    for prior in ("tetris", "sjf"):
+        net = make_policy(PolicySpec(kind="slots", masked=True, hidden=(8,), prior=prior), CFG)
+        mine = evaluate(NetworkPolicy(net, greedy=True), CFG, jobs)
+        theirs = evaluate(make_heuristic(prior, CFG), CFG, jobs)
+        assert torch.equal(mine.episodes["mean_slowdown"], theirs.episodes["mean_slowdown"])
+    # and the prior's scale is a weight that training moves
+    assert "log_prior_scale" in dict(net.named_parameters())
+
+
+def test_greedy_acting_never_stalls_on_an_idle_cluster():
+    """A network whose argmax is always void would wait forever; greedy acting may not void while
+    the cluster is idle and a job fits now."""
+    net = make_policy(SLOTS, CFG)
+    with torch.no_grad():
+        net.void_out.bias.fill_(100.0)
+    jobs = make_jobsets(DeepRMWorkload(load=0.5, simu_len=10), 4, 2)
+    greedy = evaluate(NetworkPolicy(net, greedy=True), CFG, jobs)
+    assert greedy.summary["unfinished_jobs"] == 0
+
+    def raw_argmax(obs):  # the same network without the guard
+        obs["action"] = net(net.encode(obs)).argmax(-1)
+        return obs
+
+    assert evaluate(raw_argmax, CFG, jobs).summary["unfinished_jobs"] > 0
+
+
+def test_checkpoints_across_cluster_sizes(tmp_path):
+    slots = make_policy(SLOTS, CFG)
+    torch.save({"lightning_sched": policy_checkpoint(slots, greedy=True)}, tmp_path / "slots.ckpt")
+    net, cfg, _ = load_network(tmp_path / "slots.ckpt", cluster=BIG)
+    assert isinstance(net, SlotNetwork) and (cfg.num_slots, cfg.resource_units, cfg.horizon) == (20, 20, 30)
+    policy, cfg = load_policy(tmp_path / "slots.ckpt")
+    assert cfg.num_slots == 10  # no cluster given: its own
+    image = make_policy(PolicySpec(), CFG)
+    torch.save({"lightning_sched": policy_checkpoint(image, greedy=False)}, tmp_path / "image.ckpt")
+    with pytest.raises(ConfigError, match=r"image network runs only on the cluster .* num_slots \(10 -> 20\)"):
+        load_network(tmp_path / "image.ckpt", cluster=BIG)
+    load_network(tmp_path / "image.ckpt", cluster=CFG.replace(objective="completion_time"))  # same size: fine
+
+
+def test_spec_errors_name_the_field():
+    with pytest.raises(ConfigError, match="PolicySpec.masked must be true for kind 'slots'"):
+        PolicySpec(kind="slots")
+    with pytest.raises(ConfigError, match="PolicySpec.kind"):
+        PolicySpec(kind="graph")
+    with pytest.raises(ConfigError, match="PolicySpec.prior='tetris' needs kind 'slots'"):
+        PolicySpec(prior="tetris")
+    with pytest.raises(ConfigError, match="PolicySpec.prior_scale"):
+        PolicySpec(kind="slots", masked=True, prior="sjf", prior_scale=0.0)
+
+
+def test_evaluate_script_runs_a_slot_checkpoint_on_another_cluster(tmp_path):
+    torch.save({"lightning_sched": policy_checkpoint(make_policy(SLOTS, CFG), greedy=True)}, tmp_path / "s.ckpt")
+    proc = subprocess.run(
+        [sys.executable, "scripts/evaluate.py", "--policy", str(tmp_path / "s.ckpt"), "tetris", "--num_slots", "5",
+         "--resource_units", "20", "--max_job_units", "20", "--dominant_units", "10", "20", "--other_units", "1", "4",
+         "--simu_len", "10", "--jobsets", "3", "--json", "--threads", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [r["policy"] for r in rows] == [str(tmp_path / "s.ckpt"), "tetris"]
+    assert rows[0]["num_jobs"] == rows[1]["num_jobs"] > 0 and rows[0]["unfinished_jobs"] == 0
