@@ -348,15 +348,20 @@ class SlotNetwork(nn.Module):
 
     def forward(self, features: dict[str, torch.Tensor], table=None) -> torch.Tensor:
         """Masked action logits [B, M+1]."""
-        embedded = torch.relu(self.slot_in(features["slots"]))  # [B, M, H]
-        present = features["present"].unsqueeze(-1)
-        mean = (embedded * present).sum(1) / present.sum(1).clamp(min=1)
-        most = (embedded * present).amax(1)  # ReLU outputs are >= 0: an empty slot's 0 never wins
-        context = torch.relu(self.context_in(torch.cat([features["context"], mean, most], -1)))  # [B, H]
-        # the context's term is computed once a state and broadcast over the slots
-        mixed = torch.relu(self.slot_mix(embedded) + self.context_mix(context).unsqueeze(1))  # [B, M, H]
+        slots, present = features["slots"], features["present"]
+        b, m, _ = slots.shape
+        # only the slots that hold a job are computed (often a few of M): rows of the flat [B*M] view
+        rows = present.reshape(-1).nonzero().squeeze(1)
+        embedded = torch.relu(self.slot_in(slots.reshape(b * m, -1)[rows]))  # [N, H]
+        grid = embedded.new_zeros(b * m, embedded.shape[1]).index_copy(0, rows, embedded).view(b, m, -1)
+        count = present.sum(1, keepdim=True).clamp(min=1)
+        # ReLU outputs are >= 0, so an empty slot's zeros never win the max
+        pooled = torch.cat([features["context"], grid.sum(1) / count, grid.amax(1)], -1)
+        context = torch.relu(self.context_in(pooled))  # [B, H]
+        mixed = torch.relu(self.slot_mix(embedded) + self.context_mix(context)[rows // m])  # [N, H]
+        scores = embedded.new_zeros(b * m).index_copy(0, rows, self.slot_out(mixed).squeeze(1))  # empty: masked
         void = self.void_out(torch.relu(self.void_mix(context)))  # [B, 1]
-        logits = torch.cat([self.slot_out(mixed).squeeze(-1), void], -1)
+        logits = torch.cat([scores.view(b, m), void], -1)
         if self.heuristic is not None:
             logits = logits + self.log_prior_scale.exp() * features["prior"]
         return action_logits(logits, features["mask"], masked=True)
