@@ -28,20 +28,39 @@ def _style(name: str):
     return _learned[name], "o"
 
 
-def slowdown_vs_load(results: dict[str, dict[float, tuple[float, float]]], title: str = "",
-                     ylabel: str = "average job slowdown"):
-    """results: {scheme: {load: (mean, 95% CI half-width)}} -> DeepRM Figure 4 style (any metric)."""
-    fig, ax = plt.subplots(figsize=(6, 4))
+def _lines_vs_load(ax, results: dict[str, dict[float, tuple[float, float]]]) -> None:
     for name, points in results.items():
         loads = sorted(points)
         color, marker = _style(name)
         ax.errorbar(loads, [points[load][0] for load in loads], yerr=[points[load][1] for load in loads], label=name,
                     color=color, marker=marker, capsize=3, linewidth=1.5 if name in STYLE else 2.5)
+    ax.grid(alpha=0.3)
+
+
+def slowdown_vs_load(results: dict[str, dict[float, tuple[float, float]]], title: str = "",
+                     ylabel: str = "average job slowdown"):
+    """results: {scheme: {load: (mean, 95% CI half-width)}} -> DeepRM Figure 4 style (any metric)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    _lines_vs_load(ax, results)
     ax.set_xlabel("average cluster load (offered load per resource)")
     ax.set_ylabel(ylabel)
     ax.set_title(title or "Mean slowdown vs load (95% CI over jobsets)")
-    ax.grid(alpha=0.3)
     ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def by_cluster_size(panels: dict[str, dict[str, dict[float, tuple[float, float]]]], title: str = ""):
+    """panels: {cluster label: {scheme: {load: (mean, ci)}}}: one panel of slowdown vs load per cluster."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.8), squeeze=False)
+    for ax, (label, results) in zip(axes[0], panels.items()):
+        _lines_vs_load(ax, results)
+        ax.set_title(label)
+        ax.set_xlabel("load")
+    axes[0][0].set_ylabel("average job slowdown")
+    axes[0][-1].legend()
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
     return fig
 

@@ -6,21 +6,21 @@ two uses are independent exactly when their seeds differ. The held-out uses ther
 disjoint ranges, and the streams that feed learning (training, adaptation) are formulas whose
 values a test checks never land in a held-out range (tests/test_seeds.py).
 
-| use         | seeds                                  | who draws them                                   |
-|-------------|----------------------------------------|--------------------------------------------------|
-| selection   | 555 + round(100 x load), load < 2.22   | scripts/select_checkpoint.py                     |
-| tuning      | 777 + i, i < 100 (one per load)        | scripts/tune_tetris.py                           |
-| evaluation  | 12_345 + offset, offset < 300          | evaluate.py, figures.py, adapt.py, `fit.py test` |
-| validation  | 900_001 + i, i < 1_000                 | the tasks' validation jobsets (every N iterations)|
-| adaptation  | 5_000_000 + 10_007 x seed + step       | adaptation.adapt (fine-tuning on a new workload) |
-| training    | (1_000_003 x seed + iteration) x 4_099 | the tasks' training jobsets (+ 100_003 x rank    |
-|             |   + 100_003 x rank + stream            |   + stream)                                      |
+| use        | seeds                                              | who draws them                               |
+|------------|----------------------------------------------------|----------------------------------------------|
+| selection  | 555 + round(100 x load), load < 2.22               | scripts/select_checkpoint.py                 |
+| tuning     | 777 + i, i < 100 (one per load)                    | scripts/tune_tetris.py                       |
+| evaluation | 12_345 + offset, offset < 400                      | evaluate.py, figures.py, adapt.py, fit test  |
+| validation | 900_001 + i, i < 1_000                             | the tasks' validation jobsets                |
+| adaptation | 5_000_000 + 10_007 x seed + step                   | adaptation.adapt (fine-tuning)               |
+| training   | (1_000_003 x seed + iteration) x 4_099             | the tasks' training jobsets                  |
+|            |   + 100_003 x rank + stream                        |                                              |
 
 A training or adaptation seed that would land in a held-out range is moved past all of them
 (+ 10^12); with the shipped configurations none does.
 
-Figures offset the evaluation seed per load (`EVALUATION + i`, `+ 100 + i`, `+ 200 + i`), so each
-load of a sweep has its own unseen jobsets.
+Figures offset the evaluation seed per load (`EVALUATION + i`, `+ 100 + i`, `+ 200 + i`; the cluster-size
+figure `+ 300 + 10 x size + i`), so each point of a figure has its own unseen jobsets.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ ADAPTATION = 5_000_000
 HELD_OUT = {
     "selection": range(SELECTION, TUNING),
     "tuning": range(TUNING, TUNING + 100),
-    "evaluation": range(EVALUATION, EVALUATION + 300),
+    "evaluation": range(EVALUATION, EVALUATION + 400),
     "validation": range(VALIDATION, VALIDATION + 1_000),
 }
 

@@ -110,15 +110,16 @@ def heuristic(name: str, cfg: ClusterConfig, device="cpu", seed: int = 0):
     return make_heuristic(name, cfg, **kwargs)
 
 
-def named_policies(cfg: ClusterConfig, heuristics: list[str], ckpts: list[str], device="cpu") -> dict:
+def named_policies(cfg: ClusterConfig, heuristics: list[str], ckpts: list[str], device="cpu",
+                   resize: bool = False) -> dict:
     """{name: policy}: the heuristics by name, then each NAME=PATH.ckpt checkpoint under NAME
-    (acting as the checkpoint says: greedy or sampled)."""
+    (acting as the checkpoint says: greedy or sampled); with `resize`, on `cfg`'s cluster size."""
     from lightning_sched.checkpoints import load_policy
 
     policies = {h: heuristic(h, cfg, device) for h in heuristics}
     for item in ckpts:
         name, _, path = item.partition("=")
-        policies[name], _ = load_policy(path, device=device)
+        policies[name], _ = load_policy(path, device=device, cluster=cfg if resize else None)
     return policies
 
 

@@ -41,6 +41,7 @@ each with the same steps and episodes (a meta-policy with its own inner loop, th
 --optimizer/--lr), with heuristic lines; and the first step at which each beats Tetris.
 
     python scripts/figures.py headroom [--ckpt checkpoints/reinforce_mixture_masked.ckpt --steps 300]
+    python scripts/figures.py cluster_sizes --ckpt slots=checkpoints/best_slowdown_slots.ckpt
 
 headroom: one checkpoint fine-tuned long on the same held-out workloads and jobsets (how far
 fine-tuning goes at all).
@@ -406,6 +407,41 @@ def adaptation(args) -> None:
           "held_out": HELD_OUT, "curves": curves, "heuristics": lines, "first_step_at_or_below_tetris": table})
 
 
+SIZES = [(5, 10), (20, 20), (50, 40)]  # (num_slots, resource_units = max_job_units)
+
+
+def cluster_sizes(args) -> None:
+    """The same checkpoints, not retrained, on clusters of other sizes against the heuristics: DeepRM's
+    job mix with demands scaled to the units (dominant in [U/2, U], others in [1, U/5])."""
+    panels, versus_best = {}, {}
+    for k, (slots, units) in enumerate(SIZES):
+        cfg = ClusterConfig(observation="none", num_slots=slots, resource_units=units, max_job_units=units)
+        policies = named_policies(cfg, args.heuristics, args.ckpt, args.device, resize=True)
+        label = f"{slots} slots, {units} units"
+        panels[label] = {name: {} for name in policies}
+        for i, load in enumerate(args.loads):
+            workload = DeepRMWorkload(load=load, resource_units=units, dominant_units=(units // 2, units),
+                                      other_units=(1, max(1, units // 5)))
+            case = compare(policies, cfg, make_jobsets(workload, args.jobsets, seeds.evaluation(300 + 10 * k + i)),
+                           args.device)
+            best = case.best(args.heuristics)
+            line = [f"{label}, load {load:.1f}"]
+            for name in policies:
+                panels[label][name][load] = case.mean_ci(name)
+                line.append(f"{name} {pm(case.mean_ci(name))}")
+            for name in checkpoints(args):
+                diff, ci = case.minus(name, best)
+                versus_best.setdefault(name, {}).setdefault(label, {})[str(load)] = {
+                    "best_heuristic": best, "slowdown_minus_best": diff, "ci95": ci}
+                line.append(f"{name}-{best} {diff:+.3f}±{ci:.3f}")
+            print("  ".join(line), flush=True)
+    fig = plots.by_cluster_size(panels, f"One network on clusters of other sizes ({args.jobsets} unseen jobsets a "
+                                        "point, 95% CI)")
+    save(fig, args, "cluster_sizes.png", {"jobsets": args.jobsets, "sizes": SIZES, "loads": args.loads,
+                                          "results": {label: str_keys(r) for label, r in panels.items()},
+                                          "versus_best_heuristic": versus_best})
+
+
 def shared_flags(heuristics: list[str], jobsets: int | None = 200, loads: list[float] | None = None,
                  ckpt: str | int | None = "*", ckpt_help: str = CKPT_HELP) -> argparse.ArgumentParser:
     """A parent parser of the flags the figures share, with one figure's defaults (a parser per
@@ -456,6 +492,8 @@ def main() -> None:
                             ckpt_help="NAME=PATH.ckpt, in the order to show"))
     p.add_argument("--title", default="Ablation")
     figure(cdf, "per-job slowdown CDF per scheme at a few loads", shared_flags(HEURISTICS, loads=[0.9, 1.3]))
+    figure(cluster_sizes, "the same checkpoints on clusters of other sizes",
+           shared_flags(["tetris", "sjf", "packer"], loads=[0.5, 0.9, 1.3], ckpt="+"))
     p = figure(recipes, "validation curves of several runs vs iterations and wall time",
                shared_flags(["tetris"], jobsets=None, ckpt=None))
     p.add_argument("--runs", nargs="+", required=True,

@@ -34,7 +34,7 @@ def test_held_out_helpers_stay_in_their_range():
     with pytest.raises(ConfigError, match="selection seed 777"):
         seeds.selection(2.22)
     with pytest.raises(ConfigError, match="evaluation seed"):
-        seeds.evaluation(300)
+        seeds.evaluation(400)
     assert seeds.selection(5.0, base=1) == 501  # a user's own base is theirs to choose
 
 

@@ -125,3 +125,16 @@ def test_evaluate_script_runs_a_slot_checkpoint_on_another_cluster(tmp_path):
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert [r["policy"] for r in rows] == [str(tmp_path / "s.ckpt"), "tetris"]
     assert rows[0]["num_jobs"] == rows[1]["num_jobs"] > 0 and rows[0]["unfinished_jobs"] == 0
+
+
+def test_cluster_sizes_figure_runs_one_network_on_every_size(tmp_path):
+    torch.save({"lightning_sched": policy_checkpoint(make_policy(SLOTS, CFG), greedy=True)}, tmp_path / "s.ckpt")
+    proc = subprocess.run(
+        [sys.executable, "scripts/figures.py", "cluster_sizes", "--ckpt", f"slots={tmp_path / 's.ckpt'}",
+         "--heuristics", "tetris", "--loads", "0.9", "--jobsets", "2", "--threads", "1", "--out",
+         str(tmp_path / "sizes.png")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "sizes.json").read_text())
+    assert list(data["results"]) == ["5 slots, 10 units", "20 slots, 20 units", "50 slots, 40 units"]
+    for label, row in data["versus_best_heuristic"]["slots"].items():
+        assert row["0.9"]["best_heuristic"] == "tetris" and data["results"][label]["slots"]["0.9"][0] > 0
