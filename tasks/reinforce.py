@@ -12,7 +12,8 @@ LightningModule.
 The upgraded recipe is a set of switches, all off by default (DeepRM's recipe): a masked softmax
 (`policy.masked`), an entropy bonus with a linear schedule (`entropy`), advantage normalisation, a
 baseline indexed by cluster time (`baseline: ClusterTimeBaseline`), PPO-style clipped reuse of each
-batch (`ppo`), a curriculum over load, and a warm start that imitates a heuristic first (`imitation`).
+batch (`ppo`), a curriculum over load, and a warm start that imitates a heuristic or a trained
+policy first (`imitation`).
 
 Data, evaluation, checkpoints and fault checks are `tasks.base.SchedulerTask`'s; under DDP each
 rank draws its share of the jobsets and Lightning averages the ranks' gradients.
@@ -27,10 +28,10 @@ import torch
 
 from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily
 from lightning_sched.baselines import Baseline
-from lightning_sched.checkpoints import warm_start
-from lightning_sched.config import ConfigError
+from lightning_sched.checkpoints import load_policy, warm_start
+from lightning_sched.config import REWARD_FIELDS, ConfigError
 from lightning_sched.evaluation import make_jobsets
-from lightning_sched.heuristics import make_heuristic
+from lightning_sched.heuristics import HEURISTICS, make_heuristic
 from lightning_sched.objectives import METRICS, episode_metrics
 from lightning_sched.policies import PolicySpec
 from lightning_sched.policy_gradient import clipped_surrogate, imitation_loss, policy_gradient
@@ -93,18 +94,34 @@ class PPOReuse:
 
 @dataclass
 class Imitation:
-    """DeepRM's supervised pre-training: the network first learns to copy a heuristic's actions by
-    cross-entropy, for `iterations` iterations, before policy gradient. Default: none."""
+    """DeepRM's supervised pre-training: the network first learns to copy a teacher's actions by
+    cross-entropy on the states the teacher visits, for `iterations` iterations, before policy
+    gradient. Default: none."""
 
-    heuristic: str | None = None
-    """The teacher, e.g. "tetris"."""
+    teacher: str | None = None
+    """A heuristic ("tetris") or a policy checkpoint (a .ckpt of the same cluster, acting as it
+    says), e.g. DeepRM's image network distilled into a slot policy."""
     iterations: int = 0
 
     def __post_init__(self) -> None:
         require_at_least("Reinforce.imitation", 0, iterations=self.iterations)
-        if (self.heuristic is None) != (self.iterations == 0):
-            raise ConfigError(f"Reinforce.imitation: heuristic={self.heuristic!r} and iterations={self.iterations}: "
-                              "give both (a heuristic and a number of iterations >= 1) or neither")
+        if (self.teacher is None) != (self.iterations == 0):
+            raise ConfigError(f"Reinforce.imitation: teacher={self.teacher!r} and iterations={self.iterations}: "
+                              "give both (a teacher and a number of iterations >= 1) or neither")
+        if self.teacher is not None and self.teacher not in HEURISTICS and not self.teacher.endswith(".ckpt"):
+            raise ConfigError(f"Reinforce.imitation.teacher={self.teacher!r} is neither a heuristic "
+                              f"({', '.join(sorted(HEURISTICS))}) nor a .ckpt file")
+
+    def make_teacher(self, cluster: ClusterConfig):
+        """The teacher as a policy on `cluster` (None without one)."""
+        if self.teacher is None:
+            return None
+        if self.teacher in HEURISTICS:
+            return make_heuristic(self.teacher, cluster)
+        policy, cfg = load_policy(self.teacher)
+        cfg.require_same_cluster(cluster, f"imitation.teacher={self.teacher}", "run",
+                                 may_differ=(*REWARD_FIELDS, "slo_slowdown"))
+        return policy
 
 
 class Reinforce(SchedulerTask):
@@ -127,7 +144,7 @@ class Reinforce(SchedulerTask):
             iterations.
         curriculum_iterations: with a WorkloadFamily, its load range grows from its low end to
             the full range over this many iterations (0: no curriculum).
-        imitation: `Imitation`, a heuristic the network first learns to copy. DeepRM: none.
+        imitation: `Imitation`, a heuristic or policy the network first learns to copy. DeepRM: none.
         iterations_per_epoch: iterations between epoch ends (pacing only).
         evaluation: the validation and test jobsets and how the policy acts on them.
         seed: seeds training jobsets and action sampling.
@@ -156,7 +173,7 @@ class Reinforce(SchedulerTask):
             warm_start(self.net, init_from)
         # the grouped settings as objects (LightningCLI stores them in hparams as plain dicts)
         self.rmsprop, self.entropy, self.ppo, self.imitation = optimizer, entropy, ppo, imitation
-        self.teacher = make_heuristic(imitation.heuristic, self.cluster) if imitation.heuristic else None
+        self.teacher = imitation.make_teacher(self.cluster)
 
     def draw_jobsets(self) -> JobSet:
         """This rank's N / world_size jobsets of the current iteration, on the module's device."""
@@ -196,7 +213,7 @@ class Reinforce(SchedulerTask):
         self.log_progress(start, rollout_s, pg.decisions)
 
     def imitation_step(self, jobs: JobSet, start: float) -> None:
-        """The warm start: the heuristic acts, the network learns to pick its actions."""
+        """The warm start: the teacher acts, the network learns to pick its actions."""
         traj = collect(self.net, self.cluster, jobs, teacher=self.teacher)
         rollout_s = time.perf_counter() - start
         loss = imitation_loss(self.net, traj)

@@ -147,8 +147,8 @@ def test_curriculum_and_schedule_settings():
 
     with pytest.raises(ConfigError, match="curriculum_iterations=10 needs a WorkloadFamily"):
         Reinforce(curriculum_iterations=10)
-    with pytest.raises(ConfigError, match="heuristic='tetris' and iterations=0"):
-        Imitation(heuristic="tetris")
+    with pytest.raises(ConfigError, match="teacher='tetris' and iterations=0"):
+        Imitation(teacher="tetris")
     with pytest.raises(ConfigError, match="entropy.end=0.0 needs decay_iterations"):
         EntropyBonus(weight=0.1, end=0.0)
     with pytest.raises(ConfigError, match="ppo.clip"):
@@ -186,7 +186,7 @@ model:
       epochs: 3
     curriculum_iterations: 3
     imitation:
-      heuristic: sjf
+      teacher: sjf
       iterations: 2
     num_jobsets: 4
     episodes_per_jobset: 4
@@ -204,7 +204,7 @@ trainer:
     assert data["global_step"] == 5
     rmsprop_steps = {int(s["step"]) for s in data["optimizer_states"][0]["state"].values()}
     assert rmsprop_steps == {2 * 1 + 3 * 3}  # 2 imitation iterations, 3 policy-gradient ones
-    assert data["hyper_parameters"]["imitation"]["heuristic"] == "sjf"
+    assert data["hyper_parameters"]["imitation"]["teacher"] == "sjf"
 
 
 def test_deadline_inputs_read_each_slots_slack_and_warm_start_keeps_the_policy(tmp_path):

@@ -138,3 +138,29 @@ def test_cluster_sizes_figure_runs_one_network_on_every_size(tmp_path):
     assert list(data["results"]) == ["5 slots, 10 units", "20 slots, 20 units", "50 slots, 40 units"]
     for label, row in data["versus_best_heuristic"]["slots"].items():
         assert row["0.9"]["best_heuristic"] == "tetris" and data["results"][label]["slots"]["0.9"][0] > 0
+
+
+def test_a_slot_policy_distills_a_trained_checkpoint():
+    """imitation.teacher may be a policy checkpoint: the slot policy learns to copy DeepRM's image
+    network on the states it visits (the imitation loss falls)."""
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.callbacks import Callback
+
+    from tasks.base import EvaluationSettings
+    from tasks.reinforce import Imitation, Reinforce, RMSpropSettings
+
+    with pytest.raises(ConfigError, match="imitation.teacher='fifo' is neither a heuristic"):
+        Imitation(teacher="fifo", iterations=1)
+    module = Reinforce(workload=DeepRMWorkload(load=1.1, simu_len=20), policy=SLOTS, num_jobsets=4,
+                       episodes_per_jobset=2, imitation=Imitation(teacher="checkpoints/best_slowdown.ckpt",
+                                                                  iterations=6),
+                       optimizer=RMSpropSettings(lr=0.01), evaluation=EvaluationSettings(val_jobsets=2))
+    losses = []
+
+    class Losses(Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            losses.append(float(trainer.callback_metrics["train/imitation_loss"]))
+
+    Trainer(max_steps=6, logger=False, enable_progress_bar=False, enable_checkpointing=False, limit_val_batches=0,
+            callbacks=[Losses()]).fit(module)
+    assert len(losses) == 6 and losses[-1] < losses[0]
