@@ -268,12 +268,12 @@ class SlotNetwork(nn.Module):
     """A slot-equivariant policy: the same small network scores every waiting job in a slot from
     that job's own features, and the void action from the cluster's context; every feature is a
     fraction of the cluster's size (capacity, horizon, slots), so the weights run on any num_slots,
-    resource_units, horizon and max_job_len (num_resources enters only through means and extremes
-    over resources). Masked softmax. Features per state (see `encode`):
+    resource_units, horizon and max_job_len (the number of resources R is fixed: demands and free
+    capacity are read per resource). Masked softmax. Features per state (see `encode`):
 
-        slots:   FloatTensor[B, M, SLOT_FEATURES]  per slot job (zeros for an empty slot)
-        present: BoolTensor[B, M]                  the slot holds a job
-        context: FloatTensor[B, CONTEXT_FEATURES]
+        slots:   FloatTensor[B, M, 9 + 3R]  per slot job (zeros for an empty slot)
+        present: BoolTensor[B, M]           the slot holds a job
+        context: FloatTensor[B, 4 + 3R]
         mask:    BoolTensor[B, M+1]                valid actions
         prior:   FloatTensor[B, M+1]               with spec.prior: the heuristic's preference
 
@@ -282,15 +282,13 @@ class SlotNetwork(nn.Module):
     the scoring layers start at zero: the untrained policy acts like the heuristic.
     """
 
-    SLOT_FEATURES = 12
-    CONTEXT_FEATURES = 8
 
     def __init__(self, cfg: ClusterConfig, spec: PolicySpec):
         super().__init__()
         self.cfg, self.spec = cfg, spec
-        h = spec.hidden[0]
-        self.slot_in = nn.Linear(self.SLOT_FEATURES, h)  # the job's embedding
-        self.context_in = nn.Linear(self.CONTEXT_FEATURES + 2 * h, h)  # the cluster and the pooled jobs
+        h, r = spec.hidden[0], cfg.num_resources
+        self.slot_in = nn.Linear(9 + 3 * r, h)  # the job's embedding
+        self.context_in = nn.Linear(4 + 3 * r + 2 * h, h)  # the cluster and the pooled jobs
         self.slot_mix, self.context_mix = nn.Linear(h, h), nn.Linear(h, h, bias=False)  # job x context
         self.slot_out = nn.Linear(h, 1)
         self.void_mix, self.void_out = nn.Linear(h, h), nn.Linear(h, 1)
@@ -314,22 +312,26 @@ class SlotNetwork(nn.Module):
         feasible, fits = offset >= 0, offset == 0
         waited = obs["slot_waited"].float()
         slack = obs["slot_deadline"].float() - duration
-        slot = torch.stack([
-            duration / horizon, 1 / length,  # SJF's quantity
-            demand.mean(-1), demand.amax(-1),
-            torch.where(feasible, offset.float() / horizon, 1.0), fits.float(), feasible.float(),
-            (waited / horizon).clamp(max=4), (slack / horizon).clamp(-2, 2),
-            torch.log((waited + offset.clamp(min=0) + length) / length),  # its slowdown if placed at its offset
-            (free.unsqueeze(1) * demand).mean(-1),  # Tetris's packing term, per unit of capacity
-            (free.unsqueeze(1) - demand).amin(-1),  # the tightest resource after placing it now
-        ], -1) * present.unsqueeze(-1)
         used = obs["used"].float() / units  # [B, T, R]
         b = used.shape[0]
-        context = torch.stack([
-            free.mean(-1), free.amin(-1),
-            1 - used.mean((1, 2)), 1 - used[:, : max(1, horizon // 4)].mean((1, 2)),
-            (obs["backlog"].reshape(b).float() / cfg.num_slots).clamp(max=5), present.float().mean(-1),
-            obs["since_new"].reshape(b).float(), fits.any(-1).float(),
+        # free capacity over the rows a job placed now would occupy, [B, M, R]: prefix sums over time
+        rows_used = torch.cat([used.new_zeros(b, 1, used.shape[2]), used.cumsum(1)], 1)  # [B, T+1, R]
+        span = duration.long().clamp(1, horizon)
+        during = rows_used.gather(1, span.unsqueeze(-1).expand(-1, -1, used.shape[2])) / span.unsqueeze(-1)
+        slot = torch.cat([
+            torch.stack([
+                duration / horizon, 1 / length,  # SJF's quantity
+                torch.where(feasible, offset.float() / horizon, 1.0), fits.float(), feasible.float(),
+                (waited / horizon).clamp(max=4), (slack / horizon).clamp(-2, 2),
+                torch.log((waited + offset.clamp(min=0) + length) / length),  # its slowdown if placed at its offset
+                (free.unsqueeze(1) * demand).mean(-1),  # Tetris's packing term, per unit of capacity
+            ], -1),
+            demand, free.unsqueeze(1) - demand, 1 - during - demand,  # per resource: ask, left now, left during
+        ], -1) * present.unsqueeze(-1)
+        context = torch.cat([
+            free, 1 - used.mean(1), 1 - used[:, : max(1, horizon // 4)].mean(1),  # per resource
+            torch.stack([(obs["backlog"].reshape(b).float() / cfg.num_slots).clamp(max=5), present.float().mean(-1),
+                         obs["since_new"].reshape(b).float(), fits.any(-1).float()], -1),
         ], -1)
         features = {"slots": slot, "present": present, "context": context, "mask": obs["action_mask"]}
         if self.heuristic is not None:
