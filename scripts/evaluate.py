@@ -2,6 +2,13 @@
 
     python scripts/evaluate.py --policy tetris sjf packer random --load 0.9 --jobsets 200 --seed 12345
     python scripts/evaluate.py --policy checkpoints/reinforce_slowdown.ckpt --load 1.3 --json
+    python scripts/evaluate.py --policy SLOTS.ckpt tetris --num_slots 20 --resource_units 20 --max_job_units 20 \
+        --dominant_units 10 20 --other_units 1 4
+
+The ClusterConfig flags (--num_slots, --resource_units, ...) set the cluster: heuristics use it
+directly, a slot policy (PolicySpec kind "slots") runs on it whatever size it was trained on, and
+DeepRM's image network is refused on any size but its own. Without them a checkpoint's own cluster
+is used (DeepRM's for heuristics alone).
 
 Prints a table of SPEC's episode metrics with 95% confidence half-widths over jobsets; with
 --json, one JSON line per policy after the table (the last line is the last policy's), holding
