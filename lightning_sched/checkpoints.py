@@ -2,7 +2,9 @@
 it back without the training code (scripts/evaluate.py, scripts/adapt.py, warm starts)."""
 from __future__ import annotations
 
+import os
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -73,3 +75,18 @@ def warm_start(net: DeepRMNetwork, path: str) -> None:
     if source.spec != (replace(net.spec, deadline_inputs=False) if adds_deadline_inputs else net.spec):
         raise ConfigError(f"init_from={path}: its policy {source.spec!r} is not this run's {net.spec!r}")
     net.load_state_dict(source.state_dict(), strict=not adds_deadline_inputs)
+
+
+def with_acting_mode(path, out, greedy: bool, **record) -> Path:
+    """Copy checkpoint `path` to `out` with its policy set to act greedily or by sampling (and
+    `record` kept beside it, e.g. how the mode was chosen). Written to a temporary file first and
+    renamed, so `out` is never a partial file."""
+    data = torch.load(path, map_location="cpu", weights_only=False)
+    if not isinstance(data, dict) or CHECKPOINT_KEY not in data:
+        raise ConfigError(f"{path}: not a lightning_sched checkpoint (no '{CHECKPOINT_KEY}' entry)")
+    data[CHECKPOINT_KEY] = {**data[CHECKPOINT_KEY], "greedy": greedy, **record}
+    out = Path(out)
+    partial = out.with_name(out.name + ".partial")
+    torch.save(data, partial)
+    os.replace(partial, out)
+    return out

@@ -18,7 +18,7 @@ import json
 
 from _common import set_threads
 from lightning_sched import ClusterConfig, DeepRMWorkload, seeds
-from lightning_sched.checkpoints import load_policy
+from lightning_sched.checkpoints import load_policy, with_acting_mode
 from lightning_sched.evaluation import compare, make_jobsets
 from lightning_sched.heuristics import make_heuristic
 
@@ -31,13 +31,21 @@ def main(argv=None) -> None:
     ap.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "edf"])
     ap.add_argument("--jobsets", type=int, default=100)
     ap.add_argument("--seed", type=int, default=seeds.SELECTION)
+    ap.add_argument("--acting", choices=("saved", "both"), default="saved",
+                    help="saved: each checkpoint acts as it says; both: each is a candidate twice, greedy and sampled")
+    ap.add_argument("--write", help="copy the winner here, set to act in the mode it won with")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     set_threads(args.threads)
     cfg = ClusterConfig(observation="none")
     lower_is_better = args.metric == "mean_slowdown"
-    scores: dict[str, dict[float, float]] = {path: {} for path in args.ckpt}
-    unfinished = dict.fromkeys(args.ckpt, 0)  # jobs left waiting at max_time, over all loads
+    # candidate name -> (checkpoint, greedy: None acts as the checkpoint says)
+    if args.acting == "saved":
+        named = {path: (path, None) for path in args.ckpt}
+    else:
+        named = {f"{path}@{mode}": (path, mode == "greedy") for path in args.ckpt for mode in ("greedy", "sampled")}
+    scores: dict[str, dict[float, float]] = {name: {} for name in named}
+    unfinished = dict.fromkeys(named, 0)  # jobs left waiting at max_time, over all loads
     for load in args.loads:
         # the seed follows the load, so a subset of the loads sees the same jobsets
         jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, seeds.selection(load, args.seed))
@@ -45,16 +53,17 @@ def main(argv=None) -> None:
         # on the loads before it
         heuristics = compare({h: make_heuristic(h, cfg) for h in args.heuristics}, cfg, jobs)
         best, _ = heuristics.mean_ci(heuristics.best(metric=args.metric), args.metric)
-        candidates = compare({path: load_policy(path)[0] for path in args.ckpt}, cfg, jobs)
+        candidates = compare({name: load_policy(path, greedy=greedy)[0] for name, (path, greedy) in named.items()},
+                             cfg, jobs)
         for path, result in candidates.results.items():
             value = result.summary[args.metric]
             scores[path][load] = value / best if lower_is_better else 100 * (value - best)
             unfinished[path] += result.summary["unfinished_jobs"]
         print(f"load {load:.1f} best heuristic {best:.3f} "
-              + " ".join(f"{p}: {scores[p][load]:.3f}" for p in args.ckpt), flush=True)
+              + " ".join(f"{p}: {scores[p][load]:.3f}" for p in named), flush=True)
     worst = {p: (max if lower_is_better else min)(s.values()) for p, s in scores.items()}
     # a policy that leaves jobs waiting until max_time wins only when every candidate does
-    eligible = [p for p in args.ckpt if not unfinished[p]] or args.ckpt
+    eligible = [p for p in named if not unfinished[p]] or list(named)
     winner = (min if lower_is_better else max)(eligible, key=worst.get)
     if any(unfinished.values()):
         print("unfinished jobs (not eligible while a candidate finishes all): "
@@ -62,6 +71,14 @@ def main(argv=None) -> None:
     print(json.dumps({"metric": args.metric, "seed": args.seed, "jobsets": args.jobsets, "worst": worst,
                       "unfinished_jobs": unfinished, "winner": winner,
                       "scores": {p: {str(k): v for k, v in s.items()} for p, s in scores.items()}}))
+    if args.write:
+        path, greedy = named[winner]
+        if greedy is None:
+            greedy = load_policy(path)[0].greedy
+        out = with_acting_mode(path, args.write, greedy, selected={"metric": args.metric, "loads": args.loads,
+                                                                      "jobsets": args.jobsets, "seed": args.seed,
+                                                                      "worst": worst[winner], "from": path})
+        print(f"wrote {out} ({'greedy' if greedy else 'sampled'})")
 
 
 if __name__ == "__main__":

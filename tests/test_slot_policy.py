@@ -164,3 +164,21 @@ def test_a_slot_policy_distills_a_trained_checkpoint():
     Trainer(max_steps=6, logger=False, enable_progress_bar=False, enable_checkpointing=False, limit_val_batches=0,
             callbacks=[Losses()]).fit(module)
     assert len(losses) == 6 and losses[-1] < losses[0]
+
+
+def test_select_checkpoint_ships_the_acting_mode_that_scores_best(tmp_path):
+    """--acting both makes each checkpoint a candidate greedy and sampled; --write copies the winner
+    with that mode recorded, as a whole file."""
+    proc = subprocess.run(
+        [sys.executable, "scripts/select_checkpoint.py", "--ckpt", "checkpoints/best_slowdown.ckpt", "--acting", "both",
+         "--loads", "1.5", "--jobsets", "6", "--heuristics", "tetris", "--threads", "1",
+         "--write", str(tmp_path / "shipped.ckpt")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-2])
+    assert set(result["scores"]) == {"checkpoints/best_slowdown.ckpt@greedy", "checkpoints/best_slowdown.ckpt@sampled"}
+    mode = result["winner"].rpartition("@")[2]
+    _, _, saved = load_network(tmp_path / "shipped.ckpt")
+    assert saved["greedy"] == (mode == "greedy") and saved["selected"]["from"] == "checkpoints/best_slowdown.ckpt"
+    assert not list(tmp_path.glob("*.partial"))
+    policy, _ = load_policy(tmp_path / "shipped.ckpt")
+    assert policy.greedy == (mode == "greedy")
