@@ -39,15 +39,15 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--slots", action="store_true",
-                    help="also time the slot policy (PolicySpec kind 'slots', 16 units, Tetris prior) in the same "
-                         "run, iterations interleaved, and print its median time over the image network's")
+                    help="also time the slot policy of checkpoints/slots_slowdown.ckpt (kind 'slots', 32 units) in "
+                         "the same run, iterations interleaved, and print its median time over the image network's")
     args = ap.parse_args(argv)
     threads = set_threads(args.threads)
     cfg = ClusterConfig(observation="none")
     torch.manual_seed(0)
     specs = {"image": PolicySpec(masked=args.masked)}
     if args.slots:
-        specs["slots"] = PolicySpec(kind="slots", masked=True, hidden=(16,), prior="tetris")
+        specs["slots"] = PolicySpec(kind="slots", masked=True, hidden=(32,))  # checkpoints/slots_slowdown.ckpt's
     nets = {name: make_policy(spec, cfg).to(args.device) for name, spec in specs.items()}
     opts = {name: torch.optim.RMSprop(net.parameters(), lr=1e-3, alpha=0.9, eps=1e-9) for name, net in nets.items()}
     baseline = TimeIndexedBaseline()
