@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .config import REWARD_FIELDS, ClusterConfig, ConfigError
+from .config import REWARD_FIELDS, SIZE_FIELDS, ClusterConfig, ConfigError
 from .policies import DeepRMNetwork, NetworkPolicy, PolicySpec, make_policy
 
 CHECKPOINT_KEY = "lightning_sched"
@@ -22,20 +22,21 @@ def policy_checkpoint(net: DeepRMNetwork, greedy: bool = True) -> dict:
             "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()}}
 
 
-SIZE_FIELDS = ("num_resources", "resource_units", "horizon", "num_slots", "backlog_size", "max_job_len",
-               "max_job_units", "max_time", "max_track_since_new")
+def read_checkpoint(path) -> dict:
+    """The whole checkpoint dict of a file written by this project, refused when it has no policy
+    entry. Checkpoints are pickles (as Lightning's): load only files you trust."""
+    data = torch.load(path, map_location="cpu", weights_only=False)
+    if not isinstance(data, dict) or CHECKPOINT_KEY not in data:
+        raise ConfigError(f"{path}: not a lightning_sched checkpoint (no '{CHECKPOINT_KEY}' entry)")
+    return data
 
 
 def load_network(path, device="cpu", cluster: ClusterConfig | None = None) -> tuple[nn.Module, ClusterConfig, dict]:
     """(network, its ClusterConfig, the checkpoint's lightning_sched entry) from a checkpoint written
     by a task of this project. With `cluster`, the network runs on that cluster's size (its
     ClusterConfig takes the cluster's size fields): a slot policy runs on any size, DeepRM's image
-    network only on its own, and another is refused naming the fields. Checkpoints are pickles (as
-    Lightning's): load only files you trust."""
-    data = torch.load(path, map_location="cpu", weights_only=False)
-    if not isinstance(data, dict) or CHECKPOINT_KEY not in data:
-        raise ConfigError(f"{path}: not a lightning_sched checkpoint (no '{CHECKPOINT_KEY}' entry)")
-    saved = data[CHECKPOINT_KEY]
+    network only on its own, and another is refused naming the fields."""
+    saved = read_checkpoint(path)[CHECKPOINT_KEY]
     cfg = ClusterConfig(**saved["cluster"])
     spec = PolicySpec(**saved["policy"])
     if cluster is not None:
@@ -81,9 +82,7 @@ def with_acting_mode(path, out, greedy: bool, **record) -> Path:
     """Copy checkpoint `path` to `out` with its policy set to act greedily or by sampling (and
     `record` kept beside it, e.g. how the mode was chosen). Written to a temporary file first and
     renamed, so `out` is never a partial file."""
-    data = torch.load(path, map_location="cpu", weights_only=False)
-    if not isinstance(data, dict) or CHECKPOINT_KEY not in data:
-        raise ConfigError(f"{path}: not a lightning_sched checkpoint (no '{CHECKPOINT_KEY}' entry)")
+    data = read_checkpoint(path)
     data[CHECKPOINT_KEY] = {**data[CHECKPOINT_KEY], "greedy": greedy, **record}
     out = Path(out)
     partial = out.with_name(out.name + ".partial")

@@ -8,6 +8,9 @@ OBJECTIVES = ("slowdown", "completion_time", "makespan", "utilization", "deadlin
 # Fields that change only the reward, not the jobs or the dynamics: a policy trained with one value
 # may start a run with another, and one evaluation table may hold policies trained for either.
 REWARD_FIELDS = ("objective", "tardiness_weight")
+# the integer fields that fix the cluster's size (and a DeepRM image network's input width)
+SIZE_FIELDS = ("num_resources", "resource_units", "horizon", "num_slots", "backlog_size", "max_job_len",
+               "max_job_units", "max_time", "max_track_since_new")
 OBSERVATIONS = ("image", "compact", "none")
 # Placement uses one 64-bit word per (resource, level) whose bit k is time row k: horizon <= 62
 # keeps every shift inside a signed int64.
@@ -57,8 +60,7 @@ class ClusterConfig:
     """'image' (DeepRM's), 'compact' (DeepRM's compact vector) or 'none' (structured keys only)."""
 
     def __post_init__(self) -> None:
-        for f in ("num_resources", "resource_units", "horizon", "num_slots", "backlog_size",
-                  "max_job_len", "max_job_units", "max_time", "max_track_since_new"):
+        for f in SIZE_FIELDS:
             value = getattr(self, f)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"ClusterConfig.{f} must be an integer >= 1, got {value!r}")

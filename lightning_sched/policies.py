@@ -122,8 +122,8 @@ def sample_actions(logits: torch.Tensor, greedy: bool, generator: torch.Generato
 
 class PolicyNetwork(Protocol):
     """What a rollout (`rollout.collect`) and a policy-gradient step need of a network: features
-    from an observation, and logits from features. `DeepRMNetwork` is one; so is a block of
-    per-task networks acting on their own rows of one batch (tasks.maml)."""
+    from an observation, and logits from features. `DeepRMNetwork` and `SlotNetwork` are such
+    networks; so is a block of per-task networks acting on their own rows of one batch (tasks.maml)."""
 
     cfg: ClusterConfig
 
@@ -274,8 +274,8 @@ class SlotNetwork(nn.Module):
         slots:   FloatTensor[B, M, 9 + 3R]  per slot job (zeros for an empty slot)
         present: BoolTensor[B, M]           the slot holds a job
         context: FloatTensor[B, 4 + 3R]
-        mask:    BoolTensor[B, M+1]                valid actions
-        prior:   FloatTensor[B, M+1]               with spec.prior: the heuristic's preference
+        mask:    BoolTensor[B, M+1]         valid actions
+        prior:   FloatTensor[B, M+1]        with spec.prior: the heuristic's preference
 
     The slot jobs are also pooled (mean and max of their embeddings) into the context, so each
     job's score can depend on what else waits. With a prior, logits = network + scale x prior and
@@ -377,6 +377,14 @@ def make_policy(spec: PolicySpec, cfg: ClusterConfig) -> DeepRMNetwork | SlotNet
     return SlotNetwork(cfg, spec) if spec.kind == "slots" else DeepRMNetwork(cfg, spec)
 
 
+def choose_actions(logits: torch.Tensor, obs, greedy: bool, generator: torch.Generator | None = None):
+    """How a network acts on its logits [B, M+1]: a draw from the softmax, or the argmax with the
+    idle-void guard (`forbid_idle_void`): LongTensor[B]."""
+    if greedy:
+        logits = forbid_idle_void(logits, obs)
+    return sample_actions(logits, greedy, generator)
+
+
 def forbid_idle_void(logits: torch.Tensor, obs) -> torch.Tensor:
     """Greedy acting's guard: while nothing runs or is reserved and a slot job fits now, void only
     lets time pass on an idle cluster, and an argmax that picks it there can pick it forever (a
@@ -396,8 +404,5 @@ class NetworkPolicy:
 
     @torch.no_grad()
     def __call__(self, obs):
-        logits = self.net(self.net.encode(obs))
-        if self.greedy:
-            logits = forbid_idle_void(logits, obs)
-        obs["action"] = sample_actions(logits, self.greedy, self.generator)
+        obs["action"] = choose_actions(self.net(self.net.encode(obs)), obs, self.greedy, self.generator)
         return obs

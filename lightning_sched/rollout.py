@@ -15,7 +15,7 @@ from .cluster import init_state, step_state
 from .config import ClusterConfig
 from .jobs import JobSet
 from .observations import observe
-from .policies import PolicyNetwork, sample_actions
+from .policies import PolicyNetwork, choose_actions
 from .state import ClusterState
 
 Policy = Callable[[dict], dict]
@@ -108,7 +108,7 @@ def collect(net: PolicyNetwork, cfg: ClusterConfig, jobs: JobSet, greedy: bool =
 
     def policy(obs):
         f = net.encode(obs)
-        obs["action"] = teacher(obs)["action"] if teacher else sample_actions(logits(f), greedy, generator)
+        obs["action"] = teacher(obs)["action"] if teacher else choose_actions(logits(f), obs, greedy, generator)
         features.append(f)
         actions.append(obs["action"])
         return obs

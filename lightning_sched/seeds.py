@@ -58,11 +58,6 @@ def tuning(index: int) -> int:
     return _inside("tuning", TUNING + index)
 
 
-def validation(index: int = 0) -> int:
-    """The seed of the index-th validation jobset draw."""
-    return _inside("validation", VALIDATION + index)
-
-
 def adaptation(seed: int, step: int) -> int:
     """The jobsets of fine-tuning step `step` of an adaptation run seeded with `seed`."""
     return _outside(ADAPTATION + seed * 10_007 + step)

@@ -14,7 +14,7 @@ if str(ROOT) not in sys.path:  # the scripts work from a checkout without `pip i
 import torch  # noqa: E402
 
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload  # noqa: E402
-from lightning_sched.checkpoints import SIZE_FIELDS  # noqa: E402
+from lightning_sched.config import SIZE_FIELDS  # noqa: E402
 from lightning_sched.heuristics import make_heuristic  # noqa: E402
 from lightning_sched.traces import TraceWorkload, parse_capacity  # noqa: E402
 
@@ -47,11 +47,15 @@ def add_cluster_flags(parser: argparse.ArgumentParser, reward_default: bool = Tr
                    help="default deadline a + floor(slo * d)")
 
 
+def reward_from_args(args) -> dict:
+    """The --objective and --slo_slowdown given (with reward_default=False, None means not given)."""
+    return {k: getattr(args, k) for k in ("objective", "slo_slowdown") if getattr(args, k) is not None}
+
+
 def cluster_from_args(args) -> tuple[ClusterConfig, bool]:
     """(the cluster the flags describe, whether any size flag was given)."""
     sizes = {name: getattr(args, name) for name in SIZE_FIELDS if getattr(args, name) is not None}
-    reward = {k: getattr(args, k) for k in ("objective", "slo_slowdown") if getattr(args, k) is not None}
-    return ClusterConfig(observation="none", **reward, **sizes), bool(sizes)
+    return ClusterConfig(observation="none", **reward_from_args(args), **sizes), bool(sizes)
 
 
 def workload_from_args(args, cfg: ClusterConfig) -> DeepRMWorkload:

@@ -30,6 +30,7 @@ from _common import (
     add_workload_flags,
     cluster_from_args,
     format_row,
+    reward_from_args,
     set_threads,
     table_header,
     trace_workload_from_args,
@@ -70,8 +71,7 @@ def main(argv=None) -> int:
     try:
         cluster, sized = cluster_from_args(args)
         net, cfg, saved = load_network(args.ckpt, args.device, cluster if sized else None)
-        reward = {k: getattr(args, k) for k in ("objective", "slo_slowdown") if getattr(args, k) is not None}
-        cfg = cfg.replace(**reward)
+        cfg = cfg.replace(**reward_from_args(args))
         settings = AdaptationSettings.from_checkpoint(
             saved, args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr, optimizer=args.optimizer,
             normalize_advantage=False if args.no_normalize else None)

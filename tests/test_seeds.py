@@ -29,7 +29,7 @@ def test_training_and_adaptation_streams_avoid_held_out_seeds():
 
 
 def test_held_out_helpers_stay_in_their_range():
-    assert seeds.evaluation() == 12345 and seeds.validation() == 900_001
+    assert seeds.evaluation() == 12345 and seeds.VALIDATION in seeds.HELD_OUT["validation"]
     assert seeds.selection(1.9) == 745 and seeds.tuning(0) == 777
     with pytest.raises(ConfigError, match="selection seed 777"):
         seeds.selection(2.22)
