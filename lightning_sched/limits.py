@@ -1,0 +1,48 @@
+"""Refusing sizes that would not fit in memory, before anything is allocated.
+
+Every place that allocates in proportion to user-given sizes (the environment's state, a network's
+weights, a generated workload) estimates its bytes first and calls `require_memory`, so a typo such
+as `resource_units 1000000` ends in one line that names the fields, not in an hour of swapping.
+"""
+from __future__ import annotations
+
+import os
+
+from .config import ConfigError
+
+_BUDGET_ENV = "LIGHTNING_SCHED_MEMORY_BYTES"
+
+
+def memory_budget() -> int:
+    """Bytes one allocation may take: $LIGHTNING_SCHED_MEMORY_BYTES, else half the machine's
+    physical memory (the rest is for the interpreter, torch and the other allocations)."""
+    given = os.environ.get(_BUDGET_ENV)
+    if given:
+        try:
+            return int(float(given))
+        except ValueError:
+            raise ConfigError(f"{_BUDGET_ENV} must be a number of bytes, got {given!r}") from None
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): a conservative 8 GiB
+        return 8 << 30
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def require_memory(what: str, estimated_bytes: float, fields: dict[str, object]) -> None:
+    """Raise ConfigError when `what` would need more than `memory_budget()` bytes.
+
+    fields: the sizes the estimate grows with, named as the user gave them (shown in the error).
+    """
+    budget = memory_budget()
+    if estimated_bytes > budget:
+        named = ", ".join(f"{k}={v}" for k, v in fields.items())
+        raise ConfigError(f"{what} would need about {format_bytes(estimated_bytes)} ({named}), more than the "
+                          f"{format_bytes(budget)} allowed (half the machine's memory; set {_BUDGET_ENV} to change it)")
