@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from .config import REWARD_FIELDS, SIZE_FIELDS, ClusterConfig, ConfigError
+from .files import load_torch_file
 from .policies import DeepRMNetwork, NetworkPolicy, PolicySpec, make_policy
 
 CHECKPOINT_KEY = "lightning_sched"
@@ -25,7 +26,7 @@ def policy_checkpoint(net: DeepRMNetwork, greedy: bool = True) -> dict:
 def read_checkpoint(path) -> dict:
     """The whole checkpoint dict of a file written by this project, refused when it has no policy
     entry. Checkpoints are pickles (as Lightning's): load only files you trust."""
-    data = torch.load(path, map_location="cpu", weights_only=False)
+    data = load_torch_file(path, "lightning_sched checkpoint", weights_only=False)
     if not isinstance(data, dict) or CHECKPOINT_KEY not in data:
         raise ConfigError(f"{path}: not a lightning_sched checkpoint (no '{CHECKPOINT_KEY}' entry)")
     return data
@@ -49,7 +50,11 @@ def load_network(path, device="cpu", cluster: ClusterConfig | None = None) -> tu
                 + "; a policy trained with policy.kind 'slots' runs on any size")
         cfg = cfg.replace(**resized)
     net = make_policy(spec, cfg)
-    net.load_state_dict(saved["state_dict"])
+    try:
+        net.load_state_dict(saved["state_dict"])
+    except RuntimeError as error:  # missing or misshapen weights: a damaged or hand-edited file
+        raise ConfigError(f"{path}: its weights do not fit its policy {spec!r} "
+                          f"({str(error).strip().splitlines()[-1].strip()[:200]})") from error
     return net.to(device), cfg, saved
 
 

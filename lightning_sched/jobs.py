@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from .config import ClusterConfig, ConfigError
+from .files import load_torch_file
 
 
 @dataclass
@@ -23,6 +24,15 @@ class JobSet:
     duration: torch.Tensor
     demand: torch.Tensor
     deadline: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        # narrower integer tensors (int32 from numpy, uint8 from a file) widen losslessly to the
+        # int64 the simulator computes in; anything else is left for `validate` to refuse
+        for name in ("arrival", "duration", "demand", "deadline"):
+            tensor = getattr(self, name)
+            if (isinstance(tensor, torch.Tensor) and tensor.dtype != torch.long and tensor.dtype != torch.bool
+                    and not tensor.is_floating_point() and not tensor.is_complex()):
+                setattr(self, name, tensor.long())
 
     @property
     def batch_size(self) -> int:
@@ -53,6 +63,8 @@ class JobSet:
         b, length = self.arrival.shape if self.arrival.dim() == 2 else (None, None)
         if b is None:
             raise ConfigError(f"JobSet.arrival must be [B, L], got shape {tuple(self.arrival.shape)}")
+        if b == 0:
+            raise ConfigError(f"JobSet has B=0 jobsets (arrival shape {tuple(self.arrival.shape)}); give at least one")
         for name, tensor, shape in (("duration", self.duration, (b, length)),
                                     ("demand", self.demand, (b, length, cfg.num_resources)),
                                     ("deadline", self.deadline, (b, length))):
@@ -65,6 +77,9 @@ class JobSet:
                 raise ConfigError(f"JobSet.{name} must hold integers, got dtype {tensor.dtype}")
         real = self.duration > 0
         _check(self.arrival < 0, "arrival", self.arrival, "must be >= 0")
+        # an episode is truncated at max_time: a job arriving then or later would never be in it
+        _check((self.arrival >= cfg.max_time) & real, "arrival", self.arrival,
+               f"must be < ClusterConfig.max_time={cfg.max_time} (the episode ends before it arrives)")
         _check((self.duration < 0) | (self.duration > cfg.max_job_len), "duration", self.duration,
                f"is outside 0..max_job_len={cfg.max_job_len}")
         _check(((self.demand < 0) | (self.demand > cfg.max_job_units)) & real.unsqueeze(-1), "demand", self.demand,
@@ -116,7 +131,9 @@ class JobSet:
 
     @staticmethod
     def load(path: str | Path, device="cpu") -> "JobSet":
-        data = torch.load(Path(path), map_location=device, weights_only=True)
+        data = load_torch_file(path, "JobSet file (JobSet.save)", weights_only=True, map_location=device)
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: not a JobSet file (JobSet.save), it holds a {type(data).__name__}")
         missing = {"arrival", "duration", "demand"} - set(data)
         if missing:
             raise ConfigError(f"{path}: not a JobSet file, missing {sorted(missing)}")

@@ -31,6 +31,7 @@ from torch.nn import functional as F
 
 from .config import ClusterConfig, ConfigError
 from .heuristics import EDF, SJF, Packer, Tetris
+from .limits import require_memory
 from .observations import render_image
 
 PRIORS = {"tetris": Tetris, "sjf": SJF, "packer": Packer, "edf": EDF}
@@ -373,8 +374,21 @@ class SlotNetwork(nn.Module):
 
 
 def make_policy(spec: PolicySpec, cfg: ClusterConfig) -> DeepRMNetwork | SlotNetwork:
-    """The network a `PolicySpec` describes, for cluster `cfg`."""
-    return SlotNetwork(cfg, spec) if spec.kind == "slots" else DeepRMNetwork(cfg, spec)
+    """The network a `PolicySpec` describes, for cluster `cfg`; refused (ConfigError naming the
+    sizes) when training it would not fit in memory."""
+    network = SlotNetwork if spec.kind == "slots" else DeepRMNetwork
+    with torch.device("meta"):  # the same module without storage: its exact sizes, nothing allocated
+        probe = network(cfg, spec)
+    weights = sum(p.numel() for p in probe.parameters())
+    table = getattr(probe, "table_rows", 0) * spec.hidden[0]  # DeepRM's prefix table [rows, H]
+    # float32 weights, their gradients and two Adam moments; the prefix table, its gradient and
+    # the cumulative sums that build it
+    # the sizes the weights grow with: the image's for DeepRM's network, the widths for the slot network
+    sizes = ("num_resources",) if spec.kind == "slots" else ("num_resources", "resource_units", "horizon",
+                                                             "num_slots", "max_job_units")
+    require_memory(f"the policy network ({weights:,} weights)", 4 * (4 * weights + 3 * table),
+                   {"PolicySpec.hidden": spec.hidden, **{f"ClusterConfig.{k}": getattr(cfg, k) for k in sizes}})
+    return network(cfg, spec)
 
 
 def choose_actions(logits: torch.Tensor, obs, greedy: bool, generator: torch.Generator | None = None):

@@ -13,6 +13,7 @@ import torch
 
 from .config import ClusterConfig, ConfigError
 from .jobs import JobSet
+from .limits import require_memory
 
 ARRIVALS = ("auto", "bernoulli", "poisson")
 
@@ -133,6 +134,7 @@ class DeepRMWorkload:
         return int(math.ceil(mean + 8 * math.sqrt(mean) + 16))
 
     def validate(self, cfg: ClusterConfig) -> None:
+        _require_arrivals_before_max_time(self.simu_len, cfg)
         if self.num_resources != cfg.num_resources or self.resource_units != cfg.resource_units:
             raise ConfigError(f"workload has num_resources={self.num_resources}, resource_units={self.resource_units}; "
                               f"the cluster has {cfg.num_resources}, {cfg.resource_units}")
@@ -157,11 +159,27 @@ class DeepRMWorkload:
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None, device="cpu") -> JobSet:
         """B jobsets: JobSet with arrival/duration LongTensor[B, max_jobs], demand [B, max_jobs, R]."""
+        _require_sampling_memory(batch_size, self.max_jobs, self.num_resources, load=self.load, simu_len=self.simu_len)
         return sample_jobs(self.params(batch_size, device), self.simu_len, self.max_jobs, self.num_resources,
                            generator, device)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _require_arrivals_before_max_time(simu_len: int, cfg: ClusterConfig) -> None:
+    """Arrivals fall in 0..simu_len-1; an episode is truncated at max_time, so a later one would
+    never be in it (JobSet.validate refuses such jobs)."""
+    if simu_len > cfg.max_time:
+        raise ConfigError(f"workload simu_len={simu_len} exceeds ClusterConfig.max_time={cfg.max_time}: jobs would "
+                          f"arrive after the episode is truncated; use simu_len <= max_time")
+
+
+def _require_sampling_memory(batch_size: int, max_jobs: int, num_resources: int, **fields) -> None:
+    """Refuse a draw whose tensors would not fit in memory, before allocating them. `sample_jobs`
+    holds about twelve 8-byte [B, L] tensors and six [B, L, R] at its peak."""
+    require_memory("drawing the jobsets", 8 * batch_size * max_jobs * (12 + 6 * num_resources),
+                   {**fields, "jobsets": batch_size, "job columns": max_jobs})
 
 
 def _uniform_int(lo: torch.Tensor, hi: torch.Tensor, shape, generator, device) -> torch.Tensor:
@@ -256,6 +274,7 @@ class WorkloadFamily:
         return max(self.simu_len, self._densest.max_jobs)
 
     def validate(self, cfg: ClusterConfig) -> None:
+        _require_arrivals_before_max_time(self.simu_len, cfg)
         longest = max(self.short_len[1][1], self.long_len[1][1])
         largest = max(self.dominant_units[1][1], self.other_units[1][1])
         if longest > cfg.max_job_len:
@@ -289,6 +308,8 @@ class WorkloadFamily:
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None, device="cpu") -> JobSet:
         """One task per row, drawn fresh: JobSet [B, max_jobs]."""
+        _require_sampling_memory(batch_size, self.max_jobs, self.num_resources, load=self.load,
+                                 simu_len=self.simu_len)
         return sample_from(self.draw(batch_size, generator), self.simu_len, self.max_jobs, generator, device)
 
 

@@ -1,10 +1,12 @@
 """Helpers shared by the scripts (run as files, so they share code through this module, never by
-importing each other): workload and trace flags, policies by name, the metrics table row, threads."""
+importing each other): how a script ends on bad input, where outputs go, workload and trace flags,
+policies by name, the metrics table row, threads."""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,6 +19,74 @@ from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload  # noqa: 
 from lightning_sched.config import SIZE_FIELDS  # noqa: E402
 from lightning_sched.heuristics import make_heuristic  # noqa: E402
 from lightning_sched.traces import TraceWorkload, parse_capacity  # noqa: E402
+
+# set to 1 to see the full traceback of an error the scripts otherwise report in one line
+TRACEBACK_ENV = "LIGHTNING_SCHED_TRACEBACK"
+# outputs nobody named go here (relative to the working directory, as training runs' folders),
+# never into the repository's docs/, checkpoints/ or configs/
+RUNS = Path("runs")
+# the episode metric each objective is judged by (SPEC "Episode metrics")
+OBJECTIVE_METRIC = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time", "makespan": "makespan",
+                    "utilization": "utilization", "deadline": "slo_hit_rate"}
+
+
+def run_main(main: Callable[[], int | None]) -> None:
+    """Run a script's `main` and exit with its code. Bad input (a ConfigError or other ValueError,
+    a file that is missing or cannot be written) ends in one line `error: ...` on stderr and exit
+    code 2; the full traceback only with LIGHTNING_SCHED_TRACEBACK=1."""
+    try:
+        code = main()
+    except (ValueError, OSError) as error:
+        if os.environ.get(TRACEBACK_ENV, "0") not in ("", "0"):
+            raise
+        # a ConfigError names the field and the value; another error may need its traceback to place it
+        hint = "" if isinstance(error, ConfigError) else f" ({TRACEBACK_ENV}=1 shows where)"
+        print(f"error: {error}{hint}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code or 0)
+
+
+class ScriptParser(argparse.ArgumentParser):
+    """argparse for the scripts: a bad flag ends in one line naming it (and --help), not the
+    usage of every flag."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the flags)\n")
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `minimum` (argparse's error names the flag and the value)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0 (a step size, a time scale)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value}")
+    return value
+
+
+def unused_path(path: Path) -> Path:
+    """`path`, or with -2, -3, ... before its suffix when it exists (never overwrite an output)."""
+    n = 2
+    candidate = path
+    while candidate.exists():
+        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
+        n += 1
+    return candidate
 
 
 def add_workload_flags(parser: argparse.ArgumentParser) -> None:
@@ -144,6 +214,8 @@ def format_row(name: str, s: dict) -> str:
 
 def set_threads(threads: int) -> int:
     """Torch's intra-op threads, set explicitly (timings are reported with it)."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ConfigError(f"--threads must be an integer >= 1, got {threads!r}")
     torch.set_num_threads(threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     return torch.get_num_threads()

@@ -9,41 +9,79 @@ in a few REINFORCE steps, and save the adapted checkpoint.
 Each step draws --jobsets jobsets of the workload (seeds disjoint from evaluation's), rolls out
 --episodes episodes of each, and takes one step (DeepRM's time-indexed baseline). After step 0 and
 every step it prints the metrics on --eval_jobsets unseen jobsets (acting as the checkpoint
-says: sampled or greedy); with --json one JSON
+says: sampled or greedy) and, in the last column, how far the objective's metric is from the
+best heuristic's on the same jobsets (the reference line above the table); with --json one JSON
 line per step, the last one the final metrics in the form of `scripts/evaluate.py --json`.
+With --trace it adapts on the trace's train split and evaluates on --trace_split (default test).
 The step size, optimizer and batch default to the meta-policy's inner loop when the checkpoint
 has one, with its learned per-weight step sizes if it was meta-trained with them (Meta-SGD);
 else SGD, lr 0.05, 20 x 20.
+
+The adapted checkpoint goes to runs/adapted/<checkpoint name>.ckpt (-2, -3, ... appended when that
+file exists), or to --out, which must not exist (unless --overwrite) nor be --ckpt.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 import torch
 
 from _common import (
+    OBJECTIVE_METRIC,
+    RUNS,
+    ScriptParser,
     add_cluster_flags,
     add_trace_flags,
     add_workload_flags,
+    at_least,
     cluster_from_args,
     format_row,
+    heuristic,
     reward_from_args,
+    run_main,
     set_threads,
     table_header,
     trace_workload_from_args,
+    unused_path,
     workload_from_args,
 )
-from lightning_sched import ConfigError, seeds
+from lightning_sched import ClusterConfig, ConfigError, seeds
 from lightning_sched.adaptation import AdaptationSettings, adapt
 from lightning_sched.checkpoints import CHECKPOINT_KEY, load_network, policy_checkpoint
-from lightning_sched.evaluation import make_jobsets
+from lightning_sched.evaluation import compare, make_jobsets
+
+# the heuristics the adapted policy is compared with (random left out: it repeats only with its seed)
+REFERENCE_HEURISTICS = ("tetris", "sjf", "packer", "edf")
+
+
+def output_path(args) -> tuple[Path, bool]:
+    """(where the adapted checkpoint goes, whether the user named it). Refused: --out equal to the
+    checkpoint being adapted (a resumable Lightning checkpoint would become a policy-only file) and
+    an existing --out without --overwrite. The default, runs/adapted/<ckpt name>.ckpt, takes -2,
+    -3, ... when taken."""
+    if args.out is None:
+        return unused_path(RUNS / "adapted" / f"{Path(args.ckpt).stem}.ckpt"), False
+    out = Path(args.out)
+    if out.resolve() == Path(args.ckpt).resolve():
+        raise ConfigError(f"--out {args.out} is the checkpoint being adapted (--ckpt); name another file")
+    if out.exists() and not args.overwrite:
+        raise ConfigError(f"--out {args.out} exists; name another file or pass --overwrite")
+    return out, True
+
+
+def heuristic_reference(cfg: ClusterConfig, eval_jobs, metric: str, device) -> tuple[str, float]:
+    """(the best deterministic heuristic on the evaluation jobsets by `metric`, its mean)."""
+    results = compare({h: heuristic(h, cfg, device) for h in REFERENCE_HEURISTICS}, cfg, eval_jobs, device=device)
+    best = results.best(metric=metric)
+    return best, results.mean_ci(best, metric)[0]
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ckpt", required=True, help="checkpoint to adapt")
     ap.add_argument("--steps", type=int, default=5, help="adaptation steps K")
     add_workload_flags(ap)
@@ -57,59 +95,69 @@ def main(argv=None) -> int:
                     help="default: the meta-policy's inner optimizer, else sgd")
     ap.add_argument("--no_normalize", action="store_true",
                     help="raw advantages (default: normalized, as the inner loop)")
-    ap.add_argument("--eval_jobsets", type=int, default=200, help="unseen jobsets the metrics are measured on")
-    ap.add_argument("--eval_every", type=int, default=1, help="measure after every N-th step (and the last)")
+    ap.add_argument("--eval_jobsets", type=at_least(1), default=200, help="unseen jobsets the metrics are measured on")
+    ap.add_argument("--eval_every", type=at_least(1), default=1, help="measure after every N-th step (and the last)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the adaptation jobsets and actions")
-    ap.add_argument("--out", help="adapted checkpoint (default: <ckpt>.adapted.ckpt)")
+    ap.add_argument("--out", help="adapted checkpoint (default: runs/adapted/<ckpt name>.ckpt, with -2, -3, ... "
+                    "when taken)")
+    ap.add_argument("--overwrite", action="store_true", help="replace an existing --out (never --ckpt itself)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     set_threads(args.threads)
-    if args.eval_every < 1:
-        ap.error(f"--eval_every must be >= 1, got {args.eval_every}")
-    try:
-        cluster, sized = cluster_from_args(args)
-        net, cfg, saved = load_network(args.ckpt, args.device, cluster if sized else None)
-        cfg = cfg.replace(**reward_from_args(args))
-        settings = AdaptationSettings.from_checkpoint(
-            saved, args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr, optimizer=args.optimizer,
-            normalize_advantage=False if args.no_normalize else None)
-        if args.trace:
-            workload = trace_workload_from_args(args, cfg)
-            workload_desc = workload.describe()
-            if args.trace_split == "test":  # adapt on the history before the held-out range
-                train = trace_workload_from_args(argparse.Namespace(**{**vars(args), "trace_split": "train"}), cfg)
-            else:
-                train = workload
+    out, named = output_path(args)  # before adapting: a refused --out costs nothing
+    cluster, sized = cluster_from_args(args)
+    net, cfg, saved = load_network(args.ckpt, args.device, cluster if sized else None)
+    cfg = cfg.replace(**reward_from_args(args))
+    settings = AdaptationSettings.from_checkpoint(
+        saved, args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr, optimizer=args.optimizer,
+        normalize_advantage=False if args.no_normalize else None)
+    if args.trace:
+        workload = trace_workload_from_args(args, cfg)
+        if args.trace_split == "test":  # adapt on the history before the held-out range
+            train = trace_workload_from_args(argparse.Namespace(**{**vars(args), "trace_split": "train"}), cfg)
         else:
-            workload = train = workload_from_args(args, cfg)
-            workload_desc = f"DeepRMWorkload({', '.join(f'{k}={v}' for k, v in workload.to_dict().items())})"
-        eval_jobs = make_jobsets(workload, args.eval_jobsets, seeds.EVALUATION)
-    except (ConfigError, FileNotFoundError) as error:
-        ap.error(str(error))
+            train = workload
+        train_desc, eval_desc = train.describe(), workload.describe()
+    else:
+        workload = train = workload_from_args(args, cfg)
+        workload.validate(cfg)
+        train_desc = f"DeepRMWorkload({', '.join(f'{k}={v}' for k, v in workload.to_dict().items())})"
+        eval_desc = "the same workload"
+    eval_jobs = make_jobsets(workload, args.eval_jobsets, seeds.EVALUATION)
     learned = (saved.get("adaptation") or {}).get("step_sizes") is not None
-    print(f"adapting {args.ckpt} on {workload_desc}: {settings}"
+    print(f"adapting {args.ckpt} on {train_desc}: {settings}"
           + (" with learned per-weight step sizes" if settings.step_sizes is not None else "")
           + (" (the checkpoint's learned step sizes scale SGD only: not used)"
              if learned and settings.step_sizes is None else ""))
-    print(table_header("step"))
+    print(f"evaluating on {args.eval_jobsets} unseen jobsets of {eval_desc}; saving to {out}")
+    metric = OBJECTIVE_METRIC[cfg.objective]
+    best, reference = heuristic_reference(cfg, eval_jobs, metric, args.device)
+    print(f"reference: best heuristic {best}, {metric} {reference:.3f} on the same jobsets "
+          f"(of {', '.join(REFERENCE_HEURISTICS)})")
+    print(f"{table_header('step')} {metric + ' - ' + best:>24s}")
 
     def report(step, summary):
-        print(format_row(f"step {step}", summary), flush=True)
+        print(f"{format_row(f'step {step}', summary)} {summary[metric] - reference:>+24.3f}", flush=True)
         if args.json:
-            print(json.dumps({"policy": args.ckpt, **summary}), flush=True)
+            print(json.dumps({"policy": args.ckpt, **summary, "reference": {"heuristic": best, metric: reference}}),
+                  flush=True)
 
     greedy = saved.get("greedy", True)
     adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, greedy=greedy, report=report,
           eval_steps=set(range(0, args.steps + 1, args.eval_every)))
-    out = Path(args.out or Path(args.ckpt).with_suffix(".adapted.ckpt"))
+    if not named:  # another run may have taken the name meanwhile
+        out = unused_path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")  # renamed when whole: never a truncated checkpoint
     torch.save({CHECKPOINT_KEY: {**policy_checkpoint(net, greedy), "adapted_from": str(args.ckpt),
-                                 "adapted_on": workload_desc, "adaptation": {k: v for k, v in vars(settings).items()}}},
-               out)
-    print(f"saved {out}", file=sys.stderr)
+                                 "adapted_on": train_desc, "adaptation": {k: v for k, v in vars(settings).items()}}},
+               partial)
+    os.replace(partial, out)
+    print(f"saved {out}", file=sys.stderr)  # stdout's last line stays the final metrics (--json)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

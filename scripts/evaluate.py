@@ -20,16 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 
 from _common import (
+    ScriptParser,
     add_cluster_flags,
     add_trace_flags,
     add_workload_flags,
+    at_least,
     cluster_from_args,
     format_row,
     heuristic,
+    run_main,
     set_threads,
     table_header,
     trace_workload_from_args,
@@ -55,14 +57,14 @@ def resolve_policy(spec: str, cfg: ClusterConfig, device, greedy: bool | None, s
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", nargs="+", default=["tetris", "sjf", "packer", "random"],
                     help="heuristic names and/or checkpoint paths")
     add_workload_flags(ap)
     add_trace_flags(ap)
     add_cluster_flags(ap)
-    ap.add_argument("--jobsets", type=int, default=200, help="number of unseen jobsets N")
-    ap.add_argument("--episodes", type=int, default=1, help="episodes per jobset (for stochastic policies)")
+    ap.add_argument("--jobsets", type=at_least(1), default=200, help="number of unseen jobsets N")
+    ap.add_argument("--episodes", type=at_least(1), default=1, help="episodes per jobset (for stochastic policies)")
     ap.add_argument("--seed", type=int, default=seeds.EVALUATION, help="seed of the jobsets")
     ap.add_argument("--jobset_file", help="evaluate on jobsets saved with JobSet.save instead of drawing them")
     ap.add_argument("--save_jobsets", help="save the drawn jobsets to this file")
@@ -75,44 +77,39 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="also print one JSON line per policy")
     args = ap.parse_args(argv)
     set_threads(args.threads)
-    if args.jobsets < 1:
-        ap.error(f"--jobsets must be >= 1, got {args.jobsets}")
-    try:
-        cfg, sized = cluster_from_args(args)
-        policies = [resolve_policy(p, cfg, args.device, args.greedy, args.seed, sized) for p in args.policy]
-        # a checkpoint fixes the cluster; all policies in one table must share it (the reward they
-        # were trained for may differ: the table measures every metric)
-        cluster = policies[0][2]
-        for name, _, other in policies[1:]:
-            cluster.require_same_cluster(other, policies[0][0], name, may_differ=REWARD_FIELDS)
-        trace_counts = {}  # with --trace, every JSON line also says what the mapping dropped and clipped
-        if args.jobset_file and args.trace:
-            raise ConfigError("give --jobset_file or --trace, not both")
-        if args.jobset_file:
-            jobs = JobSet.load(args.jobset_file)
-            workload_desc = args.jobset_file
-        elif args.trace:
-            workload = trace_workload_from_args(args, cluster)
-            jobs = make_jobsets(workload, args.jobsets, args.seed)
-            workload_desc = workload.describe()
-            report = workload.report
-            trace_counts = {"trace_kept": report.kept, "trace_dropped": report.dropped,
-                            "trace_clipped": report.clipped, "trace_split_jobs": report.split_jobs,
-                            "trace_load": max(report.split_load)}
-            print(f"trace {args.trace}: {report.job_lines} job lines, kept {report.kept}, dropped "
-                  f"{sum(report.dropped.values())} {report.dropped}, clipped {report.clipped}; "
-                  f"{report.split} split: {report.split_jobs} jobs, steps {report.split_steps}")
-        else:
-            workload = workload_from_args(args, cluster)
-            jobs = make_jobsets(workload, args.jobsets, args.seed)
-            workload_desc = (f"DeepRMWorkload(load={workload.load}, arrivals={workload.process}, "
-                             f"simu_len={workload.simu_len}, short_prob={workload.short_prob})")
-        if args.save_jobsets:
-            jobs.save(args.save_jobsets, workload=workload_desc, seed=args.seed)
-        jobs.validate(cluster)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    cfg, sized = cluster_from_args(args)
+    policies = [resolve_policy(p, cfg, args.device, args.greedy, args.seed, sized) for p in args.policy]
+    # a checkpoint fixes the cluster; all policies in one table must share it (the reward they
+    # were trained for may differ: the table measures every metric)
+    cluster = policies[0][2]
+    for name, _, other in policies[1:]:
+        cluster.require_same_cluster(other, policies[0][0], name, may_differ=REWARD_FIELDS)
+    trace_counts = {}  # with --trace, every JSON line also says what the mapping dropped and clipped
+    if args.jobset_file and args.trace:
+        raise ConfigError("give --jobset_file or --trace, not both")
+    if args.jobset_file:
+        jobs = JobSet.load(args.jobset_file)
+        workload_desc = args.jobset_file
+    elif args.trace:
+        workload = trace_workload_from_args(args, cluster)
+        jobs = make_jobsets(workload, args.jobsets, args.seed)
+        workload_desc = workload.describe()
+        report = workload.report
+        trace_counts = {"trace_kept": report.kept, "trace_dropped": report.dropped,
+                        "trace_clipped": report.clipped, "trace_split_jobs": report.split_jobs,
+                        "trace_load": max(report.split_load)}
+        print(f"trace {args.trace}: {report.job_lines} job lines, kept {report.kept}, dropped "
+              f"{sum(report.dropped.values())} {report.dropped}, clipped {report.clipped}; "
+              f"{report.split} split: {report.split_jobs} jobs, steps {report.split_steps}")
+    else:
+        workload = workload_from_args(args, cluster)
+        workload.validate(cluster)
+        jobs = make_jobsets(workload, args.jobsets, args.seed)
+        workload_desc = (f"DeepRMWorkload(load={workload.load}, arrivals={workload.process}, "
+                         f"simu_len={workload.simu_len}, short_prob={workload.short_prob})")
+    if args.save_jobsets:
+        jobs.save(args.save_jobsets, workload=workload_desc, seed=args.seed)
+    jobs.validate(cluster)
 
     print(f"{jobs.batch_size} jobsets x {args.episodes} episodes of {workload_desc}, seed {args.seed}, "
           f"objective {cluster.objective}; mean ± 95% CI over jobsets")
@@ -139,4 +136,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -1,4 +1,5 @@
-"""Regenerate the figures in docs/figures/ (each also writes its numbers as JSON beside it).
+"""Draw the figures of docs/figures/: each writes its PNG and its numbers as JSON beside it, under
+runs/figures/ unless --out names the PNG (`--out docs/figures/NAME.png` replaces a figure of docs/).
 
     python scripts/figures.py load_sweep [--ckpt NAME=PATH ...] [--jobsets 200]
 
@@ -26,7 +27,7 @@ objectives: policies trained for different objectives and the heuristics, on bot
 
 learning_curve: a run's validation slowdown per iteration with the heuristics' lines, and the mean
 and max total reward of its training episodes (DeepRM Figure 6); the curve's numbers are kept
-in docs/figures/learning_curve.json.
+in the JSON beside the PNG.
 
     python scripts/figures.py gains --ckpt RL=checkpoints/reinforce_slowdown.ckpt [--load 0.7]
 
@@ -56,12 +57,23 @@ from pathlib import Path
 
 import torch
 
-from _common import ROOT, add_trace_flags, named_policies, set_threads, trace_workload_from_args
+from _common import (
+    ROOT,
+    RUNS,
+    ScriptParser,
+    add_trace_flags,
+    at_least,
+    named_policies,
+    positive_float,
+    run_main,
+    set_threads,
+    trace_workload_from_args,
+)
 from lightning_sched import ClusterConfig, DeepRMWorkload, plots, seeds
 from lightning_sched.adaptation import AdaptationSettings, adapt
 from lightning_sched.evaluation import compare, make_jobsets, mean_ci95
 
-FIGURES = ROOT / "docs" / "figures"
+FIGURES = RUNS / "figures"  # without --out: the repository's docs/figures stay as committed
 LOADS = [0.1, 0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5, 1.7, 1.9]
 HEURISTICS = ["tetris", "sjf", "packer", "edf", "random"]
 NASA_TRACE = ROOT.parent / "shared" / "traces" / "NASA-iPSC-1993-3.1-cln.swf.gz"  # never copied into the repo
@@ -98,7 +110,7 @@ def str_keys(table: dict[str, dict]) -> dict[str, dict]:
 
 
 def save(fig, args, default: str, data: dict) -> Path:
-    """Write the figure to --out (default: docs/figures/`default`) and `data` as JSON beside it,
+    """Write the figure to --out (default: runs/figures/`default`) and `data` as JSON beside it,
     under the command that made them."""
     out = Path(args.out or FIGURES / default)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -453,10 +465,10 @@ def shared_flags(heuristics: list[str], jobsets: int | None = 200, loads: list[f
     if ckpt is not None:
         p.add_argument("--ckpt", nargs=ckpt, required=ckpt != "*", default=[], help=ckpt_help)
     if jobsets is not None:
-        p.add_argument("--jobsets", type=int, default=jobsets, help="unseen jobsets a point")
+        p.add_argument("--jobsets", type=at_least(1), default=jobsets, help="unseen jobsets a point")
     if loads is not None:
         p.add_argument("--loads", type=float, nargs="+", default=loads)
-    p.add_argument("--out", help="PNG path (default: the figure's file in docs/figures; its JSON beside it)")
+    p.add_argument("--out", help="PNG path (default: the figure's file name under runs/figures; its JSON beside it)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=2)
     return p
@@ -466,19 +478,19 @@ def fine_tuning_flags(steps: int) -> argparse.ArgumentParser:
     """A parent parser of adaptation's and headroom's fine-tuning flags, with `steps` as default."""
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--steps", type=int, default=steps)
-    p.add_argument("--jobsets", type=int, default=20, help="jobsets a fine-tuning step")
-    p.add_argument("--episodes", type=int, default=20, help="episodes of each jobset a step")
+    p.add_argument("--jobsets", type=at_least(1), default=20, help="jobsets a fine-tuning step")
+    p.add_argument("--episodes", type=at_least(1), default=20, help="episodes of each jobset a step")
     p.add_argument("--optimizer", choices=("sgd", "adam", "rmsprop"), default="adam",
                    help="fine-tuning of checkpoints without an inner loop of their own (REINFORCE, scratch)")
-    p.add_argument("--lr", type=float, default=0.003,
+    p.add_argument("--lr", type=positive_float, default=0.003,
                    help="their step size (a meta-policy keeps its own inner loop's optimizer and lr)")
-    p.add_argument("--eval_jobsets", type=int, default=200)
+    p.add_argument("--eval_jobsets", type=at_least(1), default=200)
     p.add_argument("--seed", type=int, default=0)
     return p
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="figure", required=True)
 
     def figure(run, help: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -502,7 +514,7 @@ def main() -> None:
     p = figure(trace, "heuristics on a real trace's held-out time range (docs/traces.md; default trace: the NASA "
                "iPSC log in ../shared)", shared_flags(HEURISTICS))
     add_trace_flags(p)
-    p.add_argument("--simu_len", type=int, default=50, help="steps of a window")
+    p.add_argument("--simu_len", type=at_least(1), default=50, help="steps of a window")
     p.add_argument("--compressions", type=float, nargs="+", default=[1.0, 2.0], help="time compressions to compare")
     p.set_defaults(trace=str(NASA_TRACE), seconds_per_step=600.0, trace_capacity=["processors=128"])
     p = figure(objectives, "policies trained for different objectives, on both metrics",
@@ -522,11 +534,11 @@ def main() -> None:
     p = figure(headroom, "one checkpoint fine-tuned long on the held-out workloads",
                shared_flags(["tetris"], jobsets=None, ckpt=None), fine_tuning_flags(300))
     p.add_argument("--ckpt", default="checkpoints/reinforce_mixture_masked.ckpt")
-    p.add_argument("--every", type=int, default=25, help="measure after every N-th step")
+    p.add_argument("--every", type=at_least(1), default=25, help="measure after every N-th step")
     args = ap.parse_args()
     set_threads(args.threads)
     args.run(args)
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -10,26 +10,41 @@ the candidate whose worst load is best, among those that finish every job of the
 (a policy that leaves jobs waiting until max_time wins only if all do). Selection jobsets are
 seeded with --seed + 100 * load (default: the selection range of lightning_sched.seeds), away from
 the evaluation seeds, so the figures stay unseen data.
+
+Every candidate is scored on the cluster its checkpoint was trained on (printed first, with DeepRM's
+workload scaled to it, `DeepRMWorkload.for_cluster`); candidates of different clusters (their
+objective aside) are refused with the fields that differ, since their scores would not compare.
 """
 from __future__ import annotations
 
 import argparse
 import json
 
-from _common import set_threads
+from _common import ScriptParser, at_least, run_main, set_threads
 from lightning_sched import ClusterConfig, DeepRMWorkload, seeds
 from lightning_sched.checkpoints import load_policy, with_acting_mode
+from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.evaluation import compare, make_jobsets
 from lightning_sched.heuristics import make_heuristic
 
 
+def candidates_cluster(paths: list[str]) -> ClusterConfig:
+    """The cluster every checkpoint of `paths` was trained on; ConfigError naming the fields when
+    two differ (beyond the objective, which does not change the jobs or the metrics)."""
+    clusters = {path: load_policy(path)[1] for path in paths}
+    first, cfg = next(iter(clusters.items()))
+    for path, other in clusters.items():
+        cfg.require_same_cluster(other, first, path, may_differ=REWARD_FIELDS)
+    return cfg.replace(observation="none")
+
+
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ckpt", nargs="+", required=True)
     ap.add_argument("--metric", choices=("mean_slowdown", "slo_hit_rate"), default="mean_slowdown")
     ap.add_argument("--loads", type=float, nargs="+", default=[0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5, 1.7, 1.9])
     ap.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "edf"])
-    ap.add_argument("--jobsets", type=int, default=100)
+    ap.add_argument("--jobsets", type=at_least(1), default=100)
     ap.add_argument("--seed", type=int, default=seeds.SELECTION)
     ap.add_argument("--acting", choices=("saved", "both"), default="saved",
                     help="saved: each checkpoint acts as it says; both: each is a candidate twice, greedy and sampled")
@@ -37,7 +52,10 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     set_threads(args.threads)
-    cfg = ClusterConfig(observation="none")
+    cfg = candidates_cluster(args.ckpt)
+    changed = {k: v for k, (v, _) in cfg.differences(ClusterConfig(), ignore=("observation",)).items()}
+    print("scoring on the candidates' cluster: "
+          + (", ".join(f"{k}={v}" for k, v in changed.items()) if changed else "DeepRM's") + " (ClusterConfig)")
     lower_is_better = args.metric == "mean_slowdown"
     # candidate name -> (checkpoint, greedy: None acts as the checkpoint says)
     if args.acting == "saved":
@@ -48,7 +66,9 @@ def main(argv=None) -> None:
     unfinished = dict.fromkeys(named, 0)  # jobs left waiting at max_time, over all loads
     for load in args.loads:
         # the seed follows the load, so a subset of the loads sees the same jobsets
-        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, seeds.selection(load, args.seed))
+        workload = DeepRMWorkload.for_cluster(cfg, load=load)
+        workload.validate(cfg)
+        jobs = make_jobsets(workload, args.jobsets, seeds.selection(load, args.seed))
         # policies made anew at each load: a sampled checkpoint's actions at one load do not depend
         # on the loads before it
         heuristics = compare({h: make_heuristic(h, cfg) for h in args.heuristics}, cfg, jobs)
@@ -68,7 +88,8 @@ def main(argv=None) -> None:
     if any(unfinished.values()):
         print("unfinished jobs (not eligible while a candidate finishes all): "
               + " ".join(f"{p}: {n}" for p, n in unfinished.items() if n))
-    print(json.dumps({"metric": args.metric, "seed": args.seed, "jobsets": args.jobsets, "worst": worst,
+    print(json.dumps({"metric": args.metric, "seed": args.seed, "jobsets": args.jobsets, "cluster": changed,
+                      "worst": worst,
                       "unfinished_jobs": unfinished, "winner": winner,
                       "scores": {p: {str(k): v for k, v in s.items()} for p, s in scores.items()}}))
     if args.write:
@@ -82,4 +103,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
