@@ -199,3 +199,99 @@ def test_workload_must_fit_the_cluster(cfg_changes, params, match):
 def test_bad_workload_family(params, match):
     with pytest.raises(ConfigError, match=match):
         WorkloadFamily(**params)
+
+
+def test_simu_len_beyond_max_time_is_refused_naming_both():
+    """Arrivals fall in 0..simu_len-1 and an episode ends at max_time: a later arrival would give a
+    negative slowdown. simu_len = max_time is the largest that fits."""
+    cfg = CFG.replace(max_time=40)
+    for workload in (DeepRMWorkload(simu_len=41), WorkloadFamily(simu_len=41)):
+        with pytest.raises(ConfigError, match=r"simu_len=41.*max_time=40"):
+            ClusterEnv(cfg, workload=workload, batch_size=[1])
+    DeepRMWorkload(simu_len=40).validate(cfg)
+
+
+# ----- sizes that would not fit in memory ------------------------------------------------------------
+def test_a_network_too_large_is_refused_before_it_is_built(monkeypatch):
+    from lightning_sched.policies import PolicySpec, make_policy
+
+    monkeypatch.setenv("LIGHTNING_SCHED_MEMORY_BYTES", str(100 << 20))
+    # about 8M weights at resource_units 10000: built in 32 MiB, but training it needs about 220 MiB
+    with pytest.raises(ConfigError, match=r"policy network.*would need.*ClusterConfig.resource_units=10000"):
+        make_policy(PolicySpec(), ClusterConfig(resource_units=10000))
+    make_policy(PolicySpec(), ClusterConfig())  # DeepRM's fits
+
+
+def test_a_jobset_draw_too_large_is_refused_before_sampling(monkeypatch):
+    monkeypatch.setenv("LIGHTNING_SCHED_MEMORY_BYTES", str(50 << 20))
+    workload = DeepRMWorkload(load=1e4)  # about 270,000 job columns
+    with pytest.raises(ConfigError, match=r"drawing the jobsets would need.*load=10000.0.*jobsets=2"):
+        workload.sample(2, torch.Generator().manual_seed(0))
+    family = WorkloadFamily(load=(1e4, 1e4))
+    with pytest.raises(ConfigError, match=r"drawing the jobsets would need.*load=\(10000.0, 10000.0\)"):
+        family.sample(2, torch.Generator().manual_seed(0))
+    DeepRMWorkload(load=0.7).sample(2, torch.Generator().manual_seed(0))
+
+
+# ----- JobSets out of the episode, empty, narrow or damaged --------------------------------------------
+@pytest.mark.parametrize("arrival", [CFG.max_time, 2**62])
+def test_a_job_arriving_at_or_after_max_time_is_refused(arrival):
+    jobs = jobset(arrival=set_entry(torch.zeros(2, 3, dtype=torch.long), (1, 2), arrival))
+    with pytest.raises(ConfigError, match=re.escape(f"JobSet.arrival[1, 2] = {arrival} must be < "
+                                                    f"ClusterConfig.max_time={CFG.max_time}")):
+        jobs.validate(CFG)
+    # the last step that is still in the episode: the job can run and finish at max_time
+    from lightning_sched.evaluation import evaluate
+    from lightning_sched.heuristics import make_heuristic
+
+    jobs = jobset(b=1, length=2, arrival=torch.tensor([[0, CFG.max_time - 1]]))
+    result = evaluate(make_heuristic("sjf", CFG), CFG, jobs)
+    assert result.summary["unfinished_jobs"] == 0 and result.summary["mean_slowdown"] == 1.0
+
+
+def test_an_empty_batch_is_refused():
+    with pytest.raises(ConfigError, match=r"B=0"):
+        jobset(b=0).validate(CFG)
+
+
+def test_an_int32_jobset_runs_as_its_int64_copy():
+    from lightning_sched.evaluation import evaluate
+    from lightning_sched.heuristics import make_heuristic
+
+    wide = DeepRMWorkload(load=0.9, simu_len=20).sample(3, torch.Generator().manual_seed(1))
+    narrow = JobSet(wide.arrival.int(), wide.duration.int(), wide.demand.to(torch.int16))
+    assert narrow.arrival.dtype == narrow.demand.dtype == torch.long
+    cfg = ClusterConfig()
+    assert (evaluate(make_heuristic("sjf", cfg), cfg, narrow).summary
+            == evaluate(make_heuristic("sjf", cfg), cfg, wide).summary)
+
+
+def damaged_files(tmp_path, source):
+    """{kind: path}: `source` cut short, random bytes, a torch file of something else."""
+    truncated, noise, other = tmp_path / "truncated.pt", tmp_path / "noise.pt", tmp_path / "tensor.pt"
+    truncated.write_bytes(source.read_bytes()[:5000])
+    noise.write_bytes(torch.randint(0, 256, (4000,), generator=torch.Generator().manual_seed(0),
+                                    dtype=torch.uint8).numpy().tobytes())
+    torch.save(torch.zeros(3), other)
+    return {"truncated": truncated, "random bytes": noise, "a tensor": other}
+
+
+def test_damaged_jobset_files_are_refused_naming_the_file(tmp_path):
+    source = tmp_path / "jobs.pt"
+    DeepRMWorkload().sample(50, torch.Generator().manual_seed(0)).save(source)
+    for path in damaged_files(tmp_path, source).values():
+        with pytest.raises(ConfigError, match=re.escape(f"{path}: not a JobSet file")):
+            JobSet.load(path)
+    with pytest.raises(ConfigError, match="no such file"):
+        JobSet.load(tmp_path / "missing.pt")
+
+
+def test_damaged_checkpoints_are_refused_naming_the_file(tmp_path):
+    from pathlib import Path
+
+    from lightning_sched.checkpoints import load_policy
+
+    source = Path(__file__).resolve().parent.parent / "checkpoints" / "reinforce_slowdown.ckpt"
+    for path in damaged_files(tmp_path, source).values():
+        with pytest.raises(ConfigError, match=re.escape(f"{path}: not a lightning_sched checkpoint")):
+            load_policy(path)

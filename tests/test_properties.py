@@ -54,7 +54,7 @@ def jobsets(draw, cfg: ClusterConfig) -> JobSet:
     """B in 1..6 jobsets of L in 0..20 jobs; about one job in ten is duration-0 padding."""
     b, length, r = draw(st.integers(1, 6)), draw(st.integers(0, 20)), cfg.num_resources
     job = st.tuples(
-        st.integers(0, 30),  # arrival
+        st.integers(0, min(30, cfg.max_time - 1)),  # arrival (JobSet.validate: < max_time)
         st.integers(0, 9),  # 0: padding
         st.integers(1, cfg.max_job_len),  # duration
         st.lists(st.integers(0, cfg.max_job_units), min_size=r, max_size=r),  # demand

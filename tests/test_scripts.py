@@ -7,14 +7,20 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+from lightning_sched import JobSet
+from lightning_sched.checkpoints import load_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate")
 
 
-def run(*args, check=True):
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+def run(*args, check=True, cwd=ROOT, env=None):
+    """A script run as a user runs it; `cwd` is where its default outputs go (runs/)."""
+    script, *rest = args
+    proc = subprocess.run([sys.executable, str(ROOT / script), *rest], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"{args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -162,3 +168,143 @@ def test_figures_trace_takes_the_shared_trace_flags_and_its_old_names(tmp_path):
     assert [s["time_compression"] for s in new["settings"].values()] == [1.0, 2.0]
     for setting in new["settings"].values():
         assert set(setting["results"]) == {"tetris", "sjf"} and setting["jobs_in_jobsets"] > 0
+
+
+# ----- outputs and bad input -----------------------------------------------------------------------------
+def tiny_trace(folder: Path) -> Path:
+    """An SWF trace of 300 jobs, one every 2 minutes, 1..16 of 64 processors, 1..30 minutes."""
+    lines = ["; MaxProcs: 64"]
+    for j in range(1, 301):
+        lines.append(f"{j} {120 * j} 0 {60 * (1 + j % 30)} {1 + j % 16} -1 -1 -1 -1 -1 1 1 1 1 1 1 -1 -1")
+    trace = folder / "jobs.swf"
+    trace.write_text("\n".join(lines) + "\n")
+    return trace
+
+
+def one_line_error(proc, *named):
+    """The run failed with exit code 2 and one line on stderr naming each of `named`."""
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, f"{proc.returncode}:\n{proc.stderr}"
+    for text in named:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", ["simu_len 1500", "arrival 2**62", "random bytes", "truncated",
+                                  "jobset random bytes", "B=0", "episodes 0", "threads 0", "adapt lr -1",
+                                  "adapt out is ckpt", "adapt out exists", "select jobsets 0", "figures lr -1",
+                                  "load 1e9"])
+def test_scripts_report_bad_input_in_one_line(tmp_path, case):
+    """Bad input ends in one line naming the file or the field and the value, exit code 2. Jobs
+    arriving after max_time (simu_len 1500) gave mean slowdown -38.74 with exit code 0."""
+    ckpt = tmp_path / "policy.ckpt"
+    ckpt.write_bytes((ROOT / "checkpoints" / "reinforce_slowdown.ckpt").read_bytes())
+    noise = tmp_path / "noise.ckpt"
+    noise.write_bytes(bytes(range(256)) * 16)
+    truncated = tmp_path / "cut.ckpt"
+    truncated.write_bytes(ckpt.read_bytes()[:5000])
+    taken = tmp_path / "taken.ckpt"
+    taken.write_bytes(b"mine")
+    ones = torch.ones(2, 3, dtype=torch.long)
+    JobSet(torch.zeros(0, 3, dtype=torch.long), ones[:0], ones[:0, :, None].expand(0, 3, 2)).save(tmp_path / "b0.pt")
+    late = torch.zeros(2, 3, dtype=torch.long)
+    late[1, 2] = 2**62
+    JobSet(late, ones, ones[:, :, None].expand(2, 3, 2)).save(tmp_path / "late.pt")
+    evaluate = ("scripts/evaluate.py", "--jobsets", "2", "--threads", "1")
+    adapt = ("scripts/adapt.py", "--ckpt", str(ckpt), "--threads", "1")
+    command, named = {
+        "simu_len 1500": ((*evaluate, "--policy", "sjf", "--simu_len", "1500", "--load", "0.3", "--json"),
+                          ("simu_len=1500", "max_time=1000")),
+        "arrival 2**62": ((*evaluate, "--policy", "sjf", "--jobset_file", str(tmp_path / "late.pt")),
+                          (f"JobSet.arrival[1, 2] = {2**62}", "max_time=1000")),
+        "random bytes": ((*evaluate, "--policy", str(noise)), (str(noise), "not a lightning_sched checkpoint")),
+        "truncated": ((*evaluate, "--policy", str(truncated)), (str(truncated), "not a lightning_sched checkpoint")),
+        "jobset random bytes": ((*evaluate, "--policy", "sjf", "--jobset_file", str(noise)),
+                                (str(noise), "not a JobSet file")),
+        "B=0": ((*evaluate, "--policy", "sjf", "--jobset_file", str(tmp_path / "b0.pt")), ("B=0",)),
+        "episodes 0": ((*evaluate, "--policy", "sjf", "--episodes", "0"), ("--episodes", "got 0")),
+        "threads 0": (("scripts/evaluate.py", "--policy", "sjf", "--threads", "0"), ("--threads", "got 0")),
+        "adapt lr -1": ((*adapt, "--lr", "-1"), ("lr", "-1.0")),
+        # a resumable Lightning checkpoint must not become a policy-only file
+        "adapt out is ckpt": ((*adapt, "--out", str(ckpt)), (f"--out {ckpt}", "is the checkpoint being adapted")),
+        "adapt out exists": ((*adapt, "--out", str(taken)), (f"--out {taken} exists",)),
+        "select jobsets 0": (("scripts/select_checkpoint.py", "--ckpt", str(ckpt), "--jobsets", "0", "--threads", "1"),
+                             ("--jobsets", "got 0")),
+        "figures lr -1": (("scripts/figures.py", "headroom", "--lr", "-1", "--threads", "1"), ("--lr", "-1")),
+        "load 1e9": ((*evaluate, "--policy", "sjf", "--load", "1e9"), ("load=1000000000.0", "would need")),
+    }[case]
+    line = one_line_error(run(*command, check=False, cwd=tmp_path), *named)
+    assert "Traceback" not in line
+    assert taken.read_bytes() == b"mine" and ckpt.read_bytes()[:5000] == truncated.read_bytes()
+
+
+def test_the_traceback_of_an_error_is_there_on_request(tmp_path):
+    noise = tmp_path / "noise.ckpt"
+    noise.write_bytes(bytes(range(256)) * 16)
+    proc = run("scripts/evaluate.py", "--policy", str(noise), "--threads", "1", check=False,
+               env={"LIGHTNING_SCHED_TRACEBACK": "1"})
+    assert proc.returncode != 0 and "Traceback" in proc.stderr and "not a lightning_sched checkpoint" in proc.stderr
+
+
+def test_adapt_saves_under_runs_and_compares_with_the_best_heuristic(tmp_path):
+    """The adapted checkpoint goes to runs/adapted/ (-2 when taken), never next to the shipped ones;
+    the reference line is the best heuristic on the same evaluation jobsets (evaluate.py's seed)."""
+    ckpt = ROOT / "checkpoints" / "reinforce_slowdown.ckpt"
+    tiny = ("--ckpt", str(ckpt), "--steps", "1", "--jobsets", "1", "--episodes", "1", "--eval_jobsets", "3",
+            "--threads", "1", "--json")
+    earlier = tmp_path / "runs" / "adapted" / "reinforce_slowdown.ckpt"  # an earlier run's, kept
+    earlier.parent.mkdir(parents=True)
+    earlier.write_bytes(b"earlier")
+    first = run("scripts/adapt.py", *tiny, cwd=tmp_path)
+    assert "saving to runs/adapted/reinforce_slowdown-2.ckpt" in first.stdout
+    assert earlier.read_bytes() == b"earlier"
+    assert load_policy(tmp_path / "runs" / "adapted" / "reinforce_slowdown-2.ckpt")[1] == load_policy(ckpt)[1]
+    assert not (ROOT / "checkpoints" / "reinforce_slowdown.adapted.ckpt").exists()
+    final = json.loads(first.stdout.strip().splitlines()[-1])
+    heuristics = run("scripts/evaluate.py", "--policy", "tetris", "sjf", "packer", "edf", "--jobsets", "3", "--json",
+                     "--threads", "1").stdout.strip().splitlines()[-4:]
+    best = min((json.loads(line) for line in heuristics), key=lambda s: s["mean_slowdown"])
+    assert final["reference"] == {"heuristic": best["policy"], "mean_slowdown": best["mean_slowdown"]}
+    assert f"best heuristic {best['policy']}, mean_slowdown {best['mean_slowdown']:.3f}" in first.stdout
+
+
+def test_adapt_on_a_trace_names_the_split_it_adapts_on_and_the_one_it_evaluates_on(tmp_path):
+    trace = tiny_trace(tmp_path)
+    out = run("scripts/adapt.py", "--ckpt", str(ROOT / "checkpoints" / "reinforce_slowdown.ckpt"), "--steps", "1",
+              "--jobsets", "1", "--episodes", "1", "--eval_jobsets", "2", "--trace", str(trace),
+              "--seconds_per_step", "300", "--simu_len", "20", "--threads", "1", cwd=tmp_path).stdout
+    adapting, evaluating = out.splitlines()[:2]
+    assert "split=train" in adapting and "split=test" not in adapting
+    assert evaluating.startswith("evaluating on 2 unseen jobsets of TraceWorkload(") and "split=test" in evaluating
+
+
+def test_figures_without_out_write_under_runs(tmp_path):
+    """Without --out a figure goes to runs/figures/ under the working directory, never over docs/figures."""
+    docs = ROOT / "docs" / "figures" / "trace_nasa.png"
+    before = docs.read_bytes() if docs.exists() else None
+    run("scripts/figures.py", "trace", "--trace", str(tiny_trace(tmp_path)), "--seconds_per_step", "300",
+        "--simu_len", "20", "--compressions", "1", "--heuristics", "sjf", "--jobsets", "2", "--threads", "1",
+        cwd=tmp_path)
+    assert (tmp_path / "runs" / "figures" / "trace_nasa.png").exists()
+    assert json.loads((tmp_path / "runs" / "figures" / "trace_nasa.json").read_text())["jobsets"] == 2
+    assert (docs.read_bytes() if docs.exists() else None) == before
+
+
+def test_select_checkpoint_scores_on_the_checkpoints_cluster(tmp_path):
+    """A checkpoint of num_slots 5, max_time 60, slo_slowdown 5 is scored on that cluster (it
+    crashed on DeepRM's); candidates of different clusters are refused naming the fields."""
+    from lightning_sched import ClusterConfig
+    from lightning_sched.checkpoints import CHECKPOINT_KEY, policy_checkpoint
+    from lightning_sched.policies import PolicySpec, make_policy
+
+    ckpt = tmp_path / "small.ckpt"
+    torch.manual_seed(0)
+    net = make_policy(PolicySpec(), ClusterConfig(num_slots=5, max_time=60, slo_slowdown=5.0))
+    torch.save({CHECKPOINT_KEY: policy_checkpoint(net)}, ckpt)
+    out = run("scripts/select_checkpoint.py", "--ckpt", str(ckpt), "--loads", "0.5", "--jobsets", "2",
+              "--heuristics", "sjf", "--threads", "1").stdout
+    assert json.loads(out.strip().splitlines()[-1])["cluster"] == {"num_slots": 5, "max_time": 60, "slo_slowdown": 5.0}
+    deeprm = ROOT / "checkpoints" / "reinforce_slowdown.ckpt"
+    proc = run("scripts/select_checkpoint.py", "--ckpt", str(ckpt), str(deeprm), "--loads", "0.5", "--jobsets", "2",
+               "--threads", "1", check=False)
+    one_line_error(proc, "num_slots", "max_time", "slo_slowdown")
