@@ -381,11 +381,11 @@ def make_policy(spec: PolicySpec, cfg: ClusterConfig) -> DeepRMNetwork | SlotNet
         probe = network(cfg, spec)
     weights = sum(p.numel() for p in probe.parameters())
     table = getattr(probe, "table_rows", 0) * spec.hidden[0]  # DeepRM's prefix table [rows, H]
-    # float32 weights, their gradients and two Adam moments; the prefix table, its gradient and
-    # the cumulative sums that build it
     # the sizes the weights grow with: the image's for DeepRM's network, the widths for the slot network
     sizes = ("num_resources",) if spec.kind == "slots" else ("num_resources", "resource_units", "horizon",
                                                              "num_slots", "max_job_units")
+    # training holds float32 weights, their gradients and two Adam moments; the prefix table, its
+    # gradient and the cumulative sums that build it
     require_memory(f"the policy network ({weights:,} weights)", 4 * (4 * weights + 3 * table),
                    {"PolicySpec.hidden": spec.hidden, **{f"ClusterConfig.{k}": getattr(cfg, k) for k in sizes}})
     return network(cfg, spec)

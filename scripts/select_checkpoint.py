@@ -88,9 +88,9 @@ def main(argv=None) -> None:
     if any(unfinished.values()):
         print("unfinished jobs (not eligible while a candidate finishes all): "
               + " ".join(f"{p}: {n}" for p, n in unfinished.items() if n))
+    # "cluster": the fields where the candidates' cluster differs from DeepRM's
     print(json.dumps({"metric": args.metric, "seed": args.seed, "jobsets": args.jobsets, "cluster": changed,
-                      "worst": worst,
-                      "unfinished_jobs": unfinished, "winner": winner,
+                      "worst": worst, "unfinished_jobs": unfinished, "winner": winner,
                       "scores": {p: {str(k): v for k, v in s.items()} for p, s in scores.items()}}))
     if args.write:
         path, greedy = named[winner]
