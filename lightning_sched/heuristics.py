@@ -13,7 +13,7 @@ from tensordict import TensorDictBase
 from .config import ClusterConfig, ConfigError
 
 # Tetris's knob: weight of the short-job term against the normalised packing term. Tuned with
-# `python scripts/tune_tetris.py` on the default workload at loads 0.3..1.5 (README "Tetris's knob").
+# `python scripts/tune_tetris.py` on the default workload at loads 0.3..1.5 (docs/library.md, "Tetris's knob").
 TETRIS_SHORT_WEIGHT = 100.0
 
 

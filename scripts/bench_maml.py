@@ -1,9 +1,13 @@
-"""Benchmark of one MAML meta-iteration at a config's meta-batch (default configs/maml.yaml):
+"""Benchmark of one MAML meta-iteration at a config's meta-batch (default configs/base/maml.yaml):
 meta_batch tasks, inner rollouts and steps through higher, outer rollouts, the meta-gradient and
 Adam's step, timed around Lightning's training step. Medians over --repeats after one warm-up;
 prints a line and, last, a JSON line.
 
-    python scripts/bench_maml.py [--config configs/maml.yaml] [--first_order] [--threads 2] [--repeats 5]
+    python scripts/bench_maml.py [--config configs/base/maml.yaml [--config OVERLAY ...]] [--first_order]
+                                 [--threads 2] [--repeats 5]
+
+Repeated --config files merge in order as in scripts/fit.py (configs/README.md): mappings key by key,
+anything else replaced.
 """
 from __future__ import annotations
 
@@ -33,15 +37,28 @@ class Stopwatch(Callback):
         self.seconds.append(time.perf_counter() - self.start)
 
 
+def merge_config(base: dict, overlay: dict) -> dict:
+    """`overlay` on top of `base`: mappings merge key by key, other values (lists included) replace."""
+    merged = dict(base)
+    for key, value in overlay.items():
+        merged[key] = merge_config(merged[key], value) if isinstance(value, dict) and isinstance(
+            merged.get(key), dict) else value
+    return merged
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", default=str(ROOT / "configs" / "maml.yaml"))
+    ap.add_argument("--config", action="append", help="a config; repeat for a base and its overlays")
     ap.add_argument("--first_order", action="store_true")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     threads = set_threads(args.threads)
-    init = dict(yaml.safe_load(open(args.config))["model"]["init_args"])
+    configs = args.config or [str(ROOT / "configs" / "base" / "maml.yaml")]
+    merged: dict = {}
+    for path in configs:
+        merged = merge_config(merged, yaml.safe_load(open(path)) or {})
+    init = dict(merged["model"]["init_args"])
     init["cluster"] = ClusterConfig(**init.get("cluster", {}))
     init["family"] = WorkloadFamily(**init["family"])
     init["policy"] = PolicySpec(**init.get("policy", {}))
@@ -54,10 +71,10 @@ def main(argv=None) -> None:
     hp = module.hparams
     episodes = hp.meta_batch * (hp.inner_steps * hp.inner_jobsets * hp.inner_episodes
                                 + hp.outer_jobsets * hp.outer_episodes)
-    print(f"threads={threads} torch={torch.__version__} {args.config}: meta_batch {hp.meta_batch}, inner_steps "
+    print(f"threads={threads} torch={torch.__version__} {' + '.join(configs)}: meta_batch {hp.meta_batch}, inner_steps "
           f"{hp.inner_steps}, {episodes} episodes, {'first' if args.first_order else 'second'} order: "
           f"{median:.3f} s per meta-iteration (median of {args.repeats})")
-    print(json.dumps({"threads": threads, "config": args.config, "meta_batch": hp.meta_batch,
+    print(json.dumps({"threads": threads, "config": configs, "meta_batch": hp.meta_batch,
                       "inner_steps": hp.inner_steps, "episodes": episodes, "first_order": args.first_order,
                       "repeats": args.repeats, "meta_iteration_s": round(median, 4),
                       "all_s": [round(s, 4) for s in watch.seconds]}))

@@ -334,7 +334,7 @@ def gains(args) -> None:
                                   "withheld": withheld, "offered": offered, "slowdown_by_length": by_length})
 
 
-# Held-out workloads for the adaptation curves: each outside configs/maml.yaml's meta-training ranges
+# Held-out workloads for the adaptation curves: each outside configs/base/maml.yaml's meta-training ranges
 # (load 0.4..1.0, short_prob 0.7..0.9, short jobs 1..(2-3), long (10-11)..(12-15), dominant 4-5..8-10).
 HELD_OUT = {
     "heavy load 1.5": dict(load=1.5),

@@ -126,7 +126,8 @@ def test_a_maml_config_keeps_maml_defaults_and_no_config_means_reinforce(tmp_pat
     Reinforce's values for the arguments both modules have; with no config, Reinforce is trained."""
     import yaml
 
-    maml = yaml.safe_load(fit("fit", "--config", str(ROOT / "configs" / "maml_masked.yaml"), "--print_config",
+    maml = yaml.safe_load(fit("fit", "--config", str(ROOT / "configs" / "base" / "maml.yaml"),
+                              "--config", str(ROOT / "configs" / "maml_masked.yaml"), "--print_config",
                               tmp_path=tmp_path).stdout)["model"]
     assert maml["class_path"] == "tasks.maml.MAML" and maml["init_args"]["normalize_advantage"] is True
     plain = yaml.safe_load(fit("fit", "--print_config", tmp_path=tmp_path).stdout)["model"]

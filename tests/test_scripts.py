@@ -83,6 +83,21 @@ def test_bench_maml_times_a_meta_iteration(tmp_path):
     assert result["meta_iteration_s"] > 0 and len(result["all_s"]) == 2
 
 
+def test_bench_maml_merges_a_base_and_an_overlay(tmp_path):
+    """Repeated --config files merge as in fit.py: the overlay changes inner_steps and keeps the
+    base's family and batch sizes (the configs are composed from a base and overlays)."""
+    base = tmp_path / "base.yaml"
+    base.write_text("model:\n  init_args:\n    family: {simu_len: 10}\n    meta_batch: 2\n    inner_jobsets: 2\n"
+                    "    inner_episodes: 2\n    outer_jobsets: 2\n    outer_episodes: 2\n")
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("model:\n  init_args:\n    inner_steps: 2\n")
+    out = run("scripts/bench_maml.py", "--config", str(base), "--config", str(overlay), "--repeats", "1",
+              "--threads", "1").stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["config"] == [str(base), str(overlay)]
+    assert result["meta_batch"] == 2 and result["inner_steps"] == 2 and result["episodes"] == 2 * (2 * 2 * 2 + 2 * 2)
+
+
 def test_figures_for_the_upgraded_recipe(tmp_path):
     """load_sweep (slowdown and SLO figures, paired difference to the best heuristic), ablation,
     cdf and recipes, each on a few jobsets, write their PNG and JSON."""
