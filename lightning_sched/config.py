@@ -12,9 +12,6 @@ REWARD_FIELDS = ("objective", "tardiness_weight")
 SIZE_FIELDS = ("num_resources", "resource_units", "horizon", "num_slots", "backlog_size", "max_job_len",
                "max_job_units", "max_time", "max_track_since_new")
 OBSERVATIONS = ("image", "compact", "none")
-# Placement uses one 64-bit word per (resource, level) whose bit k is time row k: horizon <= 62
-# keeps every shift inside a signed int64.
-MAX_HORIZON = 62
 
 
 class ConfigError(ValueError):
@@ -64,9 +61,6 @@ class ClusterConfig:
             value = getattr(self, f)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"ClusterConfig.{f} must be an integer >= 1, got {value!r}")
-        if self.horizon > MAX_HORIZON:
-            raise ConfigError(f"ClusterConfig.horizon must be <= {MAX_HORIZON} (one 64-bit word per time row set), "
-                              f"got {self.horizon}")
         if self.max_job_len > self.horizon:
             raise ConfigError(f"ClusterConfig.max_job_len={self.max_job_len} exceeds horizon={self.horizon}")
         if self.max_job_units > self.resource_units:

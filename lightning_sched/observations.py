@@ -44,8 +44,8 @@ def _image_or_compact(s: ClusterState, cfg: ClusterConfig, o: Observation) -> to
 
 
 _COMPUTE = {
-    "action_mask": lambda s, cfg, o: torch.cat([s.slot_window != 0,
-                                                torch.ones_like(s.slot_window[:, :1], dtype=torch.bool)], 1),
+    "action_mask": lambda s, cfg, o: torch.cat([s.slot_offset >= 0,
+                                                torch.ones_like(s.slot_offset[:, :1], dtype=torch.bool)], 1),
     "time": lambda s, cfg, o: s.time.unsqueeze(1),
     "job_start": lambda s, cfg, o: torch.full_like(s.order, -1).scatter(1, s.order, s.start[:, : s.max_jobs]),
     "slot_duration": lambda s, cfg, o: s.slot_duration.long(),

@@ -32,10 +32,11 @@ class ClusterState:
     slot_job:     LongTensor[B, M]      sorted index of each slot's job, L when empty
     slot_duration: IntTensor[B, M]      the slot jobs' durations (0 when empty)
     slot_demand:  IntTensor[B, R, M]    and demands
-    slot_window:  Int/LongTensor[B, M]  bit k set: the slot's job fits at offset k (0 when empty)
-    used_now:     LongTensor[B, R]      used[0][r]
-    occ:          Int/LongTensor[B, R, U+2] occupancy bit planes (module docstring); int32 when
-                  horizon <= 30, else int64
+    slot_offset:  LongTensor[B, M]      earliest feasible start offset of each slot's job, -1 when
+                  none fits or the slot is empty
+    used_bits:    LongTensor[B, R, S, W] used[k][r] in binary, one plane per bit (cluster.py's
+                  docstring): bit k mod 63 of word k // 63 of plane s is bit s of used[k][r];
+                  S = resource_units.bit_length(), W = ceil(horizon / 63)
     finish_count: LongTensor[B, T+1]    ring buffer: jobs finishing at time f, at f mod (T+1)
     finish_weight: DoubleTensor[B, T+1] same, summing 1/d
     finished_count: LongTensor[B]       jobs with f_j <= time
@@ -61,9 +62,8 @@ class ClusterState:
     slot_job: torch.Tensor
     slot_duration: torch.Tensor
     slot_demand: torch.Tensor
-    slot_window: torch.Tensor
-    used_now: torch.Tensor
-    occ: torch.Tensor
+    slot_offset: torch.Tensor
+    used_bits: torch.Tensor
     finish_count: torch.Tensor
     finish_weight: torch.Tensor
     finished_count: torch.Tensor
@@ -76,6 +76,13 @@ class ClusterState:
     @property
     def done(self) -> torch.Tensor:
         return self.terminated | self.truncated
+
+    @property
+    def used_now(self) -> torch.Tensor:
+        """used[0][r]: LongTensor[B, R] (bit 0 of word 0 of every plane)."""
+        planes = self.used_bits.shape[2]
+        weight = torch.arange(planes, device=self.used_bits.device)
+        return ((self.used_bits[..., 0] & 1) << weight).sum(-1)
 
     @property
     def max_jobs(self) -> int:
@@ -95,22 +102,21 @@ class ClusterState:
         return ClusterState(**out)
 
 
-def lowest_bit(word: torch.Tensor) -> torch.Tensor:
-    """Index of the lowest set bit, -1 for 0: LongTensor of word's shape."""
-    lowest = (word & -word).to(torch.float64 if word.dtype == torch.int64 else torch.float32)
-    return torch.frexp(lowest).exponent.long() - 1  # a power of two converts to float exactly
+WORD_BITS = 63  # time rows per int64 word: the sign bit stays clear, so a right shift is a logical one
 
 
 def slot_offsets(state: ClusterState) -> torch.Tensor:
     """Earliest feasible start offset of each slot's job, -1 when none: LongTensor[B, M]."""
-    return lowest_bit(state.slot_window)
+    return state.slot_offset
 
 
 def used_rows(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
     """used[k][r] for the whole horizon: LongTensor[B, T, R] (for observations, not the step)."""
-    k = torch.arange(cfg.horizon, device=state.occ.device, dtype=state.occ.dtype)
-    bits = (state.occ[:, :, 1 : cfg.resource_units + 1, None] >> k) & 1  # [B, R, U, T]
-    return bits.sum(2, dtype=torch.long).transpose(1, 2)
+    b, r, planes, words = state.used_bits.shape
+    bit = torch.arange(WORD_BITS, device=state.used_bits.device)
+    rows = ((state.used_bits.unsqueeze(-1) >> bit) & 1).reshape(b, r, planes, words * WORD_BITS)[..., : cfg.horizon]
+    weight = (1 << torch.arange(planes, device=rows.device)).view(1, 1, planes, 1)
+    return (rows * weight).sum(2).transpose(1, 2)
 
 
 def utilization_now(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
