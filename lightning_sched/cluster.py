@@ -25,7 +25,7 @@ import torch
 from .config import ClusterConfig
 from .jobs import JobSet
 from .objectives import interval_reward
-from .state import NEVER, WORD_BITS, ClusterState, utilization_now
+from .state import NEVER, WORD_BITS, ClusterState, require_state_fits, utilization_now
 
 WORD_MASK = (1 << WORD_BITS) - 1
 
@@ -44,6 +44,7 @@ def init_state(jobs: JobSet, cfg: ClusterConfig) -> ClusterState:
     """State at time 0 for B jobsets (validated by the caller)."""
     device = jobs.device
     b, length = jobs.arrival.shape
+    require_state_fits(cfg, b, length)
     real = jobs.duration > 0
     # stable sort by arrival, padding last: ties keep jobset order, as SPEC's slot order asks
     key = torch.where(real, jobs.arrival, torch.full_like(jobs.arrival, NEVER))

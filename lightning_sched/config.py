@@ -12,6 +12,9 @@ REWARD_FIELDS = ("objective", "tardiness_weight")
 SIZE_FIELDS = ("num_resources", "resource_units", "horizon", "num_slots", "backlog_size", "max_job_len",
                "max_job_units", "max_time", "max_track_since_new")
 OBSERVATIONS = ("image", "compact", "none")
+# DeepRM's image grows with units x slots x job units x horizon; past about a megabyte an episode
+# (2**18 float cells) it is no longer an input any network can use, only memory traffic
+MAX_IMAGE_CELLS = 1 << 18
 
 
 class ConfigError(ValueError):
@@ -71,6 +74,11 @@ class ClusterConfig:
         if self.observation not in OBSERVATIONS:
             raise ConfigError(f"ClusterConfig.observation={self.observation!r} is unknown; "
                               f"choose one of {OBSERVATIONS}")
+        if self.observation == "image" and self.horizon * self.image_width > MAX_IMAGE_CELLS:
+            raise ConfigError(f"ClusterConfig.observation='image' would render {self.horizon} x {self.image_width} "
+                              f"cells an episode (resource_units={self.resource_units}, num_slots={self.num_slots}, "
+                              f"max_job_units={self.max_job_units}, horizon={self.horizon}), more than "
+                              f"{MAX_IMAGE_CELLS}; use observation='none' (structured keys) or 'compact'")
         if (isinstance(self.tardiness_weight, bool) or not isinstance(self.tardiness_weight, (int, float))
                 or not math.isfinite(self.tardiness_weight) or self.tardiness_weight < 0):
             raise ConfigError(f"ClusterConfig.tardiness_weight must be a finite number >= 0, "

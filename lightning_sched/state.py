@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from .config import ClusterConfig
+from .limits import require_memory
 
 NEVER = 1 << 40  # arrival / finish time of what never happens (padding jobs, unscheduled jobs)
 
@@ -103,6 +104,27 @@ class ClusterState:
 
 
 WORD_BITS = 63  # time rows per int64 word: the sign bit stays clear, so a right shift is a logical one
+
+
+def state_bytes(cfg: ClusterConfig, batch: int, max_jobs: int) -> int:
+    """Bytes of B episodes' state plus one step's observation, estimated before allocating."""
+    r, m, t = cfg.num_resources, cfg.num_slots, cfg.horizon
+    per_job = 6 * 8 + 4 + 4 * r  # order, arrival, deadline, start, arrived_weight (8 B); duration; demand
+    planes, words = cfg.resource_units.bit_length(), -(-t // WORD_BITS)
+    per_row = ((max_jobs + 1) * per_job + (t + 1) * 16 + r * planes * words * 8 + m * (20 + 4 * r)
+               + (cfg.max_time + 2) * 8 * (cfg.objective == "deadline"))
+    observation = {"image": t * cfg.image_width * 4, "compact": cfg.compact_size * 4, "none": 0}[cfg.observation]
+    per_row += observation + t * r * 8 + max_jobs * 8  # the used rows and job_start published each step
+    return batch * per_row
+
+
+def require_state_fits(cfg: ClusterConfig, batch: int, max_jobs: int) -> None:
+    """ConfigError naming the sizes when B episodes' state would not fit in memory."""
+    fields = {"batch": batch, "jobs per jobset": max_jobs, "horizon": cfg.horizon, "num_slots": cfg.num_slots,
+              "observation": cfg.observation}
+    if cfg.objective == "deadline":
+        fields["max_time"] = cfg.max_time
+    require_memory("the environment's state", state_bytes(cfg, batch, max_jobs), fields)
 
 
 def slot_offsets(state: ClusterState) -> torch.Tensor:
