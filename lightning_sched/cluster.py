@@ -4,40 +4,39 @@ Everything is a tensor with a leading batch dimension B; a step is a fixed seque
 operations with no Python loop over rows or jobs and no host synchronisation, so the same code
 runs on a GPU. Three ideas keep a step cheap at any cluster size:
 
-* Occupancy in binary, one bit plane per bit of the count. `used_bits[b, r, s]` is a row of int64
-  words over the time rows (63 rows a word, so horizons of any length take ceil(T / 63) words):
-  its bit k is bit s of used[k][r]. A cluster of U units needs only S = U.bit_length() planes, so a
-  step costs O(log U) word operations, not O(U).
-* Where a slot job fits, for all rows at once. Row k fits on resource r when used[k][r] <= U - q_r,
-  a comparison of a binary number with a constant, done plane by plane from the top bit for every
-  row of a word in one operation. A run of d fitting rows is found by AND-ing shifted copies (the
-  runs of length 1, 2, 4, ... and two overlapping runs of the largest power of two <= d); the
-  earliest offset is the lowest set bit. Placing a job adds q_r to the job's rows with a ripple
-  carry over the planes; a time advance shifts every plane by one row.
+* Occupancy as bit planes over the time rows, 63 rows an int64 word, so a horizon of any length
+  takes ceil(T / 63) words. Up to 62 units the planes are levels (plane u, bit k: used[k][r] >= u):
+  a job of demand q fits row k iff bit k of level U+1-q is clear, one gather for all rows, and a
+  placement moves levels up by q inside the job's rows. Beyond, U + 2 planes would make a step
+  cost grow with U, so the planes are binary digits (plane s, bit k: bit s of used[k][r]): S =
+  U.bit_length() planes, a fit test compares used[k][r] with U - q digit by digit from the top for
+  all rows at once, and a placement adds q with a ripple carry. A time advance shifts every plane.
+* A run of d fitting rows is two overlapping runs of the largest power of two <= d, and runs of
+  length 1, 2, 4, ... come from AND-ing shifted copies; the earliest offset is the lowest set bit.
 * Jobs sorted by (arrival, position) once at reset. Waiting jobs are then a queue: the M slots hold
   the first M of them, the backlog is the contiguous range [queue_head, num_arrived) behind them,
   and arrivals are a searchsorted on the sorted arrival times.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .config import ClusterConfig
 from .jobs import JobSet
 from .objectives import interval_reward
-from .state import NEVER, WORD_BITS, ClusterState, require_state_fits, utilization_now
-
-WORD_MASK = (1 << WORD_BITS) - 1
-
-
-def num_planes(cfg: ClusterConfig) -> int:
-    """Bit planes of used[k][r]: enough bits for resource_units."""
-    return cfg.resource_units.bit_length()
-
-
-def num_words(cfg: ClusterConfig) -> int:
-    """int64 words per plane: one bit per time row, WORD_BITS rows a word."""
-    return -(-cfg.horizon // WORD_BITS)
+from .state import (
+    NEVER,
+    WORD_BITS,
+    ClusterState,
+    num_planes,
+    num_words,
+    require_state_fits,
+    unary,
+    utilization_now,
+    word_dtype,
+)
 
 
 def init_state(jobs: JobSet, cfg: ClusterConfig) -> ClusterState:
@@ -80,7 +79,7 @@ def init_state(jobs: JobSet, cfg: ClusterConfig) -> ClusterState:
         slot_duration=torch.zeros(b, m, dtype=torch.int32, device=device),
         slot_demand=torch.zeros(b, r, m, dtype=torch.int32, device=device),
         slot_offset=torch.full((b, m), -1, dtype=torch.long, device=device),
-        used_bits=torch.zeros(b, r, num_planes(cfg), num_words(cfg), dtype=torch.long, device=device),
+        used_bits=empty_cluster(b, cfg, device),
         finish_count=torch.zeros(b, cfg.horizon + 1, dtype=torch.long, device=device),
         finish_weight=torch.zeros(b, cfg.horizon + 1, dtype=torch.float64, device=device),
         finished_count=zeros.clone(),
@@ -129,45 +128,70 @@ def _update_slots(state: ClusterState, cfg: ClusterConfig) -> None:
                                          state.slot_duration, cfg)
 
 
+def empty_cluster(batch: int, cfg: ClusterConfig, device) -> torch.Tensor:
+    """used_bits of B idle clusters: [B, R, P, W] words (level 0 set in unary, all clear in binary)."""
+    bits = torch.zeros(batch, cfg.num_resources, num_planes(cfg), num_words(cfg), dtype=word_dtype(cfg), device=device)
+    if unary(cfg):
+        bits[:, :, 0] = horizon_words(cfg, device)
+    return bits
+
+
 # ----- rows as bits ----------------------------------------------------------------------------
+# Rows are bits 0..n-1 of int32 (n = 31) or int64 (n = 63) words: the sign bit stays clear, so a
+# right shift is a logical one, and a left shift is masked back to n bits.
+def _word_bits(words: torch.Tensor) -> int:
+    return WORD_BITS[words.dtype]
+
+
+@functools.lru_cache(maxsize=64)
+def horizon_words(cfg: ClusterConfig, device) -> torch.Tensor:
+    """Rows 0..T-1 set: [W] words (one tensor per cluster and device: a constant of every step)."""
+    zero = torch.zeros((), dtype=word_dtype(cfg), device=device)
+    return row_words(zero, zero + cfg.horizon, num_words(cfg))
+
+
 def row_words(first: torch.Tensor, count: torch.Tensor, words: int) -> torch.Tensor:
-    """Words with the bits of rows first .. first+count-1 set: LongTensor[..., words]."""
-    base = torch.arange(words, device=first.device) * WORD_BITS
-    low = (first.unsqueeze(-1) - base).clamp(0, WORD_BITS)
-    high = ((first + count).unsqueeze(-1) - base).clamp(0, WORD_BITS)
+    """Words with the bits of rows first .. first+count-1 set: [..., words] of first's dtype."""
+    if words == 1:  # count <= n here, and 1 << n wraps to the sign bit, so the - 1 gives n ones
+        return (((torch.ones_like(first) << count) - 1) << first).unsqueeze(-1)
+    n = _word_bits(first)
+    base = torch.arange(words, device=first.device, dtype=first.dtype) * n
+    low = (first.unsqueeze(-1) - base).clamp(0, n)
+    high = ((first + count).unsqueeze(-1) - base).clamp(0, n)
     one = torch.ones_like(low)
     return ((one << high) - 1) ^ ((one << low) - 1)
 
 
 def shift_rows(words: torch.Tensor, n: int) -> torch.Tensor:
     """Row k + n moved to row k (rows shifted in past the end are empty), over the last dim."""
-    count = words.shape[-1]
-    skip, bits = divmod(n, WORD_BITS)
+    count, size = words.shape[-1], _word_bits(words)
+    skip, bits = divmod(n, size)
     if skip >= count:
         return torch.zeros_like(words)
     if count == 1:
         return words >> bits
     here = torch.nn.functional.pad(words[..., skip:], (0, skip))
     after = torch.nn.functional.pad(words[..., skip + 1 :], (0, skip + 1))
-    return (here >> bits) | ((after << (WORD_BITS - bits)) & WORD_MASK)
+    return (here >> bits) | ((after << (size - bits)) & ((1 << size) - 1))
 
 
 def shift_rows_by(words: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-    """shift_rows with a shift per element: n LongTensor[...] (0 <= n < horizon) for words [..., W]."""
-    count = words.shape[-1]
+    """shift_rows with a shift per element: n [...] (0 <= n < horizon, broadcast to words[..., 0])."""
+    count, size = words.shape[-1], _word_bits(words)
+    n = n.to(words.dtype).unsqueeze(-1)
     if count == 1:
-        return words >> n.unsqueeze(-1)
-    skip, bits = (n // WORD_BITS).unsqueeze(-1), (n % WORD_BITS).unsqueeze(-1)
+        return words >> n
+    skip, bits = n // size, n % size
     padded = torch.cat([words, torch.zeros_like(words), words[..., :1] * 0], -1)
-    at = torch.arange(count, device=words.device) + skip
+    at = (torch.arange(count, device=words.device) + skip.long()).expand(words.shape)
     here, after = padded.gather(-1, at), padded.gather(-1, at + 1)
-    return (here >> bits) | ((after << (WORD_BITS - bits)) & WORD_MASK)
+    return (here >> bits) | ((after << (size - bits)) & ((1 << size) - 1))
 
 
 def lowest_bit(word: torch.Tensor) -> torch.Tensor:
     """Index of the lowest set bit, -1 for 0: LongTensor of word's shape."""
-    lowest = (word & -word).double()  # a power of two below 2**63 converts to float exactly
-    return torch.frexp(lowest).exponent.long() - 1
+    lowest = (word & -word).to(torch.float64 if word.dtype == torch.int64 else torch.float32)
+    return torch.frexp(lowest).exponent.long() - 1  # a power of two converts to float exactly
 
 
 def lowest_row(words: torch.Tensor) -> torch.Tensor:
@@ -176,7 +200,7 @@ def lowest_row(words: torch.Tensor) -> torch.Tensor:
         return lowest_bit(words[..., 0])
     first = (words != 0).to(torch.uint8).argmax(-1, keepdim=True)  # first word with a set bit
     bit = lowest_bit(words.gather(-1, first)).squeeze(-1)
-    return torch.where(bit >= 0, first.squeeze(-1) * WORD_BITS + bit, -1)
+    return torch.where(bit >= 0, first.squeeze(-1) * _word_bits(words) + bit, -1)
 
 
 # ----- where slot jobs fit ---------------------------------------------------------------------
@@ -186,23 +210,63 @@ def fitting_rows(used_bits: torch.Tensor, demand: torch.Tensor, cfg: ClusterConf
 
     used_bits: [B, R, S, W]; demand: [B, R, M].
     """
+    words = used_bits.shape[-1]
     limit = cfg.resource_units - demand.long()  # the most a row may already use, [B, R, M]
-    below = torch.zeros(*limit.shape, used_bits.shape[-1], dtype=torch.long, device=limit.device)
-    equal = torch.full_like(below, WORD_MASK)
-    # compare used[k][r] with the limit from the top bit: below once a higher bit is 0 where the
-    # limit's is 1 with all higher bits equal
-    for s in reversed(range(used_bits.shape[2])):
-        plane = used_bits[:, :, s].unsqueeze(2)  # [B, R, 1, W]
-        bit = -((limit >> s) & 1).unsqueeze(-1)  # all ones where the limit has bit s, [B, R, M, 1]
-        below = below | (equal & ~plane & bit)
-        equal = equal & ~(plane ^ bit)
-    fits = below | equal
+    if unary(cfg):  # too full where used >= limit + 1
+        fits = ~used_bits.gather(2, (limit + 1).unsqueeze(-1).expand(-1, -1, -1, words))
+    else:
+        fits = at_most(used_bits, limit.to(used_bits.dtype))
     rows = fits[:, 0]
     for r in range(1, fits.shape[1]):
         rows = rows & fits[:, r]
-    horizon = row_words(torch.zeros((), dtype=torch.long, device=rows.device),
-                        torch.full((), cfg.horizon, dtype=torch.long, device=rows.device), rows.shape[-1])
-    return rows & horizon
+    return rows & horizon_words(cfg, rows.device)
+
+
+def at_most(digits: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
+    """Rows where the binary count is <= limit: digits [B, R, S, W], limit [B, R, M] -> [B, R, M, W]."""
+    planes = digits.shape[2]
+    digit = torch.arange(planes, device=limit.device, dtype=limit.dtype)
+    limit_bits = -((limit.unsqueeze(-1) >> digit) & 1)  # all ones / zeros
+    # from the top digit: `below` once the first digit where they differ is 0 in the count and 1 in
+    # the limit; `equal` while no digit has differed yet
+    below = equal = None
+    for s in reversed(range(planes)):
+        plane, bit = digits[:, :, s].unsqueeze(2), limit_bits[..., s, None]  # [B, R, 1, W], [B, R, M, 1]
+        differ = plane ^ bit
+        if equal is None:
+            below, equal = differ & bit, ~differ
+        else:
+            differ = differ & equal
+            below = below | (differ & bit)
+            equal = equal ^ differ
+    return below | equal
+
+
+def add_demand(used_bits: torch.Tensor, rows: torch.Tensor, demand: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor:
+    """used[k][r] + q_r on the rows set in `rows`: used_bits [B, R, P, W], rows [B, W], demand [B, R]."""
+    rows = rows[:, None, None, :]
+    planes, words = used_bits.shape[2], used_bits.shape[3]
+    if unary(cfg):
+        # level u inside the job's rows was level u - q before; levels are nested (used >= u implies
+        # used >= u - q), so OR-ing level u - q in suffices
+        source = (torch.arange(planes, device=rows.device) - demand.long().unsqueeze(-1)).clamp(min=0)
+        return used_bits | (used_bits.gather(2, source.unsqueeze(-1).expand(-1, -1, -1, words)) & rows)
+    digit = torch.arange(planes, device=rows.device, dtype=rows.dtype)
+    added = rows & -((demand.to(rows.dtype).unsqueeze(-1) >> digit) & 1).unsqueeze(-1)
+    carry, digits = None, []
+    for s in range(planes):  # ripple carry
+        digit, add = used_bits[:, :, s], added[:, :, s]
+        odd = digit ^ add
+        digits.append(odd if carry is None else odd ^ carry)
+        carry = digit & add if carry is None else (digit & add) | (carry & odd)
+    return torch.stack(digits, 2)  # no carry leaves the top digit: used never exceeds U
+
+
+@functools.lru_cache(maxsize=64)
+def largest_power_of_two(cfg: ClusterConfig, device) -> torch.Tensor:
+    """p[d] = the largest power of two <= d, p[0] = 0: LongTensor[max_job_len + 1] (cached)."""
+    d = torch.arange(cfg.max_job_len + 1, device=device)
+    return torch.where(d > 0, 1 << (torch.frexp(d.double()).exponent.long() - 1), 0)
 
 
 def earliest_offsets(fits: torch.Tensor, duration: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor:
@@ -213,12 +277,11 @@ def earliest_offsets(fits: torch.Tensor, duration: torch.Tensor, cfg: ClusterCon
     k + d - p. Runs of length 1, 2, 4, ... come from AND-ing a run with itself shifted.
     """
     d = duration.long()
+    power = largest_power_of_two(cfg, d.device)[d]
     run, length = fits, 1  # bit k of run: rows k .. k+length-1 all fit
-    chosen, power = torch.zeros_like(fits), torch.zeros_like(d)
+    chosen = torch.zeros_like(fits)
     while length <= cfg.max_job_len:
-        pick = (d >= length) & (d < 2 * length)
-        chosen = torch.where(pick.unsqueeze(-1), run, chosen)
-        power = torch.where(pick, length, power)
+        chosen = torch.where((power == length).unsqueeze(-1), run, chosen)
         if 2 * length <= cfg.max_job_len:
             run = run & shift_rows(run, length)
         length *= 2
@@ -252,15 +315,9 @@ def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) ->
         meets = schedule & (start + duration <= deadline)
         column = deadline.clamp(0, cfg.max_time + 1).unsqueeze(1)
         state.pending_due.scatter_add_(1, column, -meets.long().unsqueeze(1))
-    # add the demand to the job's rows: a ripple-carry addition over the bit planes
-    rows = row_words(offset, duration.long(), state.used_bits.shape[-1]).unsqueeze(1)  # [B, 1, W], 0 if not scheduling
-    carry, planes = torch.zeros_like(state.used_bits[:, :, 0]), []
-    for s in range(state.used_bits.shape[2]):
-        plane = state.used_bits[:, :, s]
-        added = rows & -((demand.long() >> s) & 1).unsqueeze(-1)
-        planes.append(plane ^ added ^ carry)
-        carry = (plane & added) | (carry & (plane ^ added))
-    state.used_bits = torch.stack(planes, 2)  # no carry leaves the top plane: used never exceeds U
+    words = state.used_bits
+    rows = row_words(offset.to(words.dtype), duration.to(words.dtype), words.shape[-1])  # [B, W], 0 if not scheduling
+    state.used_bits = add_demand(state.used_bits, rows, demand, cfg)
     finish_at = ((start + duration) % (cfg.horizon + 1)).unsqueeze(1)
     state.finish_count.scatter_add_(1, finish_at, schedule.long().unsqueeze(1))
     weight = torch.where(schedule, 1.0 / duration.clamp(min=1).double(), 0.0)
@@ -274,7 +331,9 @@ def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) ->
     reward = torch.where(advance, interval_reward(state, cfg), 0.0)
     state.util_sum = state.util_sum + torch.where(advance, utilization_now(state, cfg), 0.0)
     state.time = state.time + advance.long()
-    state.used_bits = torch.where(advance.view(-1, 1, 1, 1), shift_rows(state.used_bits, 1), state.used_bits)
+    state.used_bits = shift_rows_by(state.used_bits, advance.view(-1, 1, 1))
+    if unary(cfg):  # level 0 (used >= 0) holds in every row, the empty one entering too
+        state.used_bits[:, :, 0] = horizon_words(cfg, state.used_bits.device)
     ring = (state.time % (cfg.horizon + 1)).unsqueeze(1)
     now_finished = state.finish_count.gather(1, ring).squeeze(1) * advance
     now_weight = state.finish_weight.gather(1, ring).squeeze(1) * advance

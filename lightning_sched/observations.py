@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from .config import ClusterConfig
-from .state import ClusterState, slot_offsets, used_rows
+from .state import ClusterState, slot_offsets, used_now, used_rows
 
 
 class Observation(dict):
@@ -54,7 +54,7 @@ _COMPUTE = {
     "slot_deadline": lambda s, cfg, o: s.deadline.gather(1, s.slot_job) - s.time.unsqueeze(1),
     "slot_waited": lambda s, cfg, o: torch.where(s.slot_duration > 0,
                                                  s.time.unsqueeze(1) - s.arrival.gather(1, s.slot_job), 0),
-    "free_now": lambda s, cfg, o: cfg.resource_units - s.used_now,
+    "free_now": lambda s, cfg, o: cfg.resource_units - used_now(s, cfg),
     "backlog": lambda s, cfg, o: _backlog(s).unsqueeze(1),
     "since_new": lambda s, cfg, o: _since_new(s, cfg).unsqueeze(1),
     "used": lambda s, cfg, o: used_rows(s, cfg),

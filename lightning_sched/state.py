@@ -35,9 +35,11 @@ class ClusterState:
     slot_demand:  IntTensor[B, R, M]    and demands
     slot_offset:  LongTensor[B, M]      earliest feasible start offset of each slot's job, -1 when
                   none fits or the slot is empty
-    used_bits:    LongTensor[B, R, S, W] used[k][r] in binary, one plane per bit (cluster.py's
-                  docstring): bit k mod 63 of word k // 63 of plane s is bit s of used[k][r];
-                  S = resource_units.bit_length(), W = ceil(horizon / 63)
+    used_bits:    Int/LongTensor[B, R, P, W] used[k][r] as bit planes over the time rows (cluster.py's
+                  docstring): row k is bit k mod n of word k // n, n = 31 (int32 words) while the
+                  horizon fits in one, else 63 (int64), W = ceil(horizon / n).
+                  Up to 62 units, P = U + 2 levels, plane u: used[k][r] >= u; beyond, P =
+                  U.bit_length() binary digits, plane s: bit s of used[k][r]
     finish_count: LongTensor[B, T+1]    ring buffer: jobs finishing at time f, at f mod (T+1)
     finish_weight: DoubleTensor[B, T+1] same, summing 1/d
     finished_count: LongTensor[B]       jobs with f_j <= time
@@ -79,13 +81,6 @@ class ClusterState:
         return self.terminated | self.truncated
 
     @property
-    def used_now(self) -> torch.Tensor:
-        """used[0][r]: LongTensor[B, R] (bit 0 of word 0 of every plane)."""
-        planes = self.used_bits.shape[2]
-        weight = torch.arange(planes, device=self.used_bits.device)
-        return ((self.used_bits[..., 0] & 1) << weight).sum(-1)
-
-    @property
     def max_jobs(self) -> int:
         return self.order.shape[1]
 
@@ -103,14 +98,49 @@ class ClusterState:
         return ClusterState(**out)
 
 
-WORD_BITS = 63  # time rows per int64 word: the sign bit stays clear, so a right shift is a logical one
+WORD_BITS = {torch.int32: 31, torch.int64: 63}  # time rows a word: the sign bit stays clear
+# Up to this many units the counts are kept in unary (one plane per level: a fit test is one gather,
+# a placement one gather and OR); beyond, in binary (log2 U planes, compared and added bit by bit)
+UNARY_MAX_UNITS = 62
+
+
+def unary(cfg: ClusterConfig) -> bool:
+    return cfg.resource_units <= UNARY_MAX_UNITS
+
+
+def num_planes(cfg: ClusterConfig) -> int:
+    """Bit planes per resource: levels 0..U+1 in unary, else enough binary digits for U."""
+    return cfg.resource_units + 2 if unary(cfg) else cfg.resource_units.bit_length()
+
+
+def word_dtype(cfg: ClusterConfig) -> torch.dtype:
+    """int32 words while one holds the horizon (half the memory traffic), else int64."""
+    return torch.int32 if cfg.horizon <= WORD_BITS[torch.int32] else torch.int64
+
+
+def num_words(cfg: ClusterConfig) -> int:
+    """Words per plane: one bit per time row."""
+    return -(-cfg.horizon // WORD_BITS[word_dtype(cfg)])
+
+
+def count_planes(bits: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor:
+    """The counts that planes of 0/1 encode: bits [B, R, P, ...] -> LongTensor[B, R, ...]."""
+    if unary(cfg):
+        return bits.sum(2) - 1  # levels 1..U set, level 0 always is
+    weight = (1 << torch.arange(bits.shape[2], device=bits.device)).view(1, 1, -1, *([1] * (bits.dim() - 3)))
+    return (bits * weight).sum(2)
+
+
+def used_now(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
+    """used[0][r]: LongTensor[B, R] (bit 0 of word 0 of every plane)."""
+    return count_planes(state.used_bits[..., 0] & 1, cfg)
 
 
 def state_bytes(cfg: ClusterConfig, batch: int, max_jobs: int) -> int:
     """Bytes of B episodes' state plus one step's observation, estimated before allocating."""
     r, m, t = cfg.num_resources, cfg.num_slots, cfg.horizon
     per_job = 6 * 8 + 4 + 4 * r  # order, arrival, deadline, start, arrived_weight (8 B); duration; demand
-    planes, words = cfg.resource_units.bit_length(), -(-t // WORD_BITS)
+    planes, words = num_planes(cfg), num_words(cfg)
     per_row = ((max_jobs + 1) * per_job + (t + 1) * 16 + r * planes * words * 8 + m * (20 + 4 * r)
                + (cfg.max_time + 2) * 8 * (cfg.objective == "deadline"))
     observation = {"image": t * cfg.image_width * 4, "compact": cfg.compact_size * 4, "none": 0}[cfg.observation]
@@ -135,12 +165,12 @@ def slot_offsets(state: ClusterState) -> torch.Tensor:
 def used_rows(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
     """used[k][r] for the whole horizon: LongTensor[B, T, R] (for observations, not the step)."""
     b, r, planes, words = state.used_bits.shape
-    bit = torch.arange(WORD_BITS, device=state.used_bits.device)
-    rows = ((state.used_bits.unsqueeze(-1) >> bit) & 1).reshape(b, r, planes, words * WORD_BITS)[..., : cfg.horizon]
-    weight = (1 << torch.arange(planes, device=rows.device)).view(1, 1, planes, 1)
-    return (rows * weight).sum(2).transpose(1, 2)
+    size = WORD_BITS[state.used_bits.dtype]
+    bit = torch.arange(size, device=state.used_bits.device, dtype=state.used_bits.dtype)
+    rows = ((state.used_bits.unsqueeze(-1) >> bit) & 1).reshape(b, r, planes, words * size)[..., : cfg.horizon]
+    return count_planes(rows.long(), cfg).transpose(1, 2)
 
 
 def utilization_now(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
     """Mean over resources of used[0][r] / U: DoubleTensor[B]."""
-    return state.used_now.double().mean(1) / cfg.resource_units
+    return used_now(state, cfg).double().mean(1) / cfg.resource_units
