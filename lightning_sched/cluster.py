@@ -2,42 +2,48 @@
 
 Everything is a tensor with a leading batch dimension B; a step is a fixed sequence of tensor
 operations with no Python loop over rows or jobs and no host synchronisation, so the same code
-runs on a GPU. Two ideas keep a step cheap:
+runs on a GPU. Three ideas keep a step cheap at any cluster size:
 
-* Occupancy as bit planes. `occ[b, r, u]` is an int64 whose bit k says "used[k][r] >= u" for
-  levels u = 0..U+1 (level 0 is all ones, level U+1 always zero). A job of demand q fits row k of
-  resource r iff bit k of level U+1-q is clear, so the rows where a slot job fits are a few
-  gathers and ANDs, a run of d fitting rows is found by shifting (log2 d steps), and the earliest
-  offset is the lowest set bit. Placing a job moves levels up by q inside the job's rows; a time
-  advance is a right shift.
+* Occupancy as bit planes over the time rows, 63 rows an int64 word, so a horizon of any length
+  takes ceil(T / 63) words. Up to 62 units the planes are levels (plane u, bit k: used[k][r] >= u):
+  a job of demand q fits row k iff bit k of level U+1-q is clear, one gather for all rows, and a
+  placement moves levels up by q inside the job's rows. Beyond, U + 2 planes would make a step
+  cost grow with U, so the planes are binary digits (plane s, bit k: bit s of used[k][r]): S =
+  U.bit_length() planes, a fit test compares used[k][r] with U - q digit by digit from the top for
+  all rows at once, and a placement adds q with a ripple carry. A time advance shifts every plane.
+* A run of d fitting rows is two overlapping runs of the largest power of two <= d, and runs of
+  length 1, 2, 4, ... come from AND-ing shifted copies; the earliest offset is the lowest set bit.
 * Jobs sorted by (arrival, position) once at reset. Waiting jobs are then a queue: the M slots hold
   the first M of them, the backlog is the contiguous range [queue_head, num_arrived) behind them,
   and arrivals are a searchsorted on the sorted arrival times.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .config import ClusterConfig
 from .jobs import JobSet
 from .objectives import interval_reward
-from .state import NEVER, ClusterState, lowest_bit, utilization_now
-
-
-def full_rows(cfg: ClusterConfig) -> int:
-    """The bit word with one bit per time row of the horizon."""
-    return (1 << cfg.horizon) - 1
-
-
-def bits_dtype(cfg: ClusterConfig) -> torch.dtype:
-    """int32 words while the horizon fits in 31 bits (half the memory traffic), else int64."""
-    return torch.int32 if cfg.horizon <= 30 else torch.int64
+from .state import (
+    NEVER,
+    WORD_BITS,
+    ClusterState,
+    num_planes,
+    num_words,
+    require_state_fits,
+    unary,
+    utilization_now,
+    word_dtype,
+)
 
 
 def init_state(jobs: JobSet, cfg: ClusterConfig) -> ClusterState:
     """State at time 0 for B jobsets (validated by the caller)."""
     device = jobs.device
     b, length = jobs.arrival.shape
+    require_state_fits(cfg, b, length)
     real = jobs.duration > 0
     # stable sort by arrival, padding last: ties keep jobset order, as SPEC's slot order asks
     key = torch.where(real, jobs.arrival, torch.full_like(jobs.arrival, NEVER))
@@ -56,10 +62,7 @@ def init_state(jobs: JobSet, cfg: ClusterConfig) -> ClusterState:
     weight = torch.where(duration > 0, 1.0 / duration.clamp(min=1).double(), 0.0)
     arrived_weight = torch.cat([weight.new_zeros(b, 1), weight[:, :length].cumsum(1)], dim=1)
     zeros = torch.zeros(b, dtype=torch.long, device=device)
-    words = bits_dtype(cfg)
-    occ = torch.zeros(b, cfg.num_resources, cfg.resource_units + 2, dtype=words, device=device)
-    occ[:, :, 0] = full_rows(cfg)
-    m = cfg.num_slots
+    m, r = cfg.num_slots, cfg.num_resources
     state = ClusterState(
         order=order,
         arrival=arrival.contiguous(),
@@ -74,10 +77,9 @@ def init_state(jobs: JobSet, cfg: ClusterConfig) -> ClusterState:
         queue_head=zeros.clone(),
         slot_job=torch.full((b, m), length, dtype=torch.long, device=device),
         slot_duration=torch.zeros(b, m, dtype=torch.int32, device=device),
-        slot_demand=torch.zeros(b, cfg.num_resources, m, dtype=torch.int32, device=device),
-        slot_window=torch.zeros(b, m, dtype=words, device=device),
-        used_now=torch.zeros(b, cfg.num_resources, dtype=torch.long, device=device),
-        occ=occ,
+        slot_demand=torch.zeros(b, r, m, dtype=torch.int32, device=device),
+        slot_offset=torch.full((b, m), -1, dtype=torch.long, device=device),
+        used_bits=empty_cluster(b, cfg, device),
         finish_count=torch.zeros(b, cfg.horizon + 1, dtype=torch.long, device=device),
         finish_weight=torch.zeros(b, cfg.horizon + 1, dtype=torch.float64, device=device),
         finished_count=zeros.clone(),
@@ -112,7 +114,7 @@ def _count_arrived(state: ClusterState, time: torch.Tensor) -> torch.Tensor:
 def _update_slots(state: ClusterState, cfg: ClusterConfig) -> None:
     """Move jobs from the front of the backlog into the empty slots at the end (slots stay
     compact), then refresh what depends on the slots and the occupancy: the slot jobs'
-    attributes, their feasible start offsets, used[0]."""
+    attributes and their earliest feasible start offsets."""
     length = state.max_jobs
     m = torch.arange(state.slot_job.shape[1], device=state.slot_job.device)
     filled = (state.slot_job < length).sum(1, keepdim=True)
@@ -122,35 +124,169 @@ def _update_slots(state: ClusterState, cfg: ClusterConfig) -> None:
     state.queue_head = state.queue_head + take.sum(1)
     state.slot_duration = state.duration.gather(1, state.slot_job)
     state.slot_demand = torch.stack([state.demand[:, r].gather(1, state.slot_job) for r in range(cfg.num_resources)], 1)
-    state.slot_window = feasible_windows(state, cfg)
-    # bit 0 of each level says used[0][r] >= u; level 0 is always set, level U+1 never
-    state.used_now = (state.occ & 1).sum(-1) - 1
+    state.slot_offset = earliest_offsets(fitting_rows(state.used_bits, state.slot_demand, cfg),
+                                         state.slot_duration, cfg)
 
 
-def feasible_windows(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
-    """For every slot, a word whose bit k is set when its job fits at offset k for all d rows
-    (k <= T - d); 0 for empty slots. Int/LongTensor[B, M]. Bit arithmetic on the occupancy planes
-    (module docstring)."""
-    duration, demand = state.slot_duration, state.slot_demand
-    full = full_rows(cfg)
-    fits = torch.full_like(state.slot_window, full)  # bit k: the job fits row k on every resource
-    for r in range(cfg.num_resources):
-        level = (cfg.resource_units + 1 - demand[:, r]).long()  # rows with used >= level are too full
-        fits = fits & ~state.occ[:, r].gather(1, level)
-    # window bit k: rows k..k+d-1 all fit. AND runs of length 1, 2, 4, ... per set bit of d.
-    window = fits.masked_fill(duration == 0, 0)
-    shift = torch.zeros_like(fits)
-    bits = torch.iinfo(fits.dtype).bits
-    run, length = fits, 1
+def empty_cluster(batch: int, cfg: ClusterConfig, device) -> torch.Tensor:
+    """used_bits of B idle clusters: [B, R, P, W] words (level 0 set in unary, all clear in binary)."""
+    bits = torch.zeros(batch, cfg.num_resources, num_planes(cfg), num_words(cfg), dtype=word_dtype(cfg), device=device)
+    if unary(cfg):
+        bits[:, :, 0] = horizon_words(cfg, device)
+    return bits
+
+
+# ----- rows as bits ----------------------------------------------------------------------------
+# Rows are bits 0..n-1 of int32 (n = 31) or int64 (n = 63) words: the sign bit stays clear, so a
+# right shift is a logical one, and a left shift is masked back to n bits.
+def _word_bits(words: torch.Tensor) -> int:
+    return WORD_BITS[words.dtype]
+
+
+@functools.lru_cache(maxsize=64)
+def horizon_words(cfg: ClusterConfig, device) -> torch.Tensor:
+    """Rows 0..T-1 set: [W] words (one tensor per cluster and device: a constant of every step)."""
+    zero = torch.zeros((), dtype=word_dtype(cfg), device=device)
+    return row_words(zero, zero + cfg.horizon, num_words(cfg))
+
+
+def row_words(first: torch.Tensor, count: torch.Tensor, words: int) -> torch.Tensor:
+    """Words with the bits of rows first .. first+count-1 set: [..., words] of first's dtype."""
+    if words == 1:  # count <= n here, and 1 << n wraps to the sign bit, so the - 1 gives n ones
+        return (((torch.ones_like(first) << count) - 1) << first).unsqueeze(-1)
+    n = _word_bits(first)
+    base = torch.arange(words, device=first.device, dtype=first.dtype) * n
+    low = (first.unsqueeze(-1) - base).clamp(0, n)
+    high = ((first + count).unsqueeze(-1) - base).clamp(0, n)
+    one = torch.ones_like(low)
+    return ((one << high) - 1) ^ ((one << low) - 1)
+
+
+def shift_rows(words: torch.Tensor, n: int) -> torch.Tensor:
+    """Row k + n moved to row k (rows shifted in past the end are empty), over the last dim."""
+    count, size = words.shape[-1], _word_bits(words)
+    skip, bits = divmod(n, size)
+    if skip >= count:
+        return torch.zeros_like(words)
+    if count == 1:
+        return words >> bits
+    here = torch.nn.functional.pad(words[..., skip:], (0, skip))
+    after = torch.nn.functional.pad(words[..., skip + 1 :], (0, skip + 1))
+    return (here >> bits) | ((after << (size - bits)) & ((1 << size) - 1))
+
+
+def shift_rows_by(words: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """shift_rows with a shift per element: n [...] (0 <= n < horizon, broadcast to words[..., 0])."""
+    count, size = words.shape[-1], _word_bits(words)
+    n = n.to(words.dtype).unsqueeze(-1)
+    if count == 1:
+        return words >> n
+    skip, bits = n // size, n % size
+    padded = torch.cat([words, torch.zeros_like(words), words[..., :1] * 0], -1)
+    at = (torch.arange(count, device=words.device) + skip.long()).expand(words.shape)
+    here, after = padded.gather(-1, at), padded.gather(-1, at + 1)
+    return (here >> bits) | ((after << (size - bits)) & ((1 << size) - 1))
+
+
+def lowest_bit(word: torch.Tensor) -> torch.Tensor:
+    """Index of the lowest set bit, -1 for 0: LongTensor of word's shape."""
+    lowest = (word & -word).to(torch.float64 if word.dtype == torch.int64 else torch.float32)
+    return torch.frexp(lowest).exponent.long() - 1  # a power of two converts to float exactly
+
+
+def lowest_row(words: torch.Tensor) -> torch.Tensor:
+    """The lowest set row of words [..., W], -1 when none: LongTensor[...]."""
+    if words.shape[-1] == 1:
+        return lowest_bit(words[..., 0])
+    first = (words != 0).to(torch.uint8).argmax(-1, keepdim=True)  # first word with a set bit
+    bit = lowest_bit(words.gather(-1, first)).squeeze(-1)
+    return torch.where(bit >= 0, first.squeeze(-1) * _word_bits(words) + bit, -1)
+
+
+# ----- where slot jobs fit ---------------------------------------------------------------------
+def fitting_rows(used_bits: torch.Tensor, demand: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor:
+    """Per slot, the rows where its job fits on every resource (used[k][r] + q_r <= U), as words
+    LongTensor[B, M, W]; rows past the horizon are clear.
+
+    used_bits: [B, R, S, W]; demand: [B, R, M].
+    """
+    words = used_bits.shape[-1]
+    limit = cfg.resource_units - demand.long()  # the most a row may already use, [B, R, M]
+    if unary(cfg):  # too full where used >= limit + 1
+        fits = ~used_bits.gather(2, (limit + 1).unsqueeze(-1).expand(-1, -1, -1, words))
+    else:
+        fits = at_most(used_bits, limit.to(used_bits.dtype))
+    rows = fits[:, 0]
+    for r in range(1, fits.shape[1]):
+        rows = rows & fits[:, r]
+    return rows & horizon_words(cfg, rows.device)
+
+
+def at_most(digits: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
+    """Rows where the binary count is <= limit: digits [B, R, S, W], limit [B, R, M] -> [B, R, M, W]."""
+    planes = digits.shape[2]
+    digit = torch.arange(planes, device=limit.device, dtype=limit.dtype)
+    limit_bits = -((limit.unsqueeze(-1) >> digit) & 1)  # all ones / zeros
+    # from the top digit: `below` once the first digit where they differ is 0 in the count and 1 in
+    # the limit; `equal` while no digit has differed yet
+    below = equal = None
+    for s in reversed(range(planes)):
+        plane, bit = digits[:, :, s].unsqueeze(2), limit_bits[..., s, None]  # [B, R, 1, W], [B, R, M, 1]
+        differ = plane ^ bit
+        if equal is None:
+            below, equal = differ & bit, ~differ
+        else:
+            differ = differ & equal
+            below = below | (differ & bit)
+            equal = equal ^ differ
+    return below | equal
+
+
+def add_demand(used_bits: torch.Tensor, rows: torch.Tensor, demand: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor:
+    """used[k][r] + q_r on the rows set in `rows`: used_bits [B, R, P, W], rows [B, W], demand [B, R]."""
+    rows = rows[:, None, None, :]
+    planes, words = used_bits.shape[2], used_bits.shape[3]
+    if unary(cfg):
+        # level u inside the job's rows was level u - q before; levels are nested (used >= u implies
+        # used >= u - q), so OR-ing level u - q in suffices
+        source = (torch.arange(planes, device=rows.device) - demand.long().unsqueeze(-1)).clamp(min=0)
+        return used_bits | (used_bits.gather(2, source.unsqueeze(-1).expand(-1, -1, -1, words)) & rows)
+    digit = torch.arange(planes, device=rows.device, dtype=rows.dtype)
+    added = rows & -((demand.to(rows.dtype).unsqueeze(-1) >> digit) & 1).unsqueeze(-1)
+    carry, digits = None, []
+    for s in range(planes):  # ripple carry
+        digit, add = used_bits[:, :, s], added[:, :, s]
+        odd = digit ^ add
+        digits.append(odd if carry is None else odd ^ carry)
+        carry = digit & add if carry is None else (digit & add) | (carry & odd)
+    return torch.stack(digits, 2)  # no carry leaves the top digit: used never exceeds U
+
+
+@functools.lru_cache(maxsize=64)
+def largest_power_of_two(cfg: ClusterConfig, device) -> torch.Tensor:
+    """p[d] = the largest power of two <= d, p[0] = 0: LongTensor[max_job_len + 1] (cached)."""
+    d = torch.arange(cfg.max_job_len + 1, device=device)
+    return torch.where(d > 0, 1 << (torch.frexp(d.double()).exponent.long() - 1), 0)
+
+
+def earliest_offsets(fits: torch.Tensor, duration: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor:
+    """Earliest offset k <= T - d at which rows k .. k+d-1 all fit, -1 when none or d = 0:
+    LongTensor[B, M]. fits: [B, M, W] (fitting_rows); duration: [B, M].
+
+    A run of d rows is two overlapping runs of p rows, p the largest power of two <= d: at k and at
+    k + d - p. Runs of length 1, 2, 4, ... come from AND-ing a run with itself shifted.
+    """
+    d = duration.long()
+    power = largest_power_of_two(cfg, d.device)[d]
+    run, length = fits, 1  # bit k of run: rows k .. k+length-1 all fit
+    chosen = torch.zeros_like(fits)
     while length <= cfg.max_job_len:
-        part = (duration & length).to(fits.dtype)
-        unused = (part - 1) >> (bits - 1)  # all ones when d lacks this bit (arithmetic shift of -1), else 0
-        window = window & ((run >> shift) | unused)
-        shift = shift + part
-        run = run & (run >> length)
+        chosen = torch.where((power == length).unsqueeze(-1), run, chosen)
+        if 2 * length <= cfg.max_job_len:
+            run = run & shift_rows(run, length)
         length *= 2
-    # bits beyond the horizon are zero, so windows that would run past T never qualify
-    return window
+    # rows past the horizon are clear, so windows that would run past T never qualify
+    return lowest_row(chosen & shift_rows_by(chosen, d - power))
 
 
 def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor:
@@ -162,15 +298,16 @@ def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) ->
     action = action.reshape(-1).long()
     active = ~state.done
     slot = action.clamp(0, m_slots - 1).unsqueeze(1)
-    window = state.slot_window.gather(1, slot).squeeze(1)
-    schedule = active & (action >= 0) & (action < m_slots) & (window != 0)
+    offset = state.slot_offset.gather(1, slot).squeeze(1)
+    schedule = active & (action >= 0) & (action < m_slots) & (offset >= 0)
     advance = active & ~schedule
 
     # --- schedule the slot's job at its earliest offset; time stays frozen ---
     job = torch.where(schedule, state.slot_job.gather(1, slot).squeeze(1), length)
     duration = state.slot_duration.gather(1, slot).squeeze(1) * schedule
-    demand = state.slot_demand.gather(2, slot.unsqueeze(1).expand(-1, cfg.num_resources, 1)) * schedule.view(-1, 1, 1)
-    offset = lowest_bit(window).clamp(min=0)
+    demand = state.slot_demand.gather(2, slot.unsqueeze(1).expand(-1, cfg.num_resources, 1)).squeeze(2)
+    demand = demand * schedule.unsqueeze(1)  # [B, R], 0 when not scheduling
+    offset = offset.clamp(min=0)
     start = state.time + offset
     state.start.scatter_(1, job.unsqueeze(1), torch.where(schedule, start, -1).unsqueeze(1))
     if cfg.objective == "deadline":  # a job that will finish by its deadline no longer counts as pending
@@ -178,12 +315,9 @@ def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) ->
         meets = schedule & (start + duration <= deadline)
         column = deadline.clamp(0, cfg.max_time + 1).unsqueeze(1)
         state.pending_due.scatter_add_(1, column, -meets.long().unsqueeze(1))
-    one = torch.ones_like(window)
-    rows = (((one << duration.to(one.dtype)) - 1) << offset.to(one.dtype)).view(-1, 1, 1)  # 0 when not scheduling
-    levels = torch.arange(cfg.resource_units + 2, device=action.device)
-    source = (levels - demand).clamp(min=0)  # level u inside the job's rows was level u - q before
-    # levels are nested (used >= u implies used >= u - q), so OR-ing level u - q in suffices
-    state.occ = state.occ | (state.occ.gather(2, source) & rows)
+    words = state.used_bits
+    rows = row_words(offset.to(words.dtype), duration.to(words.dtype), words.shape[-1])  # [B, W], 0 if not scheduling
+    state.used_bits = add_demand(state.used_bits, rows, demand, cfg)
     finish_at = ((start + duration) % (cfg.horizon + 1)).unsqueeze(1)
     state.finish_count.scatter_add_(1, finish_at, schedule.long().unsqueeze(1))
     weight = torch.where(schedule, 1.0 / duration.clamp(min=1).double(), 0.0)
@@ -197,10 +331,9 @@ def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) ->
     reward = torch.where(advance, interval_reward(state, cfg), 0.0)
     state.util_sum = state.util_sum + torch.where(advance, utilization_now(state, cfg), 0.0)
     state.time = state.time + advance.long()
-    top = torch.zeros_like(state.occ[0, 0])
-    top[0] = 1 << (cfg.horizon - 1)  # the empty row entering at the bottom: only level 0 is set
-    moved = advance.view(-1, 1, 1).to(state.occ.dtype)
-    state.occ = (state.occ >> moved) | (top * moved)
+    state.used_bits = shift_rows_by(state.used_bits, advance.view(-1, 1, 1))
+    if unary(cfg):  # level 0 (used >= 0) holds in every row, the empty one entering too
+        state.used_bits[:, :, 0] = horizon_words(cfg, state.used_bits.device)
     ring = (state.time % (cfg.horizon + 1)).unsqueeze(1)
     now_finished = state.finish_count.gather(1, ring).squeeze(1) * advance
     now_weight = state.finish_weight.gather(1, ring).squeeze(1) * advance

@@ -12,9 +12,9 @@ REWARD_FIELDS = ("objective", "tardiness_weight")
 SIZE_FIELDS = ("num_resources", "resource_units", "horizon", "num_slots", "backlog_size", "max_job_len",
                "max_job_units", "max_time", "max_track_since_new")
 OBSERVATIONS = ("image", "compact", "none")
-# Placement uses one 64-bit word per (resource, level) whose bit k is time row k: horizon <= 62
-# keeps every shift inside a signed int64.
-MAX_HORIZON = 62
+# DeepRM's image grows with units x slots x job units x horizon; past about a megabyte an episode
+# (2**18 float cells) it is no longer an input any network can use, only memory traffic
+MAX_IMAGE_CELLS = 1 << 18
 
 
 class ConfigError(ValueError):
@@ -64,9 +64,6 @@ class ClusterConfig:
             value = getattr(self, f)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"ClusterConfig.{f} must be an integer >= 1, got {value!r}")
-        if self.horizon > MAX_HORIZON:
-            raise ConfigError(f"ClusterConfig.horizon must be <= {MAX_HORIZON} (one 64-bit word per time row set), "
-                              f"got {self.horizon}")
         if self.max_job_len > self.horizon:
             raise ConfigError(f"ClusterConfig.max_job_len={self.max_job_len} exceeds horizon={self.horizon}")
         if self.max_job_units > self.resource_units:
@@ -77,6 +74,11 @@ class ClusterConfig:
         if self.observation not in OBSERVATIONS:
             raise ConfigError(f"ClusterConfig.observation={self.observation!r} is unknown; "
                               f"choose one of {OBSERVATIONS}")
+        if self.observation == "image" and self.horizon * self.image_width > MAX_IMAGE_CELLS:
+            raise ConfigError(f"ClusterConfig.observation='image' would render {self.horizon} x {self.image_width} "
+                              f"cells an episode (resource_units={self.resource_units}, num_slots={self.num_slots}, "
+                              f"max_job_units={self.max_job_units}, horizon={self.horizon}), more than "
+                              f"{MAX_IMAGE_CELLS}; use observation='none' (structured keys) or 'compact'")
         if (isinstance(self.tardiness_weight, bool) or not isinstance(self.tardiness_weight, (int, float))
                 or not math.isfinite(self.tardiness_weight) or self.tardiness_weight < 0):
             raise ConfigError(f"ClusterConfig.tardiness_weight must be a finite number >= 0, "

@@ -16,7 +16,7 @@ from .config import ClusterConfig, ConfigError
 from .jobs import JobSet
 from .objectives import episode_metrics
 from .observations import observe
-from .state import ClusterState
+from .state import ClusterState, require_state_fits
 
 
 class ClusterEnv(EnvBase):
@@ -61,6 +61,7 @@ class ClusterEnv(EnvBase):
                                   f"got {type(workload).__name__}")
             workload.validate(self.cfg)
             max_jobs = workload.max_jobs
+        require_state_fits(self.cfg, b, max_jobs)
         if getattr(self, "max_jobs", max_jobs) != max_jobs:
             raise ConfigError(f"new workload has {max_jobs} job columns, the env's specs have {self.max_jobs}")
         self.workload, self.max_jobs = workload, max_jobs

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from .config import ClusterConfig
-from .state import ClusterState, slot_offsets, used_rows
+from .state import ClusterState, slot_offsets, used_now, used_rows
 
 
 class Observation(dict):
@@ -44,8 +44,8 @@ def _image_or_compact(s: ClusterState, cfg: ClusterConfig, o: Observation) -> to
 
 
 _COMPUTE = {
-    "action_mask": lambda s, cfg, o: torch.cat([s.slot_window != 0,
-                                                torch.ones_like(s.slot_window[:, :1], dtype=torch.bool)], 1),
+    "action_mask": lambda s, cfg, o: torch.cat([s.slot_offset >= 0,
+                                                torch.ones_like(s.slot_offset[:, :1], dtype=torch.bool)], 1),
     "time": lambda s, cfg, o: s.time.unsqueeze(1),
     "job_start": lambda s, cfg, o: torch.full_like(s.order, -1).scatter(1, s.order, s.start[:, : s.max_jobs]),
     "slot_duration": lambda s, cfg, o: s.slot_duration.long(),
@@ -54,7 +54,7 @@ _COMPUTE = {
     "slot_deadline": lambda s, cfg, o: s.deadline.gather(1, s.slot_job) - s.time.unsqueeze(1),
     "slot_waited": lambda s, cfg, o: torch.where(s.slot_duration > 0,
                                                  s.time.unsqueeze(1) - s.arrival.gather(1, s.slot_job), 0),
-    "free_now": lambda s, cfg, o: cfg.resource_units - s.used_now,
+    "free_now": lambda s, cfg, o: cfg.resource_units - used_now(s, cfg),
     "backlog": lambda s, cfg, o: _backlog(s).unsqueeze(1),
     "since_new": lambda s, cfg, o: _since_new(s, cfg).unsqueeze(1),
     "used": lambda s, cfg, o: used_rows(s, cfg),

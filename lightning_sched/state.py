@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from .config import ClusterConfig
+from .limits import require_memory
 
 NEVER = 1 << 40  # arrival / finish time of what never happens (padding jobs, unscheduled jobs)
 
@@ -32,10 +33,13 @@ class ClusterState:
     slot_job:     LongTensor[B, M]      sorted index of each slot's job, L when empty
     slot_duration: IntTensor[B, M]      the slot jobs' durations (0 when empty)
     slot_demand:  IntTensor[B, R, M]    and demands
-    slot_window:  Int/LongTensor[B, M]  bit k set: the slot's job fits at offset k (0 when empty)
-    used_now:     LongTensor[B, R]      used[0][r]
-    occ:          Int/LongTensor[B, R, U+2] occupancy bit planes (module docstring); int32 when
-                  horizon <= 30, else int64
+    slot_offset:  LongTensor[B, M]      earliest feasible start offset of each slot's job, -1 when
+                  none fits or the slot is empty
+    used_bits:    Int/LongTensor[B, R, P, W] used[k][r] as bit planes over the time rows (cluster.py's
+                  docstring): row k is bit k mod n of word k // n, n = 31 (int32 words) while the
+                  horizon fits in one, else 63 (int64), W = ceil(horizon / n).
+                  Up to 62 units, P = U + 2 levels, plane u: used[k][r] >= u; beyond, P =
+                  U.bit_length() binary digits, plane s: bit s of used[k][r]
     finish_count: LongTensor[B, T+1]    ring buffer: jobs finishing at time f, at f mod (T+1)
     finish_weight: DoubleTensor[B, T+1] same, summing 1/d
     finished_count: LongTensor[B]       jobs with f_j <= time
@@ -61,9 +65,8 @@ class ClusterState:
     slot_job: torch.Tensor
     slot_duration: torch.Tensor
     slot_demand: torch.Tensor
-    slot_window: torch.Tensor
-    used_now: torch.Tensor
-    occ: torch.Tensor
+    slot_offset: torch.Tensor
+    used_bits: torch.Tensor
     finish_count: torch.Tensor
     finish_weight: torch.Tensor
     finished_count: torch.Tensor
@@ -95,24 +98,79 @@ class ClusterState:
         return ClusterState(**out)
 
 
-def lowest_bit(word: torch.Tensor) -> torch.Tensor:
-    """Index of the lowest set bit, -1 for 0: LongTensor of word's shape."""
-    lowest = (word & -word).to(torch.float64 if word.dtype == torch.int64 else torch.float32)
-    return torch.frexp(lowest).exponent.long() - 1  # a power of two converts to float exactly
+WORD_BITS = {torch.int32: 31, torch.int64: 63}  # time rows a word: the sign bit stays clear
+# Up to this many units the counts are kept in unary (one plane per level: a fit test is one gather,
+# a placement one gather and OR); beyond, in binary (log2 U planes, compared and added bit by bit)
+UNARY_MAX_UNITS = 62
+
+
+def unary(cfg: ClusterConfig) -> bool:
+    return cfg.resource_units <= UNARY_MAX_UNITS
+
+
+def num_planes(cfg: ClusterConfig) -> int:
+    """Bit planes per resource: levels 0..U+1 in unary, else enough binary digits for U."""
+    return cfg.resource_units + 2 if unary(cfg) else cfg.resource_units.bit_length()
+
+
+def word_dtype(cfg: ClusterConfig) -> torch.dtype:
+    """int32 words while one holds the horizon (half the memory traffic), else int64."""
+    return torch.int32 if cfg.horizon <= WORD_BITS[torch.int32] else torch.int64
+
+
+def num_words(cfg: ClusterConfig) -> int:
+    """Words per plane: one bit per time row."""
+    return -(-cfg.horizon // WORD_BITS[word_dtype(cfg)])
+
+
+def count_planes(bits: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor:
+    """The counts that planes of 0/1 encode: bits [B, R, P, ...] -> LongTensor[B, R, ...]."""
+    if unary(cfg):
+        return bits.sum(2) - 1  # levels 1..U set, level 0 always is
+    weight = (1 << torch.arange(bits.shape[2], device=bits.device)).view(1, 1, -1, *([1] * (bits.dim() - 3)))
+    return (bits * weight).sum(2)
+
+
+def used_now(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
+    """used[0][r]: LongTensor[B, R] (bit 0 of word 0 of every plane)."""
+    return count_planes(state.used_bits[..., 0] & 1, cfg)
+
+
+def state_bytes(cfg: ClusterConfig, batch: int, max_jobs: int) -> int:
+    """Bytes of B episodes' state plus one step's observation, estimated before allocating."""
+    r, m, t = cfg.num_resources, cfg.num_slots, cfg.horizon
+    per_job = 6 * 8 + 4 + 4 * r  # order, arrival, deadline, start, arrived_weight (8 B); duration; demand
+    planes, words = num_planes(cfg), num_words(cfg)
+    per_row = ((max_jobs + 1) * per_job + (t + 1) * 16 + r * planes * words * 8 + m * (20 + 4 * r)
+               + (cfg.max_time + 2) * 8 * (cfg.objective == "deadline"))
+    observation = {"image": t * cfg.image_width * 4, "compact": cfg.compact_size * 4, "none": 0}[cfg.observation]
+    per_row += observation + t * r * 8 + max_jobs * 8  # the used rows and job_start published each step
+    return batch * per_row
+
+
+def require_state_fits(cfg: ClusterConfig, batch: int, max_jobs: int) -> None:
+    """ConfigError naming the sizes when B episodes' state would not fit in memory."""
+    fields = {"batch": batch, "jobs per jobset": max_jobs, "horizon": cfg.horizon, "num_slots": cfg.num_slots,
+              "observation": cfg.observation}
+    if cfg.objective == "deadline":
+        fields["max_time"] = cfg.max_time
+    require_memory("the environment's state", state_bytes(cfg, batch, max_jobs), fields)
 
 
 def slot_offsets(state: ClusterState) -> torch.Tensor:
     """Earliest feasible start offset of each slot's job, -1 when none: LongTensor[B, M]."""
-    return lowest_bit(state.slot_window)
+    return state.slot_offset
 
 
 def used_rows(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
     """used[k][r] for the whole horizon: LongTensor[B, T, R] (for observations, not the step)."""
-    k = torch.arange(cfg.horizon, device=state.occ.device, dtype=state.occ.dtype)
-    bits = (state.occ[:, :, 1 : cfg.resource_units + 1, None] >> k) & 1  # [B, R, U, T]
-    return bits.sum(2, dtype=torch.long).transpose(1, 2)
+    b, r, planes, words = state.used_bits.shape
+    size = WORD_BITS[state.used_bits.dtype]
+    bit = torch.arange(size, device=state.used_bits.device, dtype=state.used_bits.dtype)
+    rows = ((state.used_bits.unsqueeze(-1) >> bit) & 1).reshape(b, r, planes, words * size)[..., : cfg.horizon]
+    return count_planes(rows.long(), cfg).transpose(1, 2)
 
 
 def utilization_now(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
     """Mean over resources of used[0][r] / U: DoubleTensor[B]."""
-    return state.used_now.double().mean(1) / cfg.resource_units
+    return used_now(state, cfg).double().mean(1) / cfg.resource_units

@@ -35,7 +35,6 @@ def both(field: str, value) -> str:
     ({"backlog_size": -3}, "backlog_size", -3),
     ({"max_time": 0}, "max_time", 0),
     ({"max_track_since_new": 0}, "max_track_since_new", 0),
-    ({"horizon": 63}, "horizon", 63),
 ])
 def test_bad_cluster_config(changes, field, value):
     with pytest.raises(ConfigError, match=both(field, value)):

@@ -6,7 +6,9 @@ import pytest
 import torch
 from torchrl.envs.utils import check_env_specs
 
-from lightning_sched import ClusterConfig, ClusterEnv, DeepRMWorkload, JobSet
+from lightning_sched import ClusterConfig, ClusterEnv, ConfigError, DeepRMWorkload, JobSet
+from lightning_sched.cluster import init_state
+from lightning_sched.evaluation import make_jobsets
 from lightning_sched.heuristics import Tetris, make_heuristic
 from lightning_sched.objectives import episode_metrics
 from lightning_sched.state import ClusterState
@@ -474,3 +476,21 @@ def test_cuda_matches_cpu():
         assert torch.allclose(a["reward"], b["reward"], atol=1e-5), f"step {step}: reward"
     m = {k: v.cpu() for k, v in episode_metrics(env_gpu.state).items()}
     assert torch.isfinite(m["utilization"]).all()
+
+
+def test_a_state_that_would_not_fit_in_memory_is_refused_before_allocating(monkeypatch):
+    """The estimate names the sizes it grows with; the same env at a small batch is built."""
+    monkeypatch.setenv("LIGHTNING_SCHED_MEMORY_BYTES", str(8 << 20))
+    cfg = ClusterConfig(observation="none")
+    workload = DeepRMWorkload(load=0.7, simu_len=50)
+    with pytest.raises(ConfigError, match=r"environment's state would need about .*batch=4096, jobs per jobset="):
+        ClusterEnv(cfg, workload, batch_size=[4096])
+    with pytest.raises(ConfigError, match=r"batch=4096"):
+        init_state(make_jobsets(workload, 4096, seed=0), cfg)
+    ClusterEnv(cfg, workload, batch_size=[16]).reset()
+
+
+def test_an_image_too_large_to_mean_anything_is_refused():
+    with pytest.raises(ConfigError, match=r"observation='image' .*resource_units=1024.*use observation='none'"):
+        ClusterConfig(resource_units=1024, max_job_units=1024)
+    ClusterConfig(resource_units=1024, max_job_units=1024, observation="none")  # the structured state is fine

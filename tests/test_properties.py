@@ -30,14 +30,16 @@ INF = math.inf
 
 # ----- strategies ---------------------------------------------------------------------------------
 @st.composite
-def cluster_configs(draw, observations=OBSERVATIONS) -> ClusterConfig:
-    units = draw(st.integers(3, 12))
-    horizon = draw(st.integers(4, 25))
+def cluster_configs(draw, observations=OBSERVATIONS, large: bool = False) -> ClusterConfig:
+    """DeepRM-sized clusters, or with `large` real-cluster sizes: thousands of units, horizons over
+    several 63-row words, tens of slots."""
+    units = draw(st.integers(3, 12) if not large else st.sampled_from([64, 1000, 2048]))
+    horizon = draw(st.integers(4, 25) if not large else st.sampled_from([63, 64, 127, 300]))
     return ClusterConfig(
         num_resources=draw(st.integers(1, 3)),
         resource_units=units,
         horizon=horizon,
-        num_slots=draw(st.integers(1, 10)),
+        num_slots=draw(st.integers(1, 10) if not large else st.sampled_from([16, 64])),
         backlog_size=draw(st.integers(1, 70)),
         max_job_len=draw(st.integers(1, horizon)),
         max_job_units=draw(st.integers(1, units)),
@@ -50,11 +52,11 @@ def cluster_configs(draw, observations=OBSERVATIONS) -> ClusterConfig:
 
 
 @st.composite
-def jobsets(draw, cfg: ClusterConfig) -> JobSet:
+def jobsets(draw, cfg: ClusterConfig, latest_arrival: int = 30) -> JobSet:
     """B in 1..6 jobsets of L in 0..20 jobs; about one job in ten is duration-0 padding."""
     b, length, r = draw(st.integers(1, 6)), draw(st.integers(0, 20)), cfg.num_resources
     job = st.tuples(
-        st.integers(0, min(30, cfg.max_time - 1)),  # arrival (JobSet.validate: < max_time)
+        st.integers(0, min(latest_arrival, cfg.max_time - 1)),  # arrival (JobSet.validate: < max_time)
         st.integers(0, 9),  # 0: padding
         st.integers(1, cfg.max_job_len),  # duration
         st.lists(st.integers(0, cfg.max_job_units), min_size=r, max_size=r),  # demand
@@ -72,10 +74,10 @@ def jobsets(draw, cfg: ClusterConfig) -> JobSet:
 
 
 @st.composite
-def episodes(draw, observations=OBSERVATIONS):
+def episodes(draw, observations=OBSERVATIONS, large: bool = False):
     """(cfg, jobs, action rng, share of valid-slot picks)."""
-    cfg = draw(cluster_configs(observations))
-    jobs = draw(jobsets(cfg))
+    cfg = draw(cluster_configs(observations, large=large))
+    jobs = draw(jobsets(cfg, latest_arrival=30 if not large else 2 * cfg.horizon))
     rng = random.Random(draw(st.integers(0, 2**32 - 1)))
     p_valid = draw(st.sampled_from([0.3, 0.6, 0.9]))
     return cfg, jobs, rng, p_valid
@@ -384,6 +386,15 @@ def test_invariants_hold_on_random_episodes(driver, episode):
     result = run_and_check(driver, cfg, jobs, rng, p_valid)
     share = "all" if result["terminated"] == jobs.batch_size else "some" if result["terminated"] else "none"
     event(f"terminated rows: {share}")
+
+
+@pytest.mark.parametrize("driver", sorted(DRIVERS))
+@settings(max_examples=8, deadline=None)
+@given(episode=episodes(observations=("none",), large=True))
+def test_invariants_hold_at_real_cluster_sizes(driver, episode):
+    """The same invariants with thousands of units, horizons of several words and tens of slots."""
+    cfg, jobs, rng, p_valid = episode
+    run_and_check(driver, cfg, jobs, rng, p_valid)
 
 
 @settings(max_examples=15)
