@@ -217,7 +217,7 @@ def test_a_network_too_large_is_refused_before_it_is_built(monkeypatch):
     monkeypatch.setenv("LIGHTNING_SCHED_MEMORY_BYTES", str(100 << 20))
     # about 8M weights at resource_units 10000: built in 32 MiB, but training it needs about 220 MiB
     with pytest.raises(ConfigError, match=r"policy network.*would need.*ClusterConfig.resource_units=10000"):
-        make_policy(PolicySpec(), ClusterConfig(resource_units=10000))
+        make_policy(PolicySpec(), ClusterConfig(resource_units=10000, observation="none"))
     make_policy(PolicySpec(), ClusterConfig())  # DeepRM's fits
 
 
