@@ -480,13 +480,14 @@ def test_cuda_matches_cpu():
 
 def test_a_state_that_would_not_fit_in_memory_is_refused_before_allocating(monkeypatch):
     """The estimate names the sizes it grows with; the same env at a small batch is built."""
-    monkeypatch.setenv("LIGHTNING_SCHED_MEMORY_BYTES", str(8 << 20))
     cfg = ClusterConfig(observation="none")
     workload = DeepRMWorkload(load=0.7, simu_len=50)
+    jobs = make_jobsets(workload, 4096, seed=0)
+    monkeypatch.setenv("LIGHTNING_SCHED_MEMORY_BYTES", str(8 << 20))
     with pytest.raises(ConfigError, match=r"environment's state would need about .*batch=4096, jobs per jobset="):
         ClusterEnv(cfg, workload, batch_size=[4096])
     with pytest.raises(ConfigError, match=r"batch=4096"):
-        init_state(make_jobsets(workload, 4096, seed=0), cfg)
+        init_state(jobs, cfg)
     ClusterEnv(cfg, workload, batch_size=[16]).reset()
 
 
