@@ -58,8 +58,11 @@ def atomic_torch_save(checkpoint: dict, path: str | os.PathLike) -> None:
             file.flush()
             os.fsync(file.fileno())
         os.replace(temp, path)
-    except BaseException:
+    except BaseException as error:
         temp.unlink(missing_ok=True)
+        if isinstance(error, (OSError, RuntimeError)):  # torch reports a failed write as a RuntimeError
+            raise OSError(f"writing the checkpoint {path} failed ({error}); {path.name} was left as it "
+                          "was") from error
         raise
 
 

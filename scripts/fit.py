@@ -362,8 +362,7 @@ class SchedulerCLI(LightningCLI):
         """Where this run's outputs go."""
         rows = [("run folder", str(self.run_dir)), ("config", str(self.run_dir / "config.yaml"))]
         if subcommand == "fit":
-            folders = sorted({c.dirpath for c in self.checkpoint_callbacks() if c.dirpath})
-            rows.append(("checkpoints", ", ".join(os.path.relpath(f) for f in folders)))
+            rows.append(("checkpoints", str(self.config.fit.checkpoint.dirpath)))
         for logger in self.trainer.loggers:
             if isinstance(logger, CSVLogger):
                 rows.append(("metrics", os.path.join(logger.log_dir, "metrics.csv")))
