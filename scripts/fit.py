@@ -219,9 +219,11 @@ class SchedulerCLI(LightningCLI):
 
     # ----- resume: the checkpoint's model, as the config asks -----------------------------------
     def _parse_ckpt_path(self) -> None:
-        """LightningCLI lets a checkpoint's hyperparameters replace the config's model silently; here a
-        model of another class, or a field that differs, is an error naming them. `test` and
-        `validate` may set the evaluation (`model.evaluation.*`): their config's values are used."""
+        """LightningCLI lets a checkpoint's hyperparameters replace the config's model silently. Here
+        `fit` (a resume) refuses a model of another class or any model field that differs, naming
+        them. `test`, `validate` and `predict` refuse another class or cluster; they measure on the
+        config's `model.evaluation`, and take the rest from the checkpoint, naming what replaced the
+        config's values."""
         subcommand = self.config.get("subcommand")
         if not subcommand or not self.config[subcommand].get("ckpt_path"):
             return super()._parse_ckpt_path()
@@ -242,18 +244,36 @@ class SchedulerCLI(LightningCLI):
         if asked.get("class_path") != saved.get("class_path"):
             raise ConfigError(f"--ckpt_path {ckpt_path} holds a {saved.get('class_path')} model; the config trains "
                               f"{asked.get('class_path')}")
+        unknown = sorted(saved.get("dict_kwargs") or {})  # saved by an older signature of the module
+        if unknown and subcommand == "fit":
+            raise ConfigError(f"--ckpt_path {ckpt_path} was saved with arguments {saved.class_path} no longer takes "
+                              f"({', '.join(unknown)}); it cannot be resumed (scripts/evaluate.py --policy reads it)")
+        if unknown:
+            saved.dict_kwargs = {}
+            print(f"note: {subcommand} ignores the checkpoint's arguments that {saved.class_path} no longer takes: "
+                  f"{', '.join(unknown)}", file=sys.stderr, flush=True)
         want, have = flat(asked.get("init_args")), flat(saved.get("init_args"))
         differing = [key for key in want if key in have and want[key] != have[key]]
-        if subcommand != "fit":
-            for key in [k for k in differing if k.startswith("evaluation.")]:
-                saved.init_args[key] = want[key]
-                differing.remove(key)
+
+        def named(keys: list[str]) -> str:
+            return ", ".join(f"model.{key} (checkpoint {have[key]!r}, config {want[key]!r})" for key in keys)
+
+        if subcommand == "fit":
+            if differing:
+                run = run_of_checkpoint(ckpt_path)
+                hint = f"--config {run / 'config.yaml'}" if run else "the config it was trained with"
+                raise ConfigError(f"--ckpt_path {ckpt_path} was trained with other settings: {named(differing)}; "
+                                  f"resume with {hint}, or leave out --ckpt_path to start a new run")
+            return
+        for key in [k for k in differing if k.startswith("evaluation.")]:
+            saved.init_args[key] = want[key]
+            differing.remove(key)
+        cluster = [k for k in differing if k.startswith("cluster.")]
+        if cluster:
+            raise ConfigError(f"--ckpt_path {ckpt_path} was trained on another cluster: {named(cluster)}")
         if differing:
-            fields = ", ".join(f"model.{key} (checkpoint {have[key]!r}, config {want[key]!r})" for key in differing)
-            run = run_of_checkpoint(ckpt_path)
-            hint = f"--config {run / 'config.yaml'}" if run else "the config it was trained with"
-            raise ConfigError(f"--ckpt_path {ckpt_path} was trained with other settings: {fields}; resume with "
-                              f"{hint}, or leave out --ckpt_path to start a new run")
+            print(f"note: {subcommand} uses the checkpoint's settings where the config differs: {named(differing)}",
+                  file=sys.stderr, flush=True)
 
     # ----- the run folder ------------------------------------------------------------------------
     def before_instantiate_classes(self) -> None:
@@ -271,11 +291,13 @@ class SchedulerCLI(LightningCLI):
         if config.checkpoint.get("dirpath") is None:
             config.checkpoint.dirpath = str(self.run_dir / "checkpoints")
         config.last_checkpoint.dirpath = config.checkpoint.dirpath
+        if self.subcommand != "fit":  # the checkpoint callbacks only matter to training
+            warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
         if self.subcommand == "fit":
             require_writable(Path(config.checkpoint.dirpath), "the checkpoint folder")
             ckpt = config.get("ckpt_path")
             if ckpt:
-                saved = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
+                saved = torch.load(ckpt, map_location="cpu", weights_only=False)
                 self.resumed_wandb_id = saved.get(WANDB_ID_KEY)
                 # the folder holds this run's own checkpoints, which the resumed callbacks take over
                 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")

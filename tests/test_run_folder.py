@@ -176,3 +176,12 @@ def test_the_full_traceback_on_request(tmp_path):
                tmp_path=tmp_path, check=False, env={"LIGHTNING_SCHED_TRACEBACK": "1"})
     assert proc.returncode != 0 and "Traceback (most recent call last)" in proc.stderr
     assert "Reinforce.optimizer.lr must be a finite number > 0" in proc.stderr
+
+
+def test_a_checkpoint_saved_by_an_older_module_signature_is_not_resumed(tmp_path):
+    ckpt = ROOT / "checkpoints" / "reinforce_slowdown.ckpt"
+    proc = fit("fit", "--config", SMOKE, "--ckpt_path", str(ckpt), tmp_path=tmp_path, check=False)
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: --ckpt_path {ckpt} was saved with arguments tasks.reinforce.Reinforce no longer "
+                           "takes (") and "rmsprop_alpha" in line
