@@ -26,7 +26,8 @@ Resume: `fit --ckpt_path RUN/checkpoints/last.ckpt` continues RUN (same folder, 
 checkpoint, same W&B run). The model settings of the config must be the checkpoint's (a field
 that differs is an error naming it; `--config RUN/config.yaml` has them); the trainer's, such as
 `--trainer.max_steps`, may change. SIGTERM saves last.ckpt, prints the command that resumes, and
-exits with 143.
+exits with 143. `test`/`validate --ckpt_path` measure on the config's `model.evaluation` and take
+the other model settings from the checkpoint (naming those that differ); another cluster is refused.
 
 Errors: a bad value prints one line naming the field (`error: ...`), exit code 2; set
 LIGHTNING_SCHED_TRACEBACK=1 for the full traceback or parser message.
