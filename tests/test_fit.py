@@ -176,6 +176,7 @@ def test_ddp_on_two_cpu_processes_splits_jobsets_and_keeps_parameters_identical(
     fit("fit", "--config", SMOKE, "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
         "--trainer.logger", "false", "--trainer.callbacks+=tests.ddp_probe.ParameterProbe",
         tmp_path=tmp_path, env={"DDP_PROBE_DIR": str(probe)})
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["smoke"]  # both ranks in rank 0's run folder
     ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world"] for r in ranks] == [2, 2] and [r["step"] for r in ranks] == [4, 4]
     assert ranks[0]["jobsets"] == ranks[1]["jobsets"] == 2  # num_jobsets 4 split over 2 ranks
