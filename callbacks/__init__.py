@@ -1,5 +1,8 @@
-"""Lightning callbacks: comparison with the heuristics during training; the latest checkpoint."""
-from .checkpoints import LatestCheckpoint
+"""Lightning callbacks: comparison with the heuristics during training; the checkpoints; the run's
+progress bar and W&B identity."""
+from .checkpoints import AtomicCheckpointIO, LatestCheckpoint
 from .heuristics import HeuristicComparison
+from .run import WANDB_ID_KEY, RunCSVLogger, RunProgressBar, WandbRunId
 
-__all__ = ["HeuristicComparison", "LatestCheckpoint"]
+__all__ = ["AtomicCheckpointIO", "HeuristicComparison", "LatestCheckpoint", "RunCSVLogger", "RunProgressBar",
+           "WANDB_ID_KEY", "WandbRunId"]

@@ -522,8 +522,8 @@ def main() -> None:
     p.add_argument("--load", type=float, default=1.3)
     p = figure(learning_curve, "a run's learning curve from its CSV metrics",
                shared_flags(["tetris", "sjf", "packer", "random"], jobsets=None, ckpt=None))
-    p.add_argument("--metrics", nargs="+", required=True, help="metrics.csv of a run logged with CSVLogger "
-                   "(several, in order, for a resumed run)")
+    p.add_argument("--metrics", nargs="+", default=["runs/fit/metrics.csv"], help="a run's metrics.csv (default: "
+                   "that of `make run`; several CSVLogger files, in order, for a run resumed into another folder)")
     p.add_argument("--title", default="DeepRM's recipe, load 0.7")
     p = figure(gains, "what the policy withholds; slowdown by job length", shared_flags(["tetris"], ckpt=1))
     p.add_argument("--load", type=float, default=0.7)

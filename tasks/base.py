@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +51,13 @@ def require_at_least(owner: str, low: int, **values: int) -> None:
     for name, value in values.items():
         if value < low:
             raise ConfigError(f"{owner}.{name} must be >= {low}, got {value}")
+
+
+def require_positive(owner: str, **values: float) -> None:
+    """A ConfigError naming the first field that is not a finite number > 0 (a step size, say)."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ConfigError(f"{owner}.{name} must be a finite number > 0, got {value!r}")
 
 
 class SchedulerTask(LightningModule):

@@ -41,7 +41,7 @@ from lightning_sched.policies import PolicySpec
 from lightning_sched.policy_gradient import PolicyGradient, policy_gradient
 from lightning_sched.rollout import Trajectories, collect
 
-from .base import EvaluationSettings, SchedulerTask, require_at_least
+from .base import EvaluationSettings, SchedulerTask, require_at_least, require_positive
 
 
 class Task(NamedTuple):
@@ -136,6 +136,7 @@ class MAML(SchedulerTask):
                 or not math.isfinite(entropy_weight) or entropy_weight < 0:
             raise ConfigError(f"MAML.entropy_weight must be a finite number >= 0, got {entropy_weight!r}")
         require_at_least("MAML", 0, inner_steps=inner_steps)
+        require_positive("MAML", meta_lr=meta_lr, step_size_lr=step_size_lr)
         for objective in objectives or ():
             if objective not in OBJECTIVES:
                 raise ConfigError(f"MAML.objectives holds {objective!r}, which is unknown; choose from {OBJECTIVES}")

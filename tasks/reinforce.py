@@ -38,7 +38,7 @@ from lightning_sched.policy_gradient import clipped_surrogate, imitation_loss, p
 from lightning_sched.rollout import collect
 from lightning_sched.traces import TraceWorkload
 
-from .base import EvaluationSettings, SchedulerTask, require_at_least
+from .base import EvaluationSettings, SchedulerTask, require_at_least, require_positive
 
 
 @dataclass
@@ -164,6 +164,7 @@ class Reinforce(SchedulerTask):
         self.save_hyperparameters(ignore=["baseline"])
         require_at_least("Reinforce", 1, num_jobsets=num_jobsets, episodes_per_jobset=episodes_per_jobset)
         require_at_least("Reinforce", 0, curriculum_iterations=curriculum_iterations)
+        require_positive("Reinforce", **{"optimizer.lr": optimizer.lr})
         if not 0 < gamma <= 1:
             raise ConfigError(f"Reinforce.gamma must be in (0, 1], got {gamma}")
         if curriculum_iterations and not isinstance(workload, WorkloadFamily):

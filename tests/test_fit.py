@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def fit(*args, tmp_path, check=True, env=None):
-    """Run scripts/fit.py in tmp_path (runs/ lands there) with the smoke config."""
+    """Run scripts/fit.py in tmp_path (runs/ lands there) on one thread (unless `args` says otherwise)."""
     base = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
             "WANDB_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), *args, "--threads", "1"], cwd=tmp_path,
+    command, *rest = args
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), command, "--threads", "1", *rest],
+                          cwd=tmp_path,
                           capture_output=True, text=True, timeout=600, env={**base, **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"fit.py {args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
@@ -39,7 +42,7 @@ def smoke_run(tmp_path_factory):
 
 def test_smoke_fit_writes_a_wandb_offline_run_and_checkpoints(smoke_run):
     tmp, proc = smoke_run
-    runs = list((tmp / "runs" / "wandb").glob("offline-run-*"))
+    runs = list((tmp / "runs" / "smoke" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, list((tmp / "runs").rglob("*"))
     run = runs[0]
     assert list(run.glob("run-*.wandb")) and (run / "run-" f"{run.name.split('-')[-1]}.wandb").stat().st_size > 0
@@ -88,11 +91,14 @@ def test_checkpoint_reloads_for_evaluation(smoke_run):
     assert first["policy"] == str(ckpt) and first["mean_slowdown"] >= 1 and first["num_jobs"] > 0
 
 
-def test_fit_resumes_from_a_checkpoint(smoke_run, tmp_path):
+def test_fit_resumes_from_a_checkpoint_in_its_run_folder(smoke_run, tmp_path):
     tmp, _ = smoke_run
-    ckpt = next((tmp / "runs").rglob("last.ckpt"))
-    fit("fit", "--config", SMOKE, "--trainer.max_steps", "6", "--ckpt_path", str(ckpt), tmp_path=tmp_path)
-    resumed = torch.load(next((tmp_path / "runs").rglob("last.ckpt")), map_location="cpu", weights_only=False)
+    shutil.copytree(tmp / "runs" / "smoke", tmp_path / "runs" / "smoke")
+    fit("fit", "--config", SMOKE, "--trainer.max_steps", "6", "--ckpt_path", "runs/smoke/checkpoints/last.ckpt",
+        tmp_path=tmp_path)
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["smoke"]
+    resumed = torch.load(tmp_path / "runs" / "smoke" / "checkpoints" / "last.ckpt", map_location="cpu",
+                         weights_only=False)
     assert resumed["global_step"] == 6
 
 
@@ -171,6 +177,7 @@ def test_ddp_on_two_cpu_processes_splits_jobsets_and_keeps_parameters_identical(
     fit("fit", "--config", SMOKE, "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
         "--trainer.logger", "false", "--trainer.callbacks+=tests.ddp_probe.ParameterProbe",
         tmp_path=tmp_path, env={"DDP_PROBE_DIR": str(probe)})
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["smoke"]  # both ranks in rank 0's run folder
     ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world"] for r in ranks] == [2, 2] and [r["step"] for r in ranks] == [4, 4]
     assert ranks[0]["jobsets"] == ranks[1]["jobsets"] == 2  # num_jobsets 4 split over 2 ranks

@@ -1,0 +1,94 @@
+"""What a training run shows and keeps about itself: one progress bar over the whole run, the W&B
+run id in every checkpoint (a resume continues the same W&B run), and a metrics.csv that a resume
+appends to."""
+from __future__ import annotations
+
+import csv
+import math
+import sys
+
+from lightning.pytorch import Callback
+from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm, _update_n
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.loggers.logger import rank_zero_experiment
+
+WANDB_ID_KEY = "wandb_run_id"
+
+
+class RunProgressBar(TQDMProgressBar):
+    """Iterations done out of the run's (`trainer.max_steps`, else max_epochs x the epoch's
+    iterations), with tqdm's rate and time left; a resumed run starts at its checkpoint's iteration.
+    Epochs only pace the data here, so the bar does not restart with each one."""
+
+    def run_iterations(self, trainer) -> int | None:
+        if trainer.max_steps is not None and trainer.max_steps > 0:
+            return trainer.max_steps
+        per_epoch = self.total_train_batches
+        if trainer.max_epochs is not None and trainer.max_epochs > 0 and math.isfinite(per_epoch):
+            return trainer.max_epochs * int(per_epoch)
+        return None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        # initial: the rate and the time left count this session's iterations only
+        self.train_progress_bar = Tqdm(desc="iteration", total=self.run_iterations(trainer),
+                                       initial=trainer.global_step, position=2 * self.process_position,
+                                       disable=self.is_disabled, leave=True, dynamic_ncols=True, file=sys.stdout,
+                                       smoothing=0, bar_format=self.BAR_FORMAT)
+
+    def on_train_epoch_start(self, trainer, *_) -> None:
+        pass  # one bar for the run
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        bar = self.train_progress_bar
+        if bar is not None and self._should_update(trainer.global_step, bar.total or trainer.global_step):
+            _update_n(bar, trainer.global_step)
+            bar.set_postfix(self.get_metrics(trainer, pl_module))
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if not self.train_progress_bar.disable:
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
+
+    def get_metrics(self, trainer, pl_module) -> dict:
+        metrics = super().get_metrics(trainer, pl_module)
+        metrics.pop("v_num", None)  # the logger's version: the run folder says which run this is
+        metrics.pop("iteration", None)  # the bar's own count
+        return metrics
+
+
+class WandbRunId(Callback):
+    """Writes the W&B run id into each checkpoint, under WANDB_ID_KEY, so that `fit --ckpt_path`
+    resumes the same W&B run."""
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                checkpoint[WANDB_ID_KEY] = logger.version
+                return
+
+
+class _AppendingWriter(ExperimentWriter):
+    def _check_log_dir_exists(self) -> None:
+        # Lightning's deletes an existing metrics.csv here; a resumed run keeps it and appends,
+        # under the columns it already has (new ones rewrite the header, keeping the rows)
+        if self._fs.isfile(self.metrics_file_path):
+            with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+                self.metrics_keys = next(csv.reader(file), [])
+
+
+class RunCSVLogger(CSVLogger):
+    """`save_dir/metrics.csv` (and hparams.yaml): every logged metric, one row per logging step; a
+    resumed run appends its rows (the steps after its checkpoint appear twice, the later rows are
+    the ones that count)."""
+
+    def __init__(self, save_dir: str):
+        super().__init__(save_dir, name="", version="")
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _AppendingWriter(log_dir=self.log_dir)
+        return self._experiment

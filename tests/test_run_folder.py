@@ -1,0 +1,187 @@
+"""A run of `scripts/fit.py` as a user meets it: its folder (config, checkpoints, metrics.csv, W&B
+run) and what it prints; resuming it; SIGTERM; a disk that fills while a checkpoint is written;
+settings a resume cannot honour; bad values as one-line errors. Real LightningCLI subprocesses with
+configs/smoke.yaml."""
+from __future__ import annotations
+
+import csv
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_fit import ROOT, SMOKE, fit
+
+
+def load(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def eval_rows(metrics: Path) -> dict[int, float]:
+    """eval/mean_slowdown by logged step, the later row winning (as figures.py reads a resumed run)."""
+    rows = list(csv.DictReader(metrics.open()))
+    return {int(r["step"]): float(r["eval/mean_slowdown"]) for r in rows if r.get("eval/mean_slowdown")}
+
+
+def test_default_root_dir_holds_the_whole_run_and_start_prints_where(tmp_path):
+    run = tmp_path / "runs" / "fit"  # where `make run` (fit without a config) writes
+    proc = fit("fit", "--config", SMOKE, "--trainer.default_root_dir", str(run), tmp_path=tmp_path)
+    ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert ckpts[-1] == "last.ckpt" and ckpts[0].startswith("best-") and len(ckpts) == 2, ckpts
+    assert load(run / "checkpoints" / "last.ckpt")["global_step"] == 4
+    offline = list((run / "wandb").glob("offline-run-*"))
+    assert len(offline) == 1 and list(offline[0].glob("run-*.wandb")), list(run.rglob("*"))
+    assert sorted(eval_rows(run / "metrics.csv")) == [1, 3]  # the validations after iterations 2 and 4
+    assert "max_steps: 4" in (run / "config.yaml").read_text()
+    # nothing beside it (the dot folders are HOME's: the test sets HOME to tmp_path)
+    assert {p.name for p in tmp_path.iterdir() if not p.name.startswith(".")} == {"runs"}
+    assert list((tmp_path / "runs").iterdir()) == [run]
+    printed = proc.stdout
+    for where in (str(run), f"{run}/config.yaml", f"{run}/checkpoints", f"{run}/metrics.csv", f"{run}/wandb"):
+        assert where in printed, (where, printed[:2000])
+    # the bar counts the run's iterations (4), not an epoch's, and the start says nothing the user cannot act on
+    assert "iteration: 100%" in printed and "4/4" in printed and "Epoch 0/" not in printed
+    for noise in ("No seed found", "litlogger", "anonymous setting", "LeafSpec", "Total FLOPs"):
+        assert noise not in proc.stdout + proc.stderr, noise
+    # the user's own run makes the learning-curve figure with the default --metrics
+    figure = subprocess.run([sys.executable, str(ROOT / "scripts" / "figures.py"), "learning_curve",
+                             "--out", str(tmp_path / "curve.png"), "--threads", "1"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert figure.returncode == 0, figure.stderr[-3000:]
+    assert (tmp_path / "curve.png").stat().st_size > 0
+
+
+def test_each_run_gets_its_own_folder_named_after_its_config(tmp_path):
+    first = fit("fit", "--config", SMOKE, "--trainer.max_steps", "2", "--trainer.logger", "false",
+                "--trainer.enable_progress_bar", "false", tmp_path=tmp_path)
+    fit("fit", "--config", SMOKE, "--trainer.max_steps", "2", "--trainer.logger", "false", tmp_path=tmp_path)
+    runs = tmp_path / "runs"
+    assert sorted(p.name for p in runs.iterdir()) == ["smoke", "smoke-2"]
+    for run in runs.iterdir():
+        assert (run / "config.yaml").is_file() and (run / "metrics.csv").is_file()
+        assert (run / "checkpoints" / "last.ckpt").is_file()
+    assert "iteration" not in first.stdout  # no progress bar was asked for, and none crashed the run
+
+
+def test_sigterm_saves_a_checkpoint_exits_143_and_the_printed_command_resumes_the_same_run(tmp_path):
+    proc = fit("fit", "--config", SMOKE, "--trainer.max_steps", "6", "--trainer.callbacks+=tests.faults.SigtermAt",
+               "--trainer.callbacks.iteration", "3", tmp_path=tmp_path, check=False)
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    run = tmp_path / "runs" / "smoke"
+    stopped = load(run / "checkpoints" / "last.ckpt")
+    assert stopped["global_step"] == 3  # between validations (2 and 4): saved by the SIGTERM itself
+    command = proc.stdout.split("Resume with:")[1].strip().splitlines()[0]
+    assert "--ckpt_path runs/smoke/checkpoints/last.ckpt" in command
+    resumed = subprocess.run([sys.executable, *shlex.split(command)[1:], "--threads", "1"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["smoke"]  # the same folder
+    last = load(run / "checkpoints" / "last.ckpt")
+    assert last["global_step"] == 6
+    # the best over the whole run, the validations before the stop included
+    evals = eval_rows(run / "metrics.csv")
+    assert sorted(evals) == [1, 3, 5]
+    best = next(v for k, v in last["callbacks"].items() if k.startswith("ModelCheckpoint"))
+    assert float(best["best_model_score"]) == pytest.approx(min(evals.values()))
+    best_files = list((run / "checkpoints").glob("best-*.ckpt"))
+    assert len(best_files) == 1 and best_files[0] == Path(best["best_model_path"])
+    # one W&B run, written in two sessions
+    ids = {p.name.rsplit("-", 1)[1] for p in (run / "wandb").glob("offline-run-*")}
+    assert len(list((run / "wandb").glob("offline-run-*"))) == 2 and ids == {stopped["wandb_run_id"]}
+
+
+def test_a_disk_filling_up_during_a_checkpoint_write_leaves_the_previous_file_whole(tmp_path):
+    """The second write of last.ckpt fails halfway (the file may not grow past 64 KiB). Lightning
+    staged it in $TMPDIR and copied it over last.ckpt, leaving 65,536 bytes of it; here the
+    previous last.ckpt stays, whole. $TMPDIR on another filesystem where there is one (/dev/shm)."""
+    ck = tmp_path / "ck"
+    staging = Path("/dev/shm") if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK) else tmp_path
+    with_tmpdir = {"TMPDIR": str(Path(staging) / f"stage-{os.getpid()}")}
+    Path(with_tmpdir["TMPDIR"]).mkdir()
+    proc = fit("fit", "--config", SMOKE, "--trainer.logger", "false", "--checkpoint.dirpath", str(ck),
+               "--trainer.callbacks+=tests.faults.DiskFullAtSecondWrite", "--trainer.callbacks.folder", str(ck),
+               tmp_path=tmp_path, check=False, env=with_tmpdir)
+    assert proc.returncode != 0 and "last.ckpt was left as it was" in proc.stderr, proc.stderr[-3000:]
+    assert load(ck / "last.ckpt")["global_step"] == 2
+    assert not [p for p in ck.iterdir() if p.name.startswith(".")]  # no temporary file left behind
+
+
+def test_an_unwritable_checkpoint_folder_is_refused_before_training(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    proc = fit("fit", "--config", SMOKE, "--trainer.logger", "false", "--checkpoint.dirpath", str(blocker / "ck"),
+               tmp_path=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"error: the checkpoint folder {blocker / 'ck'} is not writable: "
+                                                "Not a directory"]
+    assert "iteration" not in proc.stdout and not (tmp_path / "runs" / "smoke").exists()
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("finished")
+    fit("fit", "--config", SMOKE, "--trainer.max_steps", "2", "--trainer.logger", "false", tmp_path=tmp)
+    return tmp, tmp / "runs" / "smoke"
+
+
+def test_a_resume_refuses_model_settings_other_than_the_checkpoints(finished_run):
+    tmp, run = finished_run
+    ckpt = "runs/smoke/checkpoints/last.ckpt"
+    proc = fit("fit", "--config", SMOKE, "--ckpt_path", ckpt, "--model.num_jobsets", "6", "--model.workload.load",
+               "1.5", tmp_path=tmp, check=False)
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()
+    assert "model.num_jobsets (checkpoint 4, config 6)" in line and "model.workload.load (checkpoint 0.7, config 1.5)" \
+        in line and "--config runs/smoke/config.yaml" in line
+    assert load(run / "checkpoints" / "last.ckpt")["global_step"] == 2  # nothing trained
+
+
+def test_a_checkpoint_of_another_module_is_refused(finished_run):
+    tmp, _ = finished_run
+    proc = fit("fit", "--config", SMOKE, "--ckpt_path", str(ROOT / "checkpoints" / "maml.ckpt"), tmp_path=tmp,
+               check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: --ckpt_path {ROOT / 'checkpoints' / 'maml.ckpt'} holds a tasks.maml.MAML model; the config trains "
+        "tasks.reinforce.Reinforce"]
+
+
+def test_a_named_folder_holding_a_run_is_refused_unless_resumed(finished_run):
+    tmp, run = finished_run
+    proc = fit("fit", "--config", SMOKE, "--trainer.default_root_dir", "runs/smoke", tmp_path=tmp, check=False)
+    assert proc.returncode == 2 and "already holds a run" in proc.stderr
+    assert load(run / "checkpoints" / "last.ckpt")["global_step"] == 2
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--model.optimizer.lr", "-1"], "error: Reinforce.optimizer.lr must be a finite number > 0, got -1.0"),
+    (["--model.cluster.num_slots", "0"], "error: ClusterConfig.num_slots must be an integer >= 1, got 0"),
+    (["--threads", "0"], "error: --threads must be >= 1, got 0"),
+    (["--model.num_jobsets", "many"], "error: model.num_jobsets: Expected a <class 'int'>. Got value: many"),
+])
+def test_a_bad_value_is_one_line_naming_the_field(tmp_path, args, line):
+    proc = fit("fit", "--config", SMOKE, "--trainer.logger", "false", *args, tmp_path=tmp_path, check=False)
+    assert proc.returncode == 2
+    [printed] = proc.stderr.strip().splitlines()
+    assert printed.startswith(line), printed
+    assert not (tmp_path / "runs" / "smoke").exists()  # no empty run folder left
+
+
+def test_the_full_traceback_on_request(tmp_path):
+    proc = fit("fit", "--config", SMOKE, "--trainer.logger", "false", "--model.optimizer.lr", "-1",
+               tmp_path=tmp_path, check=False, env={"LIGHTNING_SCHED_TRACEBACK": "1"})
+    assert proc.returncode != 0 and "Traceback (most recent call last)" in proc.stderr
+    assert "Reinforce.optimizer.lr must be a finite number > 0" in proc.stderr
+
+
+def test_a_checkpoint_saved_by_an_older_module_signature_is_not_resumed(tmp_path):
+    ckpt = ROOT / "checkpoints" / "reinforce_slowdown.ckpt"
+    proc = fit("fit", "--config", SMOKE, "--ckpt_path", str(ckpt), tmp_path=tmp_path, check=False)
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: --ckpt_path {ckpt} was saved with arguments tasks.reinforce.Reinforce no longer "
+                           "takes (") and "rmsprop_alpha" in line
