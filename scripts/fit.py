@@ -1,10 +1,11 @@
 """Train, validate and test schedulers with LightningCLI.
 
-    python scripts/fit.py fit --config configs/deeprm_slowdown.yaml
+    python scripts/fit.py fit --config configs/base/deeprm.yaml --config configs/deeprm_slowdown.yaml
     python scripts/fit.py fit --config configs/smoke.yaml --trainer.max_steps 5
     python scripts/fit.py fit --config runs/smoke/config.yaml --ckpt_path runs/smoke/checkpoints/last.ckpt  # resume
-    python scripts/fit.py test --config configs/deeprm_slowdown.yaml --ckpt_path checkpoints/reinforce_slowdown.ckpt
-    python scripts/fit.py fit --config configs/deeprm_slowdown.yaml --trainer.strategy ddp --trainer.devices 2
+    python scripts/fit.py test --config configs/base/deeprm.yaml --config configs/deeprm_slowdown.yaml \
+        --ckpt_path checkpoints/reinforce_slowdown.ckpt
+    python scripts/fit.py fit --config configs/smoke.yaml --trainer.strategy ddp --trainer.devices 2
     python scripts/fit.py fit --print_config
 
 `--model` picks the LightningModule (tasks.reinforce.Reinforce by default).
