@@ -64,12 +64,13 @@ def init_state(jobs: JobSet, cfg: ClusterConfig) -> ClusterState:
     zeros = torch.zeros(b, dtype=torch.long, device=device)
     m, r = cfg.num_slots, cfg.num_resources
     state = ClusterState(
-        order=order,
+        order=torch.cat([order, order.new_full((b, 1), length)], dim=1),
         arrival=arrival.contiguous(),
         duration=duration,
         demand=demand,
         deadline=deadline,
         start=torch.full((b, length + 1), -1, dtype=torch.long, device=device),
+        job_start=torch.full((b, length + 1), -1, dtype=torch.long, device=device),
         arrived_weight=arrived_weight,
         num_jobs=real.sum(1),
         time=zeros.clone(),
@@ -170,7 +171,7 @@ def shift_rows(words: torch.Tensor, n: int) -> torch.Tensor:
         return torch.zeros_like(words)
     if count == 1:
         return words >> bits
-    here = torch.nn.functional.pad(words[..., skip:], (0, skip))
+    here = words if skip == 0 else torch.nn.functional.pad(words[..., skip:], (0, skip))
     after = torch.nn.functional.pad(words[..., skip + 1 :], (0, skip + 1))
     return (here >> bits) | ((after << (size - bits)) & ((1 << size) - 1))
 
@@ -309,7 +310,9 @@ def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) ->
     demand = demand * schedule.unsqueeze(1)  # [B, R], 0 when not scheduling
     offset = offset.clamp(min=0)
     start = state.time + offset
-    state.start.scatter_(1, job.unsqueeze(1), torch.where(schedule, start, -1).unsqueeze(1))
+    started = torch.where(schedule, start, -1).unsqueeze(1)
+    state.start.scatter_(1, job.unsqueeze(1), started)
+    state.job_start.scatter_(1, state.order.gather(1, job.unsqueeze(1)), started)
     if cfg.objective == "deadline":  # a job that will finish by its deadline no longer counts as pending
         deadline = state.deadline.gather(1, job.unsqueeze(1)).squeeze(1)
         meets = schedule & (start + duration <= deadline)

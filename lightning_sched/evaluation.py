@@ -62,7 +62,8 @@ def evaluate(policy: Policy, cfg: ClusterConfig, jobs: JobSet, episodes: int = 1
     jobs = jobs.validate(cfg).to(device).repeat_interleave(episodes)
     state, steps = play(policy, cfg, jobs)
     m = episode_metrics(state)
-    result = EvalResult(episodes={k: m[k].double().cpu() for k in (*METRICS, "num_jobs", "final_time")},
+    kept = (*METRICS, "num_jobs", "num_not_arrived", "final_time")
+    result = EvalResult(episodes={k: m[k].double().cpu() for k in kept},
                         job_slowdown=m["job_slowdown"].cpu(), job_duration=m["job_duration"].cpu(),
                         num_jobsets=jobs.batch_size // episodes, episodes_per_jobset=episodes, steps=steps)
     summary = {}
@@ -71,6 +72,7 @@ def evaluate(policy: Policy, cfg: ClusterConfig, jobs: JobSet, episodes: int = 1
     summary["num_jobs"] = int(result.episodes["num_jobs"].sum()) // episodes
     summary["num_jobsets"] = result.num_jobsets
     summary["unfinished_jobs"] = int((~m["job_finished"] & (m["job_duration"] > 0)).sum()) // episodes
+    summary["jobs_not_arrived"] = int(result.episodes["num_not_arrived"].sum()) // episodes  # after max_time
     result.summary = summary
     return result
 

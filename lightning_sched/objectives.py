@@ -76,27 +76,32 @@ def episode_metrics(state: ClusterState) -> dict[str, torch.Tensor]:
     """Per-episode metrics (each DoubleTensor[B]) and per-job slowdowns (DoubleTensor[B, L], NaN
     for padding), with f_j capped at the episode's final time for unfinished jobs.
 
-    Rows without jobs get NaN metrics; `num_jobs` says how many jobs each row had.
+    The metrics are over the jobs that arrived before the final time; a job arriving at or after
+    it never entered the episode (a truncated episode with a later arrival) and is counted in
+    `num_not_arrived` instead, so no slowdown is negative. Rows without such jobs get NaN metrics;
+    `num_jobs` says how many jobs each row had.
     """
-    length = state.max_jobs
+    length, final = state.max_jobs, state.time.unsqueeze(1)
+    arrival = state.arrival[:, :length]
     real = state.duration[:, :length] > 0
+    entered = real & (arrival < final)
     finish = finish_times(state)
-    capped = torch.minimum(finish, state.time.unsqueeze(1)).double()
-    arrival = state.arrival[:, :length].double()
+    capped = torch.minimum(finish, final).double()
     duration = state.duration[:, :length].double().clamp(min=1)
-    n = state.num_jobs.double()
+    n = entered.sum(1).double()
     nan = torch.full_like(capped, float("nan"))
-    slowdown = torch.where(real, (capped - arrival) / duration, nan)
-    completion = torch.where(real, capped - arrival, nan)
-    finished = real & (finish <= state.time.unsqueeze(1))
+    slowdown = torch.where(entered, (capped - arrival.double()) / duration, nan)
+    completion = torch.where(entered, capped - arrival.double(), nan)
+    finished = real & (finish <= final)
     met = finished & (finish <= state.deadline[:, :length])  # SPEC: unfinished jobs miss, even if due later
     return {
         "mean_slowdown": slowdown.nansum(1) / n,
         "mean_completion_time": completion.nansum(1) / n,
-        "makespan": _latest(torch.where(real, capped, float("-inf"))).where(n > 0, float("nan")),
+        "makespan": _latest(torch.where(entered, capped, float("-inf"))).where(n > 0, float("nan")),
         "utilization": state.util_sum / state.time.clamp(min=1).double(),
         "slo_hit_rate": met.sum(1).double() / n,
         "num_jobs": state.num_jobs,
+        "num_not_arrived": (real & ~entered).sum(1),
         "final_time": state.time,
         "job_slowdown": slowdown,
         "job_duration": state.duration[:, :length],

@@ -47,7 +47,8 @@ _COMPUTE = {
     "action_mask": lambda s, cfg, o: torch.cat([s.slot_offset >= 0,
                                                 torch.ones_like(s.slot_offset[:, :1], dtype=torch.bool)], 1),
     "time": lambda s, cfg, o: s.time.unsqueeze(1),
-    "job_start": lambda s, cfg, o: torch.full_like(s.order, -1).scatter(1, s.order, s.start[:, : s.max_jobs]),
+    # a copy: the state's own tensor changes in place at the next step
+    "job_start": lambda s, cfg, o: s.job_start[:, : s.max_jobs].clone(),
     "slot_duration": lambda s, cfg, o: s.slot_duration.long(),
     "slot_demand": lambda s, cfg, o: s.slot_demand.transpose(1, 2).long(),
     "slot_offset": lambda s, cfg, o: slot_offsets(s),

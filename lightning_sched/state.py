@@ -19,12 +19,13 @@ class ClusterState:
     """The state of B episodes. Jobs are stored sorted by (arrival, position); column L is a
     sentinel padding job that empty slots point to.
 
-    order:        LongTensor[B, L]      original position of the i-th sorted job
+    order:        LongTensor[B, L+1]    original position of the i-th sorted job (L for the sentinel)
     arrival:      LongTensor[B, L+1]    sorted arrivals (NEVER for padding)
     duration:     IntTensor[B, L+1]     (0 for padding; int32 halves the memory traffic)
     demand:       IntTensor[B, R, L+1]  resource-major, so a slot gather is one row per resource
     deadline:     LongTensor[B, L+1]
     start:        LongTensor[B, L+1]    start time, -1 while unscheduled
+    job_start:    LongTensor[B, L+1]    the same in the jobset's own order (SPEC's job_start key)
     arrived_weight: DoubleTensor[B, L+1] prefix sums of 1/d over sorted jobs (slowdown reward)
     num_jobs:     LongTensor[B]
     time:         LongTensor[B]
@@ -57,6 +58,7 @@ class ClusterState:
     demand: torch.Tensor
     deadline: torch.Tensor
     start: torch.Tensor
+    job_start: torch.Tensor
     arrived_weight: torch.Tensor
     num_jobs: torch.Tensor
     time: torch.Tensor
@@ -82,7 +84,7 @@ class ClusterState:
 
     @property
     def max_jobs(self) -> int:
-        return self.order.shape[1]
+        return self.order.shape[1] - 1
 
     def rows(self, index) -> "ClusterState":
         """The episodes `index` (a slice or index tensor over B) as a state of their own."""
@@ -139,7 +141,7 @@ def used_now(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
 def state_bytes(cfg: ClusterConfig, batch: int, max_jobs: int) -> int:
     """Bytes of B episodes' state plus one step's observation, estimated before allocating."""
     r, m, t = cfg.num_resources, cfg.num_slots, cfg.horizon
-    per_job = 6 * 8 + 4 + 4 * r  # order, arrival, deadline, start, arrived_weight (8 B); duration; demand
+    per_job = 7 * 8 + 4 + 4 * r  # order, arrival, deadline, start, job_start, arrived_weight (8 B); duration; demand
     planes, words = num_planes(cfg), num_words(cfg)
     per_row = ((max_jobs + 1) * per_job + (t + 1) * 16 + r * planes * words * 8 + m * (20 + 4 * r)
                + (cfg.max_time + 2) * 8 * (cfg.objective == "deadline"))

@@ -8,8 +8,15 @@
 2. Wall time of one DeepRM training iteration's worth of episodes (100 jobsets x 20 episodes,
    load 0.7, simu_len 50) under the Tetris heuristic, start to the end of the last episode.
 
+With --sizes instead: decisions/s on the hot path and through `ClusterEnv.step` (observation
+"none") at one batch size for clusters of (resource_units, num_slots, horizon) from DeepRM's
+(10, 10, 20) to (1024, 64, 256), each with DeepRM's job mix scaled to it (durations by T/20, the
+dominant demand U/2..U, the others 1..U/5), with the ratio to (10, 10, 20) in the same run and
+the state's bytes per episode.
+
 Prints a table and, last, a JSON line. Medians over --repeats runs.
     python scripts/bench_env.py [--device cuda] [--threads 2] [--objective deadline]
+    python scripts/bench_env.py --sizes [--sizes_batch 4096]
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ from lightning_sched.evaluation import make_jobsets
 from lightning_sched.heuristics import make_heuristic
 from lightning_sched.observations import observe
 from lightning_sched.rollout import play
+from lightning_sched.state import ClusterState
 
 
 def sync(device):
@@ -76,6 +84,51 @@ def torchrl_rate(cfg, jobs, steps, device, generator) -> float:
     return int(decisions) / (time.perf_counter() - t0)
 
 
+SIZES = [(10, 10, 20), (100, 10, 20), (1024, 10, 20), (10, 64, 20), (10, 256, 20), (10, 10, 256), (1024, 64, 256)]
+
+
+def sized_cluster(units: int, slots: int, horizon: int, objective: str) -> tuple[ClusterConfig, DeepRMWorkload]:
+    """A cluster of that size and DeepRM's job mix at load 0.7 scaled to it."""
+    scale = horizon / 20
+    cfg = ClusterConfig(resource_units=units, max_job_units=units, num_slots=slots, horizon=horizon,
+                        max_job_len=round(15 * scale), max_time=round(1000 * scale), objective=objective,
+                        observation="none")
+    workload = DeepRMWorkload(load=0.7, simu_len=round(50 * scale), short_len=(1, round(3 * scale)),
+                              long_len=(round(10 * scale), round(15 * scale)), dominant_units=(units // 2, units),
+                              other_units=(1, max(1, units // 5)), resource_units=units)
+    return cfg, workload
+
+
+def state_bytes_per_row(state: ClusterState) -> float:
+    """Bytes the state's tensors hold, per episode."""
+    total = sum(getattr(state, f).numel() * getattr(state, f).element_size() for f in state.__dataclass_fields__)
+    return total / state.time.shape[0]
+
+
+def sizes_table(args, device, generator, result) -> None:
+    b = args.sizes_batch
+    print(f"device={device} threads={result['threads']} torch={torch.__version__} B={b} observation=none "
+          f"objective={args.objective}")
+    print(f"{'(units, slots, horizon)':>24s} {'hot path/s':>12s} {'ratio':>6s} {'ClusterEnv.step/s':>18s} "
+          f"{'ratio':>6s} "
+          f"{'state B/episode':>16s}")
+    rows, base = {}, None
+    for units, slots, horizon in SIZES:
+        cfg, workload = sized_cluster(units, slots, horizon, args.objective)
+        jobs = make_jobsets(workload, b, seed=b).to(device)
+        hot = statistics.median(hot_path_rate(cfg, jobs, args.steps, device, generator) for _ in range(args.repeats))
+        env = statistics.median(torchrl_rate(cfg, jobs, args.steps, device, generator) for _ in range(args.repeats))
+        per_row = state_bytes_per_row(init_state(jobs, cfg))
+        base = base or (hot, env)
+        rows[f"{units},{slots},{horizon}"] = {"hot": round(hot), "hot_ratio": round(hot / base[0], 3),
+                                              "torchrl": round(env), "torchrl_ratio": round(env / base[1], 3),
+                                              "state_bytes_per_episode": round(per_row)}
+        print(f"{str((units, slots, horizon)):>24s} {hot:12,.0f} {hot / base[0]:6.2f} {env:18,.0f} "
+              f"{env / base[1]:6.2f} "
+              f"{per_row:16,.0f}", flush=True)
+    result["sizes"] = rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
@@ -87,6 +140,8 @@ def main() -> None:
     ap.add_argument("--objective", default="slowdown", help="the reward computed every step (SPEC's objectives)")
     ap.add_argument("--load", type=float, default=0.7, help="DeepRM workload of the decisions/s table")
     ap.add_argument("--simu_len", type=int, default=50, help="arrival steps (more jobs per row when larger)")
+    ap.add_argument("--sizes", action="store_true", help="the cluster-size table instead (module docstring)")
+    ap.add_argument("--sizes_batch", type=int, default=4096, help="episodes stepped at once in the --sizes table")
     args = ap.parse_args()
     threads = set_threads(args.threads)
     device = torch.device(args.device)
@@ -95,6 +150,10 @@ def main() -> None:
               "decisions_per_s": {}}
     if device.type == "cuda":
         result["device_name"] = torch.cuda.get_device_name(device)
+    if args.sizes:
+        sizes_table(args, device, generator, result)
+        print(json.dumps(result))
+        return
 
     print(f"device={device} threads={threads} torch={torch.__version__} objective={args.objective}")
     print(f"{'mode':8s} {'path':8s} {'B':>6s} {'decisions/s (median)':>22s}")

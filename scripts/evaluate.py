@@ -110,6 +110,8 @@ def main(argv=None) -> int:
     if args.save_jobsets:
         jobs.save(args.save_jobsets, workload=workload_desc, seed=args.seed)
     jobs.validate(cluster)
+    if args.jobset_file:
+        jobs.require_arrivals_in_episode(cluster)
 
     print(f"{jobs.batch_size} jobsets x {args.episodes} episodes of {workload_desc}, seed {args.seed}, "
           f"objective {cluster.objective}; mean ± 95% CI over jobsets")

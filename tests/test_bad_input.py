@@ -234,15 +234,23 @@ def test_a_jobset_draw_too_large_is_refused_before_sampling(monkeypatch):
 
 # ----- JobSets out of the episode, empty, narrow or damaged --------------------------------------------
 @pytest.mark.parametrize("arrival", [CFG.max_time, 2**62])
-def test_a_job_arriving_at_or_after_max_time_is_refused(arrival):
-    jobs = jobset(arrival=set_entry(torch.zeros(2, 3, dtype=torch.long), (1, 2), arrival))
-    with pytest.raises(ConfigError, match=re.escape(f"JobSet.arrival[1, 2] = {arrival} must be < "
-                                                    f"ClusterConfig.max_time={CFG.max_time}")):
-        jobs.validate(CFG)
-    # the last step that is still in the episode: the job can run and finish at max_time
+def test_a_job_arriving_at_or_after_max_time_is_left_out_of_the_metrics_and_counted(arrival):
+    """SPEC accepts the jobset (the episode is truncated before the job arrives); the metrics cover
+    the jobs that entered the episode, so none is negative, and the late one is counted."""
     from lightning_sched.evaluation import evaluate
     from lightning_sched.heuristics import make_heuristic
 
+    jobs = jobset(arrival=set_entry(torch.zeros(2, 3, dtype=torch.long), (1, 2), arrival))
+    jobs.validate(CFG)
+    with pytest.raises(ConfigError, match=re.escape(f"JobSet.arrival[1, 2] = {arrival} must be < "
+                                                    f"ClusterConfig.max_time={CFG.max_time}")):
+        jobs.require_arrivals_in_episode(CFG)
+    result = evaluate(make_heuristic("sjf", CFG), CFG, jobs)
+    metrics = result.episodes
+    assert metrics["num_not_arrived"].tolist() == [0, 1] and result.summary["jobs_not_arrived"] == 1
+    assert (metrics["mean_slowdown"] >= 1).all() and (metrics["mean_completion_time"] >= 1).all()
+    assert (metrics["slo_hit_rate"] <= 1).all()
+    # the last step that is still in the episode: the job can run and finish at max_time
     jobs = jobset(b=1, length=2, arrival=torch.tensor([[0, CFG.max_time - 1]]))
     result = evaluate(make_heuristic("sjf", CFG), CFG, jobs)
     assert result.summary["unfinished_jobs"] == 0 and result.summary["mean_slowdown"] == 1.0

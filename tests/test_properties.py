@@ -56,7 +56,7 @@ def jobsets(draw, cfg: ClusterConfig, latest_arrival: int = 30) -> JobSet:
     """B in 1..6 jobsets of L in 0..20 jobs; about one job in ten is duration-0 padding."""
     b, length, r = draw(st.integers(1, 6)), draw(st.integers(0, 20)), cfg.num_resources
     job = st.tuples(
-        st.integers(0, min(latest_arrival, cfg.max_time - 1)),  # arrival (JobSet.validate: < max_time)
+        st.integers(0, latest_arrival),  # arrival (at or after max_time: never in the episode)
         st.integers(0, 9),  # 0: padding
         st.integers(1, cfg.max_job_len),  # duration
         st.lists(st.integers(0, cfg.max_job_units), min_size=r, max_size=r),  # demand
@@ -159,20 +159,22 @@ class RowModel:
         return -float(np.sum(f > self.deadline[self.real]))
 
     def metrics(self, start, t, util_sum) -> dict:
-        """SPEC's episode metrics, f capped at the final time t for unfinished jobs."""
-        n = int(self.real.sum())
+        """SPEC's episode metrics, f capped at the final time t for unfinished jobs, over the jobs
+        that arrived before t (a later one never entered the episode)."""
+        entered = self.real & (self.arrival < t)
+        n = int(entered.sum())
         if n == 0:
             return {}
-        f = self.finish(start)[self.real]
+        f = self.finish(start)[entered]
         capped = np.minimum(f, t)
-        a, d = self.arrival[self.real], self.duration[self.real]
+        a, d = self.arrival[entered], self.duration[entered]
         finished = f <= t
         return {
             "mean_slowdown": float(np.mean((capped - a) / d)),
             "mean_completion_time": float(np.mean(capped - a)),
             "makespan": float(capped.max()),
             "utilization": util_sum / max(t, 1),
-            "slo_hit_rate": float(np.mean(finished & (f <= self.deadline[self.real]))),
+            "slo_hit_rate": float(np.mean(finished & (f <= self.deadline[entered]))),
         }
 
 
