@@ -151,7 +151,8 @@ def load_sweep(args) -> None:
                 "slo_hit_rate": str_keys(results["slo_hit_rate"]), "versus_best_heuristic": versus_best})
     slo = plots.slowdown_vs_load(results["slo_hit_rate"], f"SLO hit rate (slowdown <= {cfg.slo_slowdown:g}) vs load, "
                                  f"{args.jobsets} jobsets a point", ylabel="share of jobs meeting their deadline")
-    slo_out = out.with_name(out.stem.replace("slowdown", "slo") + ".png")
+    slo_name = out.stem.replace("slowdown", "slo")
+    slo_out = out.with_name((slo_name if slo_name != out.stem else out.stem + "_slo") + ".png")  # never over `out`
     slo.savefig(slo_out, dpi=120)  # its numbers are in the JSON above
     print(f"wrote {slo_out}")
 
