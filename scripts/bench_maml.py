@@ -23,6 +23,7 @@ from lightning.pytorch import Callback, Trainer
 from _common import ROOT, set_threads
 from lightning_sched import ClusterConfig, WorkloadFamily
 from lightning_sched.policies import PolicySpec
+from tasks.base import EvaluationSettings
 from tasks.maml import MAML
 
 
@@ -62,6 +63,7 @@ def main(argv=None) -> None:
     init["cluster"] = ClusterConfig(**init.get("cluster", {}))
     init["family"] = WorkloadFamily(**init["family"])
     init["policy"] = PolicySpec(**init.get("policy", {}))
+    init["evaluation"] = EvaluationSettings(**init.get("evaluation", {}))
     init["first_order"] = args.first_order
     module = MAML(**init)
     watch = Stopwatch()

@@ -33,7 +33,7 @@ import torch
 from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily
 from lightning_sched.adaptation import AdaptationSettings
 from lightning_sched.baselines import Baseline
-from lightning_sched.checkpoints import CHECKPOINT_KEY
+from lightning_sched.checkpoints import CHECKPOINT_KEY, warm_start
 from lightning_sched.config import OBJECTIVES, ConfigError
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.objectives import episode_metrics
@@ -116,6 +116,8 @@ class MAML(SchedulerTask):
         evaluation: the validation and test sets, one jobset of each of as many tasks drawn from
             the family, on which the unadapted meta-policy is measured.
         seed: seeds the tasks, jobsets and actions.
+        init_from: a checkpoint whose policy weights are the meta-parameters' start (a warm start,
+            e.g. a trained slot policy), as Reinforce's.
     """
 
     def __init__(self, cluster: ClusterConfig = ClusterConfig(), family: WorkloadFamily = WorkloadFamily(),
@@ -127,7 +129,7 @@ class MAML(SchedulerTask):
                  entropy_weight: float = 0.0,
                  meta_lr: float = 1e-3, first_order: bool = False, learn_step_sizes: bool = False,
                  step_size_lr: float = 0.01, iterations_per_epoch: int = 100,
-                 evaluation: EvaluationSettings = EvaluationSettings(), seed: int = 0):
+                 evaluation: EvaluationSettings = EvaluationSettings(), seed: int = 0, init_from: str | None = None):
         super().__init__(cluster, family, policy, baseline, evaluation, iterations_per_epoch, seed)
         self.save_hyperparameters(ignore=["baseline"])
         if meta_batch >= 100:
@@ -146,6 +148,8 @@ class MAML(SchedulerTask):
                          outer_jobsets=outer_jobsets, outer_episodes=outer_episodes)
         self.inner = AdaptationSettings(steps=inner_steps, jobsets=inner_jobsets, episodes=inner_episodes, lr=inner_lr,
                                         optimizer=inner_optimizer, normalize_advantage=normalize_advantage)
+        if init_from is not None:
+            warm_start(self.net, init_from)
         self.family = family
         self.log_step_sizes = None
         if learn_step_sizes:

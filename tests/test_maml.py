@@ -244,3 +244,20 @@ def test_entropy_bonus_keeps_the_outer_policy_stochastic():
         return float(policy_gradient(module.net, traj, module.baseline, 1).entropy)
 
     assert entropy_after(1.0) > entropy_after(0.0)
+
+
+def test_a_meta_policy_starts_from_a_trained_slot_policy_and_refuses_another_network():
+    import pytest
+
+    from lightning_sched.checkpoints import load_network
+    from lightning_sched.config import ConfigError
+
+    root = Path(__file__).resolve().parent.parent
+    shipped = str(root / "checkpoints" / "slots_slowdown.ckpt")
+    spec = PolicySpec(kind="slots", hidden=(32,), masked=True)
+    module = MAML(policy=spec, init_from=shipped, meta_batch=2)
+    source, _, _ = load_network(shipped)
+    for name, value in source.state_dict().items():
+        assert torch.equal(module.net.state_dict()[name], value), name
+    with pytest.raises(ConfigError, match="init_from=.*is not this run's"):
+        MAML(policy=PolicySpec(masked=True), init_from=shipped, meta_batch=2)
