@@ -334,7 +334,7 @@ def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) ->
     reward = torch.where(advance, interval_reward(state, cfg), 0.0)
     state.util_sum = state.util_sum + torch.where(advance, utilization_now(state, cfg), 0.0)
     state.time = state.time + advance.long()
-    state.used_bits = shift_rows_by(state.used_bits, advance.view(-1, 1, 1))
+    state.used_bits = torch.where(advance.view(-1, 1, 1, 1), shift_rows(state.used_bits, 1), state.used_bits)
     if unary(cfg):  # level 0 (used >= 0) holds in every row, the empty one entering too
         state.used_bits[:, :, 0] = horizon_words(cfg, state.used_bits.device)
     ring = (state.time % (cfg.horizon + 1)).unsqueeze(1)
