@@ -12,14 +12,11 @@ one. `AtomicCheckpointIO` writes next to the target and renames.
 """
 from __future__ import annotations
 
-import os
-import secrets
-from pathlib import Path
-
-import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from lightning_sched.files import atomic_torch_save
 
 
 class LatestCheckpoint(ModelCheckpoint):
@@ -43,27 +40,6 @@ class LatestCheckpoint(ModelCheckpoint):
     def interrupted_path(self) -> str | None:
         """The file a stopped run resumes from (None before the first save)."""
         return self.last_model_path or self.best_model_path or None
-
-
-def atomic_torch_save(checkpoint: dict, path: str | os.PathLike) -> None:
-    """torch.save to a temporary file in `path`'s folder, flushed to disk, then renamed over `path`
-    (a rename within one folder is atomic): a failure at any point leaves the previous file whole."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        # os.open with 0o666: the file gets the umask's permissions, as a plain open would
-        with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as file:
-            torch.save(checkpoint, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException as error:
-        temp.unlink(missing_ok=True)
-        if isinstance(error, (OSError, RuntimeError)):  # torch reports a failed write as a RuntimeError
-            raise OSError(f"writing the checkpoint {path} failed ({error}); {path.name} was left as it "
-                          "was") from error
-        raise
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -2,7 +2,6 @@
 it back without the training code (scripts/evaluate.py, scripts/adapt.py, warm starts)."""
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import torch
 from torch import nn
 
 from .config import REWARD_FIELDS, SIZE_FIELDS, ClusterConfig, ConfigError
-from .files import load_torch_file
+from .files import atomic_torch_save, load_torch_file
 from .policies import DeepRMNetwork, NetworkPolicy, PolicySpec, make_policy
 
 CHECKPOINT_KEY = "lightning_sched"
@@ -89,8 +88,5 @@ def with_acting_mode(path, out, greedy: bool, **record) -> Path:
     renamed, so `out` is never a partial file."""
     data = read_checkpoint(path)
     data[CHECKPOINT_KEY] = {**data[CHECKPOINT_KEY], "greedy": greedy, **record}
-    out = Path(out)
-    partial = out.with_name(out.name + ".partial")
-    torch.save(data, partial)
-    os.replace(partial, out)
-    return out
+    atomic_torch_save(data, out)
+    return Path(out)

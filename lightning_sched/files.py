@@ -1,6 +1,9 @@
-"""Reading the project's torch files (checkpoints, JobSet files) with errors that name the file."""
+"""The project's torch files (checkpoints, JobSet files): read with errors that name the file,
+written so that a failure never leaves a truncated file."""
 from __future__ import annotations
 
+import os
+import secrets
 from pathlib import Path
 
 import torch
@@ -26,3 +29,24 @@ def load_torch_file(path, what: str, weights_only: bool, map_location="cpu"):
         # the first line names the fault when it is short; torch's long ones are advice, not the fault
         reason = f"{type(error).__name__}: {lines[0]}" if lines and len(lines[0]) <= 100 else type(error).__name__
         raise ConfigError(f"{path}: not a {what} (torch.load failed: {reason})") from error
+
+
+def atomic_torch_save(checkpoint: dict, path: str | os.PathLike) -> None:
+    """torch.save to a temporary file in `path`'s folder, flushed to disk, then renamed over `path`
+    (a rename within one folder is atomic): a failure at any point leaves the previous file whole."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        # os.open with 0o666: the file gets the umask's permissions, as a plain open would
+        with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as file:
+            torch.save(checkpoint, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException as error:
+        temp.unlink(missing_ok=True)
+        if isinstance(error, (OSError, RuntimeError)):  # torch reports a failed write as a RuntimeError
+            raise OSError(f"writing the checkpoint {path} failed ({error}); {path.name} was left as it "
+                          "was") from error
+        raise

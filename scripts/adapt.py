@@ -24,11 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
-
-import torch
 
 from _common import (
     OBJECTIVE_METRIC,
@@ -53,6 +50,7 @@ from lightning_sched import ClusterConfig, ConfigError, seeds
 from lightning_sched.adaptation import AdaptationSettings, adapt
 from lightning_sched.checkpoints import CHECKPOINT_KEY, load_network, policy_checkpoint
 from lightning_sched.evaluation import compare, make_jobsets
+from lightning_sched.files import atomic_torch_save
 
 # the heuristics the adapted policy is compared with (random left out: it repeats only with its seed)
 REFERENCE_HEURISTICS = ("tetris", "sjf", "packer", "edf")
@@ -149,12 +147,9 @@ def main(argv=None) -> int:
           eval_steps=set(range(0, args.steps + 1, args.eval_every)))
     if not named:  # another run may have taken the name meanwhile
         out = unused_path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")  # renamed when whole: never a truncated checkpoint
-    torch.save({CHECKPOINT_KEY: {**policy_checkpoint(net, greedy), "adapted_from": str(args.ckpt),
-                                 "adapted_on": train_desc, "adaptation": {k: v for k, v in vars(settings).items()}}},
-               partial)
-    os.replace(partial, out)
+    atomic_torch_save({CHECKPOINT_KEY: {**policy_checkpoint(net, greedy), "adapted_from": str(args.ckpt),
+                                        "adapted_on": train_desc,
+                                        "adaptation": {k: v for k, v in vars(settings).items()}}}, out)
     print(f"saved {out}", file=sys.stderr)  # stdout's last line stays the final metrics (--json)
     return 0
 

@@ -179,6 +179,6 @@ def test_select_checkpoint_ships_the_acting_mode_that_scores_best(tmp_path):
     mode = result["winner"].rpartition("@")[2]
     _, _, saved = load_network(tmp_path / "shipped.ckpt")
     assert saved["greedy"] == (mode == "greedy") and saved["selected"]["from"] == "checkpoints/best_slowdown.ckpt"
-    assert not list(tmp_path.glob("*.partial"))
+    assert not list(tmp_path.glob("*.partial")) and not list(tmp_path.glob(".*.tmp"))
     policy, _ = load_policy(tmp_path / "shipped.ckpt")
     assert policy.greedy == (mode == "greedy")
