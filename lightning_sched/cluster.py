@@ -183,7 +183,7 @@ def shift_rows_by(words: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     if count == 1:
         return words >> n
     skip, bits = n // size, n % size
-    padded = torch.cat([words, torch.zeros_like(words), words[..., :1] * 0], -1)
+    padded = torch.nn.functional.pad(words, (0, count + 1))  # rows past the end read as empty
     at = (torch.arange(count, device=words.device) + skip.long()).expand(words.shape)
     here, after = padded.gather(-1, at), padded.gather(-1, at + 1)
     return (here >> bits) | ((after << (size - bits)) & ((1 << size) - 1))

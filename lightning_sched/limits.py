@@ -29,11 +29,12 @@ def memory_budget() -> int:
 
 
 def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+    if n < 1024:
+        return f"{int(n)} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
         n /= 1024
-    return f"{n:.1f} TiB"
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}"
 
 
 def require_memory(what: str, estimated_bytes: float, fields: dict[str, object]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from .config import ClusterConfig
-from .state import ClusterState, slot_offsets, used_now, used_rows
+from .state import ClusterState, used_now, used_rows
 
 
 class Observation(dict):
@@ -51,7 +51,7 @@ _COMPUTE = {
     "job_start": lambda s, cfg, o: s.job_start[:, : s.max_jobs].clone(),
     "slot_duration": lambda s, cfg, o: s.slot_duration.long(),
     "slot_demand": lambda s, cfg, o: s.slot_demand.transpose(1, 2).long(),
-    "slot_offset": lambda s, cfg, o: slot_offsets(s),
+    "slot_offset": lambda s, cfg, o: s.slot_offset,
     "slot_deadline": lambda s, cfg, o: s.deadline.gather(1, s.slot_job) - s.time.unsqueeze(1),
     "slot_waited": lambda s, cfg, o: torch.where(s.slot_duration > 0,
                                                  s.time.unsqueeze(1) - s.arrival.gather(1, s.slot_job), 0),

@@ -159,11 +159,6 @@ def require_state_fits(cfg: ClusterConfig, batch: int, max_jobs: int) -> None:
     require_memory("the environment's state", state_bytes(cfg, batch, max_jobs), fields)
 
 
-def slot_offsets(state: ClusterState) -> torch.Tensor:
-    """Earliest feasible start offset of each slot's job, -1 when none: LongTensor[B, M]."""
-    return state.slot_offset
-
-
 def used_rows(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
     """used[k][r] for the whole horizon: LongTensor[B, T, R] (for observations, not the step)."""
     b, r, planes, words = state.used_bits.shape
