@@ -30,6 +30,11 @@ OBJECTIVE_METRIC = {"slowdown": "mean_slowdown", "completion_time": "mean_comple
                     "utilization": "utilization", "deadline": "slo_hit_rate"}
 
 
+def show_tracebacks() -> bool:
+    """Whether the user asked for full tracebacks (LIGHTNING_SCHED_TRACEBACK set and not 0)."""
+    return os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+
+
 def run_main(main: Callable[[], int | None]) -> None:
     """Run a script's `main` and exit with its code. Bad input (a ConfigError or other ValueError,
     a file that is missing or cannot be written) ends in one line `error: ...` on stderr and exit
@@ -37,7 +42,7 @@ def run_main(main: Callable[[], int | None]) -> None:
     try:
         code = main()
     except (ValueError, OSError) as error:
-        if os.environ.get(TRACEBACK_ENV, "0") not in ("", "0"):
+        if show_tracebacks():
             raise
         # a ConfigError names the field and the value; another error may need its traceback to place it
         hint = "" if isinstance(error, ConfigError) else f" ({TRACEBACK_ENV}=1 shows where)"

@@ -59,6 +59,7 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger  # noqa: E402
 from lightning.pytorch.plugins.io import TorchCheckpointIO  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
 
+from _common import show_tracebacks  # noqa: E402
 from callbacks import (  # noqa: E402
     WANDB_ID_KEY,
     AtomicCheckpointIO,
@@ -71,7 +72,6 @@ from callbacks import (  # noqa: E402
 from lightning_sched import ConfigError  # noqa: E402
 from tasks.reinforce import Reinforce  # noqa: E402
 
-TRACEBACK_ENV = "LIGHTNING_SCHED_TRACEBACK"
 RUN_DIR_ENV = "LIGHTNING_SCHED_RUN_DIR"  # the run folder, handed to the DDP processes Lightning starts
 SIGTERM_EXIT = 143  # 128 + SIGTERM: what a shell reports for a process ended by SIGTERM
 
@@ -79,10 +79,6 @@ SIGTERM_EXIT = 143  # 128 + SIGTERM: what a shell reports for a process ended by
 def wandb_online() -> bool:
     """Online only with an API key and no WANDB_MODE asking otherwise: the default run works anywhere."""
     return bool(os.environ.get("WANDB_API_KEY")) and os.environ.get("WANDB_MODE", "online") == "online"
-
-
-def show_tracebacks() -> bool:
-    return os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
 
 
 STRUCTURE = ("Parser key", "Does not validate", "Subtypes:", "Errors:", "- Problem with given class_path",
