@@ -93,9 +93,8 @@ def sized_cluster(units: int, slots: int, horizon: int, objective: str) -> tuple
     cfg = ClusterConfig(resource_units=units, max_job_units=units, num_slots=slots, horizon=horizon,
                         max_job_len=round(15 * scale), max_time=round(1000 * scale), objective=objective,
                         observation="none")
-    workload = DeepRMWorkload(load=0.7, simu_len=round(50 * scale), short_len=(1, round(3 * scale)),
-                              long_len=(round(10 * scale), round(15 * scale)), dominant_units=(units // 2, units),
-                              other_units=(1, max(1, units // 5)), resource_units=units)
+    workload = DeepRMWorkload.for_cluster(cfg, load=0.7, simu_len=round(50 * scale), short_len=(1, round(3 * scale)),
+                                          long_len=(round(10 * scale), round(15 * scale)))
     return cfg, workload
 
 

@@ -433,8 +433,7 @@ def cluster_sizes(args) -> None:
         label = f"{slots} slots, {units} units"
         panels[label] = {name: {} for name in policies}
         for i, load in enumerate(args.loads):
-            workload = DeepRMWorkload(load=load, resource_units=units, dominant_units=(units // 2, units),
-                                      other_units=(1, max(1, units // 5)))
+            workload = DeepRMWorkload.for_cluster(cfg, load=load)
             case = compare(policies, cfg, make_jobsets(workload, args.jobsets, seeds.evaluation(300 + 10 * k + i)),
                            args.device)
             best = case.best(args.heuristics)
