@@ -169,7 +169,7 @@ class DeepRMWorkload:
 
 def _require_arrivals_before_max_time(simu_len: int, cfg: ClusterConfig) -> None:
     """Arrivals fall in 0..simu_len-1; an episode is truncated at max_time, so a later one would
-    never be in it (JobSet.validate refuses such jobs)."""
+    never be in it (a given JobSet may hold such jobs: episode metrics leave them out)."""
     if simu_len > cfg.max_time:
         raise ConfigError(f"workload simu_len={simu_len} exceeds ClusterConfig.max_time={cfg.max_time}: jobs would "
                           f"arrive after the episode is truncated; use simu_len <= max_time")
