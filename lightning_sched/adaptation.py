@@ -89,10 +89,12 @@ class AdaptationSettings:
 
 def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: AdaptationSettings, eval_jobs: JobSet,
           seed: int = 0, device="cpu", baseline: Baseline | None = None, greedy: bool = False,
-          report: Callable[[int, dict], None] | None = None, eval_steps: set[int] | None = None) -> list[dict]:
+          idle_void: str | None = None, report: Callable[[int, dict], None] | None = None,
+          eval_steps: set[int] | None = None) -> list[dict]:
     """Adapt `net` in place for `settings.steps` steps on `workload`; after step 0 (before any update) and each step,
-    evaluate it on `eval_jobs` (sampled actions with a fixed seed, or greedy). Returns the evaluation summaries, one per
-    step, each with the step's training figures; `report(step, summary)` sees each as it comes.
+    evaluate it on `eval_jobs` (sampled actions with a fixed seed, or greedy; `idle_void` as in NetworkPolicy).
+    Returns the evaluation summaries, one per step, each with the step's training figures; `report(step, summary)`
+    sees each as it comes.
     `eval_steps`: evaluate only after these steps (default: all; the last step always)."""
     baseline = baseline or TimeIndexedBaseline()
     optimizer = settings.make_optimizer(net.parameters())
@@ -102,7 +104,8 @@ def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: Adaptati
     def measure(step: int, extra: dict) -> None:
         if eval_steps is not None and step not in eval_steps and step != settings.steps:
             return
-        policy = NetworkPolicy(net, greedy=greedy, generator=torch.Generator(device=device).manual_seed(seed))
+        policy = NetworkPolicy(net, greedy=greedy, generator=torch.Generator(device=device).manual_seed(seed),
+                               idle_void=idle_void)
         summary = {"step": step, **evaluate(policy, cfg, eval_jobs, device=device).summary, **extra}
         summaries.append(summary)
         if report is not None:

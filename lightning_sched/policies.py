@@ -319,16 +319,18 @@ class SlotNetwork(nn.Module):
         rows_used = torch.cat([used.new_zeros(b, 1, used.shape[2]), used.cumsum(1)], 1)  # [B, T+1, R]
         span = duration.long().clamp(1, horizon)
         during = rows_used.gather(1, span.unsqueeze(-1).expand(-1, -1, used.shape[2])) / span.unsqueeze(-1)
-        slot = torch.cat([
-            torch.stack([
-                duration / horizon, 1 / length,  # SJF's quantity
-                torch.where(feasible, offset.float() / horizon, 1.0), fits.float(), feasible.float(),
-                (waited / horizon).clamp(max=4), (slack / horizon).clamp(-2, 2),
-                torch.log((waited + offset.clamp(min=0) + length) / length),  # its slowdown if placed at its offset
-                (free.unsqueeze(1) * demand).mean(-1),  # Tetris's packing term, per unit of capacity
-            ], -1),
-            demand, free.unsqueeze(1) - demand, 1 - during - demand,  # per resource: ask, left now, left during
-        ], -1) * present.unsqueeze(-1)
+        columns = [
+            duration / horizon, 1 / length,  # SJF's quantity
+            torch.where(feasible, offset.float() / horizon, 1.0), fits.float(), feasible.float(),
+            (waited / horizon).clamp(max=4), (slack / horizon).clamp(-2, 2),
+            torch.log((waited + offset.clamp(min=0) + length) / length),  # its slowdown if placed at its offset
+            (free.unsqueeze(1) * demand).mean(-1),  # Tetris's packing term, per unit of capacity
+            *demand.unbind(-1), *(free.unsqueeze(1) - demand).unbind(-1),  # per resource: ask, left now,
+            *(1 - during - demand).unbind(-1),  # left during its rows
+        ]
+        # stacked feature-first (whole [B, M] blocks), then one transposing copy: several times
+        # cheaper than stacking [B, M] columns along the last dimension
+        slot = (torch.stack(columns) * present).permute(1, 2, 0).contiguous()  # [B, M, 9 + 3R]
         context = torch.cat([
             free, 1 - used.mean(1), 1 - used[:, : max(1, horizon // 4)].mean(1),  # per resource
             torch.stack([(obs["backlog"].reshape(b).float() / cfg.num_slots).clamp(max=5), present.float().mean(-1),
@@ -355,13 +357,18 @@ class SlotNetwork(nn.Module):
         b, m, _ = slots.shape
         # only the slots that hold a job are computed (often a few of M): rows of the flat [B*M] view
         rows = present.reshape(-1).nonzero().squeeze(1)
+        owner = rows // m  # [N]: the state each present slot belongs to
         embedded = torch.relu(self.slot_in(slots.reshape(b * m, -1)[rows]))  # [N, H]
-        grid = embedded.new_zeros(b * m, embedded.shape[1]).index_copy(0, rows, embedded).view(b, m, -1)
+        # mean and max over each state's present jobs, straight from the [N, H] rows (a dense
+        # [B, M, H] grid would cost more than the layers themselves); ReLU outputs are >= 0, so
+        # the zeros a state starts from never win the max
+        total = embedded.new_zeros(b, embedded.shape[1]).index_add(0, owner, embedded)
+        peak = embedded.new_zeros(b, embedded.shape[1]).scatter_reduce(
+            0, owner.unsqueeze(1).expand_as(embedded), embedded, "amax")
         count = present.sum(1, keepdim=True).clamp(min=1)
-        # ReLU outputs are >= 0, so an empty slot's zeros never win the max
-        pooled = torch.cat([features["context"], grid.sum(1) / count, grid.amax(1)], -1)
+        pooled = torch.cat([features["context"], total / count, peak], -1)
         context = torch.relu(self.context_in(pooled))  # [B, H]
-        mixed = torch.relu(self.slot_mix(embedded) + self.context_mix(context)[rows // m])  # [N, H]
+        mixed = torch.relu(self.slot_mix(embedded) + self.context_mix(context)[owner])  # [N, H]
         scores = embedded.new_zeros(b * m).index_copy(0, rows, self.slot_out(mixed).squeeze(1))  # empty: masked
         void = self.void_out(torch.relu(self.void_mix(context)))  # [B, 1]
         logits = torch.cat([scores.view(b, m), void], -1)
@@ -391,32 +398,60 @@ def make_policy(spec: PolicySpec, cfg: ClusterConfig) -> DeepRMNetwork | SlotNet
     return network(cfg, spec)
 
 
-def choose_actions(logits: torch.Tensor, obs, greedy: bool, generator: torch.Generator | None = None):
-    """How a network acts on its logits [B, M+1]: a draw from the softmax, or the argmax with the
-    idle-void guard (`forbid_idle_void`): LongTensor[B]."""
-    if greedy:
-        logits = forbid_idle_void(logits, obs)
+# When may a network void while nothing runs or is reserved and a slot job fits now (the cluster
+# idles on purpose)? "always": the network decides. "while_arriving": while jobs of the jobset are
+# still to arrive (holding a long job back for the short ones to come can pay at high load), not
+# once none is left: then waiting changes nothing (no capacity frees, no job comes), and an argmax
+# that picks it would pick it forever. "never": the argmax's first guard, kept for the results
+# measured with it.
+IDLE_VOID = ("always", "while_arriving", "never")
+
+
+def default_idle_void(greedy: bool) -> str:
+    """The rule a checkpoint that names none acts by: "never" for the argmax, "always" for a draw."""
+    return "never" if greedy else "always"
+
+
+def choose_actions(logits: torch.Tensor, obs, greedy: bool, generator: torch.Generator | None = None,
+                   idle_void: str | None = None) -> torch.Tensor:
+    """How a network acts on its logits [B, M+1]: the argmax or a draw from the softmax, with void
+    forbidden where `idle_void` (default: `default_idle_void(greedy)`) says: LongTensor[B]."""
+    idle_void = default_idle_void(greedy) if idle_void is None else idle_void
+    if idle_void != "always":
+        logits = forbid_idle_void(logits, obs, wait_for_arrivals=idle_void == "while_arriving")
     return sample_actions(logits, greedy, generator)
 
 
-def forbid_idle_void(logits: torch.Tensor, obs) -> torch.Tensor:
-    """Greedy acting's guard: while nothing runs or is reserved and a slot job fits now, void only
-    lets time pass on an idle cluster, and an argmax that picks it there can pick it forever (a
-    state that never changes). Such rows get void's logit set to -inf: [B, M+1]."""
+def forbid_idle_void(logits: torch.Tensor, obs, wait_for_arrivals: bool = False) -> torch.Tensor:
+    """Void's logit set to -inf [B, M+1] in the rows where nothing runs or is reserved and a slot
+    job fits now (with `wait_for_arrivals`, only where no job is left to arrive either)."""
     idle = obs["used"].sum((1, 2)) == 0
     stuck = idle & (obs["slot_offset"] == 0).any(-1)
+    if wait_for_arrivals:
+        stuck = stuck & (obs["to_arrive"].view(-1) == 0)
     return torch.cat([logits[:, :-1], logits[:, -1:].masked_fill(stuck.unsqueeze(1), float("-inf"))], -1)
 
 
 @dataclass
 class NetworkPolicy:
-    """A network as a rollout policy: obs -> obs with "action" (LongTensor[B]); greedy or sampled."""
+    """A network as a rollout policy: obs -> obs with "action" (LongTensor[B]); greedy or sampled,
+    with void on an idle cluster allowed as `idle_void` says (IDLE_VOID; None: the mode's default)."""
 
     net: nn.Module
     greedy: bool = True
     generator: torch.Generator | None = field(default=None, repr=False)
+    idle_void: str | None = None
+
+    def __post_init__(self) -> None:
+        self.idle_void = default_idle_void(self.greedy) if self.idle_void is None else self.idle_void
+        if self.idle_void not in IDLE_VOID:
+            raise ConfigError(f"idle_void must be one of {', '.join(IDLE_VOID)}, got {self.idle_void!r}")
+        if self.greedy and self.idle_void == "always":
+            raise ConfigError("idle_void='always' with greedy acting can wait forever on an idle cluster once no "
+                              "job is left to arrive: use 'while_arriving' or 'never'")
 
     @torch.no_grad()
     def __call__(self, obs):
-        obs["action"] = choose_actions(self.net(self.net.encode(obs)), obs, self.greedy, self.generator)
+        logits = self.net(self.net.encode(obs))
+        obs["action"] = choose_actions(logits, obs, self.greedy, self.generator, self.idle_void)
         return obs

@@ -48,7 +48,7 @@ from _common import (
 )
 from lightning_sched import ClusterConfig, ConfigError, seeds
 from lightning_sched.adaptation import AdaptationSettings, adapt
-from lightning_sched.checkpoints import CHECKPOINT_KEY, load_network, policy_checkpoint
+from lightning_sched.checkpoints import CHECKPOINT_KEY, load_network, policy_checkpoint, saved_acting
 from lightning_sched.evaluation import compare, make_jobsets
 from lightning_sched.files import atomic_torch_save
 
@@ -142,12 +142,13 @@ def main(argv=None) -> int:
             print(json.dumps({"policy": args.ckpt, **summary, "reference": {"heuristic": best, metric: reference}}),
                   flush=True)
 
-    greedy = saved.get("greedy", True)
-    adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, greedy=greedy, report=report,
+    greedy, idle_void = saved_acting(saved)
+    adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, greedy=greedy,
+          idle_void=idle_void, report=report,
           eval_steps=set(range(0, args.steps + 1, args.eval_every)))
     if not named:  # another run may have taken the name meanwhile
         out = unused_path(out)
-    atomic_torch_save({CHECKPOINT_KEY: {**policy_checkpoint(net, greedy), "adapted_from": str(args.ckpt),
+    atomic_torch_save({CHECKPOINT_KEY: {**policy_checkpoint(net, greedy, idle_void), "adapted_from": str(args.ckpt),
                                         "adapted_on": train_desc,
                                         "adaptation": {k: v for k, v in vars(settings).items()}}}, out)
     print(f"saved {out}", file=sys.stderr)  # stdout's last line stays the final metrics (--json)

@@ -41,17 +41,20 @@ from lightning_sched import ClusterConfig, ConfigError, JobSet, seeds
 from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.evaluation import evaluate, make_jobsets, paired_difference
 from lightning_sched.heuristics import HEURISTICS
+from lightning_sched.policies import IDLE_VOID
 
 
-def resolve_policy(spec: str, cfg: ClusterConfig, device, greedy: bool | None, seed: int, resize: bool = False):
+def resolve_policy(spec: str, cfg: ClusterConfig, device, greedy: bool | None, seed: int, resize: bool = False,
+                   idle_void: str | None = None):
     """A heuristic name or a checkpoint path -> (display name, policy callable, its ClusterConfig);
-    with `resize` a checkpoint runs on `cfg`'s size."""
+    with `resize` a checkpoint runs on `cfg`'s size; `greedy`/`idle_void` None: as the checkpoint says."""
     if spec in HEURISTICS:
         return spec, heuristic(spec, cfg, device, seed), cfg
     if spec.endswith(".ckpt"):
         from lightning_sched.checkpoints import load_policy
 
-        policy, ckpt_cfg = load_policy(spec, device=device, greedy=greedy, cluster=cfg if resize else None)
+        policy, ckpt_cfg = load_policy(spec, device=device, greedy=greedy, cluster=cfg if resize else None,
+                                       idle_void=idle_void)
         return spec, policy, ckpt_cfg
     raise ConfigError(f"--policy {spec!r} is neither a heuristic ({', '.join(sorted(HEURISTICS))}) nor a .ckpt file")
 
@@ -72,13 +75,18 @@ def main(argv=None) -> int:
     act.add_argument("--sample", dest="greedy", action="store_const", const=False,
                      help="sample network policies' actions (default: as the checkpoint says)")
     act.add_argument("--greedy", dest="greedy", action="store_const", const=True, help="act by the policy's argmax")
+    ap.add_argument("--idle_void", choices=IDLE_VOID,
+                    help="may a network void while nothing runs or is reserved and a job fits now: always, "
+                         "while jobs are still to arrive, or never (default: as the checkpoint says, or the mode's "
+                         "default with --greedy/--sample: never / always)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="also print one JSON line per policy")
     args = ap.parse_args(argv)
     set_threads(args.threads)
     cfg, sized = cluster_from_args(args)
-    policies = [resolve_policy(p, cfg, args.device, args.greedy, args.seed, sized) for p in args.policy]
+    policies = [resolve_policy(p, cfg, args.device, args.greedy, args.seed, sized, args.idle_void)
+                for p in args.policy]
     # a checkpoint fixes the cluster; all policies in one table must share it (the reward they
     # were trained for may differ: the table measures every metric)
     cluster = policies[0][2]

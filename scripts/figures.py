@@ -89,6 +89,14 @@ def by_load(args, cfg: ClusterConfig, policies: dict, offset: int):
         yield load, compare(policies, cfg, jobs, args.device)
 
 
+def acting(saved: dict) -> dict:
+    """adapt()'s acting arguments for a checkpoint's lightning_sched entry: as it says."""
+    from lightning_sched.checkpoints import saved_acting
+
+    greedy, idle_void = saved_acting(saved)
+    return {"greedy": greedy, "idle_void": idle_void}
+
+
 def checkpoints(args) -> dict[str, str]:
     """--ckpt NAME=PATH ... as {name: path}."""
     return {name: path for name, _, path in (item.partition("=") for item in args.ckpt)}
@@ -369,7 +377,7 @@ def headroom(args) -> None:
     curves, lines = {}, {}
     for label, workload, eval_jobs, lines[label] in held_out_workloads(cfg, args, "mean_slowdown"):
         summaries = adapt(copy.deepcopy(net), cfg, workload, settings, eval_jobs, seed=args.seed, device=args.device,
-                          greedy=saved.get("greedy", True), eval_steps=set(range(0, args.steps + 1, args.every)))
+                          **acting(saved), eval_steps=set(range(0, args.steps + 1, args.every)))
         curves[label] = {"fine-tuned": {s["step"]: (s["mean_slowdown"], s["mean_slowdown_ci95"]) for s in summaries}}
         print(f"{label:32s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curves[label]["fine-tuned"].items()),
               flush=True)
@@ -390,7 +398,7 @@ def adaptation(args) -> None:
     net0, cfg, saved0 = next(iter(starts.values()))
     cfg = cfg.replace(objective=args.objective)
     torch.manual_seed(args.seed)
-    starts["scratch"] = (make_policy(net0.spec, cfg).to(args.device), cfg, {"greedy": saved0.get("greedy", True)})
+    starts["scratch"] = (make_policy(net0.spec, cfg).to(args.device), cfg, saved0)  # acts as the first one
 
     def settings_for(saved: dict) -> AdaptationSettings:
         """Same steps and samples for every method; a meta-policy adapts with the inner loop it was
@@ -405,7 +413,7 @@ def adaptation(args) -> None:
         curves[label], table[label] = {}, {}
         for name, (net, _, saved) in starts.items():
             summaries = adapt(copy.deepcopy(net), cfg, workload, settings[name], eval_jobs, seed=args.seed,
-                              device=args.device, greedy=saved.get("greedy", True), eval_steps=ADAPT_EVAL_STEPS)
+                              device=args.device, **acting(saved), eval_steps=ADAPT_EVAL_STEPS)
             curves[label][name] = {s["step"]: (s[metric], s[metric + "_ci95"]) for s in summaries}
             tetris = lines[label]["tetris"][0]
             beat = [s["step"] for s in summaries if s[metric] <= tetris]

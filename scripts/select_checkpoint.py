@@ -26,6 +26,12 @@ from lightning_sched.checkpoints import load_policy, with_acting_mode
 from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.evaluation import compare, make_jobsets
 from lightning_sched.heuristics import make_heuristic
+from lightning_sched.policies import IDLE_VOID
+
+# --acting's candidate modes: (greedy, idle_void); "all" is every mode NetworkPolicy accepts
+ACTING = {"both": [(True, None), (False, None)],
+          "all": [(greedy, rule) for greedy in (True, False) for rule in IDLE_VOID
+                  if not (greedy and rule == "always")]}
 
 
 def candidates_cluster(paths: list[str]) -> ClusterConfig:
@@ -46,8 +52,9 @@ def main(argv=None) -> None:
     ap.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "edf"])
     ap.add_argument("--jobsets", type=at_least(1), default=100)
     ap.add_argument("--seed", type=int, default=seeds.SELECTION)
-    ap.add_argument("--acting", choices=("saved", "both"), default="saved",
-                    help="saved: each checkpoint acts as it says; both: each is a candidate twice, greedy and sampled")
+    ap.add_argument("--acting", choices=("saved", "both", "all"), default="saved",
+                    help="saved: each checkpoint acts as it says; both: each is a candidate twice, greedy and sampled "
+                         "(each with its default idle-void rule); all: every acting mode and idle-void rule")
     ap.add_argument("--write", help="copy the winner here, set to act in the mode it won with")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
@@ -57,11 +64,12 @@ def main(argv=None) -> None:
     print("scoring on the candidates' cluster: "
           + (", ".join(f"{k}={v}" for k, v in changed.items()) if changed else "DeepRM's") + " (ClusterConfig)")
     lower_is_better = args.metric == "mean_slowdown"
-    # candidate name -> (checkpoint, greedy: None acts as the checkpoint says)
+    # candidate name -> (checkpoint, greedy, idle_void): None acts as the checkpoint says
     if args.acting == "saved":
-        named = {path: (path, None) for path in args.ckpt}
+        named = {path: (path, None, None) for path in args.ckpt}
     else:
-        named = {f"{path}@{mode}": (path, mode == "greedy") for path in args.ckpt for mode in ("greedy", "sampled")}
+        named = {f"{path}@{'greedy' if greedy else 'sampled'}" + (f",idle_void={rule}" if rule else ""):
+                 (path, greedy, rule) for path in args.ckpt for greedy, rule in ACTING[args.acting]}
     scores: dict[str, dict[float, float]] = {name: {} for name in named}
     unfinished = dict.fromkeys(named, 0)  # jobs left waiting at max_time, over all loads
     for load in args.loads:
@@ -73,7 +81,8 @@ def main(argv=None) -> None:
         # on the loads before it
         heuristics = compare({h: make_heuristic(h, cfg) for h in args.heuristics}, cfg, jobs)
         best, _ = heuristics.mean_ci(heuristics.best(metric=args.metric), args.metric)
-        candidates = compare({name: load_policy(path, greedy=greedy)[0] for name, (path, greedy) in named.items()},
+        candidates = compare({name: load_policy(path, greedy=greedy, idle_void=rule)[0]
+                              for name, (path, greedy, rule) in named.items()},
                              cfg, jobs)
         for path, result in candidates.results.items():
             value = result.summary[args.metric]
@@ -93,13 +102,13 @@ def main(argv=None) -> None:
                       "worst": worst, "unfinished_jobs": unfinished, "winner": winner,
                       "scores": {p: {str(k): v for k, v in s.items()} for p, s in scores.items()}}))
     if args.write:
-        path, greedy = named[winner]
-        if greedy is None:
-            greedy = load_policy(path)[0].greedy
-        out = with_acting_mode(path, args.write, greedy, selected={"metric": args.metric, "loads": args.loads,
+        path, greedy, rule = named[winner]
+        policy = load_policy(path, greedy=greedy, idle_void=rule)[0]
+        greedy, rule = policy.greedy, policy.idle_void
+        out = with_acting_mode(path, args.write, greedy, rule, selected={"metric": args.metric, "loads": args.loads,
                                                                       "jobsets": args.jobsets, "seed": args.seed,
                                                                       "worst": worst[winner], "from": path})
-        print(f"wrote {out} ({'greedy' if greedy else 'sampled'})")
+        print(f"wrote {out} ({'greedy' if greedy else 'sampled'}, idle_void={rule})")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload
+from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, JobSet
 from lightning_sched.checkpoints import load_network, load_policy, policy_checkpoint
 from lightning_sched.cluster import init_state
 from lightning_sched.evaluation import evaluate, make_jobsets
@@ -87,6 +87,30 @@ def test_greedy_acting_never_stalls_on_an_idle_cluster():
         return obs
 
     assert evaluate(raw_argmax, CFG, jobs).summary["unfinished_jobs"] > 0
+    # "while_arriving": the same network may wait while jobs are still to come, and still finishes
+    # every job: once none is left to arrive, void on an idle cluster is forbidden
+    waits = evaluate(NetworkPolicy(net, greedy=True, idle_void="while_arriving"), CFG, jobs)
+    assert waits.summary["unfinished_jobs"] == 0
+    assert waits.summary["mean_slowdown"] > greedy.summary["mean_slowdown"]  # it did hold jobs back
+
+
+def test_idle_void_rules_at_the_first_decision():
+    """At time 0 on an empty cluster with a job in a slot, a void-loving network voids unless the
+    rule forbids it: "while_arriving" only where another job is still to come, "never" nowhere."""
+    net = make_policy(SLOTS, CFG)
+    with torch.no_grad():
+        net.void_out.bias.fill_(100.0)
+    # row 0: a job at 0 and one at 5; row 1: a job at 0 only
+    jobs = JobSet(arrival=torch.tensor([[0, 5], [0, 0]]), duration=torch.tensor([[2, 2], [2, 0]]),
+                  demand=torch.tensor([[[1, 1], [1, 1]], [[1, 1], [0, 0]]]))
+    state = init_state(jobs.validate(CFG), CFG)
+    assert observe(state, CFG)["to_arrive"].view(-1).tolist() == [1, 0]
+    void = CFG.num_slots
+    chosen = {rule: NetworkPolicy(net, greedy=False, idle_void=rule, generator=torch.Generator().manual_seed(0))(
+        observe(state, CFG))["action"].tolist() for rule in ("always", "while_arriving", "never")}
+    assert chosen == {"always": [void, void], "while_arriving": [void, 0], "never": [0, 0]}
+    with pytest.raises(ConfigError, match="idle_void"):
+        NetworkPolicy(net, greedy=True, idle_void="always")
 
 
 def test_checkpoints_across_cluster_sizes(tmp_path):
@@ -182,3 +206,18 @@ def test_select_checkpoint_ships_the_acting_mode_that_scores_best(tmp_path):
     assert not list(tmp_path.glob("*.partial")) and not list(tmp_path.glob(".*.tmp"))
     policy, _ = load_policy(tmp_path / "shipped.ckpt")
     assert policy.greedy == (mode == "greedy")
+    assert policy.idle_void == saved["idle_void"] == ("never" if mode == "greedy" else "always")
+
+
+def test_select_checkpoint_acting_all_records_the_idle_void_rule(tmp_path):
+    """--acting all also tries each idle-void rule; the winner's rule is written and read back."""
+    proc = subprocess.run(
+        [sys.executable, "scripts/select_checkpoint.py", "--ckpt", "checkpoints/slots_slowdown.ckpt", "--acting", "all",
+         "--loads", "0.9", "--jobsets", "4", "--heuristics", "sjf", "--threads", "1",
+         "--write", str(tmp_path / "shipped.ckpt")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-2])
+    assert len(result["scores"]) == 5  # greedy x (while_arriving, never) + sampled x (always, while_arriving, never)
+    rule = result["winner"].rpartition("idle_void=")[2]
+    policy, _ = load_policy(tmp_path / "shipped.ckpt")
+    assert policy.idle_void == rule and policy.greedy == ("@greedy" in result["winner"])
