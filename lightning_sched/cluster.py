@@ -125,8 +125,25 @@ def _update_slots(state: ClusterState, cfg: ClusterConfig) -> None:
     state.queue_head = state.queue_head + take.sum(1)
     state.slot_duration = state.duration.gather(1, state.slot_job)
     state.slot_demand = torch.stack([state.demand[:, r].gather(1, state.slot_job) for r in range(cfg.num_resources)], 1)
-    state.slot_offset = earliest_offsets(fitting_rows(state.used_bits, state.slot_demand, cfg),
-                                         state.slot_duration, cfg)
+    state.slot_offset = slot_offsets(state, cfg)
+
+
+def slot_offsets(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
+    """Earliest feasible start offset of every slot's job, -1 when none fits or the slot is empty:
+    LongTensor[B, M].
+
+    On the CPU only the slots holding a job are searched: finding them is a host sync, free there,
+    and often most slots are empty (clusters with long horizons see few arrivals a step). On an
+    accelerator a sync would stall the queue, so every slot is searched.
+    """
+    duration, demand = state.slot_duration, state.slot_demand
+    if duration.device.type != "cpu":
+        return earliest_offsets(fitting_rows(state.used_bits, demand, cfg), duration, cfg)
+    row, slot = (duration > 0).nonzero(as_tuple=True)
+    fits = fitting_rows(state.used_bits[row], demand[row, :, slot].unsqueeze(-1), cfg)  # [N, 1, W]
+    offset = torch.full_like(state.slot_offset, -1)
+    offset[row, slot] = earliest_offsets(fits, duration[row, slot].unsqueeze(1), cfg).squeeze(1)
+    return offset
 
 
 def empty_cluster(batch: int, cfg: ClusterConfig, device) -> torch.Tensor:
