@@ -140,7 +140,7 @@ def slot_offsets(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
     if duration.device.type != "cpu":
         return earliest_offsets(fitting_rows(state.used_bits, demand, cfg), duration, cfg)
     row, slot = (duration > 0).nonzero(as_tuple=True)
-    fits = fitting_rows(state.used_bits[row], demand[row, :, slot].unsqueeze(-1), cfg)  # [N, 1, W]
+    fits = fitting_rows(state.used_bits, demand[row, :, slot].unsqueeze(-1), cfg, episode=row)  # [N, 1, W]
     offset = torch.full_like(state.slot_offset, -1)
     offset[row, slot] = earliest_offsets(fits, duration[row, slot].unsqueeze(1), cfg).squeeze(1)
     return offset
@@ -222,18 +222,25 @@ def lowest_row(words: torch.Tensor) -> torch.Tensor:
 
 
 # ----- where slot jobs fit ---------------------------------------------------------------------
-def fitting_rows(used_bits: torch.Tensor, demand: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor:
+def fitting_rows(used_bits: torch.Tensor, demand: torch.Tensor, cfg: ClusterConfig,
+                 episode: torch.Tensor | None = None) -> torch.Tensor:
     """Per slot, the rows where its job fits on every resource (used[k][r] + q_r <= U), as words
-    LongTensor[B, M, W]; rows past the horizon are clear.
+    [B, M, W]; rows past the horizon are clear.
 
-    used_bits: [B, R, S, W]; demand: [B, R, M].
+    used_bits: [B, R, S, W]; demand: [B, R, M]. With `episode` (LongTensor[N]), the slots are N jobs
+    of demand [N, R, 1], job i in episode episode[i], and the result is [N, 1, W].
     """
     words = used_bits.shape[-1]
-    limit = cfg.resource_units - demand.long()  # the most a row may already use, [B, R, M]
+    limit = cfg.resource_units - demand.long()  # the most a row may already use, [B or N, R, M]
     if unary(cfg):  # too full where used >= limit + 1
-        fits = ~used_bits.gather(2, (limit + 1).unsqueeze(-1).expand(-1, -1, -1, words))
+        if episode is None:
+            too_full = used_bits.gather(2, (limit + 1).unsqueeze(-1).expand(-1, -1, -1, words))
+        else:  # read the one level each job needs, not every level of its episode
+            resource = torch.arange(used_bits.shape[1], device=used_bits.device)
+            too_full = used_bits[episode.unsqueeze(1), resource, limit[..., 0] + 1].unsqueeze(2)
+        fits = ~too_full
     else:
-        fits = at_most(used_bits, limit.to(used_bits.dtype))
+        fits = at_most(used_bits if episode is None else used_bits[episode], limit.to(used_bits.dtype))
     rows = fits[:, 0]
     for r in range(1, fits.shape[1]):
         rows = rows & fits[:, r]
