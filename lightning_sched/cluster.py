@@ -124,7 +124,7 @@ def _update_slots(state: ClusterState, cfg: ClusterConfig) -> None:
     state.slot_job = torch.where(m < filled, state.slot_job, torch.where(take, candidate, length))
     state.queue_head = state.queue_head + take.sum(1)
     state.slot_duration = state.duration.gather(1, state.slot_job)
-    state.slot_demand = torch.stack([state.demand[:, r].gather(1, state.slot_job) for r in range(cfg.num_resources)], 1)
+    state.slot_demand = state.demand.gather(2, state.slot_job.unsqueeze(1).expand(-1, cfg.num_resources, -1))
     state.slot_offset = slot_offsets(state, cfg)
 
 
@@ -274,7 +274,7 @@ def add_demand(used_bits: torch.Tensor, rows: torch.Tensor, demand: torch.Tensor
     if unary(cfg):
         # level u inside the job's rows was level u - q before; levels are nested (used >= u implies
         # used >= u - q), so OR-ing level u - q in suffices
-        source = (torch.arange(planes, device=rows.device) - demand.long().unsqueeze(-1)).clamp(min=0)
+        source = level_below(cfg, rows.device).index_select(0, demand.long().flatten()).view(*demand.shape, planes)
         return used_bits | (used_bits.gather(2, source.unsqueeze(-1).expand(-1, -1, -1, words)) & rows)
     digit = torch.arange(planes, device=rows.device, dtype=rows.dtype)
     added = rows & -((demand.to(rows.dtype).unsqueeze(-1) >> digit) & 1).unsqueeze(-1)
@@ -285,6 +285,14 @@ def add_demand(used_bits: torch.Tensor, rows: torch.Tensor, demand: torch.Tensor
         digits.append(odd if carry is None else odd ^ carry)
         carry = digit & add if carry is None else (digit & add) | (carry & odd)
     return torch.stack(digits, 2)  # no carry leaves the top digit: used never exceeds U
+
+
+@functools.lru_cache(maxsize=64)
+def level_below(cfg: ClusterConfig, device) -> torch.Tensor:
+    """source[q, u] = max(u - q, 0), the level that level u comes from when q units are added:
+    LongTensor[max_job_units + 1, U + 2] (cached: a lookup is one op where computing it is three)."""
+    level = torch.arange(num_planes(cfg), device=device)
+    return (level - torch.arange(cfg.max_job_units + 1, device=device).unsqueeze(1)).clamp(min=0)
 
 
 @functools.lru_cache(maxsize=64)
