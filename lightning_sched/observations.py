@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -98,6 +99,13 @@ def _ones_first(count: torch.Tensor, width: int) -> torch.Tensor:
     return table.index_select(0, count.reshape(-1)).view(*count.shape, width)
 
 
+def _chunk_counts(count: torch.Tensor, width: int, chunk: int) -> torch.Tensor:
+    """A row of `width` cells with count[...] ones first, as the ones in each of its chunks of
+    `chunk` cells: [..., width // chunk]."""
+    first_cell = torch.arange(0, width, chunk, device=count.device)
+    return (count.unsqueeze(-1) - first_cell).clamp(0, chunk)
+
+
 def render_image(used, duration, demand, backlog, since, cfg: ClusterConfig) -> torch.Tensor:
     """DeepRM's image, FloatTensor[B, T, W]: per resource a cluster block [T, U] and M slot blocks
     [T, MU], then the backlog block [T, backlog_width] and the since-new column.
@@ -105,17 +113,23 @@ def render_image(used, duration, demand, backlog, since, cfg: ClusterConfig) -> 
     used: [B, T, R]; duration: [B, M]; demand: [B, M, R]; backlog: [B]; since: [B].
     Every row of a block is ones then zeros: the cluster's row k has used[k][r] ones, a slot's
     row k has q_j[r] ones while k < d_j, the backlog's row k what is left of the backlog after k rows.
+    The resource blocks are chunks of gcd(U, MU) cells, so all of them come from one table lookup
+    into one contiguous tensor, copied in as a whole (copying blocks as narrow as U cells one by one
+    costs more than the lookup).
     """
     t, u, mu, m, r = cfg.horizon, cfg.resource_units, cfg.max_job_units, cfg.num_slots, cfg.num_resources
     b, dev, width = used.shape[0], used.device, cfg.backlog_width
-    cluster = _ones_first(used.long(), u)  # [B, T, R, U]
+    chunk = math.gcd(u, mu)
     within = torch.arange(t, device=dev).view(1, t, 1) < duration.unsqueeze(1)  # [B, T, M]
     reach = demand.long().transpose(1, 2).unsqueeze(1) * within.unsqueeze(2)  # [B, T, R, M]
-    slots = _ones_first(reach, mu).view(b, t, r, m * mu)
+    counts = torch.cat([_chunk_counts(used.long(), u, chunk), _chunk_counts(reach, mu, chunk).flatten(-2)], -1)
+    image = torch.empty(b, t, cfg.image_width, device=dev)
+    image[..., : r * (u + m * mu)] = _ones_first(counts, chunk).view(b, t, -1)
     before = torch.arange(t, device=dev) * width  # backlog cells in the rows above row k
     left = (backlog.clamp(max=cfg.backlog_size).view(b, 1) - before).clamp(0, width)  # [B, T]
-    blocks = [part for i in range(r) for part in (cluster[:, :, i], slots[:, :, i])]
-    return torch.cat(blocks + [_ones_first(left, width), since.float().view(b, 1, 1).expand(b, t, 1)], dim=-1)
+    image[..., r * (u + m * mu) : -1] = _ones_first(left, width)
+    image[..., -1] = since.float().view(b, 1)
+    return image
 
 
 def compact_vector(used, duration, demand, backlog, since, cfg: ClusterConfig) -> torch.Tensor:
