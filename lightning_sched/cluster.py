@@ -20,6 +20,7 @@ runs on a GPU. Three ideas keep a step cheap at any cluster size:
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 
@@ -383,3 +384,23 @@ def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) ->
 
     _update_slots(state, cfg)
     return reward.float()
+
+
+def compiled_step(state: ClusterState, cfg: ClusterConfig):
+    """step_state compiled by torch.compile (inductor) where that works here, else step_state
+    itself, with a warning: a function with step_state's signature.
+
+    Compiling takes tens of seconds, on a trial step of a copy of `state` (so a compiler that fails
+    leaves nothing half-applied); the slot search varies in size, so its second size compiles once
+    more, for any size. Vectorized code is off (`cpp.simdlen` 1): inductor's vectorized int32 to
+    int64 conversions do not build with torch 2.13's C++ headers. Optional: nothing else needs a compiler.
+    """
+    compiled = torch.compile(step_state, options={"cpp.simdlen": 1})
+    trial = state.rows(torch.arange(state.time.shape[0], device=state.time.device))  # a copy
+    try:
+        compiled(trial, torch.full_like(state.time, cfg.num_slots), cfg)
+    except Exception as error:  # noqa: BLE001 - any compiler failure means running eagerly
+        warnings.warn(f"torch.compile of step_state failed ({type(error).__name__}); stepping eagerly",
+                      stacklevel=2)
+        return step_state
+    return compiled
