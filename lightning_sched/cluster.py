@@ -1,8 +1,9 @@
 """The batched cluster state machine behind `ClusterEnv` (SPEC "State and decisions").
 
 Everything is a tensor with a leading batch dimension B; a step is a fixed sequence of tensor
-operations with no Python loop over rows or jobs and no host synchronisation, so the same code
-runs on a GPU. Three ideas keep a step cheap at any cluster size:
+operations with no Python loop over rows or jobs, and on an accelerator no host synchronisation
+(on the CPU the slot search first finds the slots that hold a job, `slot_offsets`), so the same
+code runs on a GPU. Three ideas keep a step cheap at any cluster size:
 
 * Occupancy as bit planes over the time rows, 63 rows an int64 word, so a horizon of any length
   takes ceil(T / 63) words. Up to 62 units the planes are levels (plane u, bit k: used[k][r] >= u):
