@@ -69,8 +69,8 @@ def hot_path_rate(cfg, jobs, steps, device, generator, compile_step=False) -> fl
     return int(decisions) / (time.perf_counter() - t0)
 
 
-def torchrl_rate(cfg, jobs, steps, device, generator) -> float:
-    env = ClusterEnv(cfg, jobs, batch_size=[jobs.batch_size], device=device)
+def torchrl_rate(cfg, jobs, steps, device, generator, compile_step=False) -> float:
+    env = ClusterEnv(cfg, jobs, batch_size=[jobs.batch_size], device=device, compile_step=compile_step)
     td = env.reset()
     decisions = torch.zeros((), dtype=torch.long, device=device)
     for i in range(steps + 10):
@@ -141,7 +141,7 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=0.7, help="DeepRM workload of the decisions/s table")
     ap.add_argument("--simu_len", type=int, default=50, help="arrival steps (more jobs per row when larger)")
     ap.add_argument("--compile", action="store_true",
-                    help="also the hot path with step_state compiled (cluster.compiled_step; compiles every run)")
+                    help="also both paths with step_state compiled (cluster.compiled_step; compiles every run)")
     ap.add_argument("--sizes", action="store_true", help="the cluster-size table instead (module docstring)")
     ap.add_argument("--sizes_batch", type=int, default=4096, help="episodes stepped at once in the --sizes table")
     args = ap.parse_args()
@@ -176,6 +176,11 @@ def main() -> None:
                 rate = statistics.median(torchrl_rate(cfg, jobs, steps, device, generator) for _ in range(args.repeats))
                 result["decisions_per_s"][f"{mode}/torchrl/{b}"] = round(rate)
                 print(f"{mode:8s} {'torchrl':8s} {b:6d} {rate:22,.0f}", flush=True)
+                if args.compile:
+                    rate = statistics.median(torchrl_rate(cfg, jobs, steps, device, generator, compile_step=True)
+                                             for _ in range(args.repeats))
+                    result["decisions_per_s"][f"{mode}/torchrl_compiled/{b}"] = round(rate)
+                    print(f"{mode:8s} {'torchrl, compiled':8s} {b:6d} {rate:22,.0f}", flush=True)
     best = max((v, k) for k, v in result["decisions_per_s"].items())
     result["best"] = {"config": best[1], "decisions_per_s": best[0]}
 

@@ -509,3 +509,8 @@ def test_compiled_step_falls_back_to_the_eager_step(monkeypatch):
     with pytest.warns(UserWarning, match="stepping eagerly"):
         assert compiled_step(state, SMALL) is step_state
     assert int(state.time.max()) == 0
+    env = ClusterEnv(SMALL, workload=small_jobs(3), batch_size=[3], compile_step=True)
+    with pytest.warns(UserWarning, match="stepping eagerly"):
+        td = env.reset()
+    td["action"] = torch.full((3,), SMALL.num_slots)
+    assert env.step(td)["next", "time"].flatten().tolist() == [1, 1, 1]
