@@ -1,8 +1,9 @@
 """The batched cluster state machine behind `ClusterEnv` (SPEC "State and decisions").
 
 Everything is a tensor with a leading batch dimension B; a step is a fixed sequence of tensor
-operations with no Python loop over rows or jobs and no host synchronisation, so the same code
-runs on a GPU. Three ideas keep a step cheap at any cluster size:
+operations with no Python loop over rows or jobs, and on an accelerator no host synchronisation
+(on the CPU the slot search first finds the slots that hold a job, `slot_offsets`), so the same
+code runs on a GPU. Three ideas keep a step cheap at any cluster size:
 
 * Occupancy as bit planes over the time rows, 63 rows an int64 word, so a horizon of any length
   takes ceil(T / 63) words. Up to 62 units the planes are levels (plane u, bit k: used[k][r] >= u):
@@ -20,6 +21,7 @@ runs on a GPU. Three ideas keep a step cheap at any cluster size:
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 
@@ -124,9 +126,26 @@ def _update_slots(state: ClusterState, cfg: ClusterConfig) -> None:
     state.slot_job = torch.where(m < filled, state.slot_job, torch.where(take, candidate, length))
     state.queue_head = state.queue_head + take.sum(1)
     state.slot_duration = state.duration.gather(1, state.slot_job)
-    state.slot_demand = torch.stack([state.demand[:, r].gather(1, state.slot_job) for r in range(cfg.num_resources)], 1)
-    state.slot_offset = earliest_offsets(fitting_rows(state.used_bits, state.slot_demand, cfg),
-                                         state.slot_duration, cfg)
+    state.slot_demand = state.demand.gather(2, state.slot_job.unsqueeze(1).expand(-1, cfg.num_resources, -1))
+    state.slot_offset = slot_offsets(state, cfg)
+
+
+def slot_offsets(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
+    """Earliest feasible start offset of every slot's job, -1 when none fits or the slot is empty:
+    LongTensor[B, M].
+
+    On the CPU only the slots holding a job are searched: finding them is a host sync, free there,
+    and often most slots are empty (clusters with long horizons see few arrivals a step). On an
+    accelerator a sync would stall the queue, so every slot is searched.
+    """
+    duration, demand = state.slot_duration, state.slot_demand
+    if duration.device.type != "cpu":
+        return earliest_offsets(fitting_rows(state.used_bits, demand, cfg), duration, cfg)
+    row, slot = (duration > 0).nonzero(as_tuple=True)
+    fits = fitting_rows(state.used_bits, demand[row, :, slot].unsqueeze(-1), cfg, episode=row)  # [N, 1, W]
+    offset = torch.full_like(state.slot_offset, -1)
+    offset[row, slot] = earliest_offsets(fits, duration[row, slot].unsqueeze(1), cfg).squeeze(1)
+    return offset
 
 
 def empty_cluster(batch: int, cfg: ClusterConfig, device) -> torch.Tensor:
@@ -205,18 +224,25 @@ def lowest_row(words: torch.Tensor) -> torch.Tensor:
 
 
 # ----- where slot jobs fit ---------------------------------------------------------------------
-def fitting_rows(used_bits: torch.Tensor, demand: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor:
+def fitting_rows(used_bits: torch.Tensor, demand: torch.Tensor, cfg: ClusterConfig,
+                 episode: torch.Tensor | None = None) -> torch.Tensor:
     """Per slot, the rows where its job fits on every resource (used[k][r] + q_r <= U), as words
-    LongTensor[B, M, W]; rows past the horizon are clear.
+    [B, M, W]; rows past the horizon are clear.
 
-    used_bits: [B, R, S, W]; demand: [B, R, M].
+    used_bits: [B, R, S, W]; demand: [B, R, M]. With `episode` (LongTensor[N]), the slots are N jobs
+    of demand [N, R, 1], job i in episode episode[i], and the result is [N, 1, W].
     """
     words = used_bits.shape[-1]
-    limit = cfg.resource_units - demand.long()  # the most a row may already use, [B, R, M]
+    limit = cfg.resource_units - demand.long()  # the most a row may already use, [B or N, R, M]
     if unary(cfg):  # too full where used >= limit + 1
-        fits = ~used_bits.gather(2, (limit + 1).unsqueeze(-1).expand(-1, -1, -1, words))
+        if episode is None:
+            too_full = used_bits.gather(2, (limit + 1).unsqueeze(-1).expand(-1, -1, -1, words))
+        else:  # read the one level each job needs, not every level of its episode
+            resource = torch.arange(used_bits.shape[1], device=used_bits.device)
+            too_full = used_bits[episode.unsqueeze(1), resource, limit[..., 0] + 1].unsqueeze(2)
+        fits = ~too_full
     else:
-        fits = at_most(used_bits, limit.to(used_bits.dtype))
+        fits = at_most(used_bits if episode is None else used_bits[episode], limit.to(used_bits.dtype))
     rows = fits[:, 0]
     for r in range(1, fits.shape[1]):
         rows = rows & fits[:, r]
@@ -250,7 +276,7 @@ def add_demand(used_bits: torch.Tensor, rows: torch.Tensor, demand: torch.Tensor
     if unary(cfg):
         # level u inside the job's rows was level u - q before; levels are nested (used >= u implies
         # used >= u - q), so OR-ing level u - q in suffices
-        source = (torch.arange(planes, device=rows.device) - demand.long().unsqueeze(-1)).clamp(min=0)
+        source = level_below(cfg, rows.device).index_select(0, demand.long().flatten()).view(*demand.shape, planes)
         return used_bits | (used_bits.gather(2, source.unsqueeze(-1).expand(-1, -1, -1, words)) & rows)
     digit = torch.arange(planes, device=rows.device, dtype=rows.dtype)
     added = rows & -((demand.to(rows.dtype).unsqueeze(-1) >> digit) & 1).unsqueeze(-1)
@@ -261,6 +287,14 @@ def add_demand(used_bits: torch.Tensor, rows: torch.Tensor, demand: torch.Tensor
         digits.append(odd if carry is None else odd ^ carry)
         carry = digit & add if carry is None else (digit & add) | (carry & odd)
     return torch.stack(digits, 2)  # no carry leaves the top digit: used never exceeds U
+
+
+@functools.lru_cache(maxsize=64)
+def level_below(cfg: ClusterConfig, device) -> torch.Tensor:
+    """source[q, u] = max(u - q, 0), the level that level u comes from when q units are added:
+    LongTensor[max_job_units + 1, U + 2] (cached: a lookup is one op where computing it is three)."""
+    level = torch.arange(num_planes(cfg), device=device)
+    return (level - torch.arange(cfg.max_job_units + 1, device=device).unsqueeze(1)).clamp(min=0)
 
 
 @functools.lru_cache(maxsize=64)
@@ -351,3 +385,23 @@ def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) ->
 
     _update_slots(state, cfg)
     return reward.float()
+
+
+def compiled_step(state: ClusterState, cfg: ClusterConfig):
+    """step_state compiled by torch.compile (inductor) where that works here, else step_state
+    itself, with a warning: a function with step_state's signature.
+
+    Compiling takes tens of seconds, on a trial step of a copy of `state` (so a compiler that fails
+    leaves nothing half-applied); the slot search varies in size, so its second size compiles once
+    more, for any size. Vectorized code is off (`cpp.simdlen` 1): inductor's vectorized int32 to
+    int64 conversions do not build with torch 2.13's C++ headers. Optional: nothing else needs a compiler.
+    """
+    compiled = torch.compile(step_state, options={"cpp.simdlen": 1})
+    trial = state.rows(torch.arange(state.time.shape[0], device=state.time.device))  # a copy
+    try:
+        compiled(trial, torch.full_like(state.time, cfg.num_slots), cfg)
+    except Exception as error:  # noqa: BLE001 - any compiler failure means running eagerly
+        warnings.warn(f"torch.compile of step_state failed ({type(error).__name__}); stepping eagerly",
+                      stacklevel=2)
+        return step_state
+    return compiled

@@ -11,7 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-from .cluster import init_state, step_state
+from .cluster import compiled_step, init_state, step_state
 from .config import ClusterConfig, ConfigError
 from .jobs import JobSet
 from .objectives import episode_metrics
@@ -29,11 +29,14 @@ class ClusterEnv(EnvBase):
         batch_size: [B].
         device: where every tensor of the state lives.
         seed: seeds the env's own generator for workload draws and `random` decisions.
+        compile_step: step the state with `cluster.compiled_step` (torch.compile, tens of seconds at
+            the first reset; the eager step with a warning where compiling fails).
     """
 
     batch_locked = True
 
-    def __init__(self, cfg: ClusterConfig, workload, batch_size=(1,), device="cpu", seed: int | None = None):
+    def __init__(self, cfg: ClusterConfig, workload, batch_size=(1,), device="cpu", seed: int | None = None,
+                 compile_step: bool = False):
         batch_size = torch.Size(batch_size if not isinstance(batch_size, int) else [batch_size])
         if len(batch_size) != 1:
             raise ConfigError(f"ClusterEnv batch_size must be [B], got {list(batch_size)}")
@@ -43,6 +46,8 @@ class ClusterEnv(EnvBase):
         self.generator.manual_seed(0 if seed is None else seed)
         self.set_workload(workload)
         self.state: ClusterState | None = None
+        self.compile_step = compile_step
+        self._step_state = None  # step_state, or its compiled form, chosen at the first reset
         self._make_specs()
 
     # ----- workload ------------------------------------------------------------------------
@@ -111,10 +116,12 @@ class ClusterEnv(EnvBase):
             self.state = self.state.merge(rows.reshape(-1), fresh)
         else:
             self.state = fresh
+        if self._step_state is None:
+            self._step_state = compiled_step(self.state, self.cfg) if self.compile_step else step_state
         return self._output(reward=None)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        reward = step_state(self.state, tensordict["action"], self.cfg)
+        reward = self._step_state(self.state, tensordict["action"], self.cfg)
         return self._output(reward=reward)
 
     def _set_seed(self, seed: int | None) -> None:

@@ -1,6 +1,9 @@
 """What a policy sees: structured keys always, plus DeepRM's image or compact vector (SPEC "Observation")."""
 from __future__ import annotations
 
+import functools
+import math
+
 import torch
 
 from .config import ClusterConfig
@@ -85,25 +88,51 @@ def observe(state: ClusterState, cfg: ClusterConfig, job_start: bool = True) -> 
     return Observation(state, cfg, keys)
 
 
+@functools.lru_cache(maxsize=64)
+def _prefix_rows(width: int, device) -> torch.Tensor:
+    """Row n holds 1.0 in its first n cells: FloatTensor[width + 1, width] (a constant, cached)."""
+    return (torch.arange(width, device=device) < torch.arange(width + 1, device=device).unsqueeze(1)).float()
+
+
+def _ones_first(count: torch.Tensor, width: int) -> torch.Tensor:
+    """Rows of `width` cells with 1.0 in the first count[...] (0 <= count <= width): [..., width].
+    A row copied from a table of the width + 1 possible rows: comparing every cell with `count`
+    walks rows as short as `width`, several times slower than copying them."""
+    table = _prefix_rows(width, count.device)
+    return table.index_select(0, count.reshape(-1)).view(*count.shape, width)
+
+
+def _chunk_counts(count: torch.Tensor, width: int, chunk: int) -> torch.Tensor:
+    """A row of `width` cells with count[...] ones first, as the ones in each of its chunks of
+    `chunk` cells: [..., width // chunk]."""
+    first_cell = torch.arange(0, width, chunk, device=count.device)
+    return (count.unsqueeze(-1) - first_cell).clamp(0, chunk)
+
+
 def render_image(used, duration, demand, backlog, since, cfg: ClusterConfig) -> torch.Tensor:
     """DeepRM's image, FloatTensor[B, T, W]: per resource a cluster block [T, U] and M slot blocks
     [T, MU], then the backlog block [T, backlog_width] and the since-new column.
 
     used: [B, T, R]; duration: [B, M]; demand: [B, M, R]; backlog: [B]; since: [B].
+    Every row of a block is ones then zeros: the cluster's row k has used[k][r] ones, a slot's
+    row k has q_j[r] ones while k < d_j, the backlog's row k what is left of the backlog after k rows.
+    The resource blocks are chunks of gcd(U, MU) cells, so all of them come from one table lookup
+    into one contiguous tensor, copied in as a whole (copying blocks as narrow as U cells one by one
+    costs more than the lookup).
     """
     t, u, mu, m, r = cfg.horizon, cfg.resource_units, cfg.max_job_units, cfg.num_slots, cfg.num_resources
-    b, dev = used.shape[0], used.device
-    cluster = torch.arange(u, device=dev) < used.unsqueeze(-1)  # [B, T, R, U]
-    rows = torch.arange(t, device=dev) < duration.unsqueeze(-1)  # [B, M, T]
-    cols = torch.arange(mu, device=dev) < demand.unsqueeze(-1)  # [B, M, R, MU]
-    slots = rows.permute(0, 2, 1)[:, :, None, :, None] & cols.permute(0, 2, 1, 3).unsqueeze(1)  # [B, T, R, M, MU]
-    per_resource = torch.cat([cluster, slots.reshape(b, t, r, m * mu)], dim=-1).reshape(b, t, -1)
-    width = cfg.backlog_width
-    cell = torch.arange(t * width, device=dev).view(t, width)
-    shown = backlog.clamp(max=cfg.backlog_size).view(b, 1, 1)
-    backlog_block = cell < shown
-    since_col = since.view(b, 1, 1).expand(b, t, 1)
-    return torch.cat([per_resource.float(), backlog_block.float(), since_col.float()], dim=-1)
+    b, dev, width = used.shape[0], used.device, cfg.backlog_width
+    chunk = math.gcd(u, mu)
+    within = torch.arange(t, device=dev).view(1, t, 1) < duration.unsqueeze(1)  # [B, T, M]
+    reach = demand.long().transpose(1, 2).unsqueeze(1) * within.unsqueeze(2)  # [B, T, R, M]
+    counts = torch.cat([_chunk_counts(used.long(), u, chunk), _chunk_counts(reach, mu, chunk).flatten(-2)], -1)
+    image = torch.empty(b, t, cfg.image_width, device=dev)
+    image[..., : r * (u + m * mu)] = _ones_first(counts, chunk).view(b, t, -1)
+    before = torch.arange(t, device=dev) * width  # backlog cells in the rows above row k
+    left = (backlog.clamp(max=cfg.backlog_size).view(b, 1) - before).clamp(0, width)  # [B, T]
+    image[..., r * (u + m * mu) : -1] = _ones_first(left, width)
+    image[..., -1] = since.float().view(b, 1)
+    return image
 
 
 def compact_vector(used, duration, demand, backlog, since, cfg: ClusterConfig) -> torch.Tensor:

@@ -163,9 +163,10 @@ def used_rows(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
     """used[k][r] for the whole horizon: LongTensor[B, T, R] (for observations, not the step)."""
     b, r, planes, words = state.used_bits.shape
     size = WORD_BITS[state.used_bits.dtype]
-    bit = torch.arange(size, device=state.used_bits.device, dtype=state.used_bits.dtype)
-    rows = ((state.used_bits.unsqueeze(-1) >> bit) & 1).reshape(b, r, planes, words * size)[..., : cfg.horizon]
-    return count_planes(rows.long(), cfg).transpose(1, 2)
+    # only the horizon's bits when it fits in one word; sums of ints come out int64 without a cast
+    bit = torch.arange(min(size, cfg.horizon), device=state.used_bits.device, dtype=state.used_bits.dtype)
+    rows = ((state.used_bits.unsqueeze(-1) >> bit) & 1).reshape(b, r, planes, words * bit.numel())[..., : cfg.horizon]
+    return count_planes(rows, cfg).transpose(1, 2)
 
 
 def utilization_now(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:

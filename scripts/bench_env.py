@@ -29,7 +29,7 @@ import torch
 
 from _common import set_threads
 from lightning_sched import ClusterConfig, ClusterEnv, DeepRMWorkload
-from lightning_sched.cluster import init_state, step_state
+from lightning_sched.cluster import compiled_step, init_state, step_state
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.heuristics import make_heuristic
 from lightning_sched.observations import observe
@@ -48,9 +48,10 @@ def random_valid(mask: torch.Tensor, generator) -> torch.Tensor:
     return torch.where(mask, scores, -1.0).argmax(-1)
 
 
-def hot_path_rate(cfg, jobs, steps, device, generator) -> float:
+def hot_path_rate(cfg, jobs, steps, device, generator, compile_step=False) -> float:
     state = init_state(jobs, cfg)
     fresh = init_state(jobs, cfg)
+    step = compiled_step(state, cfg) if compile_step else step_state
     decisions = torch.zeros((), dtype=torch.long, device=device)
     for i in range(steps + 10):
         if i == 10:  # warm-up done
@@ -61,15 +62,15 @@ def hot_path_rate(cfg, jobs, steps, device, generator) -> float:
         if cfg.observation != "none":
             obs["observation"]  # observations are lazy: render what a network policy would read
         decisions += (~state.done).sum()
-        step_state(state, random_valid(obs["action_mask"], generator), cfg)
+        step(state, random_valid(obs["action_mask"], generator), cfg)
         if i % 16 == 15:
             state = state.merge(state.done, fresh)
     sync(device)
     return int(decisions) / (time.perf_counter() - t0)
 
 
-def torchrl_rate(cfg, jobs, steps, device, generator) -> float:
-    env = ClusterEnv(cfg, jobs, batch_size=[jobs.batch_size], device=device)
+def torchrl_rate(cfg, jobs, steps, device, generator, compile_step=False) -> float:
+    env = ClusterEnv(cfg, jobs, batch_size=[jobs.batch_size], device=device, compile_step=compile_step)
     td = env.reset()
     decisions = torch.zeros((), dtype=torch.long, device=device)
     for i in range(steps + 10):
@@ -139,6 +140,8 @@ def main() -> None:
     ap.add_argument("--objective", default="slowdown", help="the reward computed every step (SPEC's objectives)")
     ap.add_argument("--load", type=float, default=0.7, help="DeepRM workload of the decisions/s table")
     ap.add_argument("--simu_len", type=int, default=50, help="arrival steps (more jobs per row when larger)")
+    ap.add_argument("--compile", action="store_true",
+                    help="also both paths with step_state compiled (cluster.compiled_step; compiles every run)")
     ap.add_argument("--sizes", action="store_true", help="the cluster-size table instead (module docstring)")
     ap.add_argument("--sizes_batch", type=int, default=4096, help="episodes stepped at once in the --sizes table")
     args = ap.parse_args()
@@ -164,10 +167,20 @@ def main() -> None:
             rate = statistics.median(hot_path_rate(cfg, jobs, steps, device, generator) for _ in range(args.repeats))
             result["decisions_per_s"][f"{mode}/hot/{b}"] = round(rate)
             print(f"{mode:8s} {'hot':8s} {b:6d} {rate:22,.0f}", flush=True)
+            if args.compile:
+                rate = statistics.median(hot_path_rate(cfg, jobs, steps, device, generator, compile_step=True)
+                                         for _ in range(args.repeats))
+                result["decisions_per_s"][f"{mode}/compiled/{b}"] = round(rate)
+                print(f"{mode:8s} {'compiled':8s} {b:6d} {rate:22,.0f}", flush=True)
             if b == 1 or b >= 1024:  # through TorchRL too, where the batch amortises its overhead
                 rate = statistics.median(torchrl_rate(cfg, jobs, steps, device, generator) for _ in range(args.repeats))
                 result["decisions_per_s"][f"{mode}/torchrl/{b}"] = round(rate)
                 print(f"{mode:8s} {'torchrl':8s} {b:6d} {rate:22,.0f}", flush=True)
+                if args.compile:
+                    rate = statistics.median(torchrl_rate(cfg, jobs, steps, device, generator, compile_step=True)
+                                             for _ in range(args.repeats))
+                    result["decisions_per_s"][f"{mode}/torchrl_compiled/{b}"] = round(rate)
+                    print(f"{mode:8s} {'torchrl, compiled':8s} {b:6d} {rate:22,.0f}", flush=True)
     best = max((v, k) for k, v in result["decisions_per_s"].items())
     result["best"] = {"config": best[1], "decisions_per_s": best[0]}
 

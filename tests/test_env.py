@@ -7,7 +7,7 @@ import torch
 from torchrl.envs.utils import check_env_specs
 
 from lightning_sched import ClusterConfig, ClusterEnv, ConfigError, DeepRMWorkload, JobSet
-from lightning_sched.cluster import init_state
+from lightning_sched.cluster import compiled_step, init_state, step_state
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.heuristics import Tetris, make_heuristic
 from lightning_sched.objectives import episode_metrics
@@ -495,3 +495,22 @@ def test_an_image_too_large_to_mean_anything_is_refused():
     with pytest.raises(ConfigError, match=r"observation='image' .*resource_units=1024.*use observation='none'"):
         ClusterConfig(resource_units=1024, max_job_units=1024)
     ClusterConfig(resource_units=1024, max_job_units=1024, observation="none")  # the structured state is fine
+
+
+def test_compiled_step_falls_back_to_the_eager_step(monkeypatch):
+    """Where torch.compile fails, compiled_step warns and returns step_state, the state untouched."""
+    def no_compiler(fn, **options):
+        def fail(*args, **kwargs):
+            raise RuntimeError("no C++ compiler")
+        return fail
+
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    state = init_state(small_jobs(3), SMALL)
+    with pytest.warns(UserWarning, match="stepping eagerly"):
+        assert compiled_step(state, SMALL) is step_state
+    assert int(state.time.max()) == 0
+    env = ClusterEnv(SMALL, workload=small_jobs(3), batch_size=[3], compile_step=True)
+    with pytest.warns(UserWarning, match="stepping eagerly"):
+        td = env.reset()
+    td["action"] = torch.full((3,), SMALL.num_slots)
+    assert env.step(td)["next", "time"].flatten().tolist() == [1, 1, 1]
