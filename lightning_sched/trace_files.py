@@ -48,6 +48,7 @@ class Trace:
 
     resources: names of the demand columns; `demand[j][k]` is job j's demand on resources[k].
     present:   per resource, whether any job gives it (a resource unknown for every job is absent).
+    wait:      time from submit to start (SWF field 3; a CSV's optional wait column); -1 unknown.
     """
 
     path: str
@@ -59,6 +60,11 @@ class Trace:
     line: list[int]
     resources: tuple[str, ...]
     header: dict[str, str] = field(default_factory=dict)
+    wait: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.wait:
+            self.wait = [-1.0] * len(self.submit)
 
     @property
     def num_jobs(self) -> int:
@@ -111,7 +117,7 @@ def read_swf(path: str | Path) -> Trace:
     first malformed line, or when the file has no job line."""
     path = Path(path)
     header: dict[str, str] = {}
-    submit, run_time, demand, status, lines = [], [], [], [], []
+    submit, wait, run_time, demand, status, lines = [], [], [], [], [], []
     for number, text in enumerate(_open_text(path), start=1):
         text = text.strip()
         if not text:
@@ -131,26 +137,28 @@ def read_swf(path: str | Path) -> Trace:
                              f"{len(SWF_FIELDS)} whitespace-separated fields, this one has {len(parts)}")
         values = [_number(p, path, number, f"field {k} ({name})")
                   for k, (p, name) in enumerate(zip(parts, SWF_FIELDS), 1)]
-        for k in (2, 4, 5, 7, 8, 10):
+        for k in (2, 3, 4, 5, 7, 8, 10):
             _known(values[k - 1], path, number, f"field {k} ({SWF_FIELDS[k - 1]})")
         procs = values[4] if values[4] != -1 else values[7]
         memory = values[6] if values[6] != -1 else values[9]
         # SWF memory is KB per processor: the job's total is that times its processors
         total_memory = -1.0 if memory == -1 or procs == -1 else memory * procs
         submit.append(values[1])
+        wait.append(values[2])
         run_time.append(values[3])
         demand.append([procs, total_memory])
         status.append(values[10])
         lines.append(number)
     if not submit:
         raise TraceError(f"{path}: empty trace, no job line (only comments or blank lines)")
-    return Trace(str(path), "swf", submit, run_time, demand, status, lines, SWF_RESOURCES, header)
+    return Trace(str(path), "swf", submit, run_time, demand, status, lines, SWF_RESOURCES, header, wait)
 
 
 def read_csv(path: str | Path, submit: str = "submit_time", run_time: str = "run_time",
-             demands: tuple[str, ...] = ("processors",), status: str | None = None) -> Trace:
+             demands: tuple[str, ...] = ("processors",), status: str | None = None, wait: str | None = None) -> Trace:
     """Parse a CSV trace (header row first; .csv.gz is gunzipped). `submit`, `run_time`, each of
-    `demands` and the optional `status` name columns; an empty cell or -1 is unknown."""
+    `demands` and the optional `status` and `wait` (submit to start) name columns; an empty cell or
+    -1 is unknown."""
     path = Path(path)
     rows = _open_text(path)
     try:
@@ -162,6 +170,8 @@ def read_csv(path: str | Path, submit: str = "submit_time", run_time: str = "run
         wanted = {"submit": submit, "run_time": run_time, **{f"demand {d!r}": d for d in demands}}
         if status is not None:
             wanted["status"] = status
+        if wait is not None:
+            wanted["wait"] = wait
         missing = [f"{role} column {name!r}" for role, name in wanted.items() if name not in header]
         if missing:
             raise TraceError(f"{path}: unknown CSV column: {', '.join(missing)}; the header has {header}")
@@ -184,6 +194,7 @@ def read_csv(path: str | Path, submit: str = "submit_time", run_time: str = "run
             out.run_time.append(cell(run_time))
             out.demand.append([cell(d) for d in demands])
             out.status.append(cell(status) if status is not None else -1.0)
+            out.wait.append(cell(wait) if wait is not None else -1.0)
             out.line.append(number)
     except csv.Error as exc:
         raise TraceError(f"{path}, line {reader.line_num}: malformed CSV ({exc})") from exc

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -45,6 +45,7 @@ from .trace_files import SWF_RESOURCES, Trace, TraceError, read_csv, read_swf, t
 OVERSIZE = ("clip", "drop")
 SPLITS = ("all", "train", "test")
 WINDOWS = ("random", "consecutive")
+START_STATES = ("log", "empty")
 DROP_REASONS = ("status", "unknown_submit", "unknown_run_time", "zero_run_time", "unknown_demand", "too_long",
                 "too_large")
 CLIP_REASONS = ("length", "demand")
@@ -160,7 +161,8 @@ class JobRules:
 class KeptJobs:
     """The jobs `select_jobs` kept, sorted by submit time (ties in file order), and what it did to the rest.
 
-    submit:   N submit times (trace seconds), ascending; line: the file line of each.
+    submit:   N submit times (trace seconds), ascending; line: the file line of each; wait: N waits
+              from submit to start (trace seconds, -1 unknown).
     duration: LongTensor[N], steps in [1, max_job_len]; demand: LongTensor[N, num_resources], units in
               [0, max_job_units].
     dropped:  jobs dropped per reason (DROP_REASONS, in that order); clipped: kept jobs cut to a limit per
@@ -173,6 +175,7 @@ class KeptJobs:
     demand: torch.Tensor
     dropped: dict[str, int]
     clipped: dict[str, int]
+    wait: list[float]
 
 
 def drop_reason(status: float, submit: float, run_time: float, demand: list[float], capacity: list[float | None],
@@ -256,14 +259,15 @@ def select_jobs(path: str, trace: Trace, names: tuple[str, ...], capacity: dict[
         duration, units, cuts = clip_job(duration, units, rules)
         for cut in cuts:
             clipped[cut] += 1
-        kept.append((trace.submit[j], trace.line[j], duration, units))
+        kept.append((trace.submit[j], trace.line[j], duration, units, trace.wait[j]))
     if not kept:
         raise TraceError(f"{path}: no job fits the cluster: {trace.num_jobs} job lines, all dropped "
                          f"({', '.join(f'{k} {v}' for k, v in dropped.items() if v)})")
     kept.sort(key=lambda job: job[0])  # stable: equal submit times keep file order
     duration = torch.tensor([job[2] for job in kept], dtype=torch.long)
     demand = torch.tensor([job[3] for job in kept], dtype=torch.long).view(len(kept), rules.num_resources)
-    return KeptJobs([job[0] for job in kept], [job[1] for job in kept], duration, demand, dropped, clipped)
+    return KeptJobs([job[0] for job in kept], [job[1] for job in kept], duration, demand, dropped, clipped,
+                    [job[4] for job in kept])
 
 
 # ----- time: load, compression, arrivals, split --------------------------------------------------
@@ -388,6 +392,95 @@ def plan_windows(arrival: torch.Tensor, span: tuple[int, int], length: int, wind
                       interval_end=(intervals[:, 1] - intervals[:, 0] + 1).cumsum(0))
 
 
+# ----- the log's own state at a window's start ---------------------------------------------------
+def start_steps(arrival: torch.Tensor, submit: list[float], wait: list[float], seconds_per_step: float,
+                compression: float) -> tuple[torch.Tensor, int]:
+    """(LongTensor[N]: the recorded start step floor((submit + wait - first submit) / (c S)) of each
+    kept job, never before its arrival step; the jobs whose wait is unknown, which start at arrival)."""
+    submit_t = torch.tensor(submit, dtype=torch.float64)
+    wait_t = torch.tensor(wait, dtype=torch.float64)
+    known = wait_t >= 0
+    step = torch.floor((submit_t - submit[0] + wait_t.clamp(min=0)) / (compression * seconds_per_step))
+    start = torch.where(known, step.clamp(max=MAX_STEP).long(), arrival).maximum(arrival)
+    return start, int((~known).sum())
+
+
+@dataclass
+class LogState:
+    """The recorded schedule of every kept job, to start a window at step s as the log was then.
+
+    arrival, start, end: LongTensor[N] in arrival order, end = start + duration (steps, compressed
+    timeline); demand: LongTensor[N, R]; by_start: LongTensor[N], the jobs in (start, arrival) order;
+    longest: the most steps any job runs, max_wait: the most steps any job waited.
+
+    At s, a job with arrival < s <= start is waiting (in the queue at step 0), one with start < s < end
+    is running (it holds its demand over steps [0, end - s) of the window)."""
+
+    arrival: torch.Tensor
+    start: torch.Tensor
+    end: torch.Tensor
+    demand: torch.Tensor
+    by_start: torch.Tensor
+    longest: int
+    max_wait: int
+
+    @classmethod
+    def of(cls, arrival: torch.Tensor, start: torch.Tensor, duration: torch.Tensor, demand: torch.Tensor) -> LogState:
+        by_start = torch.sort(start, stable=True).indices
+        return cls(arrival, start, start + duration, demand, by_start, int(duration.max()),
+                   int((start - arrival).max()))
+
+    def waiting(self, s: int) -> torch.Tensor:
+        """The jobs waiting at step s, in arrival order: LongTensor[n] of indices."""
+        lo = int(torch.searchsorted(self.arrival, torch.tensor(s - self.max_wait)))
+        hi = int(torch.searchsorted(self.arrival, torch.tensor(s)))
+        return lo + torch.nonzero(self.start[lo:hi] >= s).flatten()
+
+    def running(self, s: int) -> torch.Tensor:
+        """The jobs running at step s, in start order: LongTensor[n] of indices."""
+        start = self.start[self.by_start]
+        lo = int(torch.searchsorted(start, torch.tensor(s - self.longest)))
+        hi = int(torch.searchsorted(start, torch.tensor(s)))
+        candidates = self.by_start[lo:hi]
+        return candidates[self.end[candidates] > s]
+
+    def num_waiting(self, starts: torch.Tensor) -> torch.Tensor:
+        """LongTensor[S]: jobs waiting at each step of `starts` (start >= arrival makes this a difference of counts)."""
+        return (torch.searchsorted(self.arrival, starts)
+                - torch.searchsorted(self.start[self.by_start].contiguous(), starts))
+
+
+def fit_running(demand: torch.Tensor, resource_units: int) -> torch.Tensor:
+    """BoolTensor[n]: the longest prefix of the running jobs (demand LongTensor[n, R], in start order)
+    that fits resource_units of every resource; the rest would overfill the cluster (rounding demands up
+    to units, or a compressed timeline, can make the recorded schedule exceed it)."""
+    fits = (demand.cumsum(0) <= resource_units).all(-1)
+    return fits.long().cumprod(0).bool()
+
+
+def most_jobs_from_log(arrival: torch.Tensor, log: LogState, plan: WindowPlan, span: tuple[int, int],
+                       length: int) -> int:
+    """The most jobs a window started from the log's state holds (its arrivals plus the jobs waiting at
+    its start), over the plan's starts: consecutive, exactly; random, at every step where the count can
+    rise (an upper bound: some of those starts hold no arrival). arrival: the split's, ascending."""
+    if plan.starts is not None:
+        candidates = plan.starts
+    else:
+        lo, last = span[0], max(span[0], span[1] - length)
+        candidates = torch.cat([arrival - length + 1, log.arrival + 1, log.start + 1, torch.tensor([lo, last])])
+        candidates = torch.unique(candidates.clamp(lo, last))
+    window = torch.searchsorted(arrival, candidates + length) - torch.searchsorted(arrival, candidates)
+    return int((window + log.num_waiting(candidates)).max())
+
+
+def pad_rows(rows: list[torch.Tensor], width: int, value: int = -1) -> torch.Tensor:
+    """LongTensor[len(rows), width]: each 1-D row, then `value`."""
+    out = torch.full((len(rows), width), value, dtype=torch.long)
+    for b, row in enumerate(rows):
+        out[b, :len(row)] = row
+    return out
+
+
 # ----- the report --------------------------------------------------------------------------------
 @dataclass
 class TraceReport:
@@ -436,6 +529,14 @@ class TraceReport:
     """Random: the starts whose window holds a job. Consecutive: the non-empty tiles."""
     max_jobs: int
     """Job columns of every jobset."""
+    start_state: str = "empty"
+    """'log' (windows start as the log was: running jobs hold their resources, waiting jobs queue) or 'empty'."""
+    unknown_wait: int = 0
+    """Kept jobs whose wait is unknown (-1): with start_state 'log', taken to start when submitted."""
+    carried: dict = field(default_factory=dict)
+    """With start_state 'log', summed over the windows drawn so far: windows, running (jobs holding
+    resources at step 0), running_over_capacity (recorded as running but left out: they would overfill
+    the cluster), waiting (jobs queued at step 0). Running jobs are no part of the episode's metrics."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -502,6 +603,11 @@ class TraceWorkload:
     load is c times the trace's; c < 1 stretches. See target_load."""
     job_columns: int | None = None
     """Job columns (max_jobs) of every jobset; None: the most jobs any window can hold."""
+    start_state: str = "log"
+    """'log': a window starts as the log was at its first step: jobs recorded running then (started
+    before, ending after) hold their demand until their recorded end (submit + wait + run time), jobs
+    submitted but not yet started are waiting at step 0 (before the window's arrivals). 'empty': an
+    idle cluster and an empty queue."""
     num_resources: int = 2
     resource_units: int = 10
     max_job_len: int = 15
@@ -545,7 +651,8 @@ class TraceWorkload:
             positive("target_load")
             if self.time_compression != 1.0:
                 raise TraceError("TraceWorkload: give target_load or time_compression, not both")
-        for name, choices in (("oversize", OVERSIZE), ("split", SPLITS), ("windows", WINDOWS)):
+        for name, choices in (("oversize", OVERSIZE), ("split", SPLITS), ("windows", WINDOWS),
+                              ("start_state", START_STATES)):
             if getattr(self, name) not in choices:
                 raise TraceError(f"TraceWorkload.{name}={getattr(self, name)!r} is unknown; choose one of {choices}")
         if not (isinstance(self.test_fraction, (int, float)) and 0 < self.test_fraction < 1):
@@ -582,10 +689,16 @@ class TraceWorkload:
         self.range = (lo, hi)
         self._cursor = 0
         self._plan = plan_windows(self.arrival, self.range, self.simu_len, self.windows)
-        if self.job_columns is not None and self.job_columns < self._plan.most_jobs:
-            raise TraceError(f"{self.path}: a window of {self.simu_len} steps holds up to {self._plan.most_jobs} jobs; "
+        start, unknown_wait = start_steps(arrival, jobs.submit, jobs.wait, self.seconds_per_step, compression)
+        self._log = LogState.of(arrival, start, jobs.duration, jobs.demand)
+        self._split_first = int(rows.nonzero()[0])  # the split is a contiguous run of the arrival order
+        most = self._plan.most_jobs
+        if self.start_state == "log":
+            most = max(most, most_jobs_from_log(self.arrival, self._log, self._plan, self.range, self.simu_len))
+        if self.job_columns is not None and self.job_columns < most:
+            raise TraceError(f"{self.path}: a window of {self.simu_len} steps holds up to {most} jobs; "
                              f"job_columns={self.job_columns} is too few")
-        self._max_jobs = self.job_columns or self._plan.most_jobs
+        self._max_jobs = self.job_columns or most
         self.report = TraceReport(
             path=self.path, format=trace.format, job_lines=trace.num_jobs, kept=len(jobs.submit),
             dropped=jobs.dropped, clipped=jobs.clipped, resources=list(names),
@@ -597,6 +710,8 @@ class TraceWorkload:
             split_seconds=[jobs.submit[0] + step * self.seconds_per_step * compression for step in (lo, hi)],
             split_load=[round(x, 4) for x in offered_load(self.duration, self.demand, hi - lo, units)],
             windows=self.windows, window_starts=self.num_windows, max_jobs=self.max_jobs,
+            start_state=self.start_state, unknown_wait=unknown_wait,
+            carried=dict.fromkeys(("windows", "running", "running_over_capacity", "waiting"), 0),
         )
 
     # ----- the workload protocol --------------------------------------------------------------
@@ -642,6 +757,8 @@ class TraceWorkload:
         starts = starts.long().cpu()
         first = torch.searchsorted(self.arrival, starts)
         stop = torch.searchsorted(self.arrival, starts + self.simu_len)
+        if self.start_state == "log":
+            return self._jobset_from_log(starts, first, stop).to(device)
         index = first.unsqueeze(1) + torch.arange(self.max_jobs)
         real = index < stop.unsqueeze(1)
         index = index.clamp(max=self.arrival.numel() - 1)
@@ -649,6 +766,32 @@ class TraceWorkload:
         duration = torch.where(real, self.duration[index], 0)
         demand = torch.where(real.unsqueeze(-1), self.demand[index], 0)
         return JobSet(arrival, duration, demand).to(device)
+
+    def _jobset_from_log(self, starts: torch.Tensor, first: torch.Tensor, stop: torch.Tensor) -> JobSet:
+        """The windows [s, s + simu_len) started from the log's state at s: the jobs waiting at s (arrival
+        0, in arrival order), then the window's arrivals; the jobs running at s as running_left/demand."""
+        log, carried = self._log, self.report.carried
+        columns, arrivals, running = [], [], []
+        for s, f, t in zip(starts.tolist(), first.tolist(), stop.tolist()):
+            queued = log.waiting(s)
+            columns.append(torch.cat([queued, self._split_first + torch.arange(f, t)]))
+            arrivals.append(torch.cat([torch.zeros_like(queued), self.arrival[f:t] - s]))
+            busy = log.running(s)
+            fits = fit_running(log.demand[busy], self.resource_units)
+            running.append(busy[fits])
+            carried["windows"] += 1
+            carried["waiting"] += len(queued)
+            carried["running"] += int(fits.sum())
+            carried["running_over_capacity"] += int((~fits).sum())
+        index = pad_rows(columns, self.max_jobs)
+        real = index >= 0
+        index = index.clamp(min=0)
+        busy = pad_rows(running, max(1, max(len(r) for r in running)))
+        return JobSet(arrival=pad_rows(arrivals, self.max_jobs).clamp(min=0),
+                      duration=torch.where(real, log.end[index] - log.start[index], 0),
+                      demand=torch.where(real.unsqueeze(-1), log.demand[index], 0),
+                      running_left=torch.where(busy >= 0, log.end[busy.clamp(min=0)] - starts.unsqueeze(1), 0),
+                      running_demand=torch.where((busy >= 0).unsqueeze(-1), log.demand[busy.clamp(min=0)], 0))
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None, device="cpu") -> JobSet:
         """B windows of the split as jobsets: JobSet [B, max_jobs]."""
