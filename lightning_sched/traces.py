@@ -131,9 +131,9 @@ def cluster_capacities(path: str, trace: Trace, names: tuple[str, ...], present:
         if value is None and trace.format == "swf" and name == "processors":
             value = _header_processors(trace.header)
         if value is None:
-            raise TraceError(f"{path}: no capacity for resource {name!r}: give capacity={{{name!r}: ...}} "
-                             f"(the virtual cluster's total, in the trace's units"
-                             f"{'; the SWF header has no MaxProcs' if name == 'processors' else ''})")
+            raise TraceError(f"{path}: no capacity for resource {name!r}: pass --trace_capacity {name}=N, the "
+                             f"cluster's total in the trace's units"
+                             f"{' (the SWF header has no MaxProcs or MaxNodes)' if name == 'processors' else ''}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise TraceError(f"{path}: capacity of {name!r} must be a finite number > 0, got {value!r}")
         out[name] = float(value)
@@ -481,6 +481,103 @@ def pad_rows(rows: list[torch.Tensor], width: int, value: int = -1) -> torch.Ten
     return out
 
 
+# ----- a cluster for a log ------------------------------------------------------------------------
+# Step lengths (seconds) the proposal tries, shortest first: the finest that keeps the log's long jobs
+# within the horizon wins (short steps keep short jobs short; each step costs a simulator step)
+STEP_LENGTHS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400)
+# resource_units beyond this are refused by the proposal: pick a divisor of the log's processors
+MAX_PROPOSED_UNITS = 8192
+
+
+@dataclass(frozen=True)
+class ClusterProposal:
+    """A cluster at a log's own resolution (`propose_cluster`): the ClusterConfig, the step length, and
+    what they clip. `unit` is the trace quantity (processors, KB, ...) one unit of each resource stands for."""
+
+    cluster: ClusterConfig
+    seconds_per_step: float
+    jobs: int
+    clipped_length: int
+    clipped_demand: int
+    unit: dict[str, float]
+
+    @property
+    def clipped_fraction(self) -> float:
+        """Share of the jobs cut to max_job_len or max_job_units (an upper bound: a job cut in both counts twice)."""
+        return (self.clipped_length + self.clipped_demand) / self.jobs
+
+    def describe(self) -> str:
+        c = self.cluster
+        units = ", ".join(f"1 unit = {v:g} {k}" for k, v in self.unit.items())
+        return (f"proposed cluster: --resource_units {c.resource_units} --max_job_units {c.max_job_units} "
+                f"--seconds_per_step {self.seconds_per_step:g} --max_job_len {c.max_job_len} --horizon {c.horizon} "
+                f"--max_time {c.max_time} ({units}); clips {self.clipped_length} jobs by length and "
+                f"{self.clipped_demand} by demand of {self.jobs} ({100 * self.clipped_fraction:.2f}%)")
+
+
+def propose_cluster(workload: TraceWorkload | None = None, *, path: str | Path | None = None,
+                    resource_units: int | None = None, seconds_per_step: float | None = None,
+                    max_clipped: float = 0.01, max_horizon: int = 128, simu_len: int = 50,
+                    **params) -> ClusterProposal:
+    """A cluster that replays a log at its own resolution, clipping fewer than `max_clipped` of its jobs.
+
+    resource_units: the log's processors (the capacity of its first resource: MaxProcs, or
+    --trace_capacity), or the divisor given; demands are whole units of capacity / resource_units.
+    seconds_per_step: the shortest of STEP_LENGTHS (or the one given) at which fewer than max_clipped
+    of the jobs are longer than a max_job_len <= max_horizon; max_job_len is the shortest such length,
+    the horizon a third more (room to reserve ahead; at most max_horizon), max_time
+    max(1000, 4 (simu_len + horizon)) so that windows drain. Other ClusterConfig fields: the defaults.
+    `params` are TraceWorkload's (capacity, resources, statuses, ...); `path` the trace.
+    Raises TraceError when no step length keeps the clipping under max_clipped.
+    """
+    if workload is None:
+        # a one-step-per-second mapping with limits too large to clip: durations are read off run times
+        workload = TraceWorkload(path=str(path), seconds_per_step=1.0, simu_len=simu_len, **params)
+    trace, names = workload.trace, workload.resources
+    present = resource_presence(trace, names)
+    capacity = cluster_capacities(workload.path, trace, names, present, workload.capacity)
+    first = next(iter(capacity))
+    units = resource_units if resource_units is not None else round(capacity[first])
+    if not isinstance(units, int) or not 1 <= units <= MAX_PROPOSED_UNITS:
+        raise TraceError(f"{workload.path}: {units} units of {first!r} (capacity {capacity[first]:g}); pass "
+                         f"--resource_units N (1..{MAX_PROPOSED_UNITS}), N units of capacity / N each")
+    rules = JobRules(seconds_per_step=1.0, statuses=workload._job_rules().statuses,
+                     keep_unknown_status=workload.keep_unknown_status,
+                     keep_zero_run_time=workload.keep_zero_run_time, oversize="clip",
+                     num_resources=workload.num_resources, resource_units=units, max_job_len=2 ** 62,
+                     max_job_units=units)
+    columns = [trace.resources.index(n) for n in names]
+    caps = [capacity.get(n) for n in names]
+    run_times, clipped_demand = [], 0
+    for j in range(trace.num_jobs):
+        demand = [trace.demand[j][c] for c in columns]
+        if drop_reason(trace.status[j], trace.submit[j], trace.run_time[j], demand, caps, rules) is None:
+            run_times.append(trace.run_time[j])
+            clipped_demand += any(v > cap * (1 + 1e-9) for v, cap in zip(demand, caps) if cap is not None)
+    if not run_times:
+        raise TraceError(f"{workload.path}: no job to size the cluster by (every job line is dropped)")
+    runs = torch.tensor(run_times, dtype=torch.float64)
+    allowed = math.ceil(max_clipped * len(run_times)) - 1 - clipped_demand  # strictly fewer than max_clipped
+    if allowed < 0:
+        raise TraceError(f"{workload.path}: {clipped_demand} of {len(run_times)} jobs ask for more than the "
+                         f"capacity {capacity}; raise --trace_capacity")
+    for step in (seconds_per_step,) if seconds_per_step is not None else STEP_LENGTHS:
+        steps = torch.ceil(runs / step - 1e-9).clamp(min=1).sort().values
+        length = int(steps[len(steps) - 1 - allowed])  # all but `allowed` jobs are at most this long
+        if length <= max_horizon:
+            break
+    else:
+        raise TraceError(f"{workload.path}: no step length in {STEP_LENGTHS if seconds_per_step is None else step} "
+                         f"keeps {len(run_times) - allowed} of {len(run_times)} jobs within max_horizon={max_horizon} "
+                         f"steps; pass a longer --seconds_per_step or a larger max_horizon")
+    horizon = min(max_horizon, max(length, math.ceil(4 * length / 3)))
+    cluster = ClusterConfig(num_resources=workload.num_resources, resource_units=units, max_job_units=units,
+                            horizon=horizon, max_job_len=length, max_time=max(1000, 4 * (simu_len + horizon)),
+                            observation="none")
+    return ClusterProposal(cluster, float(step), len(run_times), int((steps > length).sum()), clipped_demand,
+                           {k: v / units for k, v in capacity.items()})
+
+
 # ----- the report --------------------------------------------------------------------------------
 @dataclass
 class TraceReport:
@@ -577,6 +674,8 @@ class TraceWorkload:
     """CSV column of the run time."""
     csv_status: str | None = None
     """CSV column of the job status (None: no status, every job's is unknown)."""
+    csv_wait: str | None = None
+    """CSV column of the wait from submit to start (None: unknown, jobs start when submitted)."""
     statuses: tuple | None = (1,)
     """Job statuses kept; None keeps all. SWF: 1 completed, 0 failed, 5 cancelled."""
     keep_unknown_status: bool = True
@@ -632,7 +731,8 @@ class TraceWorkload:
             if self.resources is None:
                 raise TraceError(f"{self.path}: a CSV trace needs resources=(demand column, ...)")
             names = tuple(self.resources)
-            self.trace = read_csv(self.path, self.csv_submit, self.csv_run_time, names, self.csv_status)
+            self.trace = read_csv(self.path, self.csv_submit, self.csv_run_time, names, self.csv_status,
+                                  self.csv_wait)
         if len(names) > self.num_resources:
             raise TraceError(f"{self.path}: {len(names)} trace resources {names} for a cluster of "
                              f"num_resources={self.num_resources}")
