@@ -174,6 +174,8 @@ def add_trace_flags(ap: argparse.ArgumentParser) -> None:
                    help="share of the trace's time range in the test split")
     g.add_argument("--trace_windows", choices=("random", "consecutive"), default="random")
     g.add_argument("--target_load", type=float, help="compress the trace's time to reach this offered load")
+    g.add_argument("--time_compression", type=float, default=1.0,
+                   help="shrink the time between submits by this factor (the offered load grows by it)")
     g.add_argument("--csv_submit", default="submit_time", help="CSV column of the submit time (seconds)")
     g.add_argument("--csv_run_time", default="run_time", help="CSV column of the run time (seconds)")
     g.add_argument("--csv_status", help="CSV column of the job status (default: none)")
@@ -197,7 +199,8 @@ def trace_workload_from_args(args, cluster: ClusterConfig, **params) -> TraceWor
     return TraceWorkload.for_cluster(
         cluster, args.trace, args.seconds_per_step, oversize=args.oversize, split=args.trace_split,
         test_fraction=args.test_fraction, windows=args.trace_windows, simu_len=args.simu_len,
-        target_load=args.target_load, start_state=args.trace_start, **trace_params(args), **params)
+        start_state=args.trace_start, **{"target_load": args.target_load, "time_compression": args.time_compression,
+                                         **trace_params(args), **params})
 
 
 def trace_params(args) -> dict:
