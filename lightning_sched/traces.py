@@ -31,6 +31,7 @@ The mapping is a sequence of pure functions, in the order `TraceWorkload` calls 
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -60,6 +61,22 @@ class TraceWarning(UserWarning):
 def _ceil(x: float) -> int:
     # ceil with a tolerance for binary rounding (12.8 * 10 / 128 must be 1, not 2)
     return math.ceil(x - 1e-9)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_cached(reader, path: str, stamp: tuple, *args) -> Trace:
+    return reader(path, *args)
+
+
+def read_once(reader, path: str, *args) -> Trace:
+    """reader(path, *args), parsed once per file version: a script that proposes a cluster and builds
+    its train and test workloads from one log reads it once. The Trace is shared: never modified."""
+    try:
+        info = Path(path).stat()
+        stamp = (info.st_mtime_ns, info.st_size)
+    except OSError:  # the reader names the file in its error
+        return reader(path, *args)
+    return _read_cached(reader, str(path), stamp, *args)
 
 
 # ----- resources and capacities ----------------------------------------------------------------
@@ -410,8 +427,9 @@ class LogState:
     """The recorded schedule of every kept job, to start a window at step s as the log was then.
 
     arrival, start, end: LongTensor[N] in arrival order, end = start + duration (steps, compressed
-    timeline); demand: LongTensor[N, R]; by_start: LongTensor[N], the jobs in (start, arrival) order;
-    longest: the most steps any job runs, max_wait: the most steps any job waited.
+    timeline); demand: LongTensor[N, R]; by_start: LongTensor[N], the jobs in (start, arrival) order,
+    sorted_start: start[by_start]; longest: the most steps any job runs, max_wait: the most steps any
+    job waited.
 
     At s, a job with arrival < s <= start is waiting (in the queue at step 0), one with start < s < end
     is running (it holds its demand over steps [0, end - s) of the window)."""
@@ -421,13 +439,14 @@ class LogState:
     end: torch.Tensor
     demand: torch.Tensor
     by_start: torch.Tensor
+    sorted_start: torch.Tensor
     longest: int
     max_wait: int
 
     @classmethod
     def of(cls, arrival: torch.Tensor, start: torch.Tensor, duration: torch.Tensor, demand: torch.Tensor) -> LogState:
-        by_start = torch.sort(start, stable=True).indices
-        return cls(arrival, start, start + duration, demand, by_start, int(duration.max()),
+        sorted_start, by_start = torch.sort(start, stable=True)
+        return cls(arrival, start, start + duration, demand, by_start, sorted_start, int(duration.max()),
                    int((start - arrival).max()))
 
     def waiting(self, s: int) -> torch.Tensor:
@@ -438,16 +457,14 @@ class LogState:
 
     def running(self, s: int) -> torch.Tensor:
         """The jobs running at step s, in start order: LongTensor[n] of indices."""
-        start = self.start[self.by_start]
-        lo = int(torch.searchsorted(start, torch.tensor(s - self.longest)))
-        hi = int(torch.searchsorted(start, torch.tensor(s)))
+        lo = int(torch.searchsorted(self.sorted_start, torch.tensor(s - self.longest)))
+        hi = int(torch.searchsorted(self.sorted_start, torch.tensor(s)))
         candidates = self.by_start[lo:hi]
         return candidates[self.end[candidates] > s]
 
     def num_waiting(self, starts: torch.Tensor) -> torch.Tensor:
         """LongTensor[S]: jobs waiting at each step of `starts` (start >= arrival makes this a difference of counts)."""
-        return (torch.searchsorted(self.arrival, starts)
-                - torch.searchsorted(self.start[self.by_start].contiguous(), starts))
+        return torch.searchsorted(self.arrival, starts) - torch.searchsorted(self.sorted_start, starts)
 
 
 def fit_running(demand: torch.Tensor, resource_units: int) -> torch.Tensor:
@@ -722,7 +739,7 @@ class TraceWorkload:
         self._check_knobs()
         fmt = trace_format(self.path, self.format)
         if fmt == "swf":
-            self.trace = read_swf(self.path)
+            self.trace = read_once(read_swf, self.path)
             names = tuple(self.resources) if self.resources is not None else SWF_RESOURCES[:self.num_resources]
             unknown = [n for n in names if n not in SWF_RESOURCES]
             if unknown:
@@ -731,8 +748,8 @@ class TraceWorkload:
             if self.resources is None:
                 raise TraceError(f"{self.path}: a CSV trace needs resources=(demand column, ...)")
             names = tuple(self.resources)
-            self.trace = read_csv(self.path, self.csv_submit, self.csv_run_time, names, self.csv_status,
-                                  self.csv_wait)
+            self.trace = read_once(read_csv, self.path, self.csv_submit, self.csv_run_time, names, self.csv_status,
+                                   self.csv_wait)
         if len(names) > self.num_resources:
             raise TraceError(f"{self.path}: {len(names)} trace resources {names} for a cluster of "
                              f"num_resources={self.num_resources}")
