@@ -172,11 +172,10 @@ def test_the_recipe_on_a_tiny_log(tmp_path):
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
     trace = ["--trace", str(log), "--trace_capacity", f"memory={32 * 1024}", "--fit_cluster", "--max_horizon", "32",
              "--simu_len", "20", "--threads", "1"]
-    heuristics = script(str(ROOT / "scripts/evaluate.py"), *trace, "--policy", "tetris", "sjf", "--jobsets", "4",
-                        "--json", cwd=tmp_path, env=env)
-    assert "proposed cluster: --resource_units 32" in heuristics
-    proposed = heuristics.split("proposed cluster: ")[1].split(" (")[0].split()
-    sizes = dict(zip(proposed[::2], proposed[1::2]))
+    # the cluster --fit_cluster proposes (each script prints it), spelt out in the training config
+    proposal = propose_cluster(path=log, capacity={"memory": 32 * 1024}, max_horizon=32, simu_len=20)
+    c = proposal.cluster
+    sizes = {"--horizon": c.horizon, "--max_job_len": c.max_job_len, "--seconds_per_step": proposal.seconds_per_step}
     config = tmp_path / "tiny.yaml"
     config.write_text(f"""model:
   class_path: tasks.reinforce.Reinforce
@@ -203,9 +202,11 @@ trainer: {{max_steps: 2, val_check_interval: 2}}
                   "--episodes", "2", "--eval_jobsets", "4", *trace, "--out", str(adapted), "--json",
                   cwd=tmp_path, env=env).strip().splitlines()[-1]
     assert json.loads(last)["step"] == 1 and adapted.exists()
-    final = script(str(ROOT / "scripts/evaluate.py"), *trace, "--policy", "tetris", str(adapted),
-                   "--jobsets", "4", "--json", cwd=tmp_path, env=env).strip().splitlines()[-1]
-    assert json.loads(final)["num_jobsets"] == 4 and "mean_slowdown_minus_first" in json.loads(final)
+    out = script(str(ROOT / "scripts/evaluate.py"), *trace, "--policy", "tetris", "sjf", str(adapted),
+                 "--jobsets", "4", "--json", cwd=tmp_path, env=env)
+    assert proposal.describe() in out  # the same cluster the config was written for
+    final = json.loads(out.strip().splitlines()[-1])
+    assert final["num_jobsets"] == 4 and "mean_slowdown_minus_first" in final and final["trace_start"] == "log"
     script(str(ROOT / "scripts/figures.py"), "trace", *trace, "--heuristics", "tetris",
            "--ckpt", f"adapted={adapted}", "--compressions", "1", "--jobsets", "3", "--out", str(tmp_path / "t.png"),
            cwd=tmp_path, env=env)
