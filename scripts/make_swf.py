@@ -1,4 +1,4 @@
-"""Write a synthetic SWF log with a memory column and a first-come first-served schedule
+"""Write a synthetic SWF log with a memory column and a greedy backfilling schedule
 (lightning_sched.trace_synthesis): a stand-in for a cluster's own log. Write it under runs/ or /tmp,
 never into the repository.
 
