@@ -502,6 +502,8 @@ def pad_rows(rows: list[torch.Tensor], width: int, value: int = -1) -> torch.Ten
 # Step lengths (seconds) the proposal tries, shortest first: the finest that keeps the log's long jobs
 # within the horizon wins (short steps keep short jobs short; each step costs a simulator step)
 STEP_LENGTHS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400)
+# what one unit of an SWF resource is counted in (a CSV column's unit is its own)
+UNIT_NAMES = {"processors": "processors", "memory": "KB of memory"}
 # resource_units beyond this are refused by the proposal: pick a divisor of the log's processors
 MAX_PROPOSED_UNITS = 8192
 
@@ -525,11 +527,11 @@ class ClusterProposal:
 
     def describe(self) -> str:
         c = self.cluster
-        units = ", ".join(f"1 unit = {v:g} {k}" for k, v in self.unit.items())
+        units = ", ".join(f"1 unit = {v:g} {UNIT_NAMES.get(k, k)}" for k, v in self.unit.items())
         return (f"proposed cluster: --resource_units {c.resource_units} --max_job_units {c.max_job_units} "
                 f"--seconds_per_step {self.seconds_per_step:g} --max_job_len {c.max_job_len} --horizon {c.horizon} "
                 f"--max_time {c.max_time} ({units}); clips {self.clipped_length} jobs by length and "
-                f"{self.clipped_demand} by demand of {self.jobs} ({100 * self.clipped_fraction:.2f}%)")
+                f"{self.clipped_demand} by demand of {self.jobs} ({100 * self.clipped_fraction:.3g}%)")
 
 
 def propose_cluster(workload: TraceWorkload | None = None, *, path: str | Path | None = None,
