@@ -16,8 +16,11 @@ A job longer than `max_job_len` or with more units than `max_job_units` is clipp
 dropped (`oversize`); either way it is counted in `report`, never silently. A job whose status is
 not kept, or whose submit time, run time or demand is unknown (-1), is dropped and counted.
 Windows of `simu_len` steps of the (compressed) timeline become jobsets; arrivals are relative to
-the window's start, and a window starts with an empty cluster (jobs running from before are not
-carried over).
+the window's start. By default a window starts as the log was at its first step: jobs recorded
+running then (started before, ending after: submit + wait + run time) hold their resources until
+their recorded end, and jobs submitted but not yet started wait in the queue at step 0
+(`start_state="log"`; "empty" starts idle). `propose_cluster` proposes a cluster at the log's own
+resolution (units, step length, horizon) that clips fewer than 1% of its jobs.
 
 The mapping is a sequence of pure functions, in the order `TraceWorkload` calls them:
 
@@ -28,6 +31,8 @@ The mapping is a sequence of pure functions, in the order `TraceWorkload` calls 
     arrival_steps                         submit times -> steps of the compressed timeline
     split_rows                            the train / test / all step range and its jobs
     plan_windows                          where windows can start, and the most jobs one holds
+    start_steps, LogState                 the recorded schedule, to start windows from the log's state
+    most_jobs_from_log, fit_running       job columns with the waiting jobs; running jobs that fit
 """
 from __future__ import annotations
 
