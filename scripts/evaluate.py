@@ -2,6 +2,7 @@
 
     python scripts/evaluate.py --policy tetris sjf packer random --load 0.9 --jobsets 200 --seed 12345
     python scripts/evaluate.py --policy checkpoints/reinforce_slowdown.ckpt --load 1.3 --json
+    python scripts/evaluate.py --trace LOG.swf.gz --fit_cluster --policy tetris sjf checkpoints/slots_slowdown.ckpt
     python scripts/evaluate.py --policy SLOTS.ckpt tetris --num_slots 20 --resource_units 20 --max_job_units 20 \
         --dominant_units 10 20 --other_units 1 4
 
