@@ -83,9 +83,11 @@ def load_policy(path, device="cpu", greedy: bool | None = None, generator: torch
 def warm_start(net: DeepRMNetwork, path: str) -> None:
     """Load the policy weights of checkpoint `path` into `net`, refused with the differing fields
     when its cluster or network is not `net`'s (its objective may differ: the network does not
-    depend on it). A network without deadline inputs may start one with them: `net` keeps its
-    own deadline weights, which start at zero."""
+    depend on it); a slot policy starts a run on any cluster size. A network without deadline inputs
+    may start one with them: `net` keeps its own deadline weights, which start at zero."""
     source, cfg, _ = load_network(path)
+    if source.spec.any_cluster:  # a slot policy runs on the run's cluster, whatever its size
+        source, cfg, _ = load_network(path, cluster=net.cfg)
     cfg.require_same_cluster(net.cfg, f"init_from={path}", "run", may_differ=(*REWARD_FIELDS, "slo_slowdown"))
     adds_deadline_inputs = net.spec.deadline_inputs and not source.spec.deadline_inputs
     if source.spec != (replace(net.spec, deadline_inputs=False) if adds_deadline_inputs else net.spec):

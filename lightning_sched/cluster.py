@@ -82,7 +82,7 @@ def init_state(jobs: JobSet, cfg: ClusterConfig) -> ClusterState:
         slot_duration=torch.zeros(b, m, dtype=torch.int32, device=device),
         slot_demand=torch.zeros(b, r, m, dtype=torch.int32, device=device),
         slot_offset=torch.full((b, m), -1, dtype=torch.long, device=device),
-        used_bits=empty_cluster(b, cfg, device),
+        used_bits=occupied_cluster(jobs, cfg),
         finish_count=torch.zeros(b, cfg.horizon + 1, dtype=torch.long, device=device),
         finish_weight=torch.zeros(b, cfg.horizon + 1, dtype=torch.float64, device=device),
         finished_count=zeros.clone(),
@@ -153,6 +153,19 @@ def empty_cluster(batch: int, cfg: ClusterConfig, device) -> torch.Tensor:
     bits = torch.zeros(batch, cfg.num_resources, num_planes(cfg), num_words(cfg), dtype=word_dtype(cfg), device=device)
     if unary(cfg):
         bits[:, :, 0] = horizon_words(cfg, device)
+    return bits
+
+
+def occupied_cluster(jobs: JobSet, cfg: ClusterConfig) -> torch.Tensor:
+    """used_bits at time 0: empty, then each job already running (jobs.running_left, running_demand)
+    placed over rows 0 .. left-1. [B, R, P, W]; exactly empty_cluster without running jobs."""
+    bits = empty_cluster(jobs.batch_size, cfg, jobs.device)
+    if jobs.running_left is None:
+        return bits
+    zero = torch.zeros(jobs.batch_size, dtype=bits.dtype, device=bits.device)
+    for k in range(jobs.running_left.shape[1]):  # K columns, once per reset
+        rows = row_words(zero, jobs.running_left[:, k].to(bits.dtype), bits.shape[-1])
+        bits = add_demand(bits, rows, jobs.running_demand[:, k], cfg)
     return bits
 
 

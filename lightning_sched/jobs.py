@@ -9,6 +9,8 @@ import torch
 from .config import ClusterConfig, ConfigError
 from .files import load_torch_file
 
+TENSORS = ("arrival", "duration", "demand", "deadline", "running_left", "running_demand")
+
 
 @dataclass
 class JobSet:
@@ -18,17 +20,25 @@ class JobSet:
     duration: LongTensor[B, L]    steps it runs, 1..max_job_len (0 = padding)
     demand:   LongTensor[B, L, R] units of each resource, 0..max_job_units
     deadline: LongTensor[B, L] or None; None means a_j + floor(slo_slowdown * d_j)
+
+    Optionally, jobs already running when the episode starts (a trace window that starts from the
+    log's own state): they hold their resources from time 0 for their remaining steps, are never
+    scheduled, and are no part of the episode's jobs or metrics (only the occupancy they leave).
+    running_left:   LongTensor[B, K] or None   steps each still occupies from time 0, 0..horizon (0 = padding)
+    running_demand: LongTensor[B, K, R] or None  its units; together at most resource_units per resource
     """
 
     arrival: torch.Tensor
     duration: torch.Tensor
     demand: torch.Tensor
     deadline: torch.Tensor | None = None
+    running_left: torch.Tensor | None = None
+    running_demand: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         # narrower integer tensors (int32 from numpy, uint8 from a file) widen losslessly to the
         # int64 the simulator computes in; anything else is left for `validate` to refuse
-        for name in ("arrival", "duration", "demand", "deadline"):
+        for name in TENSORS:
             tensor = getattr(self, name)
             if (isinstance(tensor, torch.Tensor) and tensor.dtype != torch.long and tensor.dtype != torch.bool
                     and not tensor.is_floating_point() and not tensor.is_complex()):
@@ -71,7 +81,7 @@ class JobSet:
             if tensor is not None and tuple(tensor.shape) != shape:
                 raise ConfigError(f"JobSet.{name} must have shape {shape} (B, L{', R' if name == 'demand' else ''}), "
                                   f"got {tuple(tensor.shape)}")
-        for name in ("arrival", "duration", "demand", "deadline"):
+        for name in TENSORS:
             tensor = getattr(self, name)
             if tensor is not None and (tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool):
                 raise ConfigError(f"JobSet.{name} must hold integers, got dtype {tensor.dtype}")
@@ -84,7 +94,39 @@ class JobSet:
         if self.deadline is not None:
             _check((self.deadline < self.arrival + self.duration) & real, "deadline", self.deadline,
                    "is before arrival + duration")
+        self._validate_running(cfg)
         return self
+
+    def _validate_running(self, cfg: ClusterConfig) -> None:
+        left, demand = self.running_left, self.running_demand
+        if (left is None) != (demand is None):
+            raise ConfigError("JobSet.running_left and JobSet.running_demand come together: give both or neither")
+        if left is None:
+            return
+        b = self.batch_size
+        if left.dim() != 2 or left.shape[0] != b:
+            raise ConfigError(f"JobSet.running_left must have shape (B={b}, K), got {tuple(left.shape)}")
+        if tuple(demand.shape) != (*left.shape, cfg.num_resources):
+            raise ConfigError(f"JobSet.running_demand must have shape {(*left.shape, cfg.num_resources)} (B, K, R), "
+                              f"got {tuple(demand.shape)}")
+        _check((left < 0) | (left > cfg.horizon), "running_left", left, f"is outside 0..horizon={cfg.horizon}")
+        _check((demand < 0) | (demand > cfg.max_job_units), "running_demand", demand,
+               f"is outside 0..max_job_units={cfg.max_job_units}")
+        # every running job occupies row 0, so row 0 holds their sum
+        total = (demand * (left > 0).unsqueeze(-1)).sum(1)  # [B, R]
+        _check(total > cfg.resource_units, "running_demand.sum(jobs)", total,
+               f"exceeds resource_units={cfg.resource_units}")
+
+    @property
+    def num_running(self) -> torch.Tensor:
+        """LongTensor[B]: jobs already running at time 0 (0 without running_left)."""
+        if self.running_left is None:
+            return torch.zeros(self.batch_size, dtype=torch.long, device=self.device)
+        return (self.running_left > 0).sum(-1)
+
+    def _apply(self, fn) -> "JobSet":
+        """A JobSet with fn applied to every tensor it holds (None stays None)."""
+        return JobSet(*(None if getattr(self, n) is None else fn(getattr(self, n)) for n in TENSORS))
 
     def require_arrivals_in_episode(self, cfg: ClusterConfig) -> "JobSet":
         """Raise ConfigError at the first job arriving at or after max_time. SPEC accepts such jobs
@@ -95,28 +137,25 @@ class JobSet:
         return self
 
     def to(self, device) -> "JobSet":
-        return JobSet(*(None if t is None else t.to(device)
-                        for t in (self.arrival, self.duration, self.demand, self.deadline)))
+        return self._apply(lambda t: t.to(device))
 
     def repeat_interleave(self, episodes: int) -> "JobSet":
         """Each jobset `episodes` times in a row: rows b*E .. b*E+E-1 replay jobset b."""
-        return JobSet(*(None if t is None else t.repeat_interleave(episodes, dim=0)
-                        for t in (self.arrival, self.duration, self.demand, self.deadline)))
+        return self._apply(lambda t: t.repeat_interleave(episodes, dim=0))
 
     def __getitem__(self, rows) -> "JobSet":
-        return JobSet(*(None if t is None else t[rows]
-                        for t in (self.arrival, self.duration, self.demand, self.deadline)))
+        return self._apply(lambda t: t[rows])
 
     @staticmethod
     def cat(jobsets: list["JobSet"]) -> "JobSet":
-        """Stack jobsets along B, padding L with duration-0 jobs."""
+        """Stack jobsets along B, padding L with duration-0 jobs (and K with no running jobs)."""
         length = max(j.max_jobs for j in jobsets)
 
-        def pad(t, value=0):
-            if t.shape[1] == length:
+        def pad(t, value=0, size=length):
+            if t.shape[1] == size:
                 return t
             extra = list(t.shape)
-            extra[1] = length - t.shape[1]
+            extra[1] = size - t.shape[1]
             return torch.cat([t, t.new_full(extra, value)], dim=1)
 
         with_deadline = any(j.deadline is not None for j in jobsets)
@@ -125,14 +164,23 @@ class JobSet:
             if not all(j.deadline is not None for j in jobsets):
                 raise ConfigError("JobSet.cat: either all jobsets give deadlines or none does")
             deadlines = torch.cat([pad(j.deadline) for j in jobsets])
+        left = demand = None
+        if any(j.running_left is not None for j in jobsets):
+            r = jobsets[0].demand.shape[-1]
+            filled = [j if j.running_left is not None else
+                      JobSet(j.arrival, j.duration, j.demand, j.deadline, j.arrival.new_zeros(j.batch_size, 0),
+                             j.arrival.new_zeros(j.batch_size, 0, r)) for j in jobsets]
+            k = max(j.running_left.shape[1] for j in filled)
+            left = torch.cat([pad(j.running_left, size=k) for j in filled])
+            demand = torch.cat([pad(j.running_demand, size=k) for j in filled])
         return JobSet(torch.cat([pad(j.arrival) for j in jobsets]), torch.cat([pad(j.duration) for j in jobsets]),
-                      torch.cat([pad(j.demand) for j in jobsets]), deadlines)
+                      torch.cat([pad(j.demand) for j in jobsets]), deadlines, left, demand)
 
     # ----- files: fixed evaluation sets ----------------------------------------------------
     def save(self, path: str | Path, **meta) -> None:
         """Write the jobsets (and any metadata, e.g. the workload that drew them) with torch.save."""
-        torch.save({"arrival": self.arrival.cpu(), "duration": self.duration.cpu(), "demand": self.demand.cpu(),
-                    "deadline": None if self.deadline is None else self.deadline.cpu(), "meta": meta}, Path(path))
+        torch.save({**{n: None if getattr(self, n) is None else getattr(self, n).cpu() for n in TENSORS},
+                    "meta": meta}, Path(path))
 
     @staticmethod
     def load(path: str | Path, device="cpu") -> "JobSet":
@@ -142,7 +190,8 @@ class JobSet:
         missing = {"arrival", "duration", "demand"} - set(data)
         if missing:
             raise ConfigError(f"{path}: not a JobSet file, missing {sorted(missing)}")
-        return JobSet(data["arrival"], data["duration"], data["demand"], data.get("deadline"))
+        return JobSet(data["arrival"], data["duration"], data["demand"], data.get("deadline"),
+                      data.get("running_left"), data.get("running_demand"))
 
 
 def _check(bad: torch.Tensor, field: str, values: torch.Tensor, what: str) -> None:

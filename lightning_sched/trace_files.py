@@ -24,6 +24,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from .config import ConfigError
 
 # SWF's 18 fields, in order (1-based field k is SWF_FIELDS[k - 1])
@@ -48,6 +50,7 @@ class Trace:
 
     resources: names of the demand columns; `demand[j][k]` is job j's demand on resources[k].
     present:   per resource, whether any job gives it (a resource unknown for every job is absent).
+    wait:      time from submit to start (SWF field 3; a CSV's optional wait column); -1 unknown.
     """
 
     path: str
@@ -59,6 +62,11 @@ class Trace:
     line: list[int]
     resources: tuple[str, ...]
     header: dict[str, str] = field(default_factory=dict)
+    wait: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.wait:
+            self.wait = [-1.0] * len(self.submit)
 
     @property
     def num_jobs(self) -> int:
@@ -105,13 +113,51 @@ def _known(value: float, path: Path, line: int, what: str) -> float:
     return value
 
 
+# the fields read_swf uses that must be >= 0 or -1 (unknown), 1-based
+USED_SWF_FIELDS = (2, 3, 4, 5, 7, 8, 10)
+
+
+def swf_line_values(text: str, path: Path, number: int) -> list[float]:
+    """The 18 numbers of one SWF job line, checked: TraceError naming the file, line and field of a
+    missing, extra or non-numeric field or a negative used field other than -1."""
+    parts = text.split()
+    if len(parts) != len(SWF_FIELDS):
+        if len(parts) < len(SWF_FIELDS):
+            k = len(parts) + 1
+            raise TraceError(f"{path}, line {number}, field {k} ({SWF_FIELDS[k - 1]}): missing; an SWF job line "
+                             f"has {len(SWF_FIELDS)} whitespace-separated fields, this one has {len(parts)}")
+        raise TraceError(f"{path}, line {number}, field {len(SWF_FIELDS) + 1}: unexpected; an SWF job line has "
+                         f"{len(SWF_FIELDS)} whitespace-separated fields, this one has {len(parts)}")
+    values = [_number(p, path, number, f"field {k} ({name})") for k, (p, name) in enumerate(zip(parts, SWF_FIELDS), 1)]
+    for k in USED_SWF_FIELDS:
+        _known(values[k - 1], path, number, f"field {k} ({SWF_FIELDS[k - 1]})")
+    return values
+
+
+def swf_table(rows: list[str], numbers: list[int], path: Path) -> np.ndarray:
+    """The job lines `rows` (file lines `numbers`) as float64 [N, 18]. All lines are converted at once
+    (a log can hold millions of numbers); when that fails or a value is out of range, the lines are
+    read one by one so the error names the first bad line and field."""
+    width = len(SWF_FIELDS)
+    table = None
+    if all(len(row.split()) == width for row in rows):
+        try:
+            table = np.array(" ".join(rows).split(), dtype=np.float64).reshape(len(rows), width)
+        except ValueError:
+            table = None
+    used = [k - 1 for k in USED_SWF_FIELDS]
+    if table is None or not np.isfinite(table).all() or ((table[:, used] < 0) & (table[:, used] != -1)).any():
+        table = np.array([swf_line_values(row, path, number) for row, number in zip(rows, numbers)])
+    return table
+
+
 def read_swf(path: str | Path) -> Trace:
     """Parse a Standard Workload Format file (.swf, or gzip-ed .swf.gz) into a `Trace` with the
     resources ("processors", "memory"). Raises TraceError with the file, line and field of the
     first malformed line, or when the file has no job line."""
     path = Path(path)
     header: dict[str, str] = {}
-    submit, run_time, demand, status, lines = [], [], [], [], []
+    rows, numbers = [], []
     for number, text in enumerate(_open_text(path), start=1):
         text = text.strip()
         if not text:
@@ -121,36 +167,25 @@ def read_swf(path: str | Path) -> Trace:
             if sep and key.strip() and key.strip() not in header:
                 header[key.strip()] = value.strip()
             continue
-        parts = text.split()
-        if len(parts) != len(SWF_FIELDS):
-            if len(parts) < len(SWF_FIELDS):
-                k = len(parts) + 1
-                raise TraceError(f"{path}, line {number}, field {k} ({SWF_FIELDS[k - 1]}): missing; an SWF job line "
-                                 f"has {len(SWF_FIELDS)} whitespace-separated fields, this one has {len(parts)}")
-            raise TraceError(f"{path}, line {number}, field {len(SWF_FIELDS) + 1}: unexpected; an SWF job line has "
-                             f"{len(SWF_FIELDS)} whitespace-separated fields, this one has {len(parts)}")
-        values = [_number(p, path, number, f"field {k} ({name})")
-                  for k, (p, name) in enumerate(zip(parts, SWF_FIELDS), 1)]
-        for k in (2, 4, 5, 7, 8, 10):
-            _known(values[k - 1], path, number, f"field {k} ({SWF_FIELDS[k - 1]})")
-        procs = values[4] if values[4] != -1 else values[7]
-        memory = values[6] if values[6] != -1 else values[9]
-        # SWF memory is KB per processor: the job's total is that times its processors
-        total_memory = -1.0 if memory == -1 or procs == -1 else memory * procs
-        submit.append(values[1])
-        run_time.append(values[3])
-        demand.append([procs, total_memory])
-        status.append(values[10])
-        lines.append(number)
-    if not submit:
+        rows.append(text)
+        numbers.append(number)
+    if not rows:
         raise TraceError(f"{path}: empty trace, no job line (only comments or blank lines)")
-    return Trace(str(path), "swf", submit, run_time, demand, status, lines, SWF_RESOURCES, header)
+    table = swf_table(rows, numbers, path)
+    procs = np.where(table[:, 4] != -1, table[:, 4], table[:, 7])
+    memory = np.where(table[:, 6] != -1, table[:, 6], table[:, 9])
+    # SWF memory is KB per processor: the job's total is that times its processors
+    total_memory = np.where((memory == -1) | (procs == -1), -1.0, memory * procs)
+    return Trace(str(path), "swf", table[:, 1].tolist(), table[:, 3].tolist(),
+                 np.stack([procs, total_memory], 1).tolist(), table[:, 10].tolist(), numbers, SWF_RESOURCES, header,
+                 table[:, 2].tolist())
 
 
 def read_csv(path: str | Path, submit: str = "submit_time", run_time: str = "run_time",
-             demands: tuple[str, ...] = ("processors",), status: str | None = None) -> Trace:
+             demands: tuple[str, ...] = ("processors",), status: str | None = None, wait: str | None = None) -> Trace:
     """Parse a CSV trace (header row first; .csv.gz is gunzipped). `submit`, `run_time`, each of
-    `demands` and the optional `status` name columns; an empty cell or -1 is unknown."""
+    `demands` and the optional `status` and `wait` (submit to start) name columns; an empty cell or
+    -1 is unknown."""
     path = Path(path)
     rows = _open_text(path)
     try:
@@ -162,6 +197,8 @@ def read_csv(path: str | Path, submit: str = "submit_time", run_time: str = "run
         wanted = {"submit": submit, "run_time": run_time, **{f"demand {d!r}": d for d in demands}}
         if status is not None:
             wanted["status"] = status
+        if wait is not None:
+            wanted["wait"] = wait
         missing = [f"{role} column {name!r}" for role, name in wanted.items() if name not in header]
         if missing:
             raise TraceError(f"{path}: unknown CSV column: {', '.join(missing)}; the header has {header}")
@@ -184,6 +221,7 @@ def read_csv(path: str | Path, submit: str = "submit_time", run_time: str = "run
             out.run_time.append(cell(run_time))
             out.demand.append([cell(d) for d in demands])
             out.status.append(cell(status) if status is not None else -1.0)
+            out.wait.append(cell(wait) if wait is not None else -1.0)
             out.line.append(number)
     except csv.Error as exc:
         raise TraceError(f"{path}, line {reader.line_num}: malformed CSV ({exc})") from exc

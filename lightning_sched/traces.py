@@ -16,8 +16,11 @@ A job longer than `max_job_len` or with more units than `max_job_units` is clipp
 dropped (`oversize`); either way it is counted in `report`, never silently. A job whose status is
 not kept, or whose submit time, run time or demand is unknown (-1), is dropped and counted.
 Windows of `simu_len` steps of the (compressed) timeline become jobsets; arrivals are relative to
-the window's start, and a window starts with an empty cluster (jobs running from before are not
-carried over).
+the window's start. By default a window starts as the log was at its first step: jobs recorded
+running then (started before, ending after: submit + wait + run time) hold their resources until
+their recorded end, and jobs submitted but not yet started wait in the queue at step 0
+(`start_state="log"`; "empty" starts idle). `propose_cluster` proposes a cluster at the log's own
+resolution (units, step length, horizon) that clips fewer than 1% of its jobs.
 
 The mapping is a sequence of pure functions, in the order `TraceWorkload` calls them:
 
@@ -28,12 +31,15 @@ The mapping is a sequence of pure functions, in the order `TraceWorkload` calls 
     arrival_steps                         submit times -> steps of the compressed timeline
     split_rows                            the train / test / all step range and its jobs
     plan_windows                          where windows can start, and the most jobs one holds
+    start_steps, LogState                 the recorded schedule, to start windows from the log's state
+    most_jobs_from_log, fit_running       job columns with the waiting jobs; running jobs that fit
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -45,6 +51,7 @@ from .trace_files import SWF_RESOURCES, Trace, TraceError, read_csv, read_swf, t
 OVERSIZE = ("clip", "drop")
 SPLITS = ("all", "train", "test")
 WINDOWS = ("random", "consecutive")
+START_STATES = ("log", "empty")
 DROP_REASONS = ("status", "unknown_submit", "unknown_run_time", "zero_run_time", "unknown_demand", "too_long",
                 "too_large")
 CLIP_REASONS = ("length", "demand")
@@ -59,6 +66,22 @@ class TraceWarning(UserWarning):
 def _ceil(x: float) -> int:
     # ceil with a tolerance for binary rounding (12.8 * 10 / 128 must be 1, not 2)
     return math.ceil(x - 1e-9)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_cached(reader, path: str, stamp: tuple, *args) -> Trace:
+    return reader(path, *args)
+
+
+def read_once(reader, path: str, *args) -> Trace:
+    """reader(path, *args), parsed once per file version: a script that proposes a cluster and builds
+    its train and test workloads from one log reads it once. The Trace is shared: never modified."""
+    try:
+        info = Path(path).stat()
+        stamp = (info.st_mtime_ns, info.st_size)
+    except OSError:  # the reader names the file in its error
+        return reader(path, *args)
+    return _read_cached(reader, str(path), stamp, *args)
 
 
 # ----- resources and capacities ----------------------------------------------------------------
@@ -130,9 +153,9 @@ def cluster_capacities(path: str, trace: Trace, names: tuple[str, ...], present:
         if value is None and trace.format == "swf" and name == "processors":
             value = _header_processors(trace.header)
         if value is None:
-            raise TraceError(f"{path}: no capacity for resource {name!r}: give capacity={{{name!r}: ...}} "
-                             f"(the virtual cluster's total, in the trace's units"
-                             f"{'; the SWF header has no MaxProcs' if name == 'processors' else ''})")
+            raise TraceError(f"{path}: no capacity for resource {name!r}: pass --trace_capacity {name}=N, the "
+                             f"cluster's total in the trace's units"
+                             f"{' (the SWF header has no MaxProcs or MaxNodes)' if name == 'processors' else ''}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise TraceError(f"{path}: capacity of {name!r} must be a finite number > 0, got {value!r}")
         out[name] = float(value)
@@ -160,7 +183,8 @@ class JobRules:
 class KeptJobs:
     """The jobs `select_jobs` kept, sorted by submit time (ties in file order), and what it did to the rest.
 
-    submit:   N submit times (trace seconds), ascending; line: the file line of each.
+    submit:   N submit times (trace seconds), ascending; line: the file line of each; wait: N waits
+              from submit to start (trace seconds, -1 unknown).
     duration: LongTensor[N], steps in [1, max_job_len]; demand: LongTensor[N, num_resources], units in
               [0, max_job_units].
     dropped:  jobs dropped per reason (DROP_REASONS, in that order); clipped: kept jobs cut to a limit per
@@ -173,6 +197,7 @@ class KeptJobs:
     demand: torch.Tensor
     dropped: dict[str, int]
     clipped: dict[str, int]
+    wait: list[float]
 
 
 def drop_reason(status: float, submit: float, run_time: float, demand: list[float], capacity: list[float | None],
@@ -256,14 +281,15 @@ def select_jobs(path: str, trace: Trace, names: tuple[str, ...], capacity: dict[
         duration, units, cuts = clip_job(duration, units, rules)
         for cut in cuts:
             clipped[cut] += 1
-        kept.append((trace.submit[j], trace.line[j], duration, units))
+        kept.append((trace.submit[j], trace.line[j], duration, units, trace.wait[j]))
     if not kept:
         raise TraceError(f"{path}: no job fits the cluster: {trace.num_jobs} job lines, all dropped "
                          f"({', '.join(f'{k} {v}' for k, v in dropped.items() if v)})")
     kept.sort(key=lambda job: job[0])  # stable: equal submit times keep file order
     duration = torch.tensor([job[2] for job in kept], dtype=torch.long)
     demand = torch.tensor([job[3] for job in kept], dtype=torch.long).view(len(kept), rules.num_resources)
-    return KeptJobs([job[0] for job in kept], [job[1] for job in kept], duration, demand, dropped, clipped)
+    return KeptJobs([job[0] for job in kept], [job[1] for job in kept], duration, demand, dropped, clipped,
+                    [job[4] for job in kept])
 
 
 # ----- time: load, compression, arrivals, split --------------------------------------------------
@@ -388,6 +414,195 @@ def plan_windows(arrival: torch.Tensor, span: tuple[int, int], length: int, wind
                       interval_end=(intervals[:, 1] - intervals[:, 0] + 1).cumsum(0))
 
 
+# ----- the log's own state at a window's start ---------------------------------------------------
+def start_steps(arrival: torch.Tensor, submit: list[float], wait: list[float], seconds_per_step: float,
+                compression: float) -> tuple[torch.Tensor, int]:
+    """(LongTensor[N]: the recorded start step floor((submit + wait - first submit) / (c S)) of each
+    kept job, never before its arrival step; the jobs whose wait is unknown, which start at arrival)."""
+    submit_t = torch.tensor(submit, dtype=torch.float64)
+    wait_t = torch.tensor(wait, dtype=torch.float64)
+    known = wait_t >= 0
+    step = torch.floor((submit_t - submit[0] + wait_t.clamp(min=0)) / (compression * seconds_per_step))
+    start = torch.where(known, step.clamp(max=MAX_STEP).long(), arrival).maximum(arrival)
+    return start, int((~known).sum())
+
+
+@dataclass
+class LogState:
+    """The recorded schedule of every kept job, to start a window at step s as the log was then.
+
+    arrival, start, end: LongTensor[N] in arrival order, end = start + duration (steps, compressed
+    timeline); demand: LongTensor[N, R]; by_start: LongTensor[N], the jobs in (start, arrival) order,
+    sorted_start: start[by_start]; longest: the most steps any job runs, max_wait: the most steps any
+    job waited.
+
+    At s, a job with arrival < s <= start is waiting (in the queue at step 0), one with start < s < end
+    is running (it holds its demand over steps [0, end - s) of the window)."""
+
+    arrival: torch.Tensor
+    start: torch.Tensor
+    end: torch.Tensor
+    demand: torch.Tensor
+    by_start: torch.Tensor
+    sorted_start: torch.Tensor
+    longest: int
+    max_wait: int
+
+    @classmethod
+    def of(cls, arrival: torch.Tensor, start: torch.Tensor, duration: torch.Tensor, demand: torch.Tensor) -> LogState:
+        sorted_start, by_start = torch.sort(start, stable=True)
+        return cls(arrival, start, start + duration, demand, by_start, sorted_start, int(duration.max()),
+                   int((start - arrival).max()))
+
+    def waiting(self, s: int) -> torch.Tensor:
+        """The jobs waiting at step s, in arrival order: LongTensor[n] of indices."""
+        lo = int(torch.searchsorted(self.arrival, torch.tensor(s - self.max_wait)))
+        hi = int(torch.searchsorted(self.arrival, torch.tensor(s)))
+        return lo + torch.nonzero(self.start[lo:hi] >= s).flatten()
+
+    def running(self, s: int) -> torch.Tensor:
+        """The jobs running at step s, in start order: LongTensor[n] of indices."""
+        lo = int(torch.searchsorted(self.sorted_start, torch.tensor(s - self.longest)))
+        hi = int(torch.searchsorted(self.sorted_start, torch.tensor(s)))
+        candidates = self.by_start[lo:hi]
+        return candidates[self.end[candidates] > s]
+
+    def num_waiting(self, starts: torch.Tensor) -> torch.Tensor:
+        """LongTensor[S]: jobs waiting at each step of `starts` (start >= arrival makes this a difference of counts)."""
+        return torch.searchsorted(self.arrival, starts) - torch.searchsorted(self.sorted_start, starts)
+
+
+def fit_running(demand: torch.Tensor, resource_units: int) -> torch.Tensor:
+    """BoolTensor[n]: the longest prefix of the running jobs (demand LongTensor[n, R], in start order)
+    that fits resource_units of every resource; the rest would overfill the cluster (rounding demands up
+    to units, or a compressed timeline, can make the recorded schedule exceed it)."""
+    fits = (demand.cumsum(0) <= resource_units).all(-1)
+    return fits.long().cumprod(0).bool()
+
+
+def most_jobs_from_log(arrival: torch.Tensor, log: LogState, plan: WindowPlan, span: tuple[int, int],
+                       length: int) -> int:
+    """The most jobs a window started from the log's state holds (its arrivals plus the jobs waiting at
+    its start), over the plan's starts: consecutive, exactly; random, at every step where the count can
+    rise (an upper bound: some of those starts hold no arrival). arrival: the split's, ascending."""
+    if plan.starts is not None:
+        candidates = plan.starts
+    else:
+        lo, last = span[0], max(span[0], span[1] - length)
+        candidates = torch.cat([arrival - length + 1, log.arrival + 1, log.start + 1, torch.tensor([lo, last])])
+        candidates = torch.unique(candidates.clamp(lo, last))
+    window = torch.searchsorted(arrival, candidates + length) - torch.searchsorted(arrival, candidates)
+    return int((window + log.num_waiting(candidates)).max())
+
+
+def pad_rows(rows: list[torch.Tensor], width: int, value: int = -1) -> torch.Tensor:
+    """LongTensor[len(rows), width]: each 1-D row, then `value`."""
+    out = torch.full((len(rows), width), value, dtype=torch.long)
+    for b, row in enumerate(rows):
+        out[b, :len(row)] = row
+    return out
+
+
+# ----- a cluster for a log ------------------------------------------------------------------------
+# Step lengths (seconds) the proposal tries, shortest first: the finest that keeps the log's long jobs
+# within the horizon wins (short steps keep short jobs short; each step costs a simulator step)
+STEP_LENGTHS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400)
+# what one unit of an SWF resource is counted in (a CSV column's unit is its own)
+UNIT_NAMES = {"processors": "processors", "memory": "KB of memory"}
+# resource_units beyond this are refused by the proposal: pick a divisor of the log's processors
+MAX_PROPOSED_UNITS = 8192
+
+
+@dataclass(frozen=True)
+class ClusterProposal:
+    """A cluster at a log's own resolution (`propose_cluster`): the ClusterConfig, the step length, and
+    what they clip. `unit` is the trace quantity (processors, KB, ...) one unit of each resource stands for."""
+
+    cluster: ClusterConfig
+    seconds_per_step: float
+    jobs: int
+    clipped_length: int
+    clipped_demand: int
+    unit: dict[str, float]
+
+    @property
+    def clipped_fraction(self) -> float:
+        """Share of the jobs cut to max_job_len or max_job_units (an upper bound: a job cut in both counts twice)."""
+        return (self.clipped_length + self.clipped_demand) / self.jobs
+
+    def describe(self) -> str:
+        c = self.cluster
+        units = ", ".join(f"1 unit = {v:g} {UNIT_NAMES.get(k, k)}" for k, v in self.unit.items())
+        return (f"proposed cluster: --resource_units {c.resource_units} --max_job_units {c.max_job_units} "
+                f"--seconds_per_step {self.seconds_per_step:g} --max_job_len {c.max_job_len} --horizon {c.horizon} "
+                f"--max_time {c.max_time} ({units}); clips {self.clipped_length} jobs by length and "
+                f"{self.clipped_demand} by demand of {self.jobs} ({100 * self.clipped_fraction:.3g}%)")
+
+
+def propose_cluster(workload: TraceWorkload | None = None, *, path: str | Path | None = None,
+                    resource_units: int | None = None, seconds_per_step: float | None = None,
+                    max_clipped: float = 0.01, max_horizon: int = 128, simu_len: int = 50,
+                    **params) -> ClusterProposal:
+    """A cluster that replays a log at its own resolution, clipping fewer than `max_clipped` of its jobs.
+
+    resource_units: the log's processors (the capacity of its first resource: MaxProcs, or
+    --trace_capacity), or the divisor given; demands are whole units of capacity / resource_units.
+    seconds_per_step: the shortest of STEP_LENGTHS (or the one given) at which fewer than max_clipped
+    of the jobs are longer than a max_job_len <= max_horizon; max_job_len is the shortest such length,
+    the horizon a third more (room to reserve ahead; at most max_horizon), max_time
+    max(1000, 4 (simu_len + horizon)) so that windows drain. Other ClusterConfig fields: the defaults.
+    `params` are TraceWorkload's (capacity, resources, statuses, ...); `path` the trace.
+    Raises TraceError when no step length keeps the clipping under max_clipped.
+    """
+    if workload is None:
+        # only the log's jobs and capacities are read off this workload, not its steps or windows
+        workload = TraceWorkload(path=str(path), seconds_per_step=1.0, simu_len=simu_len, start_state="empty",
+                                 **params)
+    trace, names = workload.trace, workload.resources
+    present = resource_presence(trace, names)
+    capacity = cluster_capacities(workload.path, trace, names, present, workload.capacity)
+    first = next(iter(capacity))
+    units = resource_units if resource_units is not None else round(capacity[first])
+    if not isinstance(units, int) or not 1 <= units <= MAX_PROPOSED_UNITS:
+        raise TraceError(f"{workload.path}: {units} units of {first!r} (capacity {capacity[first]:g}); pass "
+                         f"--resource_units N (1..{MAX_PROPOSED_UNITS}), N units of capacity / N each")
+    rules = JobRules(seconds_per_step=1.0, statuses=workload._job_rules().statuses,
+                     keep_unknown_status=workload.keep_unknown_status,
+                     keep_zero_run_time=workload.keep_zero_run_time, oversize="clip",
+                     num_resources=workload.num_resources, resource_units=units, max_job_len=2 ** 62,
+                     max_job_units=units)
+    columns = [trace.resources.index(n) for n in names]
+    caps = [capacity.get(n) for n in names]
+    run_times, clipped_demand = [], 0
+    for j in range(trace.num_jobs):
+        demand = [trace.demand[j][c] for c in columns]
+        if drop_reason(trace.status[j], trace.submit[j], trace.run_time[j], demand, caps, rules) is None:
+            run_times.append(trace.run_time[j])
+            clipped_demand += any(v > cap * (1 + 1e-9) for v, cap in zip(demand, caps) if cap is not None)
+    if not run_times:
+        raise TraceError(f"{workload.path}: no job to size the cluster by (every job line is dropped)")
+    runs = torch.tensor(run_times, dtype=torch.float64)
+    allowed = math.ceil(max_clipped * len(run_times)) - 1 - clipped_demand  # strictly fewer than max_clipped
+    if allowed < 0:
+        raise TraceError(f"{workload.path}: {clipped_demand} of {len(run_times)} jobs ask for more than the "
+                         f"capacity {capacity}; raise --trace_capacity")
+    for step in (seconds_per_step,) if seconds_per_step is not None else STEP_LENGTHS:
+        steps = torch.ceil(runs / step - 1e-9).clamp(min=1).sort().values
+        length = int(steps[len(steps) - 1 - allowed])  # all but `allowed` jobs are at most this long
+        if length <= max_horizon:
+            break
+    else:
+        raise TraceError(f"{workload.path}: no step length in {STEP_LENGTHS if seconds_per_step is None else step} "
+                         f"keeps {len(run_times) - allowed} of {len(run_times)} jobs within max_horizon={max_horizon} "
+                         f"steps; pass a longer --seconds_per_step or a larger max_horizon")
+    horizon = min(max_horizon, max(length, math.ceil(4 * length / 3)))
+    cluster = ClusterConfig(num_resources=workload.num_resources, resource_units=units, max_job_units=units,
+                            horizon=horizon, max_job_len=length, max_time=max(1000, 4 * (simu_len + horizon)),
+                            observation="none")
+    return ClusterProposal(cluster, float(step), len(run_times), int((steps > length).sum()), clipped_demand,
+                           {k: v / units for k, v in capacity.items()})
+
+
 # ----- the report --------------------------------------------------------------------------------
 @dataclass
 class TraceReport:
@@ -436,6 +651,14 @@ class TraceReport:
     """Random: the starts whose window holds a job. Consecutive: the non-empty tiles."""
     max_jobs: int
     """Job columns of every jobset."""
+    start_state: str = "empty"
+    """'log' (windows start as the log was: running jobs hold their resources, waiting jobs queue) or 'empty'."""
+    unknown_wait: int = 0
+    """Kept jobs whose wait is unknown (-1): with start_state 'log', taken to start when submitted."""
+    carried: dict = field(default_factory=dict)
+    """With start_state 'log', summed over the windows drawn so far: windows, running (jobs holding
+    resources at step 0), running_over_capacity (recorded as running but left out: they would overfill
+    the cluster), waiting (jobs queued at step 0). Running jobs are no part of the episode's metrics."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -476,6 +699,8 @@ class TraceWorkload:
     """CSV column of the run time."""
     csv_status: str | None = None
     """CSV column of the job status (None: no status, every job's is unknown)."""
+    csv_wait: str | None = None
+    """CSV column of the wait from submit to start (None: unknown, jobs start when submitted)."""
     statuses: tuple | None = (1,)
     """Job statuses kept; None keeps all. SWF: 1 completed, 0 failed, 5 cancelled."""
     keep_unknown_status: bool = True
@@ -502,6 +727,11 @@ class TraceWorkload:
     load is c times the trace's; c < 1 stretches. See target_load."""
     job_columns: int | None = None
     """Job columns (max_jobs) of every jobset; None: the most jobs any window can hold."""
+    start_state: str = "log"
+    """'log': a window starts as the log was at its first step: jobs recorded running then (started
+    before, ending after) hold their demand until their recorded end (submit + wait + run time), jobs
+    submitted but not yet started are waiting at step 0 (before the window's arrivals). 'empty': an
+    idle cluster and an empty queue."""
     num_resources: int = 2
     resource_units: int = 10
     max_job_len: int = 15
@@ -517,7 +747,7 @@ class TraceWorkload:
         self._check_knobs()
         fmt = trace_format(self.path, self.format)
         if fmt == "swf":
-            self.trace = read_swf(self.path)
+            self.trace = read_once(read_swf, self.path)
             names = tuple(self.resources) if self.resources is not None else SWF_RESOURCES[:self.num_resources]
             unknown = [n for n in names if n not in SWF_RESOURCES]
             if unknown:
@@ -526,7 +756,8 @@ class TraceWorkload:
             if self.resources is None:
                 raise TraceError(f"{self.path}: a CSV trace needs resources=(demand column, ...)")
             names = tuple(self.resources)
-            self.trace = read_csv(self.path, self.csv_submit, self.csv_run_time, names, self.csv_status)
+            self.trace = read_once(read_csv, self.path, self.csv_submit, self.csv_run_time, names, self.csv_status,
+                                   self.csv_wait)
         if len(names) > self.num_resources:
             raise TraceError(f"{self.path}: {len(names)} trace resources {names} for a cluster of "
                              f"num_resources={self.num_resources}")
@@ -545,7 +776,8 @@ class TraceWorkload:
             positive("target_load")
             if self.time_compression != 1.0:
                 raise TraceError("TraceWorkload: give target_load or time_compression, not both")
-        for name, choices in (("oversize", OVERSIZE), ("split", SPLITS), ("windows", WINDOWS)):
+        for name, choices in (("oversize", OVERSIZE), ("split", SPLITS), ("windows", WINDOWS),
+                              ("start_state", START_STATES)):
             if getattr(self, name) not in choices:
                 raise TraceError(f"TraceWorkload.{name}={getattr(self, name)!r} is unknown; choose one of {choices}")
         if not (isinstance(self.test_fraction, (int, float)) and 0 < self.test_fraction < 1):
@@ -582,10 +814,16 @@ class TraceWorkload:
         self.range = (lo, hi)
         self._cursor = 0
         self._plan = plan_windows(self.arrival, self.range, self.simu_len, self.windows)
-        if self.job_columns is not None and self.job_columns < self._plan.most_jobs:
-            raise TraceError(f"{self.path}: a window of {self.simu_len} steps holds up to {self._plan.most_jobs} jobs; "
+        start, unknown_wait = start_steps(arrival, jobs.submit, jobs.wait, self.seconds_per_step, compression)
+        self._log = LogState.of(arrival, start, jobs.duration, jobs.demand)
+        self._split_first = int(rows.nonzero()[0])  # the split is a contiguous run of the arrival order
+        most = self._plan.most_jobs
+        if self.start_state == "log":
+            most = max(most, most_jobs_from_log(self.arrival, self._log, self._plan, self.range, self.simu_len))
+        if self.job_columns is not None and self.job_columns < most:
+            raise TraceError(f"{self.path}: a window of {self.simu_len} steps holds up to {most} jobs; "
                              f"job_columns={self.job_columns} is too few")
-        self._max_jobs = self.job_columns or self._plan.most_jobs
+        self._max_jobs = self.job_columns or most
         self.report = TraceReport(
             path=self.path, format=trace.format, job_lines=trace.num_jobs, kept=len(jobs.submit),
             dropped=jobs.dropped, clipped=jobs.clipped, resources=list(names),
@@ -597,6 +835,8 @@ class TraceWorkload:
             split_seconds=[jobs.submit[0] + step * self.seconds_per_step * compression for step in (lo, hi)],
             split_load=[round(x, 4) for x in offered_load(self.duration, self.demand, hi - lo, units)],
             windows=self.windows, window_starts=self.num_windows, max_jobs=self.max_jobs,
+            start_state=self.start_state, unknown_wait=unknown_wait,
+            carried=dict.fromkeys(("windows", "running", "running_over_capacity", "waiting"), 0),
         )
 
     # ----- the workload protocol --------------------------------------------------------------
@@ -642,6 +882,8 @@ class TraceWorkload:
         starts = starts.long().cpu()
         first = torch.searchsorted(self.arrival, starts)
         stop = torch.searchsorted(self.arrival, starts + self.simu_len)
+        if self.start_state == "log":
+            return self._jobset_from_log(starts, first, stop).to(device)
         index = first.unsqueeze(1) + torch.arange(self.max_jobs)
         real = index < stop.unsqueeze(1)
         index = index.clamp(max=self.arrival.numel() - 1)
@@ -649,6 +891,32 @@ class TraceWorkload:
         duration = torch.where(real, self.duration[index], 0)
         demand = torch.where(real.unsqueeze(-1), self.demand[index], 0)
         return JobSet(arrival, duration, demand).to(device)
+
+    def _jobset_from_log(self, starts: torch.Tensor, first: torch.Tensor, stop: torch.Tensor) -> JobSet:
+        """The windows [s, s + simu_len) started from the log's state at s: the jobs waiting at s (arrival
+        0, in arrival order), then the window's arrivals; the jobs running at s as running_left/demand."""
+        log, carried = self._log, self.report.carried
+        columns, arrivals, running = [], [], []
+        for s, f, t in zip(starts.tolist(), first.tolist(), stop.tolist()):
+            queued = log.waiting(s)
+            columns.append(torch.cat([queued, self._split_first + torch.arange(f, t)]))
+            arrivals.append(torch.cat([torch.zeros_like(queued), self.arrival[f:t] - s]))
+            busy = log.running(s)
+            fits = fit_running(log.demand[busy], self.resource_units)
+            running.append(busy[fits])
+            carried["windows"] += 1
+            carried["waiting"] += len(queued)
+            carried["running"] += int(fits.sum())
+            carried["running_over_capacity"] += int((~fits).sum())
+        index = pad_rows(columns, self.max_jobs)
+        real = index >= 0
+        index = index.clamp(min=0)
+        busy = pad_rows(running, max(1, max(len(r) for r in running)))
+        return JobSet(arrival=pad_rows(arrivals, self.max_jobs).clamp(min=0),
+                      duration=torch.where(real, log.end[index] - log.start[index], 0),
+                      demand=torch.where(real.unsqueeze(-1), log.demand[index], 0),
+                      running_left=torch.where(busy >= 0, log.end[busy.clamp(min=0)] - starts.unsqueeze(1), 0),
+                      running_demand=torch.where((busy >= 0).unsqueeze(-1), log.demand[busy.clamp(min=0)], 0))
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None, device="cpu") -> JobSet:
         """B windows of the split as jobsets: JobSet [B, max_jobs]."""

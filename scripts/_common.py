@@ -18,7 +18,7 @@ import torch  # noqa: E402
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload  # noqa: E402
 from lightning_sched.config import SIZE_FIELDS  # noqa: E402
 from lightning_sched.heuristics import make_heuristic  # noqa: E402
-from lightning_sched.traces import TraceWorkload, parse_capacity  # noqa: E402
+from lightning_sched.traces import TraceWorkload, parse_capacity, propose_cluster  # noqa: E402
 
 # set to 1 to see the full traceback of an error the scripts otherwise report in one line
 TRACEBACK_ENV = "LIGHTNING_SCHED_TRACEBACK"
@@ -128,8 +128,20 @@ def reward_from_args(args) -> dict:
 
 
 def cluster_from_args(args) -> tuple[ClusterConfig, bool]:
-    """(the cluster the flags describe, whether any size flag was given)."""
+    """(the cluster the flags describe, whether any size flag was given). With --fit_cluster, the
+    cluster `propose_cluster` proposes for --trace (printed), the size flags given overriding it, and
+    --seconds_per_step set to the proposal's when not given."""
     sizes = {name: getattr(args, name) for name in SIZE_FIELDS if getattr(args, name) is not None}
+    if getattr(args, "fit_cluster", False):
+        if not args.trace:
+            raise ConfigError("--fit_cluster proposes a cluster for a log: give --trace")
+        proposal = propose_cluster(path=args.trace, resource_units=args.resource_units,
+                                   seconds_per_step=args.seconds_per_step, max_horizon=args.max_horizon,
+                                   simu_len=args.simu_len, **trace_params(args))
+        print(proposal.describe(), flush=True)
+        proposed = {name: getattr(proposal.cluster, name) for name in SIZE_FIELDS}
+        sizes = {**proposed, **sizes}
+        args.seconds_per_step = proposal.seconds_per_step
     return ClusterConfig(observation="none", **reward_from_args(args), **sizes), bool(sizes)
 
 
@@ -162,24 +174,42 @@ def add_trace_flags(ap: argparse.ArgumentParser) -> None:
                    help="share of the trace's time range in the test split")
     g.add_argument("--trace_windows", choices=("random", "consecutive"), default="random")
     g.add_argument("--target_load", type=float, help="compress the trace's time to reach this offered load")
+    g.add_argument("--time_compression", type=float, default=1.0,
+                   help="shrink the time between submits by this factor (the offered load grows by it)")
     g.add_argument("--csv_submit", default="submit_time", help="CSV column of the submit time (seconds)")
     g.add_argument("--csv_run_time", default="run_time", help="CSV column of the run time (seconds)")
     g.add_argument("--csv_status", help="CSV column of the job status (default: none)")
+    g.add_argument("--csv_wait", help="CSV column of the wait from submit to start (default: none, jobs start "
+                   "when submitted)")
+    g.add_argument("--trace_start", choices=("log", "empty"), default="log",
+                   help="a window starts as the log was (running jobs hold their resources, waiting jobs queue) "
+                   "or with an idle cluster")
+    g.add_argument("--fit_cluster", action="store_true",
+                   help="propose the cluster for --trace at the log's own resolution (units = its processors or "
+                   "--resource_units, the step length and horizon that clip < 1%% of jobs) and use it; size flags "
+                   "given override it")
+    g.add_argument("--max_horizon", type=int, default=128, help="--fit_cluster: the longest horizon to propose")
 
 
 def trace_workload_from_args(args, cluster: ClusterConfig, **params) -> TraceWorkload:
     """The TraceWorkload the trace flags describe; `params` adds TraceWorkload fields the flags lack
     (time_compression)."""
     if args.seconds_per_step is None:
-        raise ConfigError("--trace needs --seconds_per_step")
+        raise ConfigError("--trace needs --seconds_per_step (or --fit_cluster to propose one)")
     return TraceWorkload.for_cluster(
-        cluster, args.trace, args.seconds_per_step, format=args.trace_format,
-        resources=None if args.trace_resources is None else tuple(args.trace_resources),
-        capacity=parse_capacity(args.trace_capacity), oversize=args.oversize,
-        statuses=tuple(args.trace_statuses) if args.trace_statuses else None,
-        keep_unknown_status=not args.drop_unknown_status, split=args.trace_split, test_fraction=args.test_fraction,
-        windows=args.trace_windows, simu_len=args.simu_len, target_load=args.target_load,
-        csv_submit=args.csv_submit, csv_run_time=args.csv_run_time, csv_status=args.csv_status, **params)
+        cluster, args.trace, args.seconds_per_step, oversize=args.oversize, split=args.trace_split,
+        test_fraction=args.test_fraction, windows=args.trace_windows, simu_len=args.simu_len,
+        start_state=args.trace_start, **{"target_load": args.target_load, "time_compression": args.time_compression,
+                                         **trace_params(args), **params})
+
+
+def trace_params(args) -> dict:
+    """The TraceWorkload fields that say how to read the log (format, resources, capacity, statuses, CSV columns)."""
+    return dict(format=args.trace_format, capacity=parse_capacity(args.trace_capacity),
+                resources=None if args.trace_resources is None else tuple(args.trace_resources),
+                statuses=tuple(args.trace_statuses) if args.trace_statuses else None,
+                keep_unknown_status=not args.drop_unknown_status, csv_submit=args.csv_submit,
+                csv_run_time=args.csv_run_time, csv_status=args.csv_status, csv_wait=args.csv_wait)
 
 
 def heuristic(name: str, cfg: ClusterConfig, device="cpu", seed: int = 0):

@@ -5,6 +5,7 @@ in a few REINFORCE steps, and save the adapted checkpoint.
     python scripts/adapt.py --ckpt checkpoints/maml.ckpt --steps 5 \\
         --trace ../shared/traces/NASA-iPSC-1993-3.1-cln.swf.gz --seconds_per_step 600 \\
         --trace_capacity processors=128 --json
+    python scripts/adapt.py --ckpt checkpoints/slots_slowdown.ckpt --steps 5 --trace LOG.swf.gz --fit_cluster
 
 Each step draws --jobsets jobsets of the workload (seeds disjoint from evaluation's), rolls out
 --episodes episodes of each, and takes one step (DeepRM's time-indexed baseline). After step 0 and

@@ -2,6 +2,7 @@
 
     python scripts/evaluate.py --policy tetris sjf packer random --load 0.9 --jobsets 200 --seed 12345
     python scripts/evaluate.py --policy checkpoints/reinforce_slowdown.ckpt --load 1.3 --json
+    python scripts/evaluate.py --trace LOG.swf.gz --fit_cluster --policy tetris sjf checkpoints/slots_slowdown.ckpt
     python scripts/evaluate.py --policy SLOTS.ckpt tetris --num_slots 20 --resource_units 20 --max_job_units 20 \
         --dominant_units 10 20 --other_units 1 4
 
@@ -105,10 +106,14 @@ def main(argv=None) -> int:
         report = workload.report
         trace_counts = {"trace_kept": report.kept, "trace_dropped": report.dropped,
                         "trace_clipped": report.clipped, "trace_split_jobs": report.split_jobs,
-                        "trace_load": max(report.split_load)}
+                        "trace_load": max(report.split_load), "trace_start": report.start_state,
+                        "trace_carried": report.carried}
         print(f"trace {args.trace}: {report.job_lines} job lines, kept {report.kept}, dropped "
               f"{sum(report.dropped.values())} {report.dropped}, clipped {report.clipped}; "
-              f"{report.split} split: {report.split_jobs} jobs, steps {report.split_steps}")
+              f"{report.split} split: {report.split_jobs} jobs, steps {report.split_steps}; windows start "
+              f"{'from the log' if report.start_state == 'log' else 'empty'}"
+              + (f", carrying {report.carried} (running jobs are outside the metrics)"
+                 if report.start_state == "log" else ""))
     else:
         workload = workload_from_args(args, cluster)
         workload.validate(cluster)

@@ -61,8 +61,10 @@ from _common import (
     ROOT,
     RUNS,
     ScriptParser,
+    add_cluster_flags,
     add_trace_flags,
     at_least,
+    cluster_from_args,
     named_policies,
     positive_float,
     run_main,
@@ -222,8 +224,12 @@ def recipes(args) -> None:
 
 
 def trace(args) -> None:
-    """Heuristics (and any checkpoints) on a real trace's held-out time range, as recorded and time-compressed."""
-    cfg, policies = cluster_and_policies(args)
+    """Heuristics (and any checkpoints) on a real trace's held-out time range, as recorded and time-compressed,
+    on the cluster the size flags (or --fit_cluster) describe (checkpoints of slot policies run on it)."""
+    cfg, sized = cluster_from_args(args)
+    if args.seconds_per_step is None:
+        args.seconds_per_step = 600.0  # the NASA figure's step without --fit_cluster
+    policies = named_policies(cfg, args.heuristics, args.ckpt, args.device, resize=sized)
     metrics = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate")
     settings, values, cdf, mapping = {}, {}, None, None
     for compression in args.compressions:
@@ -522,9 +528,10 @@ def main() -> None:
     p = figure(trace, "heuristics on a real trace's held-out time range (docs/traces.md; default trace: the NASA "
                "iPSC log in ../shared)", shared_flags(HEURISTICS))
     add_trace_flags(p)
+    add_cluster_flags(p)
     p.add_argument("--simu_len", type=at_least(1), default=50, help="steps of a window")
     p.add_argument("--compressions", type=float, nargs="+", default=[1.0, 2.0], help="time compressions to compare")
-    p.set_defaults(trace=str(NASA_TRACE), seconds_per_step=600.0, trace_capacity=["processors=128"])
+    p.set_defaults(trace=str(NASA_TRACE), trace_capacity=["processors=128"])
     p = figure(objectives, "policies trained for different objectives, on both metrics",
                shared_flags(["tetris", "sjf", "packer", "random"], ckpt="+"))
     p.add_argument("--load", type=float, default=1.3)

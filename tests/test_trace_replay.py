@@ -1,0 +1,215 @@
+"""A cluster's own log end to end: windows that start from the log's state, the cluster proposed for
+a log, and the recipe (fit, adapt, evaluate, figure) on a tiny log, as a user runs it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_sched import ClusterConfig, JobSet
+from lightning_sched.cluster import init_state
+from lightning_sched.config import ConfigError
+from lightning_sched.evaluation import evaluate
+from lightning_sched.heuristics import make_heuristic
+from lightning_sched.state import used_rows
+from lightning_sched.trace_files import TraceError, read_swf
+from lightning_sched.trace_synthesis import write_swf
+from lightning_sched.traces import TraceWorkload, fit_running, propose_cluster
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def swf_line(number, submit, wait, run, procs, memory=-1):
+    return f"{number} {submit} {wait} {run} {procs} -1 {memory} {procs} -1 -1 1 1 1 1 1 1 -1 -1"
+
+
+def write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# One processor resource of 16, one step a minute. Recorded schedule, in steps (start = submit + wait):
+#   job 1: submitted 0, starts 0, runs 10 steps, 4 processors
+#   job 2: submitted 1, starts 1, runs 3 steps, 8 processors         (over before step 5)
+#   job 3: submitted 2, starts 7 (waited 5), runs 2 steps, 8 processors
+#   job 4: submitted 3, starts 3, runs 6 steps, 6 processors         (ends at 9)
+#   job 5: submitted 5, starts 5, runs 1 step, 2 processors
+#   job 6: submitted 10, starts 10, runs 1 step, 1 processor
+# At step 5: jobs 1 and 4 run (4 + 6 processors until steps 10 and 9), job 3 waits, jobs 5 and 6 arrive.
+STATE_LOG = ["; MaxProcs: 16", swf_line(1, 0, 0, 600, 4), swf_line(2, 60, 0, 180, 8), swf_line(3, 120, 300, 120, 8),
+             swf_line(4, 180, 0, 360, 6), swf_line(5, 300, 0, 60, 2), swf_line(6, 600, 0, 60, 1)]
+ONE_RESOURCE = ClusterConfig(num_resources=1, resource_units=16, max_job_units=16, horizon=12, max_job_len=10,
+                             observation="none")
+
+
+def state_workload(tmp_path, **params) -> TraceWorkload:
+    return TraceWorkload.for_cluster(ONE_RESOURCE, write(tmp_path / "state.swf", STATE_LOG), 60,
+                                     resources=("processors",), simu_len=10, **params)
+
+
+def test_a_window_starts_with_the_jobs_the_log_had_running_and_waiting(tmp_path):
+    workload = state_workload(tmp_path)
+    jobs = workload.jobset(torch.tensor([5]))
+    # waiting job 3 first (arrival 0), then the window's arrivals: job 5 at 0, job 6 at 5
+    real = jobs.duration[0] > 0
+    assert jobs.arrival[0][real].tolist() == [0, 0, 5]
+    assert jobs.duration[0][real].tolist() == [2, 1, 1]
+    assert jobs.demand[0][real].flatten().tolist() == [8, 2, 1]
+    # running jobs 1 and 4 hold 4 and 6 units for the 5 and 4 steps they have left
+    left = jobs.running_left[0]
+    assert sorted(zip(left[left > 0].tolist(), jobs.running_demand[0][left > 0].flatten().tolist())) == [(4, 6), (5, 4)]
+    assert workload.report.carried == {"windows": 1, "running": 2, "running_over_capacity": 0, "waiting": 1}
+    # the simulator starts with exactly that occupancy, and the episode's jobs are the three above
+    state = init_state(jobs.validate(ONE_RESOURCE), ONE_RESOURCE)
+    assert used_rows(state, ONE_RESOURCE)[0, :, 0].tolist() == [10, 10, 10, 10, 4, 0, 0, 0, 0, 0, 0, 0]
+    assert int(state.num_jobs[0]) == 3
+    # job 3 (8 units) does not fit beside the 10 running ones; at step 4 job 4 has left: 4 + 8 <= 16
+    assert state.slot_offset[0, 0].item() == 4
+    result = evaluate(make_heuristic("sjf", ONE_RESOURCE), ONE_RESOURCE, jobs)
+    assert result.summary["num_jobs"] == 3  # running jobs are no part of the metrics
+
+
+def test_the_empty_start_keeps_the_old_windows(tmp_path):
+    jobs = state_workload(tmp_path, start_state="empty").jobset(torch.tensor([5]))
+    real = jobs.duration[0] > 0
+    assert jobs.arrival[0][real].tolist() == [0, 5] and jobs.running_left is None
+    state = init_state(jobs.validate(ONE_RESOURCE), ONE_RESOURCE)
+    assert int(used_rows(state, ONE_RESOURCE).sum()) == 0
+
+
+def test_the_most_jobs_of_a_window_count_the_waiting_ones(tmp_path):
+    starts = torch.arange(0, 11)
+    log = state_workload(tmp_path)
+    empty = state_workload(tmp_path, start_state="empty")
+    # job 3 waits at steps 3..7: those windows hold it beside their arrivals
+    assert log.jobset(starts).num_jobs.tolist() == [5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 1]
+    assert empty.jobset(starts).num_jobs.tolist() == [5, 5, 4, 3, 2, 2, 1, 1, 1, 1, 1]
+    assert log.max_jobs == 5
+
+
+def test_running_jobs_that_would_overfill_the_cluster_are_left_out_and_counted(tmp_path):
+    assert fit_running(torch.tensor([[3], [2], [1]]), 4).tolist() == [True, False, False]
+    # time compressed twice: at step 2 jobs 1, 2 and 4 overlap (4 + 8 + 6 > 16): job 4, started last, is left out
+    workload = state_workload(tmp_path, time_compression=2.0)
+    jobs = workload.jobset(torch.tensor([2]))
+    left = jobs.running_left[0]
+    assert sorted(jobs.running_demand[0][left > 0].flatten().tolist()) == [4, 8]
+    assert workload.report.carried == {"windows": 1, "running": 2, "running_over_capacity": 1, "waiting": 1}
+    cfg = ClusterConfig(num_resources=1, resource_units=4, max_job_units=4, observation="none")
+    jobs = JobSet(torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.long),
+                  torch.ones(1, 1, 1, dtype=torch.long),
+                  running_left=torch.tensor([[2, 3]]), running_demand=torch.tensor([[[3], [2]]]))
+    with pytest.raises(ConfigError, match=r"running_demand.sum\(jobs\).* exceeds resource_units=4"):
+        jobs.validate(cfg)
+
+
+def test_without_running_jobs_the_start_is_the_empty_cluster():
+    cfg = ClusterConfig(observation="none")
+    jobs = JobSet(torch.tensor([[0, 1]]), torch.tensor([[2, 3]]), torch.tensor([[[1, 1], [2, 0]]]))
+    carried = JobSet(jobs.arrival, jobs.duration, jobs.demand, running_left=torch.zeros(1, 3, dtype=torch.long),
+                     running_demand=torch.zeros(1, 3, 2, dtype=torch.long))
+    a, b = init_state(jobs, cfg), init_state(carried, cfg)
+    assert torch.equal(a.used_bits, b.used_bits) and torch.equal(a.slot_offset, b.slot_offset)
+
+
+# ----- the proposed cluster ----------------------------------------------------------------------
+def test_the_proposed_cluster_keeps_all_but_under_one_percent_of_the_jobs_whole(tmp_path):
+    # 200 jobs: 100 of 30 s, 99 of 3000 s, 1 of 25 h; 64 processors from the header
+    lines = ["; MaxProcs: 64"] + [swf_line(j + 1, 60 * j, 0, 30 if j < 100 else 3000, 1 + j % 64)
+                                  for j in range(199)] + [swf_line(200, 60 * 200, 0, 90000, 64)]
+    path = write(tmp_path / "sizes.swf", lines)
+    proposal = propose_cluster(path=path, resources=("processors",))
+    c = proposal.cluster
+    # 1 of 200 jobs may be clipped (fewer than 1%): the 3000 s jobs must fit; 15 s steps would need 200,
+    # more than the 128-step horizon; 30 s steps need 100
+    assert proposal.seconds_per_step == 30 and c.max_job_len == 100 and c.horizon == 128
+    assert (c.resource_units, c.max_job_units) == (64, 64) and proposal.unit == {"processors": 1.0}
+    assert proposal.clipped_length == 1 and proposal.clipped_fraction < 0.01
+    assert "--resource_units 64" in proposal.describe() and "--seconds_per_step 30" in proposal.describe()
+    # a divisor: 16 units of 4 processors; a step length given is kept
+    other = propose_cluster(path=path, resources=("processors",), resource_units=16, seconds_per_step=60)
+    assert other.unit == {"processors": 4.0} and other.cluster.max_job_len == 50
+    # replaying at the proposal clips exactly what it said
+    workload = TraceWorkload.for_cluster(c, path, proposal.seconds_per_step, resources=("processors",))
+    assert workload.report.clipped == {"length": 1, "demand": 0}
+
+
+def test_a_missing_capacity_names_the_command_line_flag(tmp_path):
+    path = write(tmp_path / "bare.swf", [swf_line(1, 0, 0, 60, 4)])
+    with pytest.raises(TraceError, match=r"--trace_capacity processors=N") as error:
+        propose_cluster(path=path, resources=("processors",))
+    assert "capacity={" not in str(error.value)
+
+
+def test_the_synthetic_log_has_memory_and_a_schedule_that_fits(tmp_path):
+    path = write_swf(tmp_path / "syn.swf.gz", num_jobs=400, processors=32, memory_per_processor_kb=1024, seed=1)
+    trace = read_swf(path)
+    assert trace.num_jobs == 400 and trace.present == (True, True) and trace.header["MaxProcs"] == "32"
+    # at every start, the jobs running fit the machine on both resources
+    start = [s + w for s, w in zip(trace.submit, trace.wait)]
+    end = [s + r for s, r in zip(start, trace.run_time)]
+    for t in start:
+        running = [j for j in range(400) if start[j] <= t < end[j]]
+        assert sum(trace.demand[j][0] for j in running) <= 32
+        assert sum(trace.demand[j][1] for j in running) <= 32 * 1024 * (1 + 1e-9)
+
+
+# ----- the recipe, as a user runs it -------------------------------------------------------------
+def script(*args, cwd, env):
+    proc = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, f"{args} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def test_the_recipe_on_a_tiny_log(tmp_path):
+    """Evaluate heuristics on the held-out period, fit on the earlier one from the slot policy (2
+    iterations), adapt 1 step, evaluate and plot against the heuristics: each one command."""
+    log = write_swf(tmp_path / "tiny.swf", num_jobs=300, processors=32, memory_per_processor_kb=1024, seed=2)
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    trace = ["--trace", str(log), "--trace_capacity", f"memory={32 * 1024}", "--fit_cluster", "--max_horizon", "32",
+             "--simu_len", "20", "--threads", "1"]
+    # the cluster --fit_cluster proposes (each script prints it), spelt out in the training config
+    proposal = propose_cluster(path=log, capacity={"memory": 32 * 1024}, max_horizon=32, simu_len=20)
+    c = proposal.cluster
+    sizes = {"--horizon": c.horizon, "--max_job_len": c.max_job_len, "--seconds_per_step": proposal.seconds_per_step}
+    config = tmp_path / "tiny.yaml"
+    config.write_text(f"""model:
+  class_path: tasks.reinforce.Reinforce
+  init_args:
+    cluster: {{resource_units: 32, max_job_units: 32, horizon: {sizes['--horizon']},
+              max_job_len: {sizes['--max_job_len']}, observation: none}}
+    workload:
+      class_path: lightning_sched.traces.TraceWorkload
+      init_args: {{path: {log}, seconds_per_step: {sizes['--seconds_per_step']}, split: train, simu_len: 20,
+                  resource_units: 32, max_job_units: 32, max_job_len: {sizes['--max_job_len']},
+                  capacity: {{memory: {32 * 1024}}}}}
+    policy: {{kind: slots, hidden: [32], masked: true}}
+    init_from: {ROOT / 'checkpoints' / 'slots_slowdown.ckpt'}
+    num_jobsets: 2
+    episodes_per_jobset: 2
+    evaluation: {{val_jobsets: 2, test_jobsets: 2}}
+trainer: {{max_steps: 2, val_check_interval: 2}}
+""")
+    script(str(ROOT / "scripts/fit.py"), "fit", "--config", str(config), "--trainer.logger", "false",
+           "--checkpoint.dirpath", str(tmp_path / "ck"), "--threads", "1", cwd=tmp_path, env=env)
+    trained = tmp_path / "ck" / "last.ckpt"
+    adapted = tmp_path / "adapted.ckpt"
+    last = script(str(ROOT / "scripts/adapt.py"), "--ckpt", str(trained), "--steps", "1", "--jobsets", "2",
+                  "--episodes", "2", "--eval_jobsets", "4", *trace, "--out", str(adapted), "--json",
+                  cwd=tmp_path, env=env).strip().splitlines()[-1]
+    assert json.loads(last)["step"] == 1 and adapted.exists()
+    out = script(str(ROOT / "scripts/evaluate.py"), *trace, "--policy", "tetris", "sjf", str(adapted),
+                 "--jobsets", "4", "--json", cwd=tmp_path, env=env)
+    assert proposal.describe() in out  # the same cluster the config was written for
+    final = json.loads(out.strip().splitlines()[-1])
+    assert final["num_jobsets"] == 4 and "mean_slowdown_minus_first" in final and final["trace_start"] == "log"
+    script(str(ROOT / "scripts/figures.py"), "trace", *trace, "--heuristics", "tetris",
+           "--ckpt", f"adapted={adapted}", "--compressions", "1", "--jobsets", "3", "--out", str(tmp_path / "t.png"),
+           cwd=tmp_path, env=env)
+    figure = json.loads((tmp_path / "t.json").read_text())
+    assert figure["cluster"]["resource_units"] == 32
+    assert set(next(iter(figure["settings"].values()))["results"]) == {"tetris", "adapted"}
