@@ -34,7 +34,7 @@ in the JSON beside the PNG.
 gains: lengths of the jobs the policy leaves waiting while they fit, and slowdown by job length
 against Tetris (DeepRM section 5.3, "where the gains come from").
 
-    python scripts/figures.py adaptation --ckpt maml=checkpoints/maml.ckpt mixture=checkpoints/reinforce_mixture.ckpt
+    python scripts/figures.py adaptation --ckpt maml=checkpoints/maml.ckpt mixture=checkpoints/maml_slots_mixture.ckpt
 
 adaptation: on held-out workloads outside the meta-training ranges, the objective on unseen
 jobsets vs adaptation steps for the meta-policy, the mixture-trained policy and a fresh network,
@@ -42,7 +42,7 @@ each with the same steps and episodes (a meta-policy with its own inner loop, th
 --optimizer/--lr), with heuristic lines; and the first step at which each beats Tetris.
 
     python scripts/figures.py headroom [--ckpt checkpoints/reinforce_mixture_masked.ckpt --steps 300]
-    python scripts/figures.py cluster_sizes --ckpt slots=checkpoints/best_slowdown_slots.ckpt
+    python scripts/figures.py cluster_sizes --ckpt best_slowdown=checkpoints/best_slowdown.ckpt
 
 headroom: one checkpoint fine-tuned long on the same held-out workloads and jobsets (how far
 fine-tuning goes at all).

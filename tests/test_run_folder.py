@@ -142,11 +142,12 @@ def test_a_resume_refuses_model_settings_other_than_the_checkpoints(finished_run
 
 def test_a_checkpoint_of_another_module_is_refused(finished_run):
     tmp, _ = finished_run
-    proc = fit("fit", "--config", SMOKE, "--ckpt_path", str(ROOT / "checkpoints" / "maml.ckpt"), tmp_path=tmp,
+    proc = fit("fit", "--config", SMOKE, "--ckpt_path", str(ROOT / "checkpoints" / "image_maml.ckpt"), tmp_path=tmp,
                check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"error: --ckpt_path {ROOT / 'checkpoints' / 'maml.ckpt'} holds a tasks.maml.MAML model; the config trains "
+        f"error: --ckpt_path {ROOT / 'checkpoints' / 'image_maml.ckpt'} holds a tasks.maml.MAML model; "
+        "the config trains "
         "tasks.reinforce.Reinforce"]
 
 

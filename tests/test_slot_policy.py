@@ -176,7 +176,7 @@ def test_a_slot_policy_distills_a_trained_checkpoint():
     with pytest.raises(ConfigError, match="imitation.teacher='fifo' is neither a heuristic"):
         Imitation(teacher="fifo", iterations=1)
     module = Reinforce(workload=DeepRMWorkload(load=1.1, simu_len=20), policy=SLOTS, num_jobsets=4,
-                       episodes_per_jobset=2, imitation=Imitation(teacher="checkpoints/best_slowdown.ckpt",
+                       episodes_per_jobset=2, imitation=Imitation(teacher="checkpoints/image_best_slowdown.ckpt",
                                                                   iterations=6),
                        optimizer=RMSpropSettings(lr=0.01), evaluation=EvaluationSettings(val_jobsets=2))
     losses = []
@@ -194,15 +194,17 @@ def test_select_checkpoint_ships_the_acting_mode_that_scores_best(tmp_path):
     """--acting both makes each checkpoint a candidate greedy and sampled; --write copies the winner
     with that mode recorded, as a whole file."""
     proc = subprocess.run(
-        [sys.executable, "scripts/select_checkpoint.py", "--ckpt", "checkpoints/best_slowdown.ckpt", "--acting", "both",
+        [sys.executable, "scripts/select_checkpoint.py", "--ckpt", "checkpoints/image_best_slowdown.ckpt",
+         "--acting", "both",
          "--loads", "1.5", "--jobsets", "6", "--heuristics", "tetris", "--threads", "1",
          "--write", str(tmp_path / "shipped.ckpt")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-2])
-    assert set(result["scores"]) == {"checkpoints/best_slowdown.ckpt@greedy", "checkpoints/best_slowdown.ckpt@sampled"}
+    assert set(result["scores"]) == {"checkpoints/image_best_slowdown.ckpt@greedy",
+                                     "checkpoints/image_best_slowdown.ckpt@sampled"}
     mode = result["winner"].rpartition("@")[2]
     _, _, saved = load_network(tmp_path / "shipped.ckpt")
-    assert saved["greedy"] == (mode == "greedy") and saved["selected"]["from"] == "checkpoints/best_slowdown.ckpt"
+    assert saved["greedy"] == (mode == "greedy") and saved["selected"]["from"] == "checkpoints/image_best_slowdown.ckpt"
     assert not list(tmp_path.glob("*.partial")) and not list(tmp_path.glob(".*.tmp"))
     policy, _ = load_policy(tmp_path / "shipped.ckpt")
     assert policy.greedy == (mode == "greedy")
