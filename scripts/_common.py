@@ -16,6 +16,7 @@ if str(ROOT) not in sys.path:  # the scripts work from a checkout without `pip i
 import torch  # noqa: E402
 
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload  # noqa: E402
+from lightning_sched.allocator import reuse_freed_memory  # noqa: E402
 from lightning_sched.config import SIZE_FIELDS  # noqa: E402
 from lightning_sched.heuristics import make_heuristic  # noqa: E402
 from lightning_sched.traces import TraceWorkload, parse_capacity, propose_cluster  # noqa: E402
@@ -247,10 +248,14 @@ def format_row(name: str, s: dict) -> str:
             f"{cell('makespan', 1):>14s} {cell('utilization'):>16s} {cell('slo_hit_rate'):>16s} {s['num_jobs']:>8d}")
 
 
-def set_threads(threads: int) -> int:
-    """Torch's intra-op threads, set explicitly (timings are reported with it)."""
+def set_threads(threads: int, reuse_memory: bool = True) -> int:
+    """Torch's intra-op threads, set explicitly (timings are reported with it); and, unless
+    `reuse_memory` is False, glibc told to keep freed blocks for the next step
+    (`lightning_sched.allocator`)."""
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ConfigError(f"--threads must be an integer >= 1, got {threads!r}")
+    if reuse_memory:
+        reuse_freed_memory()
     torch.set_num_threads(threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     return torch.get_num_threads()

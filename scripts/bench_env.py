@@ -144,11 +144,14 @@ def main() -> None:
                     help="also both paths with step_state compiled (cluster.compiled_step; compiles every run)")
     ap.add_argument("--sizes", action="store_true", help="the cluster-size table instead (module docstring)")
     ap.add_argument("--sizes_batch", type=int, default=4096, help="episodes stepped at once in the --sizes table")
+    ap.add_argument("--default_malloc", action="store_true",
+                    help="leave glibc's malloc thresholds at their defaults (lightning_sched.allocator)")
     args = ap.parse_args()
-    threads = set_threads(args.threads)
+    threads = set_threads(args.threads, reuse_memory=not args.default_malloc)
     device = torch.device(args.device)
     generator = torch.Generator(device=device).manual_seed(0)
-    result = {"device": str(device), "threads": threads, "torch": torch.__version__, "objective": args.objective,
+    result = {"device": str(device), "threads": threads, "default_malloc": args.default_malloc,
+              "torch": torch.__version__, "objective": args.objective,
               "decisions_per_s": {}}
     if device.type == "cuda":
         result["device_name"] = torch.cuda.get_device_name(device)
@@ -157,7 +160,8 @@ def main() -> None:
         print(json.dumps(result))
         return
 
-    print(f"device={device} threads={threads} torch={torch.__version__} objective={args.objective}")
+    print(f"device={device} threads={threads} torch={torch.__version__} objective={args.objective} "
+          f"malloc={'default' if args.default_malloc else 'reuse freed memory'}")
     print(f"{'mode':8s} {'path':8s} {'B':>6s} {'decisions/s (median)':>22s}")
     for mode in args.modes:
         cfg = ClusterConfig(observation=mode, objective=args.objective)

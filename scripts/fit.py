@@ -70,6 +70,7 @@ from callbacks import (  # noqa: E402
     WandbRunId,
 )
 from lightning_sched import ConfigError  # noqa: E402
+from lightning_sched.allocator import reuse_freed_memory  # noqa: E402
 from tasks.reinforce import Reinforce  # noqa: E402
 
 RUN_DIR_ENV = "LIGHTNING_SCHED_RUN_DIR"  # the run folder, handed to the DDP processes Lightning starts
@@ -280,6 +281,7 @@ class SchedulerCLI(LightningCLI):
         if threads is None or threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
+        reuse_freed_memory()
         save_last = (config.get("checkpoint") or {}).get("save_last")
         if save_last:  # last_checkpoint writes last.ckpt; two writers would overwrite each other
             raise ConfigError(f"checkpoint.save_last={save_last!r}: last.ckpt is kept by last_checkpoint "
