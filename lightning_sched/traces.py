@@ -555,9 +555,12 @@ def propose_cluster(workload: TraceWorkload | None = None, *, path: str | Path |
     Raises TraceError when no step length keeps the clipping under max_clipped.
     """
     if workload is None:
-        # only the log's jobs and capacities are read off this workload, not its steps or windows
-        workload = TraceWorkload(path=str(path), seconds_per_step=1.0, simu_len=simu_len, start_state="empty",
-                                 **params)
+        # only the log's jobs and capacities are read off this workload, not its steps or windows; its
+        # warnings (resources the log lacks, ...) are the replayed workload's to give, once
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TraceWarning)
+            workload = TraceWorkload(path=str(path), seconds_per_step=1.0, simu_len=simu_len, start_state="empty",
+                                     **params)
     trace, names = workload.trace, workload.resources
     present = resource_presence(trace, names)
     capacity = cluster_capacities(workload.path, trace, names, present, workload.capacity)
