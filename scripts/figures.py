@@ -34,7 +34,7 @@ in the JSON beside the PNG.
 gains: lengths of the jobs the policy leaves waiting while they fit, and slowdown by job length
 against Tetris (DeepRM section 5.3, "where the gains come from").
 
-    python scripts/figures.py adaptation --ckpt maml=checkpoints/maml.ckpt mixture=checkpoints/maml_slots_mixture.ckpt
+    python scripts/figures.py adaptation --ckpt maml=checkpoints/maml.ckpt mixture=checkpoints/maml_mixture.ckpt
 
 adaptation: on held-out workloads outside the meta-training ranges, the objective on unseen
 jobsets vs adaptation steps for the meta-policy, the mixture-trained policy and a fresh network,
