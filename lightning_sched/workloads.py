@@ -95,6 +95,19 @@ class DeepRMWorkload:
                         long_len=(min(10, cfg.max_job_len), cfg.max_job_len), short_len=(1, min(3, cfg.max_job_len)))
         return cls(**{**defaults, **params, "num_resources": cfg.num_resources, "resource_units": units})
 
+    def scaled_to(self, cfg: ClusterConfig) -> "DeepRMWorkload":
+        """The same job mix on a cluster of cfg.resource_units units a resource: each demand bound
+        scaled by cfg.resource_units / resource_units (rounded; a bound >= 1 stays >= 1; at most
+        cfg.max_job_units). The load, a share of capacity, and the durations are unchanged."""
+        def scale(bound: int) -> int:
+            if bound == 0:
+                return 0
+            return min(cfg.max_job_units, max(1, round(bound * cfg.resource_units / self.resource_units)))
+
+        return replace(self, resource_units=cfg.resource_units,
+                       dominant_units=tuple(map(scale, self.dominant_units)),
+                       other_units=tuple(map(scale, self.other_units)))
+
     # ----- the load identity: load = rate * E[d] * E[q] / U ------------------------------------
     @property
     def mean_duration(self) -> float:

@@ -1,13 +1,14 @@
 """MAML (Finn et al., ICML 2017) over cluster workloads: a meta-policy that adapts to a new
 workload in a few REINFORCE steps. A task is a DeepRM workload drawn from a `WorkloadFamily`,
-optionally with an objective drawn from `objectives` (which the observation does not show).
+optionally with an objective drawn from `objectives` (which the observation does not show) and a
+cluster size drawn from `cluster_sizes` (slot policy only).
 
     for each meta-iteration:                                      (training_step)
         draw a meta-batch of tasks T_1..T_K from the family
         theta_k = theta for each task (higher.innerloop_ctx, copy_initial_weights=False)
         repeat inner_steps times:
             roll out every theta_k on jobsets of its task         (one batched env for all tasks
-                                                                   of the same objective)
+                                                                   of the same objective and cluster)
             theta_k <- theta_k - alpha grad L_k(theta_k)          (inner_step: REINFORCE with the
                                                                    time-indexed baseline; SGD, or
                                                                    higher's differentiable Adam; or
@@ -37,7 +38,7 @@ from lightning_sched.checkpoints import CHECKPOINT_KEY, warm_start
 from lightning_sched.config import OBJECTIVES, ConfigError
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.objectives import episode_metrics
-from lightning_sched.policies import PolicySpec
+from lightning_sched.policies import PolicySpec, make_policy
 from lightning_sched.policy_gradient import PolicyGradient, policy_gradient
 from lightning_sched.rollout import Trajectories, collect
 
@@ -45,9 +46,11 @@ from .base import EvaluationSettings, SchedulerTask, require_at_least, require_p
 
 
 class Task(NamedTuple):
-    """A meta-learning task: the workload its jobsets come from and the objective its reward follows."""
+    """A meta-learning task: the workload its jobsets come from, the objective its reward follows and
+    the cluster it runs on."""
     workload: DeepRMWorkload
     objective: str
+    cluster: ClusterConfig
 
 
 class TaskBlockNetworks:
@@ -90,6 +93,11 @@ class MAML(SchedulerTask):
         objectives: each task also draws its objective (its reward) uniformly from this list; the
             observation does not show it, so no single policy serves every task without adapting.
             None: every task has the cluster's objective.
+        cluster_sizes: each task also draws a cluster uniformly from these (num_slots,
+            resource_units) pairs, with max_job_units = resource_units, and the family's demands
+            scaled to it (`DeepRMWorkload.scaled_to`; loads are shares of capacity, unchanged). Only
+            the slot policy, whose weights do not depend on the size. None: every task runs on
+            `cluster`. Validation runs on `cluster`.
         policy: the network (`PolicySpec`).
         baseline: default DeepRM's time-indexed baseline.
         meta_batch: tasks per meta-iteration.
@@ -121,7 +129,8 @@ class MAML(SchedulerTask):
     """
 
     def __init__(self, cluster: ClusterConfig = ClusterConfig(), family: WorkloadFamily = WorkloadFamily(),
-                 objectives: list[str] | None = None, policy: PolicySpec = PolicySpec(),
+                 objectives: list[str] | None = None, cluster_sizes: list[tuple[int, int]] | None = None,
+                 policy: PolicySpec = PolicySpec(),
                  baseline: Baseline | None = None, meta_batch: int = 8,
                  inner_steps: int = 1, inner_lr: float = 0.05, inner_optimizer: str = "sgd",
                  inner_jobsets: int = 10, inner_episodes: int = 10,
@@ -151,6 +160,8 @@ class MAML(SchedulerTask):
         if init_from is not None:
             warm_start(self.net, init_from)
         self.family = family
+        self.task_clusters = self.make_task_clusters(cluster_sizes, policy)
+        self.encoders = {}  # task cluster -> a network of that size; only its encode() is used
         self.log_step_sizes = None
         if learn_step_sizes:
             if inner_optimizer != "sgd":
@@ -163,6 +174,34 @@ class MAML(SchedulerTask):
                 raise ConfigError("MAML.learn_step_sizes needs inner_steps >= 1 (there is no step to size)")
             self.log_step_sizes = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros_like(p))
                                                           for p in self.net.parameters()])
+
+    def make_task_clusters(self, cluster_sizes, policy: PolicySpec) -> list[ClusterConfig] | None:
+        if cluster_sizes is None:
+            return None
+        if policy.kind != "slots":
+            raise ConfigError(f"MAML.cluster_sizes needs the slot policy (policy.kind 'slots'): DeepRM's image "
+                              f"network exists for one cluster size; got policy.kind {policy.kind!r}")
+        if not cluster_sizes:
+            raise ConfigError("MAML.cluster_sizes must name at least one (num_slots, resource_units) pair (or be null)")
+        clusters = []
+        for size in cluster_sizes:
+            if len(size) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in size):
+                raise ConfigError(f"MAML.cluster_sizes holds {list(size)!r}; each must be [num_slots, resource_units], "
+                                  f"integers >= 1")
+            num_slots, units = size
+            cluster = self.cluster.replace(num_slots=num_slots, resource_units=units, max_job_units=units)
+            self.family.workload().scaled_to(cluster).validate(cluster)
+            clusters.append(cluster)
+        return clusters
+
+    def encoder(self, cluster: ClusterConfig):
+        """What encodes observations of `cluster`: the network itself on its own cluster, else a
+        network of the task's size (the slot features are normalized by the cluster's size)."""
+        if cluster == self.cluster:
+            return self.net
+        if cluster not in self.encoders:
+            self.encoders[cluster] = make_policy(self.net.spec, cluster).to(self.device)
+        return self.encoders[cluster]
 
     def configure_optimizers(self):
         groups = [{"params": list(self.net.parameters()), "lr": self.hparams.meta_lr}]
@@ -185,22 +224,26 @@ class MAML(SchedulerTask):
         """This rank's meta-batch of tasks (split over DDP ranks)."""
         generator = torch.Generator().manual_seed(self.iteration_seed(0))
         workloads = self.family.draw(self.share_of(self.hparams.meta_batch, "meta_batch"), generator)
-        objectives = self.hparams.objectives
-        if not objectives:
-            return [Task(w, self.cluster.objective) for w in workloads]
-        picks = torch.randint(len(objectives), (len(workloads),), generator=generator).tolist()
-        return [Task(w, objectives[i]) for w, i in zip(workloads, picks)]
+        objectives = self.hparams.objectives or [self.cluster.objective]
+        picks = (torch.randint(len(objectives), (len(workloads),), generator=generator).tolist()
+                 if self.hparams.objectives else [0] * len(workloads))
+        tasks = [Task(w, objectives[i], self.cluster) for w, i in zip(workloads, picks)]
+        if self.task_clusters is None:
+            return tasks
+        sizes = torch.randint(len(self.task_clusters), (len(tasks),), generator=generator).tolist()
+        return [Task(t.workload.scaled_to(self.task_clusters[i]), t.objective, self.task_clusters[i])
+                for t, i in zip(tasks, sizes)]
 
     def rollout(self, nets, tasks: list[Task], jobsets: int, episodes: int, stream: int) -> list[Trajectories]:
         """`jobsets` x `episodes` episodes of every task, task k acting with nets[k]: one batched env
-        for all the tasks of each objective. Returns each task's trajectories, in task order."""
+        for all the tasks of each objective and cluster. Returns each task's trajectories, in task order."""
         parts: list[Trajectories | None] = [None] * len(tasks)
-        for objective in dict.fromkeys(task.objective for task in tasks):
-            ks = [k for k, task in enumerate(tasks) if task.objective == objective]
+        for objective, cluster in dict.fromkeys((task.objective, task.cluster) for task in tasks):
+            ks = [k for k, task in enumerate(tasks) if (task.objective, task.cluster) == (objective, cluster)]
             jobs = JobSet.cat([make_jobsets(tasks[k].workload, jobsets, self.iteration_seed(stream + k)) for k in ks])
             rows = [jobsets * episodes] * len(ks)
-            traj = collect(TaskBlockNetworks(self.net, [nets[k] for k in ks], rows),
-                           self.cluster.replace(objective=objective), jobs.to(self.device).repeat_interleave(episodes),
+            traj = collect(TaskBlockNetworks(self.encoder(cluster), [nets[k] for k in ks], rows),
+                           cluster.replace(objective=objective), jobs.to(self.device).repeat_interleave(episodes),
                            generator=self.action_sampler())
             for k, part in zip(ks, traj.split(rows)):
                 parts[k] = part

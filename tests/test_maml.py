@@ -261,3 +261,42 @@ def test_a_meta_policy_starts_from_a_trained_slot_policy_and_refuses_another_net
         assert torch.equal(module.net.state_dict()[name], value), name
     with pytest.raises(ConfigError, match="init_from=.*is not this run's"):
         MAML(policy=PolicySpec(masked=True), init_from=shipped, meta_batch=2)
+
+
+def test_tasks_with_cluster_sizes_roll_out_on_their_own_cluster_and_train():
+    """With `cluster_sizes` each task runs on a cluster of its size, its demands scaled to it
+    (SPEC's slowdown return identity on each); a meta-iteration trains;
+    DeepRM's image network is refused."""
+    import pytest
+
+    from lightning_sched import ConfigError
+    from lightning_sched.objectives import episode_metrics
+
+    spec = PolicySpec(kind="slots", hidden=[8], masked=True)
+    module = MAML(family=WorkloadFamily(simu_len=10, load=(0.8, 1.2)), cluster_sizes=[[5, 10], [3, 40]],
+                  policy=spec, meta_batch=6, inner_jobsets=2, inner_episodes=2, outer_jobsets=2, outer_episodes=2,
+                  evaluation=EvaluationSettings(val_jobsets=4), seed=2)
+    module.trainer = Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
+    tasks = module.draw_tasks()
+    assert {(t.cluster.num_slots, t.cluster.resource_units) for t in tasks} == {(5, 10), (3, 40)}
+    for task in tasks:
+        assert task.workload.resource_units == task.cluster.resource_units
+        assert task.workload.dominant_units[1] <= task.cluster.max_job_units
+    big = [t for t in tasks if t.cluster.resource_units == 40]
+    assert all(t.workload.dominant_units[1] > 10 for t in big)  # scaled, not left at 10 units' demands
+    parts = module.rollout([module.net] * len(tasks), tasks, jobsets=2, episodes=2, stream=1)
+    for task, part in zip(tasks, parts):
+        m = episode_metrics(part.state)
+        done = part.state.terminated & (m["num_jobs"] > 0)
+        assert bool(done.any())
+        returns = part.reward.double().sum(0)[done]
+        torch.testing.assert_close(returns, -m["mean_slowdown"][done] * m["num_jobs"][done].double(),
+                                   rtol=1e-5, atol=1e-4)
+    before = [p.detach().clone() for p in module.net.parameters()]
+    Trainer(max_steps=1, logger=False, enable_progress_bar=False, enable_checkpointing=False, limit_val_batches=0,
+            enable_model_summary=False).fit(module)
+    assert any(not torch.equal(a, p) for a, p in zip(before, module.net.parameters()))
+    with pytest.raises(ConfigError, match="cluster_sizes needs the slot policy"):
+        MAML(cluster_sizes=[[5, 10]])
+    with pytest.raises(ConfigError, match=r"cluster_sizes holds \[5\]"):
+        MAML(cluster_sizes=[[5]], policy=spec)
