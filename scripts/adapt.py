@@ -2,7 +2,7 @@
 in a few REINFORCE steps, and save the adapted checkpoint.
 
     python scripts/adapt.py --ckpt checkpoints/maml.ckpt --steps 5 --load 1.2 --short_prob 0.5 --dominant_units 3 7
-    python scripts/adapt.py --ckpt checkpoints/maml.ckpt --steps 5 \\
+    python scripts/adapt.py --ckpt checkpoints/image_maml.ckpt --steps 5 \\
         --trace ../shared/traces/NASA-iPSC-1993-3.1-cln.swf.gz --seconds_per_step 600 \\
         --trace_capacity processors=128 --json
     python scripts/adapt.py --ckpt checkpoints/slots_slowdown.ckpt --steps 5 --trace LOG.swf.gz --fit_cluster
