@@ -398,13 +398,20 @@ def make_policy(spec: PolicySpec, cfg: ClusterConfig) -> DeepRMNetwork | SlotNet
     return network(cfg, spec)
 
 
-# When may a network void while nothing runs or is reserved and a slot job fits now (the cluster
-# idles on purpose)? "always": the network decides. "while_arriving": while jobs of the jobset are
-# still to arrive (holding a long job back for the short ones to come can pay at high load), not
-# once none is left: then waiting changes nothing (no capacity frees, no job comes), and an argmax
-# that picks it would pick it forever. "never": the argmax's first guard, kept for the results
-# measured with it.
-IDLE_VOID = ("always", "while_arriving", "never")
+# When may a network void while a slot job fits now (capacity stays idle on purpose)?
+# "always": the network decides. "while_arriving": on an idle cluster (nothing runs or is reserved)
+# only while jobs of the jobset are still to arrive (holding a long job back for the short ones to
+# come can pay at high load), not once none is left: then waiting changes nothing (no capacity
+# frees, no job comes), and an argmax that picks it would pick it forever. "never": never on an
+# idle cluster (the argmax's first guard). "work_conserving": never while any slot job fits now,
+# busy cluster or not; the network only chooses which job goes first (where waiting does not pay,
+# as on a lightly loaded log, this removes its cost).
+IDLE_VOID = ("always", "while_arriving", "never", "work_conserving")
+
+
+# every (greedy, idle_void) a NetworkPolicy accepts: the candidates when an acting mode is selected
+ACTING_MODES = tuple((greedy, rule) for greedy in (True, False) for rule in IDLE_VOID
+                     if not (greedy and rule == "always"))
 
 
 def default_idle_void(greedy: bool) -> str:
@@ -418,17 +425,21 @@ def choose_actions(logits: torch.Tensor, obs, greedy: bool, generator: torch.Gen
     forbidden where `idle_void` (default: `default_idle_void(greedy)`) says: LongTensor[B]."""
     idle_void = default_idle_void(greedy) if idle_void is None else idle_void
     if idle_void != "always":
-        logits = forbid_idle_void(logits, obs, wait_for_arrivals=idle_void == "while_arriving")
+        logits = forbid_idle_void(logits, obs, wait_for_arrivals=idle_void == "while_arriving",
+                                  work_conserving=idle_void == "work_conserving")
     return sample_actions(logits, greedy, generator)
 
 
-def forbid_idle_void(logits: torch.Tensor, obs, wait_for_arrivals: bool = False) -> torch.Tensor:
+def forbid_idle_void(logits: torch.Tensor, obs, wait_for_arrivals: bool = False,
+                     work_conserving: bool = False) -> torch.Tensor:
     """Void's logit set to -inf [B, M+1] in the rows where nothing runs or is reserved and a slot
-    job fits now (with `wait_for_arrivals`, only where no job is left to arrive either)."""
-    idle = obs["used"].sum((1, 2)) == 0
-    stuck = idle & (obs["slot_offset"] == 0).any(-1)
-    if wait_for_arrivals:
-        stuck = stuck & (obs["to_arrive"].view(-1) == 0)
+    job fits now (with `wait_for_arrivals`, only where no job is left to arrive either; with
+    `work_conserving`, wherever a slot job fits now)."""
+    stuck = (obs["slot_offset"] == 0).any(-1)
+    if not work_conserving:
+        stuck = stuck & (obs["used"].sum((1, 2)) == 0)
+        if wait_for_arrivals:
+            stuck = stuck & (obs["to_arrive"].view(-1) == 0)
     return torch.cat([logits[:, :-1], logits[:, -1:].masked_fill(stuck.unsqueeze(1), float("-inf"))], -1)
 
 

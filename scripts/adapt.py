@@ -18,6 +18,12 @@ The step size, optimizer and batch default to the meta-policy's inner loop when 
 has one, with its learned per-weight step sizes if it was meta-trained with them (Meta-SGD);
 else SGD, lr 0.05, 20 x 20.
 
+With --acting select, the adapted policy then acts in each mode (greedy or sampled, and each rule for
+voiding while a job fits: `lightning_sched.policies.IDLE_VOID`) on --select_jobsets jobsets of the
+workload it adapted on (the train split for a trace; selection seeds, never the evaluation ones),
+and the best mode is evaluated, printed as the last row and saved in the checkpoint. Whether
+leaving capacity idle pays depends on the load, so a light log may want a work-conserving mode.
+
 The adapted checkpoint goes to runs/adapted/<checkpoint name>.ckpt (-2, -3, ... appended when that
 file exists), or to --out, which must not exist (unless --overwrite) nor be --ckpt.
 """
@@ -27,6 +33,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+import torch
 
 from _common import (
     OBJECTIVE_METRIC,
@@ -48,10 +56,11 @@ from _common import (
     workload_from_args,
 )
 from lightning_sched import ClusterConfig, ConfigError, seeds
-from lightning_sched.adaptation import AdaptationSettings, adapt
+from lightning_sched.adaptation import AdaptationSettings, acting_name, adapt, select_acting
 from lightning_sched.checkpoints import CHECKPOINT_KEY, load_network, policy_checkpoint, saved_acting
-from lightning_sched.evaluation import compare, make_jobsets
+from lightning_sched.evaluation import compare, evaluate, make_jobsets
 from lightning_sched.files import atomic_torch_save
+from lightning_sched.policies import NetworkPolicy
 
 # the heuristics the adapted policy is compared with (random left out: it repeats only with its seed)
 REFERENCE_HEURISTICS = ("tetris", "sjf", "packer", "edf")
@@ -97,6 +106,11 @@ def main(argv=None) -> int:
     ap.add_argument("--eval_jobsets", type=at_least(1), default=200, help="unseen jobsets the metrics are measured on")
     ap.add_argument("--eval_every", type=at_least(1), default=1, help="measure after every N-th step (and the last)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the adaptation jobsets and actions")
+    ap.add_argument("--acting", choices=("saved", "select"), default="saved",
+                    help="saved: act as the checkpoint says; select: pick the best acting mode on the adaptation "
+                         "workload after the last step, and save it")
+    ap.add_argument("--select_jobsets", type=at_least(1), default=200,
+                    help="jobsets of the adaptation workload (selection seeds) that --acting select scores on")
     ap.add_argument("--out", help="adapted checkpoint (default: runs/adapted/<ckpt name>.ckpt, with -2, -3, ... "
                     "when taken)")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing --out (never --ckpt itself)")
@@ -147,11 +161,24 @@ def main(argv=None) -> int:
     adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, greedy=greedy,
           idle_void=idle_void, report=report,
           eval_steps=set(range(0, args.steps + 1, args.eval_every)))
+    selected = {}
+    if args.acting == "select":
+        select_jobs = make_jobsets(train, args.select_jobsets, seeds.SELECTION)
+        (greedy, idle_void), scores = select_acting(net, cfg, select_jobs, metric, seed=args.seed, device=args.device)
+        print(f"acting modes on {args.select_jobsets} selection jobsets of the adaptation workload, {metric}: "
+              + ", ".join(f"{name} {value:.3f}" for name, value in scores.items()))
+        selected = {"acting_selected": {"metric": metric, "jobsets": args.select_jobsets, "seed": seeds.SELECTION,
+                                        "scores": scores}}
+        policy = NetworkPolicy(net, greedy=greedy, idle_void=idle_void,
+                               generator=torch.Generator(device=args.device).manual_seed(args.seed))
+        report(acting_name(greedy, idle_void),
+               {"step": args.steps, "acting": acting_name(greedy, idle_void),
+                **evaluate(policy, cfg, eval_jobs, device=args.device).summary})
     if not named:  # another run may have taken the name meanwhile
         out = unused_path(out)
     atomic_torch_save({CHECKPOINT_KEY: {**policy_checkpoint(net, greedy, idle_void), "adapted_from": str(args.ckpt),
                                         "adapted_on": train_desc,
-                                        "adaptation": {k: v for k, v in vars(settings).items()}}}, out)
+                                        "adaptation": {k: v for k, v in vars(settings).items()}, **selected}}, out)
     print(f"saved {out}", file=sys.stderr)  # stdout's last line stays the final metrics (--json)
     return 0
 

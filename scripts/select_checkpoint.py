@@ -26,12 +26,10 @@ from lightning_sched.checkpoints import load_policy, with_acting_mode
 from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.evaluation import compare, make_jobsets
 from lightning_sched.heuristics import make_heuristic
-from lightning_sched.policies import IDLE_VOID
+from lightning_sched.policies import ACTING_MODES
 
 # --acting's candidate modes: (greedy, idle_void); "all" is every mode NetworkPolicy accepts
-ACTING = {"both": [(True, None), (False, None)],
-          "all": [(greedy, rule) for greedy in (True, False) for rule in IDLE_VOID
-                  if not (greedy and rule == "always")]}
+ACTING = {"both": [(True, None), (False, None)], "all": list(ACTING_MODES)}
 
 
 def candidates_cluster(paths: list[str]) -> ClusterConfig:

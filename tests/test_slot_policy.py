@@ -10,7 +10,7 @@ import torch
 
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, JobSet
 from lightning_sched.checkpoints import load_network, load_policy, policy_checkpoint
-from lightning_sched.cluster import init_state
+from lightning_sched.cluster import init_state, step_state
 from lightning_sched.evaluation import evaluate, make_jobsets
 from lightning_sched.heuristics import make_heuristic
 from lightning_sched.observations import observe
@@ -25,8 +25,6 @@ BIG = ClusterConfig(observation="none", num_slots=20, resource_units=20, max_job
 
 def features_mid_episode(cfg: ClusterConfig, load: float = 1.5) -> dict:
     """Features of states with waiting jobs: SJF plays a few steps first."""
-    from lightning_sched.cluster import step_state
-
     jobs = make_jobsets(DeepRMWorkload(load=load, num_resources=cfg.num_resources,
                                        resource_units=cfg.resource_units,
                                        dominant_units=(cfg.resource_units // 2, cfg.resource_units)), 16, 3)
@@ -106,9 +104,22 @@ def test_idle_void_rules_at_the_first_decision():
     state = init_state(jobs.validate(CFG), CFG)
     assert observe(state, CFG)["to_arrive"].view(-1).tolist() == [1, 0]
     void = CFG.num_slots
-    chosen = {rule: NetworkPolicy(net, greedy=False, idle_void=rule, generator=torch.Generator().manual_seed(0))(
-        observe(state, CFG))["action"].tolist() for rule in ("always", "while_arriving", "never")}
-    assert chosen == {"always": [void, void], "while_arriving": [void, 0], "never": [0, 0]}
+    rules = ("always", "while_arriving", "never", "work_conserving")
+
+    def chosen(state):
+        return {rule: NetworkPolicy(net, greedy=False, idle_void=rule, generator=torch.Generator().manual_seed(0))(
+            observe(state, CFG))["action"].tolist() for rule in rules}
+
+    assert chosen(state) == {"always": [void, void], "while_arriving": [void, 0], "never": [0, 0],
+                             "work_conserving": [0, 0]}
+    # a busy cluster with a slot job that fits now: only "work_conserving" forbids the wait
+    busy = JobSet(arrival=torch.tensor([[0, 0]]), duration=torch.tensor([[3, 2]]),
+                  demand=torch.tensor([[[1, 1], [1, 1]]])).validate(CFG)
+    state = init_state(busy, CFG)
+    step_state(state, torch.tensor([0]), CFG)
+    obs = observe(state, CFG)
+    assert obs["used"].sum() > 0 and bool((obs["slot_offset"] == 0).any())
+    assert chosen(state) == {"always": [void], "while_arriving": [void], "never": [void], "work_conserving": [0]}
     with pytest.raises(ConfigError, match="idle_void"):
         NetworkPolicy(net, greedy=True, idle_void="always")
 

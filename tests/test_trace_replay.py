@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from lightning_sched import ClusterConfig, JobSet
+from lightning_sched.adaptation import acting_name
 from lightning_sched.cluster import init_state
 from lightning_sched.config import ConfigError
 from lightning_sched.evaluation import evaluate
@@ -200,8 +201,13 @@ trainer: {{max_steps: 2, val_check_interval: 2}}
     adapted = tmp_path / "adapted.ckpt"
     last = script(str(ROOT / "scripts/adapt.py"), "--ckpt", str(trained), "--steps", "1", "--jobsets", "2",
                   "--episodes", "2", "--eval_jobsets", "4", *trace, "--out", str(adapted), "--json",
-                  cwd=tmp_path, env=env).strip().splitlines()[-1]
+                  "--acting", "select", "--select_jobsets", "3", cwd=tmp_path, env=env).strip().splitlines()[-1]
     assert json.loads(last)["step"] == 1 and adapted.exists()
+    # the acting mode that scored best on the train split is the one saved, and the one evaluated last
+    saved = torch.load(adapted, weights_only=False)["lightning_sched"]
+    scores = saved["acting_selected"]["scores"]
+    chosen = acting_name(saved["greedy"], saved["idle_void"])
+    assert json.loads(last)["acting"] == chosen and scores[chosen] == min(scores.values())
     out = script(str(ROOT / "scripts/evaluate.py"), *trace, "--policy", "tetris", "sjf", str(adapted),
                  "--jobsets", "4", "--json", cwd=tmp_path, env=env)
     assert proposal.describe() in out  # the same cluster the config was written for
