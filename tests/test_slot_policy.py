@@ -230,7 +230,8 @@ def test_select_checkpoint_acting_all_records_the_idle_void_rule(tmp_path):
          "--write", str(tmp_path / "shipped.ckpt")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-2])
-    assert len(result["scores"]) == 5  # greedy x (while_arriving, never) + sampled x (always, while_arriving, never)
+    # greedy x (while_arriving, never, work_conserving) + sampled x (always, while_arriving, never, work_conserving)
+    assert len(result["scores"]) == 7
     rule = result["winner"].rpartition("idle_void=")[2]
     policy, _ = load_policy(tmp_path / "shipped.ckpt")
     assert policy.idle_void == rule and policy.greedy == ("@greedy" in result["winner"])
