@@ -63,11 +63,6 @@ class TraceWarning(UserWarning):
     """Something the mapping did on purpose that the user should know (e.g. a resource missing)."""
 
 
-def _ceil(x: float) -> int:
-    # ceil with a tolerance for binary rounding (12.8 * 10 / 128 must be 1, not 2)
-    return math.ceil(x - 1e-9)
-
-
 @functools.lru_cache(maxsize=4)
 def _read_cached(reader, path: str, stamp: tuple, *args) -> Trace:
     return reader(path, *args)
@@ -200,96 +195,97 @@ class KeptJobs:
     wait: list[float]
 
 
-def drop_reason(status: float, submit: float, run_time: float, demand: list[float], capacity: list[float | None],
-                rules: JobRules) -> str | None:
-    """Why a job is dropped before it is sized (status, then unknown submit, run time, demand, then a
-    0 s run), or None to keep it. `demand` and `capacity` are per mapped trace resource; a None
-    capacity marks a resource no job gives, so its unknown (-1) demand does not drop the job."""
-    if status == -1:
-        if not rules.keep_unknown_status:
-            return "status"
-    elif rules.statuses is not None and status not in rules.statuses:
-        return "status"
-    if submit == -1:
-        return "unknown_submit"
-    if run_time == -1:
-        return "unknown_run_time"
-    if run_time == 0 and not rules.keep_zero_run_time:
-        return "zero_run_time"
-    if any(v == -1 for v, cap in zip(demand, capacity) if cap is not None):
-        return "unknown_demand"
-    return None
+@dataclass
+class JobColumns:
+    """A trace's job lines as tensors, the demand restricted to the resources mapped to the cluster's.
+
+    status, submit, run_time: DoubleTensor[N] (-1 unknown); demand: DoubleTensor[N, K], one column per
+    mapped trace resource; capacity: K capacities, None for a resource no job gives."""
+
+    status: torch.Tensor
+    submit: torch.Tensor
+    run_time: torch.Tensor
+    demand: torch.Tensor
+    capacity: list[float | None]
+
+    @classmethod
+    def of(cls, trace: Trace, names: tuple[str, ...], capacity: dict[str, float]) -> "JobColumns":
+        columns = [trace.resources.index(n) for n in names]
+        demand = torch.tensor(trace.demand, dtype=torch.float64).view(trace.num_jobs, len(trace.resources))
+        return cls(torch.tensor(trace.status, dtype=torch.float64), torch.tensor(trace.submit, dtype=torch.float64),
+                   torch.tensor(trace.run_time, dtype=torch.float64), demand[:, columns],
+                   [capacity.get(n) for n in names])
+
+    def given(self) -> list[int]:
+        """The demand columns of resources some job gives (a capacity that is not None)."""
+        return [k for k, cap in enumerate(self.capacity) if cap is not None]
 
 
-def size_job(run_time: float, demand: list[float], capacity: list[float | None], rules: JobRules
-             ) -> tuple[int, list[int]]:
-    """(duration in steps, units per cluster resource) before the limits: max(1, ceil(run_time / S))
-    and ceil(demand / capacity * resource_units); 0 units for a resource with no capacity (no job gives
-    it) and for the cluster resources beyond the mapped ones. Each is capped at one past its limit
-    (max_job_len + 1, max_job_units + 1): by how much a job is over does not matter."""
-    # min() before ceil: a huge value stays a float and cannot overflow the int conversion
-    duration = max(1, _ceil(min(run_time / rules.seconds_per_step, rules.max_job_len + 1.0)))
-    units = [_ceil(min(v / cap * rules.resource_units, rules.max_job_units + 1.0)) if cap is not None else 0
-             for v, cap in zip(demand, capacity)]
-    return duration, units + [0] * (rules.num_resources - len(units))
+def drop_reasons(jobs: JobColumns, rules: JobRules) -> torch.Tensor:
+    """Why each job is dropped before it is sized, as an index into DROP_REASONS (the first that
+    applies: status, then unknown submit, run time, demand, then a 0 s run), -1 to keep it:
+    LongTensor[N]. An unknown (-1) demand on a resource no job gives does not drop the job."""
+    unknown_status = jobs.status == -1
+    if rules.statuses is None:
+        bad_status = torch.zeros_like(unknown_status)
+    else:
+        bad_status = ~torch.isin(jobs.status, torch.tensor(sorted(rules.statuses), dtype=torch.float64))
+    tests = {"status": unknown_status if not rules.keep_unknown_status else torch.zeros_like(unknown_status),
+             "unknown_submit": jobs.submit == -1,
+             "unknown_run_time": jobs.run_time == -1,
+             "zero_run_time": (jobs.run_time == 0) & (not rules.keep_zero_run_time),
+             "unknown_demand": (jobs.demand[:, jobs.given()] == -1).any(1)}
+    tests["status"] = torch.where(unknown_status, tests["status"], bad_status)
+    reason = torch.full(jobs.status.shape, -1, dtype=torch.long)
+    for name in reversed(tests):  # the first reason that applies is the one counted
+        reason[tests[name]] = DROP_REASONS.index(name)
+    return reason
 
 
-def oversize_drop(duration: int, units: list[int], rules: JobRules) -> str | None:
-    """With oversize='drop', why a sized job is over a limit ('too_long' first, then 'too_large');
-    None when it fits or oversize='clip'."""
-    if rules.oversize != "drop":
-        return None
-    if duration > rules.max_job_len:
-        return "too_long"
-    if max(units) > rules.max_job_units:
-        return "too_large"
-    return None
+def _ceil(x: torch.Tensor) -> torch.Tensor:
+    # ceil with a tolerance for binary rounding (12.8 * 10 / 128 must be 1, not 2)
+    return torch.ceil(x - 1e-9).long()
 
 
-def clip_job(duration: int, units: list[int], rules: JobRules) -> tuple[int, list[int], list[str]]:
-    """The sized job cut to max_job_len steps and max_job_units units per resource, and what was cut
-    (CLIP_REASONS: 'length', 'demand')."""
-    cuts = []
-    if duration > rules.max_job_len:
-        cuts.append("length")
-        duration = rules.max_job_len
-    if max(units) > rules.max_job_units:
-        cuts.append("demand")
-        units = [min(q, rules.max_job_units) for q in units]
-    return duration, units, cuts
+def size_jobs(jobs: JobColumns, rules: JobRules) -> tuple[torch.Tensor, torch.Tensor]:
+    """(duration LongTensor[N], units LongTensor[N, num_resources]) before the limits:
+    max(1, ceil(run_time / S)) steps and ceil(demand / capacity * resource_units) units; 0 units for a
+    resource with no capacity (no job gives it) and for the cluster resources beyond the mapped ones.
+    Each is capped at one past its limit (max_job_len + 1, max_job_units + 1): by how much a job is
+    over does not matter, and the cap (before ceil) keeps huge values inside int64."""
+    duration = _ceil((jobs.run_time / rules.seconds_per_step).clamp(max=rules.max_job_len + 1.0)).clamp(min=1)
+    units = torch.zeros(len(duration), rules.num_resources, dtype=torch.long)
+    for k, cap in enumerate(jobs.capacity):
+        if cap is not None:
+            units[:, k] = _ceil((jobs.demand[:, k] / cap * rules.resource_units).clamp(max=rules.max_job_units + 1.0))
+    return duration, units
 
 
 def select_jobs(path: str, trace: Trace, names: tuple[str, ...], capacity: dict[str, float], rules: JobRules
                 ) -> KeptJobs:
-    """Every job line of `trace` either dropped (counted by reason) or sized, clipped (counted) and
-    kept. `names` are the trace resources mapped to the cluster's, in order; `capacity` has those
-    some job gives. Raises TraceError when no job is kept."""
-    columns = [trace.resources.index(n) for n in names]
-    caps = [capacity.get(n) for n in names]
-    dropped = dict.fromkeys(DROP_REASONS, 0)
-    clipped = dict.fromkeys(CLIP_REASONS, 0)
-    kept = []  # (submit, line, duration, units per cluster resource)
-    for j in range(trace.num_jobs):
-        demand = [trace.demand[j][c] for c in columns]
-        reason = drop_reason(trace.status[j], trace.submit[j], trace.run_time[j], demand, caps, rules)
-        if reason is None:
-            duration, units = size_job(trace.run_time[j], demand, caps, rules)
-            reason = oversize_drop(duration, units, rules)
-        if reason is not None:
-            dropped[reason] += 1
-            continue
-        duration, units, cuts = clip_job(duration, units, rules)
-        for cut in cuts:
-            clipped[cut] += 1
-        kept.append((trace.submit[j], trace.line[j], duration, units, trace.wait[j]))
-    if not kept:
+    """Every job line of `trace` either dropped (counted by reason: before sizing, then with
+    oversize='drop' 'too_long' before 'too_large') or sized, clipped to max_job_len and max_job_units
+    (counted per limit) and kept. `names` are the trace resources mapped to the cluster's, in order;
+    `capacity` has those some job gives. Raises TraceError when no job is kept."""
+    jobs = JobColumns.of(trace, names, capacity)
+    reason = drop_reasons(jobs, rules)
+    duration, units = size_jobs(jobs, rules)
+    too_long, too_large = duration > rules.max_job_len, units.max(1).values > rules.max_job_units
+    if rules.oversize == "drop":
+        reason = torch.where((reason < 0) & too_long, DROP_REASONS.index("too_long"), reason)
+        reason = torch.where((reason < 0) & too_large, DROP_REASONS.index("too_large"), reason)
+    keep = reason < 0
+    counts = torch.bincount(reason[~keep], minlength=len(DROP_REASONS)).tolist()
+    dropped = dict(zip(DROP_REASONS, counts))
+    if not bool(keep.any()):
         raise TraceError(f"{path}: no job fits the cluster: {trace.num_jobs} job lines, all dropped "
                          f"({', '.join(f'{k} {v}' for k, v in dropped.items() if v)})")
-    kept.sort(key=lambda job: job[0])  # stable: equal submit times keep file order
-    duration = torch.tensor([job[2] for job in kept], dtype=torch.long)
-    demand = torch.tensor([job[3] for job in kept], dtype=torch.long).view(len(kept), rules.num_resources)
-    return KeptJobs([job[0] for job in kept], [job[1] for job in kept], duration, demand, dropped, clipped,
-                    [job[4] for job in kept])
+    clipped = {"length": int((too_long & keep).sum()), "demand": int((too_large & keep).sum())}
+    kept = keep.nonzero().squeeze(1)
+    kept = kept[torch.sort(jobs.submit[kept], stable=True).indices]  # equal submit times keep file order
+    line, wait = torch.tensor(trace.line), torch.tensor(trace.wait, dtype=torch.float64)
+    return KeptJobs(jobs.submit[kept].tolist(), line[kept].tolist(), duration[kept].clamp(max=rules.max_job_len),
+                    units[kept].clamp(max=rules.max_job_units), dropped, clipped, wait[kept].tolist())
 
 
 # ----- time: load, compression, arrivals, split --------------------------------------------------
@@ -574,20 +570,17 @@ def propose_cluster(workload: TraceWorkload | None = None, *, path: str | Path |
                      keep_zero_run_time=workload.keep_zero_run_time, oversize="clip",
                      num_resources=workload.num_resources, resource_units=units, max_job_len=2 ** 62,
                      max_job_units=units)
-    columns = [trace.resources.index(n) for n in names]
-    caps = [capacity.get(n) for n in names]
-    run_times, clipped_demand = [], 0
-    for j in range(trace.num_jobs):
-        demand = [trace.demand[j][c] for c in columns]
-        if drop_reason(trace.status[j], trace.submit[j], trace.run_time[j], demand, caps, rules) is None:
-            run_times.append(trace.run_time[j])
-            clipped_demand += any(v > cap * (1 + 1e-9) for v, cap in zip(demand, caps) if cap is not None)
-    if not run_times:
+    jobs = JobColumns.of(trace, names, capacity)
+    keep = drop_reasons(jobs, rules) < 0
+    if not bool(keep.any()):
         raise TraceError(f"{workload.path}: no job to size the cluster by (every job line is dropped)")
-    runs = torch.tensor(run_times, dtype=torch.float64)
-    allowed = math.ceil(max_clipped * len(run_times)) - 1 - clipped_demand  # strictly fewer than max_clipped
+    given = jobs.given()
+    caps = torch.tensor([jobs.capacity[k] for k in given], dtype=torch.float64)
+    clipped_demand = int(((jobs.demand[:, given] > caps * (1 + 1e-9)).any(1) & keep).sum())
+    runs = jobs.run_time[keep]
+    allowed = math.ceil(max_clipped * len(runs)) - 1 - clipped_demand  # strictly fewer than max_clipped
     if allowed < 0:
-        raise TraceError(f"{workload.path}: {clipped_demand} of {len(run_times)} jobs ask for more than the "
+        raise TraceError(f"{workload.path}: {clipped_demand} of {len(runs)} jobs ask for more than the "
                          f"capacity {capacity}; raise --trace_capacity")
     for step in (seconds_per_step,) if seconds_per_step is not None else STEP_LENGTHS:
         steps = torch.ceil(runs / step - 1e-9).clamp(min=1).sort().values
@@ -596,13 +589,13 @@ def propose_cluster(workload: TraceWorkload | None = None, *, path: str | Path |
             break
     else:
         raise TraceError(f"{workload.path}: no step length in {STEP_LENGTHS if seconds_per_step is None else step} "
-                         f"keeps {len(run_times) - allowed} of {len(run_times)} jobs within max_horizon={max_horizon} "
+                         f"keeps {len(runs) - allowed} of {len(runs)} jobs within max_horizon={max_horizon} "
                          f"steps; pass a longer --seconds_per_step or a larger max_horizon")
     horizon = min(max_horizon, max(length, math.ceil(4 * length / 3)))
     cluster = ClusterConfig(num_resources=workload.num_resources, resource_units=units, max_job_units=units,
                             horizon=horizon, max_job_len=length, max_time=max(1000, 4 * (simu_len + horizon)),
                             observation="none")
-    return ClusterProposal(cluster, float(step), len(run_times), int((steps > length).sum()), clipped_demand,
+    return ClusterProposal(cluster, float(step), len(runs), int((steps > length).sum()), clipped_demand,
                            {k: v / units for k, v in capacity.items()})
 
 
