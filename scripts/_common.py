@@ -193,15 +193,15 @@ def add_trace_flags(ap: argparse.ArgumentParser) -> None:
 
 
 def trace_workload_from_args(args, cluster: ClusterConfig, **params) -> TraceWorkload:
-    """The TraceWorkload the trace flags describe; `params` adds TraceWorkload fields the flags lack
-    (time_compression)."""
+    """The TraceWorkload the trace flags describe; `params` overrides them or adds fields they lack
+    (time_compression, split)."""
     if args.seconds_per_step is None:
         raise ConfigError("--trace needs --seconds_per_step (or --fit_cluster to propose one)")
     return TraceWorkload.for_cluster(
-        cluster, args.trace, args.seconds_per_step, oversize=args.oversize, split=args.trace_split,
-        test_fraction=args.test_fraction, windows=args.trace_windows, simu_len=args.simu_len,
-        start_state=args.trace_start, **{"target_load": args.target_load, "time_compression": args.time_compression,
-                                         **trace_params(args), **params})
+        cluster, args.trace, args.seconds_per_step,
+        **{"oversize": args.oversize, "split": args.trace_split, "test_fraction": args.test_fraction,
+           "windows": args.trace_windows, "simu_len": args.simu_len, "start_state": args.trace_start,
+           "target_load": args.target_load, "time_compression": args.time_compression, **trace_params(args), **params})
 
 
 def trace_params(args) -> dict:

@@ -71,7 +71,7 @@ from _common import (
     set_threads,
     trace_workload_from_args,
 )
-from lightning_sched import ClusterConfig, DeepRMWorkload, plots, seeds
+from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, plots, seeds
 from lightning_sched.adaptation import AdaptationSettings, adapt
 from lightning_sched.evaluation import compare, make_jobsets, mean_ci95
 
@@ -361,14 +361,22 @@ ADAPT_EVAL_STEPS = {0, 1, 2, 3, 4, 5, 7, 10, 15, 20, 30, 40, 50}
 
 
 def held_out_workloads(cfg: ClusterConfig, args, metric: str):
-    """(label, workload, its --eval_jobsets unseen jobsets, {heuristic: (mean, ci) of `metric`})
-    for each held-out workload of the adaptation figures."""
-    for label, params in HELD_OUT.items():
-        workload = DeepRMWorkload(**params)
-        eval_jobs = make_jobsets(workload, args.eval_jobsets, seeds.evaluation())
+    """(label, cluster, workload to adapt on, its --eval_jobsets unseen jobsets, {heuristic: (mean, ci) of
+    `metric`}) for each held-out workload of the adaptation figures: DeepRM's job mixes on `cfg`, and
+    with --trace the log on its own cluster (--fit_cluster or the size flags), adapted on its train
+    split and measured on its test split."""
+    panels = [(label, cfg, DeepRMWorkload(**params), DeepRMWorkload(**params)) for label, params in HELD_OUT.items()]
+    if getattr(args, "trace", None):
+        trace_cfg, _ = cluster_from_args(args)
+        trace_cfg = trace_cfg.replace(objective=cfg.objective)
+        panels.append((f"{Path(args.trace).name.split('.')[0]}, test split", trace_cfg,
+                       trace_workload_from_args(args, trace_cfg, split="train"),
+                       trace_workload_from_args(args, trace_cfg, split="test")))
+    for label, panel_cfg, workload, held_out in panels:
+        eval_jobs = make_jobsets(held_out, args.eval_jobsets, seeds.evaluation())
         # heuristics made anew for each workload: random's line does not depend on the workloads before
-        case = compare(named_policies(cfg, args.heuristics, [], args.device), cfg, eval_jobs, args.device)
-        yield label, workload, eval_jobs, {h: case.mean_ci(h, metric) for h in args.heuristics}
+        case = compare(named_policies(panel_cfg, args.heuristics, [], args.device), panel_cfg, eval_jobs, args.device)
+        yield label, panel_cfg, workload, eval_jobs, {h: case.mean_ci(h, metric) for h in args.heuristics}
 
 
 def headroom(args) -> None:
@@ -381,8 +389,10 @@ def headroom(args) -> None:
     settings = AdaptationSettings(steps=args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr,
                                   optimizer=args.optimizer)
     curves, lines = {}, {}
-    for label, workload, eval_jobs, lines[label] in held_out_workloads(cfg, args, "mean_slowdown"):
-        summaries = adapt(copy.deepcopy(net), cfg, workload, settings, eval_jobs, seed=args.seed, device=args.device,
+    for label, panel_cfg, workload, eval_jobs, lines[label] in held_out_workloads(cfg, args, "mean_slowdown"):
+        start = net if panel_cfg == cfg else load_network(args.ckpt, args.device, cluster=panel_cfg)[0]
+        summaries = adapt(copy.deepcopy(start), panel_cfg, workload, settings, eval_jobs, seed=args.seed,
+                          device=args.device,
                           **acting(saved), eval_steps=set(range(0, args.steps + 1, args.every)))
         curves[label] = {"fine-tuned": {s["step"]: (s["mean_slowdown"], s["mean_slowdown_ci95"]) for s in summaries}}
         print(f"{label:32s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curves[label]["fine-tuned"].items()),
@@ -400,11 +410,20 @@ def adaptation(args) -> None:
     from lightning_sched.checkpoints import load_network
     from lightning_sched.policies import make_policy
 
-    starts = {name: load_network(path, args.device) for name, path in checkpoints(args).items()}
+    if args.objective not in ("slowdown", "completion_time"):
+        raise ConfigError(f"--objective must be slowdown or completion_time here, got {args.objective!r}")
+    paths = checkpoints(args)
+    starts = {name: load_network(path, args.device) for name, path in paths.items()}
     net0, cfg, saved0 = next(iter(starts.values()))
     cfg = cfg.replace(objective=args.objective)
-    torch.manual_seed(args.seed)
-    starts["scratch"] = (make_policy(net0.spec, cfg).to(args.device), cfg, saved0)  # acts as the first one
+
+    def starts_on(panel_cfg: ClusterConfig) -> dict:
+        """Each checkpoint's network on the panel's cluster (a slot policy runs on any size), and a fresh
+        one that acts as the first checkpoint acts."""
+        on = starts if panel_cfg == cfg else {
+            name: load_network(path, args.device, cluster=panel_cfg) for name, path in paths.items()}
+        torch.manual_seed(args.seed)
+        return {**on, "scratch": (make_policy(net0.spec, panel_cfg).to(args.device), panel_cfg, saved0)}
 
     def settings_for(saved: dict) -> AdaptationSettings:
         """Same steps and samples for every method; a meta-policy adapts with the inner loop it was
@@ -412,13 +431,13 @@ def adaptation(args) -> None:
         own = {} if saved.get("adaptation") else {"lr": args.lr, "optimizer": args.optimizer}
         return AdaptationSettings.from_checkpoint(saved, args.steps, jobsets=args.jobsets, episodes=args.episodes,
                                                   **own)
-    settings = {name: settings_for(saved) for name, (_, _, saved) in starts.items()}
+    settings = {name: settings_for(saved) for name, (_, _, saved) in starts_on(cfg).items()}
     metric = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time"}[args.objective]
     curves, lines, table = {}, {}, {}
-    for label, workload, eval_jobs, lines[label] in held_out_workloads(cfg, args, metric):
+    for label, panel_cfg, workload, eval_jobs, lines[label] in held_out_workloads(cfg, args, metric):
         curves[label], table[label] = {}, {}
-        for name, (net, _, saved) in starts.items():
-            summaries = adapt(copy.deepcopy(net), cfg, workload, settings[name], eval_jobs, seed=args.seed,
+        for name, (net, _, saved) in starts_on(panel_cfg).items():
+            summaries = adapt(copy.deepcopy(net), panel_cfg, workload, settings[name], eval_jobs, seed=args.seed,
                               device=args.device, **acting(saved), eval_steps=ADAPT_EVAL_STEPS)
             curves[label][name] = {s["step"]: (s[metric], s[metric + "_ci95"]) for s in summaries}
             tetris = lines[label]["tetris"][0]
@@ -545,7 +564,11 @@ def main() -> None:
     p = figure(adaptation, "adaptation curves on held-out workloads",
                shared_flags(["tetris", "sjf", "random"], jobsets=None, ckpt="+",
                             ckpt_help="NAME=PATH.ckpt: the meta-policy and the mixture policy"), fine_tuning_flags(50))
-    p.add_argument("--objective", choices=("slowdown", "completion_time"), default="slowdown")
+    # --trace adds a panel: the log at the cluster --fit_cluster (or the size flags) gives, adapted on its
+    # train split and measured on its test split; --objective: slowdown or completion_time
+    add_trace_flags(p)
+    add_cluster_flags(p)
+    p.add_argument("--simu_len", type=at_least(1), default=50, help="steps of a window of --trace")
     p = figure(headroom, "one checkpoint fine-tuned long on the held-out workloads",
                shared_flags(["tetris"], jobsets=None, ckpt=None), fine_tuning_flags(300))
     p.add_argument("--ckpt", default="checkpoints/reinforce_mixture_masked.ckpt")
