@@ -433,9 +433,9 @@ def adaptation(args) -> None:
                                                   **own)
     settings = {name: settings_for(saved) for name, (_, _, saved) in starts_on(cfg).items()}
     metric = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time"}[args.objective]
-    curves, lines, table = {}, {}, {}
+    curves, lines, table, clusters = {}, {}, {}, {}
     for label, panel_cfg, workload, eval_jobs, lines[label] in held_out_workloads(cfg, args, metric):
-        curves[label], table[label] = {}, {}
+        curves[label], table[label], clusters[label] = {}, {}, panel_cfg.to_dict()
         for name, (net, _, saved) in starts_on(panel_cfg).items():
             summaries = adapt(copy.deepcopy(net), panel_cfg, workload, settings[name], eval_jobs, seed=args.seed,
                               device=args.device, **acting(saved), eval_steps=ADAPT_EVAL_STEPS)
@@ -450,7 +450,8 @@ def adaptation(args) -> None:
                                         f"{args.episodes} episodes a step, {args.eval_jobsets} unseen jobsets, 95% CI)")
     save(fig, args, f"adaptation_{args.objective}.png",
          {"objective": args.objective, "settings": {name: st.describe() for name, st in settings.items()},
-          "held_out": HELD_OUT, "curves": curves, "heuristics": lines, "first_step_at_or_below_tetris": table})
+          "held_out": HELD_OUT, "trace": getattr(args, "trace", None), "clusters": clusters, "curves": curves,
+          "heuristics": lines, "first_step_at_or_below_tetris": table})
 
 
 SIZES = [(5, 10), (20, 20), (50, 40)]  # (num_slots, resource_units = max_job_units)

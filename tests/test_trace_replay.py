@@ -219,3 +219,20 @@ trainer: {{max_steps: 2, val_check_interval: 2}}
     figure = json.loads((tmp_path / "t.json").read_text())
     assert figure["cluster"]["resource_units"] == 32
     assert set(next(iter(figure["settings"].values()))["results"]) == {"tetris", "adapted"}
+
+
+def test_the_adaptation_figure_adds_the_log_on_its_own_cluster(tmp_path):
+    """figures.py adaptation --trace: the log is one more panel, on the cluster --fit_cluster proposes,
+    with every checkpoint, the fresh network and the heuristics measured there."""
+    log = write_swf(tmp_path / "tiny.swf", num_jobs=300, processors=32, memory_per_processor_kb=1024, seed=2)
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    slots = ROOT / "checkpoints" / "slots_slowdown.ckpt"
+    script(str(ROOT / "scripts/figures.py"), "adaptation", "--ckpt", f"slots={slots}",
+           "--steps", "1", "--jobsets", "1", "--episodes", "1", "--eval_jobsets", "2", "--heuristics", "tetris",
+           "--trace", str(log), "--trace_capacity", f"memory={32 * 1024}", "--fit_cluster", "--max_horizon", "32",
+           "--simu_len", "20", "--threads", "1", "--out", str(tmp_path / "a.png"), cwd=tmp_path, env=env)
+    figure = json.loads((tmp_path / "a.json").read_text())
+    panel = "tiny, test split"
+    assert figure["clusters"][panel]["resource_units"] == 32 and figure["clusters"][panel]["horizon"] <= 32
+    assert set(figure["curves"][panel]) == {"slots", "scratch"} and set(figure["heuristics"][panel]) == {"tetris"}
+    assert len(figure["curves"]) == 5 and (tmp_path / "a.png").exists()
