@@ -38,14 +38,22 @@ MIN_CHUNK_ROWS = 256  # rows per thread below which handing rows to another thre
 # the action, read only), "inplace" (a state field the torch step mutates in place) or "out" (a
 # fresh tensor: the torch step assigns a new one, and observations may alias the old one)
 SIZES = ("batch", "max_jobs", "num_slots", "num_resources", "num_planes", "num_words", "horizon", "word_bytes",
-         "resource_units", "max_time", "objective", "pending_width")
+         "resource_units", "max_time", "objective", "pending_width", "max_track_since_new")
 READ = ("order", "arrival", "duration", "demand", "deadline", "arrived_weight", "num_jobs", "action", "time",
         "num_arrived", "queue_head", "slot_job", "slot_duration", "slot_demand", "slot_offset", "used_bits",
         "finished_count", "finished_weight", "util_sum", "terminated", "truncated")
 IN_PLACE = ("start", "job_start", "pending_due", "finish_count", "finish_weight")
 REPLACED = ("time", "num_arrived", "queue_head", "slot_job", "slot_duration", "slot_demand", "slot_offset",
             "used_bits", "finished_count", "finished_weight", "util_sum", "terminated", "truncated")
-NUM_ARGS = len(SIZES) + len(READ) + len(IN_PLACE) + len(REPLACED) + 1  # + the reward
+# observation keys of the state the step leaves, which the kernel has at hand (observations.py
+# defines them; observe() takes them from `observed_keys`), after the reward: (key, dtype, trailing shape)
+KEYS = (("action_mask", torch.bool, lambda cfg: (cfg.num_slots + 1,)),
+        ("slot_deadline", torch.int64, lambda cfg: (cfg.num_slots,)),
+        ("free_now", torch.int64, lambda cfg: (cfg.num_resources,)),
+        ("since_new", torch.float32, lambda cfg: (1,)))
+# the tensors the keys derive from that a step replaces: the keys hold while these are the state's
+SOURCES = ("time", "num_arrived", "slot_job", "slot_offset", "used_bits")
+NUM_ARGS = len(SIZES) + len(READ) + len(IN_PLACE) + len(REPLACED) + 1 + len(KEYS)
 
 LONG, INT, DOUBLE, BOOL = torch.int64, torch.int32, torch.float64, torch.bool
 DTYPES = {"order": LONG, "arrival": LONG, "duration": INT, "demand": INT, "deadline": LONG, "start": LONG,
@@ -170,13 +178,29 @@ def step(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) -> torch
     read["action"] = action
     fresh = {name: torch.empty_like(read[name]) for name in REPLACED}
     reward = torch.empty(batch, dtype=torch.float32)
+    keys = {key: torch.empty(batch, *shape(cfg), dtype=dtype) for key, dtype, shape in KEYS}
     sizes = (batch, state.max_jobs, cfg.num_slots, cfg.num_resources, num_planes(cfg), num_words(cfg), cfg.horizon,
              state.used_bits.element_size(), cfg.resource_units, cfg.max_time, OBJECTIVES.index(cfg.objective),
-             state.pending_due.shape[1])
+             state.pending_due.shape[1], cfg.max_track_since_new)
     pointers = ([read[name].data_ptr() for name in READ] + [getattr(state, name).data_ptr() for name in IN_PLACE]
-                + [fresh[name].data_ptr() for name in REPLACED] + [reward.data_ptr()])
+                + [fresh[name].data_ptr() for name in REPLACED] + [reward.data_ptr()]
+                + [tensor.data_ptr() for tensor in keys.values()])
     args = (ctypes.c_int64 * NUM_ARGS)(*sizes, *pointers)
     _run(function, args, float(cfg.tardiness_weight), batch)
     for name, tensor in fresh.items():
         setattr(state, name, tensor)
+    # not a dataclass field: rows() and merge() leave it behind, and observed_keys checks its sources
+    state.__dict__[_KEYS_ATTRIBUTE] = (tuple(fresh[name] for name in SOURCES), keys)
     return reward
+
+
+_KEYS_ATTRIBUTE = "_native_keys"
+
+
+def observed_keys(state: ClusterState) -> dict[str, torch.Tensor]:
+    """The observation keys the last native step computed for `state` ({} when the state has
+    changed since, e.g. a torch step or rows reset, or no native step made it)."""
+    entry = state.__dict__.get(_KEYS_ATTRIBUTE)
+    if entry is None or any(source is not getattr(state, name) for source, name in zip(entry[0], SOURCES)):
+        return {}
+    return entry[1]

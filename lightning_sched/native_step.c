@@ -6,6 +6,7 @@
  * The kernel reads the state through the pointers of `StepArgs` and writes the fields the torch step
  * replaces into fresh arrays (`*_out`), and mutates in place only the ones it mutates in place
  * (start, job_start, pending_due, finish_count, finish_weight): observations alias the others.
+ * It also writes four observation keys of the new state (`KEYS` of native.py), values it has at hand.
  * Rewards are computed in double with the torch step's operations in its order, so they agree exactly
  * (built with -ffp-contract=off: a fused multiply-add would round differently).
  */
@@ -18,7 +19,7 @@ enum { SLOWDOWN, COMPLETION_TIME, MAKESPAN, UTILIZATION, DEADLINE };
 /* Every field is 8 bytes, in the order of native.py's ARGS. */
 typedef struct {
     int64_t batch, max_jobs, num_slots, num_resources, num_planes, num_words, horizon, word_bytes,
-        resource_units, max_time, objective, pending_width;
+        resource_units, max_time, objective, pending_width, max_track_since_new;
     /* read only */
     const int64_t *order, *arrival;
     const int32_t *duration, *demand;
@@ -44,6 +45,10 @@ typedef struct {
     double *finished_weight_out, *util_sum_out;
     uint8_t *terminated_out, *truncated_out;
     float *reward_out;
+    /* observation keys of the new state (observations.py defines them), fresh as well */
+    uint8_t *action_mask_out;
+    int64_t *slot_deadline_out, *free_now_out;
+    float *since_new_out;
 } StepArgs;
 
 /* First row >= pos whose bit is set (want = 1) or clear (want = 0), W * n when none; bits past
@@ -197,8 +202,12 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
                     plane[w] = (plane[w] >> 1) | (w + 1 < W ? (plane[w + 1] & 1) << (n - 1) : 0);
             }
         }
-        for (int64_t r = 0; r < R; r++) /* level 0 holds in every row, the empty one entering too */
+        for (int64_t r = 0; r < R; r++) { /* level 0 holds in every row, the empty one entering too */
             for (int64_t w = 0; w < W; w++) cur[r * P * W + w] = horizon_mask[w];
+            int64_t levels = 0;
+            for (int64_t u = 0; u < P; u++) levels += (int64_t)(cur[(r * P + u) * W] & 1);
+            a->free_now_out[b * R + r] = U - (levels - 1);
+        }
         if (a->word_bytes == 4) {
             int32_t *out = (int32_t *)a->used_bits_out + b * planes_words;
             for (int64_t i = 0; i < planes_words; i++) out[i] = (int32_t)cur[i];
@@ -222,6 +231,8 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
         }
         const int64_t arrived = low;
         a->num_arrived_out[b] = arrived;
+        const int64_t cap = a->max_track_since_new, since = now - arrival[arrived > 0 ? arrived - 1 : 0];
+        a->since_new_out[b] = (float)(arrived > 0 ? (since > cap ? cap : since) : cap) / (float)cap;
         const int terminated = advance && finished == a->num_jobs[b];
         a->truncated_out[b] = a->truncated[b] | (advance && !terminated && now >= a->max_time);
         a->terminated_out[b] = a->terminated[b] | terminated;
@@ -258,7 +269,10 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
                 if (ok) found = earliest_run(fits, W, n, d, T);
             }
             slot_offset_out[m] = found;
+            a->action_mask_out[b * (M + 1) + m] = found >= 0;
+            a->slot_deadline_out[b * M + m] = deadline[j] - now;
         }
+        a->action_mask_out[b * (M + 1) + M] = 1; /* void is always valid */
         a->queue_head_out[b] = head + taken;
     }
     free(cur);

@@ -71,6 +71,15 @@ def assert_same(state, other, where: str) -> None:
         assert mine.dtype == theirs.dtype and torch.equal(mine, theirs), f"{f.name} differs {where}"
 
 
+def assert_same_observation(state, other, cfg: ClusterConfig, where: str) -> None:
+    """The keys the native step computed (native.observed_keys) are those observations.py computes."""
+    precomputed = native.observed_keys(state)
+    assert set(precomputed) == {key for key, _, _ in native.KEYS}
+    computed = observe(other, cfg).materialize()
+    for key, value in observe(state, cfg).materialize().items():
+        assert value.dtype == computed[key].dtype and torch.equal(value, computed[key]), f"key {key} differs {where}"
+
+
 @needs_kernel
 def test_native_step_matches_torch_step():
     rng = random.Random(1234)
@@ -86,6 +95,7 @@ def test_native_step_matches_torch_step():
             where = f"in case {case} ({cfg}) at step {step}"
             assert reward.dtype == expected.dtype and torch.equal(reward, expected), f"reward differs {where}"
             assert_same(state, theirs, where)
+            assert_same_observation(state, theirs, cfg, where)
 
 
 @needs_kernel
@@ -137,3 +147,15 @@ def test_switched_off_or_without_compiler_steps_with_torch(monkeypatch, tmp_path
         action = random_actions(state, cfg, rng)
         assert torch.equal(step_state(state, action, cfg), step_state_torch(theirs, action, cfg))
         assert_same(state, theirs, "without a compiler")
+
+
+@needs_kernel
+def test_observed_keys_only_for_the_state_the_native_step_left():
+    cfg, jobs = random_case(random.Random(9), units=10)
+    state = init_state(jobs, cfg)
+    assert native.observed_keys(state) == {}
+    native.step(state, torch.full_like(state.time, cfg.num_slots), cfg)
+    assert set(native.observed_keys(state)) == {key for key, _, _ in native.KEYS}
+    assert native.observed_keys(state.rows(slice(None))) == {}
+    step_state_torch(state, torch.full_like(state.time, cfg.num_slots), cfg)
+    assert native.observed_keys(state) == {}
