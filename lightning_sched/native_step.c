@@ -77,6 +77,29 @@ static int64_t earliest_run(const uint64_t *fits, int64_t num_words, int n, int6
     return -1;
 }
 
+/* Ask for the cache lines row b reads at scattered places (its jobs' entries): beyond the L3 cache
+ * (B of 16384 at DeepRM's size) each is otherwise a wait on memory, one after another. */
+static void prefetch_row(const StepArgs *a, int64_t b) {
+    const int64_t jobs = a->max_jobs + 1, M = a->num_slots, T = a->horizon;
+    const int64_t *slot_job = a->slot_job + b * M;
+    const int64_t action = a->action[b], slot = action < 0 ? 0 : (action > M - 1 ? M - 1 : action);
+    const int64_t chosen = slot_job[slot], job = slot_job[0];
+    const int64_t last = slot_job[M - 1] < a->max_jobs ? slot_job[M - 1] : job;
+    const int64_t arrived = a->num_arrived[b];
+    __builtin_prefetch(a->start + b * jobs + chosen);
+    __builtin_prefetch(a->job_start + b * jobs + a->order[b * jobs + chosen]);
+    __builtin_prefetch(a->deadline + b * jobs + job);
+    __builtin_prefetch(a->duration + b * jobs + job);
+    __builtin_prefetch(a->duration + b * jobs + last);
+    for (int64_t r = 0; r < a->num_resources; r++) __builtin_prefetch(a->demand + (b * a->num_resources + r) * jobs + job);
+    __builtin_prefetch(a->arrival + b * jobs + arrived);
+    __builtin_prefetch(a->arrived_weight + b * jobs + arrived);
+    __builtin_prefetch(a->finish_count + b * (T + 1) + (a->time[b] + 1) % (T + 1));
+    __builtin_prefetch(a->finish_weight + b * (T + 1) + (a->time[b] + 1) % (T + 1));
+}
+
+#define PREFETCH_AHEAD 4 /* rows: enough to cover a wait on memory with the work of the rows between */
+
 int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_t row_begin, int64_t row_end) {
     const int64_t L = a->max_jobs, M = a->num_slots, R = a->num_resources, P = a->num_planes,
                   W = a->num_words, T = a->horizon, U = a->resource_units, jobs = L + 1;
@@ -93,6 +116,7 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
     }
 
     for (int64_t b = row_begin; b < row_end; b++) {
+        if (b + PREFETCH_AHEAD < row_end) prefetch_row(a, b + PREFETCH_AHEAD);
         const int64_t *order = a->order + b * jobs, *arrival = a->arrival + b * jobs, *deadline = a->deadline + b * jobs;
         const int32_t *duration = a->duration + b * jobs, *demand = a->demand + b * R * jobs;
         const int64_t *slot_job = a->slot_job + b * M;
@@ -223,13 +247,12 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
         a->finished_weight_out[b] = a->finished_weight[b] + now_weight;
         finish_count[ring] += -now_finished; /* empty the ring slot just read */
         finish_weight[ring] += -now_weight;
-        int64_t low = 0, high = jobs; /* sorted jobs with arrival <= now */
-        while (low < high) {
-            const int64_t mid = low + (high - low) / 2;
-            if (arrival[mid] <= now) low = mid + 1;
-            else high = mid;
-        }
-        const int64_t arrived = low;
+        /* sorted jobs with arrival <= now: a walk from the count before, which is exact on sorted
+         * arrivals from any start and usually moves by the step's few arrivals */
+        int64_t arrived = a->num_arrived[b];
+        arrived = arrived < 0 ? 0 : (arrived > jobs ? jobs : arrived);
+        while (arrived > 0 && arrival[arrived - 1] > now) arrived--;
+        while (arrived < jobs && arrival[arrived] <= now) arrived++;
         a->num_arrived_out[b] = arrived;
         const int64_t cap = a->max_track_since_new, since = now - arrival[arrived > 0 ? arrived - 1 : 0];
         a->since_new_out[b] = (float)(arrived > 0 ? (since > cap ? cap : since) : cap) / (float)cap;
