@@ -159,3 +159,23 @@ def test_observed_keys_only_for_the_state_the_native_step_left():
     assert native.observed_keys(state.rows(slice(None))) == {}
     step_state_torch(state, torch.full_like(state.time, cfg.num_slots), cfg)
     assert native.observed_keys(state) == {}
+
+
+@needs_kernel
+def test_rows_split_over_threads_step_as_one(monkeypatch):
+    """Chunks of rows on the thread pool give the one-call result (tiny chunks: a small batch)."""
+    rng = random.Random(21)
+    monkeypatch.setattr(native, "MIN_CHUNK_ROWS", 1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        for _ in range(10):
+            cfg, jobs = random_case(rng)
+            state = init_state(jobs, cfg)
+            theirs = copy(state)
+            for _ in range(15):
+                action = random_actions(state, cfg, rng)
+                assert torch.equal(native.step(state, action, cfg), step_state_torch(theirs, action, cfg))
+                assert_same(state, theirs, "split over threads")
+    finally:
+        torch.set_num_threads(threads)
