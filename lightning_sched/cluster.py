@@ -25,6 +25,7 @@ import warnings
 
 import torch
 
+from . import native
 from .config import ClusterConfig
 from .jobs import JobSet
 from .objectives import interval_reward
@@ -341,7 +342,17 @@ def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) ->
     """Apply one decision per row in place; return the reward, FloatTensor[B].
 
     action: LongTensor[B], 0..M-1 schedules that slot, M (or anything invalid) advances time.
+    On the CPU one native call does it where the kernel applies (native.py), else the torch ops of
+    `step_state_torch`, with the same results.
     """
+    reward = native.step(state, action, cfg)
+    return step_state_torch(state, action, cfg) if reward is None else reward
+
+
+def step_state_torch(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor:
+    """step_state as tensor operations (any device, any layout): the definition native_step.c matches.
+    It assigns new tensors to the fields it changes, except start, job_start, pending_due,
+    finish_count and finish_weight, changed in place (observations alias the others)."""
     length, m_slots = state.max_jobs, cfg.num_slots
     action = action.reshape(-1).long()
     active = ~state.done
@@ -401,15 +412,15 @@ def step_state(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) ->
 
 
 def compiled_step(state: ClusterState, cfg: ClusterConfig):
-    """step_state compiled by torch.compile (inductor) where that works here, else step_state
-    itself, with a warning: a function with step_state's signature.
+    """step_state_torch compiled by torch.compile (inductor) where that works here, else step_state
+    itself (the native step where it applies), with a warning: a function with step_state's signature.
 
     Compiling takes tens of seconds, on a trial step of a copy of `state` (so a compiler that fails
     leaves nothing half-applied); the slot search varies in size, so its second size compiles once
     more, for any size. Vectorized code is off (`cpp.simdlen` 1): inductor's vectorized int32 to
     int64 conversions do not build with torch 2.13's C++ headers. Optional: nothing else needs a compiler.
     """
-    compiled = torch.compile(step_state, options={"cpp.simdlen": 1})
+    compiled = torch.compile(step_state_torch, options={"cpp.simdlen": 1})
     trial = state.rows(torch.arange(state.time.shape[0], device=state.time.device))  # a copy
     try:
         compiled(trial, torch.full_like(state.time, cfg.num_slots), cfg)

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from . import native
 from .config import ClusterConfig
 from .state import ClusterState, used_now, used_rows
 
@@ -85,7 +86,9 @@ def observe(state: ClusterState, cfg: ClusterConfig, job_start: bool = True) -> 
     keys = STRUCTURED_KEYS + ("used", "slot_waited") + (("job_start",) if job_start else ())
     if cfg.observation != "none":
         keys = keys + ("observation",)
-    return Observation(state, cfg, keys)
+    observation = Observation(state, cfg, keys)
+    observation.update(native.observed_keys(state))  # the ones the native step already computed
+    return observation
 
 
 @functools.lru_cache(maxsize=64)

@@ -14,21 +14,27 @@ With --sizes instead: decisions/s on the hot path and through `ClusterEnv.step` 
 dominant demand U/2..U, the others 1..U/5), with the ratio to (10, 10, 20) in the same run and
 the state's bytes per episode.
 
+On the CPU the step is the native kernel where it applies (lightning_sched.native); --torch_step
+also measures every rate with the torch step (LIGHTNING_SCHED_NATIVE=0) in the same run, rows
+"hot/torch" and "torchrl/torch" (keys hot_torch, torchrl_torch).
+
 Prints a table and, last, a JSON line. Medians over --repeats runs.
-    python scripts/bench_env.py [--device cuda] [--threads 2] [--objective deadline]
-    python scripts/bench_env.py --sizes [--sizes_batch 4096]
+    python scripts/bench_env.py [--device cuda] [--threads 2] [--objective deadline] [--torch_step]
+    python scripts/bench_env.py --sizes [--sizes_batch 4096] [--torch_step]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import time
 
 import torch
 
 from _common import set_threads
-from lightning_sched import ClusterConfig, ClusterEnv, DeepRMWorkload
+from lightning_sched import ClusterConfig, ClusterEnv, DeepRMWorkload, native
 from lightning_sched.cluster import compiled_step, init_state, step_state
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.heuristics import make_heuristic
@@ -48,7 +54,32 @@ def random_valid(mask: torch.Tensor, generator) -> torch.Tensor:
     return torch.where(mask, scores, -1.0).argmax(-1)
 
 
-def hot_path_rate(cfg, jobs, steps, device, generator, compile_step=False) -> float:
+@contextlib.contextmanager
+def stepping_with_torch(torch_step: bool):
+    """The torch step instead of the native one while inside, with torch_step."""
+    before = os.environ.get(native.SWITCH)
+    if torch_step:
+        os.environ[native.SWITCH] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(native.SWITCH, None)
+        else:
+            os.environ[native.SWITCH] = before
+
+
+def hot_path_rate(cfg, jobs, steps, device, generator, compile_step=False, torch_step=False) -> float:
+    with stepping_with_torch(torch_step):
+        return _hot_path_rate(cfg, jobs, steps, device, generator, compile_step)
+
+
+def torchrl_rate(cfg, jobs, steps, device, generator, compile_step=False, torch_step=False) -> float:
+    with stepping_with_torch(torch_step):
+        return _torchrl_rate(cfg, jobs, steps, device, generator, compile_step)
+
+
+def _hot_path_rate(cfg, jobs, steps, device, generator, compile_step=False) -> float:
     state = init_state(jobs, cfg)
     fresh = init_state(jobs, cfg)
     step = compiled_step(state, cfg) if compile_step else step_state
@@ -69,7 +100,7 @@ def hot_path_rate(cfg, jobs, steps, device, generator, compile_step=False) -> fl
     return int(decisions) / (time.perf_counter() - t0)
 
 
-def torchrl_rate(cfg, jobs, steps, device, generator, compile_step=False) -> float:
+def _torchrl_rate(cfg, jobs, steps, device, generator, compile_step=False) -> float:
     env = ClusterEnv(cfg, jobs, batch_size=[jobs.batch_size], device=device, compile_step=compile_step)
     td = env.reset()
     decisions = torch.zeros((), dtype=torch.long, device=device)
@@ -111,7 +142,8 @@ def sizes_table(args, device, generator, result) -> None:
           f"objective={args.objective}")
     print(f"{'(units, slots, horizon)':>24s} {'hot path/s':>12s} {'ratio':>6s} {'ClusterEnv.step/s':>18s} "
           f"{'ratio':>6s} "
-          f"{'state B/episode':>16s}")
+          + (f"{'hot (torch)':>14s} {'env (torch)':>14s} " if args.torch_step else "")
+          + f"{'state B/episode':>16s}")
     rows, base = {}, None
     for units, slots, horizon in SIZES:
         cfg, workload = sized_cluster(units, slots, horizon, args.objective)
@@ -120,12 +152,19 @@ def sizes_table(args, device, generator, result) -> None:
         env = statistics.median(torchrl_rate(cfg, jobs, args.steps, device, generator) for _ in range(args.repeats))
         per_row = state_bytes_per_row(init_state(jobs, cfg))
         base = base or (hot, env)
-        rows[f"{units},{slots},{horizon}"] = {"hot": round(hot), "hot_ratio": round(hot / base[0], 3),
-                                              "torchrl": round(env), "torchrl_ratio": round(env / base[1], 3),
-                                              "state_bytes_per_episode": round(per_row)}
-        print(f"{str((units, slots, horizon)):>24s} {hot:12,.0f} {hot / base[0]:6.2f} {env:18,.0f} "
-              f"{env / base[1]:6.2f} "
-              f"{per_row:16,.0f}", flush=True)
+        row = {"hot": round(hot), "hot_ratio": round(hot / base[0], 3), "torchrl": round(env),
+               "torchrl_ratio": round(env / base[1], 3), "state_bytes_per_episode": round(per_row)}
+        line = (f"{str((units, slots, horizon)):>24s} {hot:12,.0f} {hot / base[0]:6.2f} {env:18,.0f} "
+                f"{env / base[1]:6.2f}")
+        if args.torch_step:
+            row["hot_torch"] = round(statistics.median(hot_path_rate(cfg, jobs, args.steps, device, generator,
+                                                                     torch_step=True) for _ in range(args.repeats)))
+            row["torchrl_torch"] = round(statistics.median(torchrl_rate(cfg, jobs, args.steps, device, generator,
+                                                                        torch_step=True)
+                                                           for _ in range(args.repeats)))
+            line += f" {row['hot_torch']:14,.0f} {row['torchrl_torch']:14,.0f}"
+        rows[f"{units},{slots},{horizon}"] = row
+        print(f"{line} {per_row:16,.0f}", flush=True)
     result["sizes"] = rows
 
 
@@ -142,6 +181,8 @@ def main() -> None:
     ap.add_argument("--simu_len", type=int, default=50, help="arrival steps (more jobs per row when larger)")
     ap.add_argument("--compile", action="store_true",
                     help="also both paths with step_state compiled (cluster.compiled_step; compiles every run)")
+    ap.add_argument("--torch_step", action="store_true",
+                    help="also every rate with the torch step instead of the native one (LIGHTNING_SCHED_NATIVE=0)")
     ap.add_argument("--sizes", action="store_true", help="the cluster-size table instead (module docstring)")
     ap.add_argument("--sizes_batch", type=int, default=4096, help="episodes stepped at once in the --sizes table")
     ap.add_argument("--default_malloc", action="store_true",
@@ -152,6 +193,7 @@ def main() -> None:
     generator = torch.Generator(device=device).manual_seed(0)
     result = {"device": str(device), "threads": threads, "default_malloc": args.default_malloc,
               "torch": torch.__version__, "objective": args.objective,
+              "native_step": device.type == "cpu" and native.available(),
               "decisions_per_s": {}}
     if device.type == "cuda":
         result["device_name"] = torch.cuda.get_device_name(device)
@@ -171,6 +213,11 @@ def main() -> None:
             rate = statistics.median(hot_path_rate(cfg, jobs, steps, device, generator) for _ in range(args.repeats))
             result["decisions_per_s"][f"{mode}/hot/{b}"] = round(rate)
             print(f"{mode:8s} {'hot':8s} {b:6d} {rate:22,.0f}", flush=True)
+            if args.torch_step:
+                rate = statistics.median(hot_path_rate(cfg, jobs, steps, device, generator, torch_step=True)
+                                         for _ in range(args.repeats))
+                result["decisions_per_s"][f"{mode}/hot_torch/{b}"] = round(rate)
+                print(f"{mode:8s} {'hot/torch':8s} {b:6d} {rate:22,.0f}", flush=True)
             if args.compile:
                 rate = statistics.median(hot_path_rate(cfg, jobs, steps, device, generator, compile_step=True)
                                          for _ in range(args.repeats))
@@ -180,6 +227,11 @@ def main() -> None:
                 rate = statistics.median(torchrl_rate(cfg, jobs, steps, device, generator) for _ in range(args.repeats))
                 result["decisions_per_s"][f"{mode}/torchrl/{b}"] = round(rate)
                 print(f"{mode:8s} {'torchrl':8s} {b:6d} {rate:22,.0f}", flush=True)
+                if args.torch_step:
+                    rate = statistics.median(torchrl_rate(cfg, jobs, steps, device, generator, torch_step=True)
+                                             for _ in range(args.repeats))
+                    result["decisions_per_s"][f"{mode}/torchrl_torch/{b}"] = round(rate)
+                    print(f"{mode:8s} {'torchrl/torch':8s} {b:6d} {rate:22,.0f}", flush=True)
                 if args.compile:
                     rate = statistics.median(torchrl_rate(cfg, jobs, steps, device, generator, compile_step=True)
                                              for _ in range(args.repeats))

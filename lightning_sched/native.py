@@ -1,0 +1,206 @@
+"""`cluster.step_state` on the CPU as one native call instead of ~70 small torch ops (native_step.c).
+
+The C source is compiled at first use with the system C compiler into a cache folder (keyed by a
+hash of the source and the flags) and loaded with ctypes, which releases the GIL during the call, so
+the rows are split into `torch.get_num_threads()` chunks run on a small thread pool. `step` returns
+None wherever the kernel does not apply, and the caller runs the torch step: no compiler (one
+warning), LIGHTNING_SCHED_NATIVE=0, a state off the CPU, the binary layout (resource_units > 62),
+or a state whose tensors are not laid out as `init_state` makes them. The results are the torch
+step's exactly (tests/test_native_step.py compares every field).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+from .config import OBJECTIVES, ClusterConfig
+from .state import ClusterState, num_planes, num_words, unary, word_dtype
+
+SOURCE = Path(__file__).with_name("native_step.c")
+COMPILER = os.environ.get("CC", "cc")
+# no -march=native: the cache may be shared by machines with different CPUs, and the kernel is
+# scalar code; no fused multiply-adds, which would round rewards differently from torch
+FLAGS = ("-O3", "-shared", "-fPIC", "-std=c11", "-ffp-contract=off")
+SWITCH = "LIGHTNING_SCHED_NATIVE"  # "0" runs the torch step (benchmarks side by side, tests)
+MIN_CHUNK_ROWS = 256  # rows per thread below which handing rows to another thread costs more than it saves
+
+# StepArgs of native_step.c, in its order: (name, what) with what "size", "read" (a state field or
+# the action, read only), "inplace" (a state field the torch step mutates in place) or "out" (a
+# fresh tensor: the torch step assigns a new one, and observations may alias the old one)
+SIZES = ("batch", "max_jobs", "num_slots", "num_resources", "num_planes", "num_words", "horizon", "word_bytes",
+         "resource_units", "max_time", "objective", "pending_width", "max_track_since_new")
+READ = ("order", "arrival", "duration", "demand", "deadline", "arrived_weight", "num_jobs", "action", "time",
+        "num_arrived", "queue_head", "slot_job", "slot_duration", "slot_demand", "slot_offset", "used_bits",
+        "finished_count", "finished_weight", "util_sum", "terminated", "truncated")
+IN_PLACE = ("start", "job_start", "pending_due", "finish_count", "finish_weight")
+REPLACED = ("time", "num_arrived", "queue_head", "slot_job", "slot_duration", "slot_demand", "slot_offset",
+            "used_bits", "finished_count", "finished_weight", "util_sum", "terminated", "truncated")
+# observation keys of the state the step leaves, which the kernel has at hand (observations.py
+# defines them; observe() takes them from `observed_keys`), after the reward: (key, dtype, trailing shape)
+KEYS = (("action_mask", torch.bool, lambda cfg: (cfg.num_slots + 1,)),
+        ("slot_deadline", torch.int64, lambda cfg: (cfg.num_slots,)),
+        ("free_now", torch.int64, lambda cfg: (cfg.num_resources,)),
+        ("since_new", torch.float32, lambda cfg: (1,)))
+# the tensors the keys derive from that a step replaces: the keys hold while these are the state's
+SOURCES = ("time", "num_arrived", "slot_job", "slot_offset", "used_bits")
+NUM_ARGS = len(SIZES) + len(READ) + len(IN_PLACE) + len(REPLACED) + 1 + len(KEYS)
+
+LONG, INT, DOUBLE, BOOL = torch.int64, torch.int32, torch.float64, torch.bool
+DTYPES = {"order": LONG, "arrival": LONG, "duration": INT, "demand": INT, "deadline": LONG, "start": LONG,
+          "job_start": LONG, "arrived_weight": DOUBLE, "num_jobs": LONG, "time": LONG, "num_arrived": LONG,
+          "queue_head": LONG, "slot_job": LONG, "slot_duration": INT, "slot_demand": INT, "slot_offset": LONG,
+          "finish_count": LONG, "finish_weight": DOUBLE, "finished_count": LONG, "finished_weight": DOUBLE,
+          "util_sum": DOUBLE, "pending_due": LONG, "terminated": BOOL, "truncated": BOOL}
+
+
+def cache_dir() -> Path:
+    """Where the compiled kernel is kept: $XDG_CACHE_HOME/lightning_sched or ~/.cache/lightning_sched."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "lightning_sched"
+
+
+def build(compiler: str, flags: tuple[str, ...]) -> Path:
+    """Compile native_step.c once per source, compiler and flags; the library's path. Raises
+    OSError or subprocess.CalledProcessError."""
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(b"\0".join([source, compiler.encode(), *(f.encode() for f in flags),
+                                     platform.machine().encode()])).hexdigest()[:16]
+    folder = cache_dir()
+    library = folder / f"native_step-{key}.so"
+    if library.exists():
+        return library
+    folder.mkdir(parents=True, exist_ok=True)
+    # into a temporary file, then renamed: processes building at once never load a half-written file
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=library.stem, suffix=".tmp")
+    os.close(handle)
+    try:
+        subprocess.run([compiler, *flags, "-o", temporary, str(SOURCE)], check=True, capture_output=True, timeout=120)
+        os.replace(temporary, library)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+    return library
+
+
+@functools.lru_cache(maxsize=None)
+def load(compiler: str, flags: tuple[str, ...]):
+    """The kernel's C function, or None (with one warning) when it cannot be built or loaded."""
+    try:
+        function = ctypes.CDLL(str(build(compiler, flags))).lightning_sched_step_rows
+    except (OSError, subprocess.SubprocessError) as error:
+        detail = getattr(error, "stderr", None) or b""
+        warnings.warn(f"the native CPU step could not be built with {compiler!r} ({type(error).__name__}: "
+                      f"{error} {detail.decode(errors='replace')[-500:]}); stepping with torch ops instead",
+                      stacklevel=3)
+        return None
+    function.argtypes = [ctypes.c_void_p, ctypes.c_double, ctypes.c_int64, ctypes.c_int64]
+    function.restype = ctypes.c_int
+    return function
+
+
+def kernel():
+    """The C function, or None when switched off (LIGHTNING_SCHED_NATIVE=0) or unavailable."""
+    if os.environ.get(SWITCH, "1") == "0":
+        return None
+    return load(COMPILER, FLAGS)
+
+
+def available() -> bool:
+    return kernel() is not None
+
+
+def supports(state: ClusterState, cfg: ClusterConfig) -> bool:
+    """Whether the kernel covers this state: on the CPU, unary planes, the dtypes and sizes of
+    `init_state`, and the fields mutated in place contiguous (a copy would lose the mutation)."""
+    if state.used_bits.device.type != "cpu" or not unary(cfg):
+        return False
+    b, length = state.order.shape[0], state.max_jobs
+    if state.used_bits.dtype != word_dtype(cfg) or state.used_bits.shape != (
+            b, cfg.num_resources, num_planes(cfg), num_words(cfg)):
+        return False
+    if any(getattr(state, name).dtype != dtype for name, dtype in DTYPES.items()):
+        return False
+    pending = cfg.max_time + 2 if cfg.objective == "deadline" else state.pending_due.shape[1]
+    shapes = {"arrival": (b, length + 1), "duration": (b, length + 1), "deadline": (b, length + 1),
+              "demand": (b, cfg.num_resources, length + 1), "start": (b, length + 1), "job_start": (b, length + 1),
+              "arrived_weight": (b, length + 1), "slot_job": (b, cfg.num_slots), "slot_duration": (b, cfg.num_slots),
+              "slot_demand": (b, cfg.num_resources, cfg.num_slots), "slot_offset": (b, cfg.num_slots),
+              "finish_count": (b, cfg.horizon + 1), "finish_weight": (b, cfg.horizon + 1),
+              "pending_due": (b, pending)}
+    if any(getattr(state, name).shape != shape for name, shape in shapes.items()):
+        return False
+    return all(getattr(state, name).is_contiguous() for name in IN_PLACE)
+
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _run(function, args, tardiness_weight: float, batch: int) -> None:
+    """The kernel over rows 0..B-1, in up to torch.get_num_threads() chunks, one of them on this thread."""
+    global _pool
+    chunks = max(1, min(torch.get_num_threads(), batch // MIN_CHUNK_ROWS))
+    pointer = ctypes.addressof(args)
+    if chunks == 1:
+        codes = [function(pointer, tardiness_weight, 0, batch)]
+    else:
+        if _pool is None or _pool._max_workers < chunks - 1:
+            _pool = concurrent.futures.ThreadPoolExecutor(chunks - 1, thread_name_prefix="lightning_sched_step")
+        bounds = [batch * i // chunks for i in range(chunks + 1)]
+        others = [_pool.submit(function, pointer, tardiness_weight, bounds[i], bounds[i + 1])
+                  for i in range(1, chunks)]
+        codes = [function(pointer, tardiness_weight, bounds[0], bounds[1])] + [f.result() for f in others]
+    if any(codes):
+        raise MemoryError("the native CPU step could not allocate its scratch memory")
+
+
+def step(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor | None:
+    """cluster.step_state through the kernel: the reward, FloatTensor[B], with the state updated
+    as the torch step updates it; None (nothing changed) where the kernel does not apply."""
+    function = kernel()
+    if function is None or not supports(state, cfg):
+        return None
+    batch = state.order.shape[0]
+    action = action.reshape(-1)
+    if action.numel() != batch or action.device.type != "cpu":
+        return None  # the torch step says what is wrong
+    action = action.long().contiguous()
+    read = {name: getattr(state, name).contiguous() for name in READ if name != "action"}
+    read["action"] = action
+    fresh = {name: torch.empty_like(read[name]) for name in REPLACED}
+    reward = torch.empty(batch, dtype=torch.float32)
+    keys = {key: torch.empty(batch, *shape(cfg), dtype=dtype) for key, dtype, shape in KEYS}
+    sizes = (batch, state.max_jobs, cfg.num_slots, cfg.num_resources, num_planes(cfg), num_words(cfg), cfg.horizon,
+             state.used_bits.element_size(), cfg.resource_units, cfg.max_time, OBJECTIVES.index(cfg.objective),
+             state.pending_due.shape[1], cfg.max_track_since_new)
+    pointers = ([read[name].data_ptr() for name in READ] + [getattr(state, name).data_ptr() for name in IN_PLACE]
+                + [fresh[name].data_ptr() for name in REPLACED] + [reward.data_ptr()]
+                + [tensor.data_ptr() for tensor in keys.values()])
+    args = (ctypes.c_int64 * NUM_ARGS)(*sizes, *pointers)
+    _run(function, args, float(cfg.tardiness_weight), batch)
+    for name, tensor in fresh.items():
+        setattr(state, name, tensor)
+    # not a dataclass field: rows() and merge() leave it behind, and observed_keys checks its sources
+    state.__dict__[_KEYS_ATTRIBUTE] = (tuple(fresh[name] for name in SOURCES), keys)
+    return reward
+
+
+_KEYS_ATTRIBUTE = "_native_keys"
+
+
+def observed_keys(state: ClusterState) -> dict[str, torch.Tensor]:
+    """The observation keys the last native step computed for `state` ({} when the state has
+    changed since, e.g. a torch step or rows reset, or no native step made it)."""
+    entry = state.__dict__.get(_KEYS_ATTRIBUTE)
+    if entry is None or any(source is not getattr(state, name) for source, name in zip(entry[0], SOURCES)):
+        return {}
+    return entry[1]

@@ -1,0 +1,303 @@
+/* cluster.step_state for rows [row_begin, row_end) of a batch, one row at a time (native.py builds,
+ * loads and calls it; the torch code in cluster.py is the definition it matches bit for bit).
+ *
+ * Only the unary layout: plane u of resource r, bit k: used[k][r] >= u, P = U + 2 planes of W words,
+ * row k at bit k % n of word k / n (n = 31 for int32 words, 63 for int64; the sign bit stays clear).
+ * The kernel reads the state through the pointers of `StepArgs` and writes the fields the torch step
+ * replaces into fresh arrays (`*_out`), and mutates in place only the ones it mutates in place
+ * (start, job_start, pending_due, finish_count, finish_weight): observations alias the others.
+ * It also writes four observation keys of the new state (`KEYS` of native.py), values it has at hand.
+ * Rewards are computed in double with the torch step's operations in its order, so they agree exactly
+ * (built with -ffp-contract=off: a fused multiply-add would round differently).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+enum { SLOWDOWN, COMPLETION_TIME, MAKESPAN, UTILIZATION, DEADLINE };
+#define NEVER (((int64_t)1) << 40)
+
+/* Every field is 8 bytes, in the order of native.py's ARGS. */
+typedef struct {
+    int64_t batch, max_jobs, num_slots, num_resources, num_planes, num_words, horizon, word_bytes,
+        resource_units, max_time, objective, pending_width, max_track_since_new;
+    /* read only */
+    const int64_t *order, *arrival;
+    const int32_t *duration, *demand;
+    const int64_t *deadline;
+    const double *arrived_weight;
+    const int64_t *num_jobs, *action;
+    const int64_t *time, *num_arrived, *queue_head, *slot_job;
+    const int32_t *slot_duration, *slot_demand;
+    const int64_t *slot_offset;
+    const void *used_bits;
+    const int64_t *finished_count;
+    const double *finished_weight, *util_sum;
+    const uint8_t *terminated, *truncated;
+    /* mutated in place */
+    int64_t *start, *job_start, *pending_due, *finish_count;
+    double *finish_weight;
+    /* fresh outputs */
+    int64_t *time_out, *num_arrived_out, *queue_head_out, *slot_job_out;
+    int32_t *slot_duration_out, *slot_demand_out;
+    int64_t *slot_offset_out;
+    void *used_bits_out;
+    int64_t *finished_count_out;
+    double *finished_weight_out, *util_sum_out;
+    uint8_t *terminated_out, *truncated_out;
+    float *reward_out;
+    /* observation keys of the new state (observations.py defines them), fresh as well */
+    uint8_t *action_mask_out;
+    int64_t *slot_deadline_out, *free_now_out;
+    float *since_new_out;
+} StepArgs;
+
+/* First row >= pos whose bit is set (want = 1) or clear (want = 0), W * n when none; bits past
+ * the horizon are clear in `words`. */
+static int64_t next_row(const uint64_t *words, int64_t num_words, int n, int64_t pos, int want) {
+    const uint64_t full = (((uint64_t)1) << n) - 1;
+    int64_t w = pos / n;
+    int bit = (int)(pos % n);
+    for (; w < num_words; w++, bit = 0) {
+        uint64_t x = (want ? words[w] : ~words[w]) & full & (full << bit);
+        if (x) return w * n + __builtin_ctzll(x);
+    }
+    return num_words * n;
+}
+
+/* Earliest k with rows k .. k+d-1 all set (they end before the horizon: later bits are clear), -1 if none. */
+static int64_t earliest_run(const uint64_t *fits, int64_t num_words, int n, int64_t d, int64_t horizon) {
+    int64_t pos = 0;
+    while (pos + d <= horizon) {
+        int64_t first = next_row(fits, num_words, n, pos, 1);
+        if (first + d > horizon) return -1;
+        int64_t end = next_row(fits, num_words, n, first, 0);
+        if (end - first >= d) return first;
+        pos = end + 1;
+    }
+    return -1;
+}
+
+/* Ask for the cache lines row b reads at scattered places (its jobs' entries): beyond the L3 cache
+ * (B of 16384 at DeepRM's size) each is otherwise a wait on memory, one after another. */
+static void prefetch_row(const StepArgs *a, int64_t b) {
+    const int64_t jobs = a->max_jobs + 1, M = a->num_slots, T = a->horizon;
+    const int64_t *slot_job = a->slot_job + b * M;
+    const int64_t action = a->action[b], slot = action < 0 ? 0 : (action > M - 1 ? M - 1 : action);
+    const int64_t chosen = slot_job[slot], job = slot_job[0];
+    const int64_t last = slot_job[M - 1] < a->max_jobs ? slot_job[M - 1] : job;
+    const int64_t arrived = a->num_arrived[b];
+    __builtin_prefetch(a->start + b * jobs + chosen);
+    __builtin_prefetch(a->job_start + b * jobs + a->order[b * jobs + chosen]);
+    __builtin_prefetch(a->deadline + b * jobs + job);
+    __builtin_prefetch(a->duration + b * jobs + job);
+    __builtin_prefetch(a->duration + b * jobs + last);
+    for (int64_t r = 0; r < a->num_resources; r++) __builtin_prefetch(a->demand + (b * a->num_resources + r) * jobs + job);
+    __builtin_prefetch(a->arrival + b * jobs + arrived);
+    __builtin_prefetch(a->arrived_weight + b * jobs + arrived);
+    __builtin_prefetch(a->finish_count + b * (T + 1) + (a->time[b] + 1) % (T + 1));
+    __builtin_prefetch(a->finish_weight + b * (T + 1) + (a->time[b] + 1) % (T + 1));
+}
+
+#define PREFETCH_AHEAD 4 /* rows: enough to cover a wait on memory with the work of the rows between */
+
+int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_t row_begin, int64_t row_end) {
+    const int64_t L = a->max_jobs, M = a->num_slots, R = a->num_resources, P = a->num_planes,
+                  W = a->num_words, T = a->horizon, U = a->resource_units, jobs = L + 1;
+    const int n = a->word_bytes == 4 ? 31 : 63;
+    const int64_t planes_words = R * P * W;
+    uint64_t *cur = malloc(sizeof(uint64_t) * (size_t)(planes_words + 3 * W) + sizeof(int64_t) * (size_t)M);
+    if (!cur) return 1;
+    uint64_t *horizon_mask = cur + planes_words, *rows = horizon_mask + W, *fits = rows + W;
+    int64_t *slots = (int64_t *)(fits + W);
+    for (int64_t w = 0; w < W; w++) {
+        int64_t high = T - w * n;
+        high = high < 0 ? 0 : (high > n ? n : high);
+        horizon_mask[w] = (((uint64_t)1) << high) - 1;
+    }
+
+    for (int64_t b = row_begin; b < row_end; b++) {
+        if (b + PREFETCH_AHEAD < row_end) prefetch_row(a, b + PREFETCH_AHEAD);
+        const int64_t *order = a->order + b * jobs, *arrival = a->arrival + b * jobs, *deadline = a->deadline + b * jobs;
+        const int32_t *duration = a->duration + b * jobs, *demand = a->demand + b * R * jobs;
+        const int64_t *slot_job = a->slot_job + b * M;
+        const int32_t *slot_demand = a->slot_demand + b * R * M;
+        int64_t *start = a->start + b * jobs, *job_start = a->job_start + b * jobs;
+        int64_t *finish_count = a->finish_count + b * (T + 1);
+        double *finish_weight = a->finish_weight + b * (T + 1);
+        if (a->word_bytes == 4) {
+            const int32_t *in = (const int32_t *)a->used_bits + b * planes_words;
+            for (int64_t i = 0; i < planes_words; i++) cur[i] = (uint32_t)in[i];
+        } else {
+            const int64_t *in = (const int64_t *)a->used_bits + b * planes_words;
+            for (int64_t i = 0; i < planes_words; i++) cur[i] = (uint64_t)in[i];
+        }
+
+        /* --- schedule the slot's job at its earliest offset; time stays frozen --- */
+        const int64_t time = a->time[b], action = a->action[b];
+        const int active = !(a->terminated[b] | a->truncated[b]);
+        const int64_t slot = action < 0 ? 0 : (action > M - 1 ? M - 1 : action);
+        int64_t offset = a->slot_offset[b * M + slot];
+        const int schedule = active && action >= 0 && action < M && offset >= 0;
+        const int advance = active && !schedule;
+        const int64_t job = schedule ? slot_job[slot] : L;
+        const int64_t job_duration = schedule ? a->slot_duration[b * M + slot] : 0;
+        if (offset < 0) offset = 0;
+        const int64_t job_begin = time + offset;
+        const int64_t started = schedule ? job_begin : -1;
+        start[job] = started;
+        job_start[order[job]] = started;
+        if (a->objective == DEADLINE) { /* a job that will finish by its deadline no longer counts as pending */
+            const int64_t due = deadline[job];
+            const int64_t column = due < 0 ? 0 : (due > a->max_time + 1 ? a->max_time + 1 : due);
+            a->pending_due[b * a->pending_width + column] -= schedule && job_begin + job_duration <= due;
+        }
+        if (schedule) {
+            for (int64_t w = 0; w < W; w++) {
+                int64_t low = offset - w * n, high = offset + job_duration - w * n;
+                low = low < 0 ? 0 : (low > n ? n : low);
+                high = high < 0 ? 0 : (high > n ? n : high);
+                rows[w] = ((((uint64_t)1) << high) - 1) ^ ((((uint64_t)1) << low) - 1);
+            }
+            for (int64_t r = 0; r < R; r++) {
+                const int64_t q = slot_demand[r * M + slot];
+                uint64_t *plane = cur + r * P * W;
+                /* level u inside the job's rows was level u - q before (levels are nested, so OR-ing
+                 * suffices); from the top down, so every source is still the old level */
+                for (int64_t u = P - 1; u >= 1 && q > 0; u--) {
+                    const int64_t source = u - q < 0 ? 0 : u - q;
+                    for (int64_t w = 0; w < W; w++) plane[u * W + w] |= plane[source * W + w] & rows[w];
+                }
+            }
+        }
+        const int64_t finish_at = (job_begin + job_duration) % (T + 1);
+        finish_count[finish_at] += schedule;
+        finish_weight[finish_at] += schedule ? 1.0 / (double)(job_duration < 1 ? 1 : job_duration) : 0.0;
+        for (int64_t m = 0; m < M; m++) { /* slots behind the taken one move up */
+            const int64_t from = m + (schedule && m >= slot);
+            slots[m] = from < M ? slot_job[from] : L;
+        }
+
+        /* --- advance time by one step: pay the interval's reward, shift the horizon --- */
+        double reward = 0.0, utilization = 0.0;
+        if (advance) {
+            int64_t used = 0; /* used[0][r] summed over r: every set level at row 0, less level 0 */
+            for (int64_t r = 0; r < R; r++) {
+                int64_t levels = 0;
+                for (int64_t u = 0; u < P; u++) levels += (int64_t)(cur[(r * P + u) * W] & 1);
+                used += levels - 1;
+            }
+            utilization = (double)used / (double)R / (double)U;
+            switch (a->objective) {
+            case SLOWDOWN:
+                reward = -(a->arrived_weight[b * jobs + a->num_arrived[b]] - a->finished_weight[b]);
+                break;
+            case COMPLETION_TIME:
+                reward = -(double)(a->num_arrived[b] - a->finished_count[b]);
+                break;
+            case MAKESPAN:
+                reward = -1.0;
+                break;
+            case UTILIZATION:
+                reward = utilization;
+                break;
+            default: { /* DEADLINE: jobs due at t+1 not scheduled to finish by then */
+                const int64_t due = time + 1 > a->max_time + 1 ? a->max_time + 1 : time + 1;
+                reward = -(double)a->pending_due[b * a->pending_width + due];
+            }
+            }
+            if (tardiness_weight != 0.0) { /* jobs in the system past their deadline: deadline <= t < finish */
+                int64_t late = 0;
+                for (int64_t j = 0; j < L; j++) {
+                    if (deadline[j] > time) continue;
+                    const int64_t finish = start[j] >= 0 ? start[j] + duration[j] : NEVER;
+                    late += finish > time;
+                }
+                reward = reward - tardiness_weight * (double)late;
+            }
+        }
+        a->reward_out[b] = (float)reward;
+        a->util_sum_out[b] = a->util_sum[b] + (advance ? utilization : 0.0);
+        const int64_t now = time + advance;
+        a->time_out[b] = now;
+        if (advance) {
+            for (int64_t p = 0; p < R * P; p++) {
+                uint64_t *plane = cur + p * W;
+                for (int64_t w = 0; w < W; w++)
+                    plane[w] = (plane[w] >> 1) | (w + 1 < W ? (plane[w + 1] & 1) << (n - 1) : 0);
+            }
+        }
+        for (int64_t r = 0; r < R; r++) { /* level 0 holds in every row, the empty one entering too */
+            for (int64_t w = 0; w < W; w++) cur[r * P * W + w] = horizon_mask[w];
+            int64_t levels = 0;
+            for (int64_t u = 0; u < P; u++) levels += (int64_t)(cur[(r * P + u) * W] & 1);
+            a->free_now_out[b * R + r] = U - (levels - 1);
+        }
+        if (a->word_bytes == 4) {
+            int32_t *out = (int32_t *)a->used_bits_out + b * planes_words;
+            for (int64_t i = 0; i < planes_words; i++) out[i] = (int32_t)cur[i];
+        } else {
+            int64_t *out = (int64_t *)a->used_bits_out + b * planes_words;
+            for (int64_t i = 0; i < planes_words; i++) out[i] = (int64_t)cur[i];
+        }
+        const int64_t ring = now % (T + 1);
+        const int64_t now_finished = finish_count[ring] * advance;
+        const double now_weight = finish_weight[ring] * (double)advance;
+        const int64_t finished = a->finished_count[b] + now_finished;
+        a->finished_count_out[b] = finished;
+        a->finished_weight_out[b] = a->finished_weight[b] + now_weight;
+        finish_count[ring] += -now_finished; /* empty the ring slot just read */
+        finish_weight[ring] += -now_weight;
+        /* sorted jobs with arrival <= now: a walk from the count before, which is exact on sorted
+         * arrivals from any start and usually moves by the step's few arrivals */
+        int64_t arrived = a->num_arrived[b];
+        arrived = arrived < 0 ? 0 : (arrived > jobs ? jobs : arrived);
+        while (arrived > 0 && arrival[arrived - 1] > now) arrived--;
+        while (arrived < jobs && arrival[arrived] <= now) arrived++;
+        a->num_arrived_out[b] = arrived;
+        const int64_t cap = a->max_track_since_new, since = now - arrival[arrived > 0 ? arrived - 1 : 0];
+        a->since_new_out[b] = (float)(arrived > 0 ? (since > cap ? cap : since) : cap) / (float)cap;
+        const int terminated = advance && finished == a->num_jobs[b];
+        a->truncated_out[b] = a->truncated[b] | (advance && !terminated && now >= a->max_time);
+        a->terminated_out[b] = a->terminated[b] | terminated;
+
+        /* --- jobs from the front of the backlog into the empty slots at the end; the slots' jobs'
+         * attributes and earliest offsets --- */
+        int64_t filled = 0, taken = 0;
+        for (int64_t m = 0; m < M; m++) filled += slots[m] < L;
+        const int64_t head = a->queue_head[b];
+        int64_t *slot_job_out = a->slot_job_out + b * M, *slot_offset_out = a->slot_offset_out + b * M;
+        int32_t *slot_duration_out = a->slot_duration_out + b * M, *slot_demand_out = a->slot_demand_out + b * R * M;
+        for (int64_t m = 0; m < M; m++) {
+            int64_t j = slots[m];
+            if (m >= filled) {
+                const int64_t candidate = head + (m - filled);
+                const int take = candidate < arrived;
+                j = take ? candidate : L;
+                taken += take;
+            }
+            slot_job_out[m] = j;
+            const int32_t d = duration[j];
+            slot_duration_out[m] = d;
+            for (int64_t r = 0; r < R; r++) slot_demand_out[r * M + m] = demand[r * jobs + j];
+            int64_t found = -1;
+            if (d > 0) { /* a row fits where level U + 1 - q is clear on every resource */
+                int ok = 1;
+                for (int64_t w = 0; w < W; w++) fits[w] = horizon_mask[w];
+                for (int64_t r = 0; r < R && ok; r++) {
+                    const int64_t level = U + 1 - demand[r * jobs + j];
+                    if (level < 1 || level >= P) { ok = 0; break; }
+                    const uint64_t *plane = cur + (r * P + level) * W;
+                    for (int64_t w = 0; w < W; w++) fits[w] &= ~plane[w];
+                }
+                if (ok) found = earliest_run(fits, W, n, d, T);
+            }
+            slot_offset_out[m] = found;
+            a->action_mask_out[b * (M + 1) + m] = found >= 0;
+            a->slot_deadline_out[b * M + m] = deadline[j] - now;
+        }
+        a->action_mask_out[b * (M + 1) + M] = 1; /* void is always valid */
+        a->queue_head_out[b] = head + taken;
+    }
+    free(cur);
+    return 0;
+}

@@ -1,0 +1,181 @@
+"""The native CPU step (native.py, native_step.c) against the torch step it replaces: every field of
+the state and every reward identical, over random clusters, jobsets and actions (invalid ones and
+done rows included); and the fallback to torch ops where the kernel is off or cannot be built."""
+from __future__ import annotations
+
+import random
+from dataclasses import fields
+
+import pytest
+import torch
+
+from lightning_sched import ClusterConfig, JobSet, native
+from lightning_sched.cluster import init_state, step_state, step_state_torch
+from lightning_sched.config import OBJECTIVES
+from lightning_sched.observations import observe
+
+needs_kernel = pytest.mark.skipif(not native.available(), reason="no C compiler: the native step is unavailable")
+
+
+def random_case(rng: random.Random, units: int | None = None) -> tuple[ClusterConfig, JobSet]:
+    """A random cluster (word boundaries of the horizon crossed often) and B jobsets for it."""
+    horizon = rng.choice([1, 2, 5, 20, 30, 31, 32, 40, 62, 63, 64, 65, 100, 126, 127, 130])
+    units = units or rng.choice([1, 2, 3, 10, 17, 40, 61, 62])
+    cfg = ClusterConfig(num_resources=rng.randint(1, 3), resource_units=units, horizon=horizon,
+                        num_slots=rng.randint(1, 12), max_job_len=rng.randint(1, horizon),
+                        max_job_units=rng.randint(1, units), max_time=rng.randint(3, 60),
+                        objective=rng.choice(OBJECTIVES), tardiness_weight=rng.choice([0.0, 0.0, 0.25]),
+                        slo_slowdown=rng.choice([1.0, 1.5, 2.0]), observation="none")
+    b, length, r = rng.randint(1, 6), rng.randint(1, 14), cfg.num_resources
+    g = torch.Generator().manual_seed(rng.randrange(1 << 30))
+    arrival = torch.randint(0, 2 * min(horizon, 30) + 1, (b, length), generator=g)
+    duration = torch.randint(1, cfg.max_job_len + 1, (b, length), generator=g)
+    duration = duration * (torch.rand(b, length, generator=g) > 0.15)  # some padding
+    demand = torch.randint(0, cfg.max_job_units + 1, (b, length, r), generator=g)
+    deadline = None
+    if rng.random() < 0.5:
+        deadline = arrival + duration + torch.randint(0, 10, (b, length), generator=g)
+    left = running = None
+    if rng.random() < 0.3:  # jobs already running at time 0, together within the cluster
+        k = rng.randint(1, 3)
+        left = torch.randint(0, horizon + 1, (b, k), generator=g)
+        running = torch.randint(0, min(cfg.max_job_units, units // k) + 1, (b, k, r), generator=g)
+    return cfg, JobSet(arrival, duration, demand, deadline, left, running).validate(cfg)
+
+
+def random_actions(state, cfg: ClusterConfig, rng: random.Random) -> torch.Tensor:
+    """Per row: a slot whose job fits, any slot, void (M), or invalid (-1, M + 1, huge)."""
+    m = cfg.num_slots
+    out = []
+    for row in range(state.time.shape[0]):
+        valid = (state.slot_offset[row] >= 0).nonzero().flatten().tolist()
+        kind = rng.random()
+        if valid and kind < 0.55:
+            out.append(rng.choice(valid))
+        elif kind < 0.7:
+            out.append(rng.randrange(m))
+        elif kind < 0.9:
+            out.append(m)
+        else:
+            out.append(rng.choice([-1, -5, m + 1, 1 << 40]))
+    return torch.tensor(out)
+
+
+def copy(state):
+    return state.rows(torch.arange(state.time.shape[0]))
+
+
+def assert_same(state, other, where: str) -> None:
+    for f in fields(state):
+        mine, theirs = getattr(state, f.name), getattr(other, f.name)
+        assert mine.dtype == theirs.dtype and torch.equal(mine, theirs), f"{f.name} differs {where}"
+
+
+def assert_same_observation(state, other, cfg: ClusterConfig, where: str) -> None:
+    """The keys the native step computed (native.observed_keys) are those observations.py computes."""
+    precomputed = native.observed_keys(state)
+    assert set(precomputed) == {key for key, _, _ in native.KEYS}
+    computed = observe(other, cfg).materialize()
+    for key, value in observe(state, cfg).materialize().items():
+        assert value.dtype == computed[key].dtype and torch.equal(value, computed[key]), f"key {key} differs {where}"
+
+
+@needs_kernel
+def test_native_step_matches_torch_step():
+    rng = random.Random(1234)
+    for case in range(300):
+        cfg, jobs = random_case(rng)
+        state = init_state(jobs, cfg)
+        assert native.supports(state, cfg)
+        theirs = copy(state)
+        for step in range(rng.randint(5, 40)):
+            action = random_actions(state, cfg, rng)
+            reward = native.step(state, action, cfg)
+            expected = step_state_torch(theirs, action, cfg)
+            where = f"in case {case} ({cfg}) at step {step}"
+            assert reward.dtype == expected.dtype and torch.equal(reward, expected), f"reward differs {where}"
+            assert_same(state, theirs, where)
+            assert_same_observation(state, theirs, cfg, where)
+
+
+@needs_kernel
+def test_native_step_keeps_observations_of_earlier_steps():
+    """Fields the torch step replaces are fresh tensors, so observations that alias them keep
+    their values; the ones it mutates in place are the same tensors."""
+    cfg, jobs = random_case(random.Random(5), units=10)
+    state = init_state(jobs, cfg)
+    obs = observe(state, cfg).materialize()
+    kept = {k: v.clone() for k, v in obs.items()}
+    in_place = {name: getattr(state, name) for name in native.IN_PLACE}
+    for _ in range(10):
+        native.step(state, torch.full_like(state.time, cfg.num_slots), cfg)
+    for key, value in obs.items():
+        assert torch.equal(value, kept[key]), key
+    for name, tensor in in_place.items():
+        assert getattr(state, name) is tensor, name
+
+
+@needs_kernel
+def test_step_state_dispatches_to_the_kernel_on_the_cpu():
+    cfg, jobs = random_case(random.Random(7), units=10)
+    state = init_state(jobs, cfg)
+    slot_offset = state.slot_offset
+    step_state(state, torch.full_like(state.time, cfg.num_slots), cfg)
+    assert state.slot_offset is not slot_offset
+
+
+def test_binary_layout_falls_back_to_torch():
+    cfg, jobs = random_case(random.Random(3), units=100)
+    state = init_state(jobs, cfg)
+    assert not native.supports(state, cfg)
+    assert native.step(state, torch.full_like(state.time, cfg.num_slots), cfg) is None
+
+
+def test_switched_off_or_without_compiler_steps_with_torch(monkeypatch, tmp_path):
+    rng = random.Random(11)
+    cfg, jobs = random_case(rng, units=10)
+    state = init_state(jobs, cfg)
+    theirs = copy(state)
+    monkeypatch.setenv(native.SWITCH, "0")
+    assert native.step(state, torch.full_like(state.time, cfg.num_slots), cfg) is None
+    monkeypatch.delenv(native.SWITCH)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(native, "COMPILER", "no-such-c-compiler-here")
+    with pytest.warns(UserWarning, match="stepping with torch ops"):
+        assert not native.available()
+    for _ in range(20):
+        action = random_actions(state, cfg, rng)
+        assert torch.equal(step_state(state, action, cfg), step_state_torch(theirs, action, cfg))
+        assert_same(state, theirs, "without a compiler")
+
+
+@needs_kernel
+def test_observed_keys_only_for_the_state_the_native_step_left():
+    cfg, jobs = random_case(random.Random(9), units=10)
+    state = init_state(jobs, cfg)
+    assert native.observed_keys(state) == {}
+    native.step(state, torch.full_like(state.time, cfg.num_slots), cfg)
+    assert set(native.observed_keys(state)) == {key for key, _, _ in native.KEYS}
+    assert native.observed_keys(state.rows(slice(None))) == {}
+    step_state_torch(state, torch.full_like(state.time, cfg.num_slots), cfg)
+    assert native.observed_keys(state) == {}
+
+
+@needs_kernel
+def test_rows_split_over_threads_step_as_one(monkeypatch):
+    """Chunks of rows on the thread pool give the one-call result (tiny chunks: a small batch)."""
+    rng = random.Random(21)
+    monkeypatch.setattr(native, "MIN_CHUNK_ROWS", 1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        for _ in range(10):
+            cfg, jobs = random_case(rng)
+            state = init_state(jobs, cfg)
+            theirs = copy(state)
+            for _ in range(15):
+                action = random_actions(state, cfg, rng)
+                assert torch.equal(native.step(state, action, cfg), step_state_torch(theirs, action, cfg))
+                assert_same(state, theirs, "split over threads")
+    finally:
+        torch.set_num_threads(threads)
