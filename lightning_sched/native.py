@@ -26,7 +26,8 @@ import torch
 from .config import OBJECTIVES, ClusterConfig
 from .state import ClusterState, num_planes, num_words, unary, word_dtype
 
-SOURCE = Path(__file__).with_name("native_step.c")
+# one library: the step and the image render
+C_SOURCES = (Path(__file__).with_name("native_step.c"), Path(__file__).with_name("native_image.c"))
 COMPILER = os.environ.get("CC", "cc")
 # no -march=native: the cache may be shared by machines with different CPUs, and the kernel is
 # scalar code; no fused multiply-adds, which would round rewards differently from torch
@@ -72,8 +73,8 @@ def cache_dir() -> Path:
 def build(compiler: str, flags: tuple[str, ...]) -> Path:
     """Compile native_step.c once per source, compiler and flags; the library's path. Raises
     OSError or subprocess.CalledProcessError."""
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(b"\0".join([source, compiler.encode(), *(f.encode() for f in flags),
+    sources = [path.read_bytes() for path in C_SOURCES]
+    key = hashlib.sha256(b"\0".join([*sources, compiler.encode(), *(f.encode() for f in flags),
                                      platform.machine().encode()])).hexdigest()[:16]
     folder = cache_dir()
     library = folder / f"native_step-{key}.so"
@@ -84,7 +85,8 @@ def build(compiler: str, flags: tuple[str, ...]) -> Path:
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=library.stem, suffix=".tmp")
     os.close(handle)
     try:
-        subprocess.run([compiler, *flags, "-o", temporary, str(SOURCE)], check=True, capture_output=True, timeout=120)
+        subprocess.run([compiler, *flags, "-o", temporary, *map(str, C_SOURCES)], check=True, capture_output=True,
+                       timeout=120)
         os.replace(temporary, library)
     finally:
         if os.path.exists(temporary):
@@ -94,25 +96,29 @@ def build(compiler: str, flags: tuple[str, ...]) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def load(compiler: str, flags: tuple[str, ...]):
-    """The kernel's C function, or None (with one warning) when it cannot be built or loaded."""
+    """The kernels' library with their argument types, or None (with one warning) when it cannot be
+    built or loaded."""
     try:
-        function = ctypes.CDLL(str(build(compiler, flags))).lightning_sched_step_rows
+        library = ctypes.CDLL(str(build(compiler, flags)))
     except (OSError, subprocess.SubprocessError) as error:
         detail = getattr(error, "stderr", None) or b""
         warnings.warn(f"the native CPU step could not be built with {compiler!r} ({type(error).__name__}: "
                       f"{error} {detail.decode(errors='replace')[-500:]}); stepping with torch ops instead",
                       stacklevel=3)
         return None
-    function.argtypes = [ctypes.c_void_p, ctypes.c_double, ctypes.c_int64, ctypes.c_int64]
-    function.restype = ctypes.c_int
-    return function
+    library.lightning_sched_step_rows.argtypes = [ctypes.c_void_p, ctypes.c_double, ctypes.c_int64, ctypes.c_int64]
+    library.lightning_sched_step_rows.restype = ctypes.c_int
+    library.lightning_sched_render_rows.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    library.lightning_sched_render_rows.restype = ctypes.c_int
+    return library
 
 
 def kernel():
-    """The C function, or None when switched off (LIGHTNING_SCHED_NATIVE=0) or unavailable."""
+    """The step's C function, or None when switched off (LIGHTNING_SCHED_NATIVE=0) or unavailable."""
     if os.environ.get(SWITCH, "1") == "0":
         return None
-    return load(COMPILER, FLAGS)
+    library = load(COMPILER, FLAGS)
+    return None if library is None else library.lightning_sched_step_rows
 
 
 def available() -> bool:
@@ -145,20 +151,20 @@ def supports(state: ClusterState, cfg: ClusterConfig) -> bool:
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 
 
-def _run(function, args, tardiness_weight: float, batch: int) -> None:
-    """The kernel over rows 0..B-1, in up to torch.get_num_threads() chunks, one of them on this thread."""
+def _run(function, args, batch: int, *scalars) -> None:
+    """function(args, *scalars, first_row, end_row) over rows 0..B-1, in up to torch.get_num_threads()
+    chunks, one of them on this thread."""
     global _pool
     chunks = max(1, min(torch.get_num_threads(), batch // MIN_CHUNK_ROWS))
     pointer = ctypes.addressof(args)
     if chunks == 1:
-        codes = [function(pointer, tardiness_weight, 0, batch)]
+        codes = [function(pointer, *scalars, 0, batch)]
     else:
         if _pool is None or _pool._max_workers < chunks - 1:
             _pool = concurrent.futures.ThreadPoolExecutor(chunks - 1, thread_name_prefix="lightning_sched_step")
         bounds = [batch * i // chunks for i in range(chunks + 1)]
-        others = [_pool.submit(function, pointer, tardiness_weight, bounds[i], bounds[i + 1])
-                  for i in range(1, chunks)]
-        codes = [function(pointer, tardiness_weight, bounds[0], bounds[1])] + [f.result() for f in others]
+        others = [_pool.submit(function, pointer, *scalars, bounds[i], bounds[i + 1]) for i in range(1, chunks)]
+        codes = [function(pointer, *scalars, bounds[0], bounds[1])] + [f.result() for f in others]
     if any(codes):
         raise MemoryError("the native CPU step could not allocate its scratch memory")
 
@@ -186,7 +192,7 @@ def step(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) -> torch
                 + [fresh[name].data_ptr() for name in REPLACED] + [reward.data_ptr()]
                 + [tensor.data_ptr() for tensor in keys.values()])
     args = (ctypes.c_int64 * NUM_ARGS)(*sizes, *pointers)
-    _run(function, args, float(cfg.tardiness_weight), batch)
+    _run(function, args, batch, float(cfg.tardiness_weight))
     for name, tensor in fresh.items():
         setattr(state, name, tensor)
     # not a dataclass field: rows() and merge() leave it behind, and observed_keys checks its sources
@@ -204,3 +210,27 @@ def observed_keys(state: ClusterState) -> dict[str, torch.Tensor]:
     if entry is None or any(source is not getattr(state, name) for source, name in zip(entry[0], SOURCES)):
         return {}
     return entry[1]
+
+
+# ImageArgs of native_image.c, in its order, after the sizes: the state fields it reads
+IMAGE_READ = ("used_bits", "slot_duration", "slot_demand", "num_arrived", "queue_head", "arrival", "time")
+
+
+def render(state: ClusterState, cfg: ClusterConfig) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(DeepRM's image FloatTensor[B, T, W], the used rows LongTensor[B, T, R]) of `state`, as
+    observations.render_image and state.used_rows make them, in one native pass that writes each
+    cell once; None where the kernel does not apply (the caller renders with torch ops)."""
+    if kernel() is None or not supports(state, cfg):
+        return None
+    library = load(COMPILER, FLAGS)
+    batch = state.order.shape[0]
+    image = torch.empty(batch, cfg.horizon, cfg.image_width)
+    used = torch.empty(batch, cfg.horizon, cfg.num_resources, dtype=torch.long)
+    read = [getattr(state, name).contiguous() for name in IMAGE_READ]
+    sizes = (batch, cfg.horizon, cfg.num_resources, cfg.resource_units, cfg.num_slots, cfg.max_job_units,
+             num_planes(cfg), num_words(cfg), state.used_bits.element_size(), cfg.backlog_size, cfg.backlog_width,
+             cfg.max_track_since_new, cfg.image_width, state.max_jobs)
+    args = (ctypes.c_int64 * (len(sizes) + len(read) + 2))(*sizes, *(t.data_ptr() for t in read), image.data_ptr(),
+                                                            used.data_ptr())
+    _run(library.lightning_sched_render_rows, args, batch)
+    return image, used

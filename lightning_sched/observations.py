@@ -43,6 +43,11 @@ def _since_new(s: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
 
 
 def _image_or_compact(s: ClusterState, cfg: ClusterConfig, o: Observation) -> torch.Tensor:
+    if cfg.observation == "image":
+        rendered = native.render(s, cfg)  # on the CPU, the image and the used rows in one pass
+        if rendered is not None:
+            o.setdefault("used", rendered[1])
+            return rendered[0]
     parts = (o["used"], o["slot_duration"], o["slot_demand"], _backlog(s), _since_new(s, cfg), cfg)
     return render_image(*parts) if cfg.observation == "image" else compact_vector(*parts)
 

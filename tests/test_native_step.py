@@ -12,7 +12,8 @@ import torch
 from lightning_sched import ClusterConfig, JobSet, native
 from lightning_sched.cluster import init_state, step_state, step_state_torch
 from lightning_sched.config import OBJECTIVES
-from lightning_sched.observations import observe
+from lightning_sched.observations import observe, render_image
+from lightning_sched.state import used_rows
 
 needs_kernel = pytest.mark.skipif(not native.available(), reason="no C compiler: the native step is unavailable")
 
@@ -179,3 +180,21 @@ def test_rows_split_over_threads_step_as_one(monkeypatch):
                 assert_same(state, theirs, "split over threads")
     finally:
         torch.set_num_threads(threads)
+
+
+@needs_kernel
+def test_the_native_image_is_the_torch_image():
+    """native.render draws DeepRM's image and the used rows exactly as render_image and used_rows do,
+    word layouts and block widths of every kind, as episodes go on."""
+    rng = random.Random(31)
+    for _ in range(40):
+        cfg, jobs = random_case(rng)
+        cfg = cfg.replace(observation="image")
+        state = init_state(jobs, cfg)
+        for _ in range(12):
+            image, used = native.render(state, cfg)
+            assert torch.equal(used, used_rows(state, cfg)), cfg
+            parts = (used, state.slot_duration, state.slot_demand.transpose(1, 2),
+                     state.num_arrived - state.queue_head, observe(state, cfg)["since_new"].view(-1), cfg)
+            assert torch.equal(image, render_image(*parts)), cfg
+            step_state(state, random_actions(state, cfg, rng), cfg)
