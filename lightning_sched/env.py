@@ -66,17 +66,19 @@ class ClusterEnv(EnvBase):
                                   f"got {type(workload).__name__}")
             workload.validate(self.cfg)
             max_jobs = workload.max_jobs
-        require_state_fits(self.cfg, b, max_jobs)
+        require_state_fits(self.cfg, b, max_jobs, copies=2 if isinstance(workload, JobSet) else 1)
         if getattr(self, "max_jobs", max_jobs) != max_jobs:
             raise ConfigError(f"new workload has {max_jobs} job columns, the env's specs have {self.max_jobs}")
         self.workload, self.max_jobs = workload, max_jobs
+        self._first_state = None  # fixed jobsets: their state at time 0, made once, copied at each reset
 
-    def draw_jobs(self) -> JobSet:
-        """The jobsets of the next reset."""
+    def draw_jobs(self, rows: torch.Tensor | None = None) -> JobSet:
+        """The jobsets of the next reset, or of its rows `rows` (LongTensor[N]) only. A generator
+        draws the whole batch either way, so the draws do not depend on which rows reset."""
         if isinstance(self.workload, JobSet):
-            return self.workload
+            return self.workload if rows is None else self.workload[rows]
         jobs = self.workload.sample(self.batch_size[0], self.generator, self.device)
-        return jobs.validate(self.cfg)
+        return (jobs if rows is None else jobs[rows]).validate(self.cfg)
 
     # ----- specs -----------------------------------------------------------------------------
     def _make_specs(self) -> None:
@@ -110,15 +112,26 @@ class ClusterEnv(EnvBase):
 
     # ----- EnvBase hooks -----------------------------------------------------------------------
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
-        fresh = init_state(self.draw_jobs(), self.cfg)
         rows = None if tensordict is None else tensordict.get("_reset", None)
-        if rows is not None and self.state is not None:
-            self.state = self.state.merge(rows.reshape(-1), fresh)
-        else:
-            self.state = fresh
+        if rows is None or self.state is None:
+            self.state = self.initial_state()
+        else:  # only the rows asked for start again
+            index = rows.reshape(-1).nonzero().squeeze(1)
+            self.state = self.state.put_rows(index, self.initial_state(index))
         if self._step_state is None:
             self._step_state = compiled_step(self.state, self.cfg) if self.compile_step else step_state
         return self._output(reward=None)
+
+    def initial_state(self, rows: torch.Tensor | None = None) -> ClusterState:
+        """The state at time 0 of the next reset's jobsets, or of its rows `rows` (LongTensor[N]) only:
+        a copy of the fixed jobsets' first state (made once; a reset may not change it), else the
+        state of fresh draws."""
+        if not isinstance(self.workload, JobSet):
+            return init_state(self.draw_jobs(rows), self.cfg)
+        if self._first_state is None:
+            self._first_state = init_state(self.workload, self.cfg)
+        every = torch.arange(self.batch_size[0], device=self.device)
+        return self._first_state.rows(every if rows is None else rows)  # advanced indexing: a copy
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         reward = self._step_state(self.state, tensordict["action"], self.cfg)

@@ -1,12 +1,17 @@
-"""`cluster.step_state` on the CPU as one native call instead of ~70 small torch ops (native_step.c).
+"""`cluster.step_state` on the CPU as one native call instead of ~70 small torch ops (native_step.c),
+and DeepRM's image drawn in one pass (native_image.c).
 
-The C source is compiled at first use with the system C compiler into a cache folder (keyed by a
-hash of the source and the flags) and loaded with ctypes, which releases the GIL during the call, so
-the rows are split into `torch.get_num_threads()` chunks run on a small thread pool. `step` returns
-None wherever the kernel does not apply, and the caller runs the torch step: no compiler (one
-warning), LIGHTNING_SCHED_NATIVE=0, a state off the CPU, the binary layout (resource_units > 62),
-or a state whose tensors are not laid out as `init_state` makes them. The results are the torch
-step's exactly (tests/test_native_step.py compares every field).
+The C sources are compiled at first use with the system C compiler into one library in a cache
+folder (keyed by a hash of the sources and the flags) and loaded with ctypes, which releases the GIL.
+Built with OpenMP where the compiler has it: the library then needs libgomp.so.1, which torch
+ships and has loaded already, so the loader reuses torch's and the rows are split over the very
+threads torch's own ops run on (a second team of threads would compete with torch's for the cores
+while those spin waiting for work). Without OpenMP the rows are split into `torch.get_num_threads()`
+chunks on a small thread pool. `step` returns None wherever the kernel does not apply, and the
+caller runs the torch step: no compiler (one warning), LIGHTNING_SCHED_NATIVE=0, a state off the
+CPU, the binary layout (resource_units > 62), or a state whose tensors are not laid out as
+`init_state` makes them. The results are the torch step's exactly (tests/test_native_step.py
+compares every field).
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ COMPILER = os.environ.get("CC", "cc")
 # no -march=native: the cache may be shared by machines with different CPUs, and the kernel is
 # scalar code; no fused multiply-adds, which would round rewards differently from torch
 FLAGS = ("-O3", "-shared", "-fPIC", "-std=c11", "-ffp-contract=off")
+OPENMP = ("-fopenmp",)  # tried first: rows split over torch's own OpenMP threads (see _run)
 SWITCH = "LIGHTNING_SCHED_NATIVE"  # "0" runs the torch step (benchmarks side by side, tests)
 MIN_CHUNK_ROWS = 256  # rows per thread below which handing rows to another thread costs more than it saves
 
@@ -97,32 +103,38 @@ def build(compiler: str, flags: tuple[str, ...]) -> Path:
 @functools.lru_cache(maxsize=None)
 def load(compiler: str, flags: tuple[str, ...]):
     """The kernels' library with their argument types, or None (with one warning) when it cannot be
-    built or loaded."""
-    try:
-        library = ctypes.CDLL(str(build(compiler, flags)))
-    except (OSError, subprocess.SubprocessError) as error:
-        detail = getattr(error, "stderr", None) or b""
-        warnings.warn(f"the native CPU step could not be built with {compiler!r} ({type(error).__name__}: "
-                      f"{error} {detail.decode(errors='replace')[-500:]}); stepping with torch ops instead",
+    built or loaded. Built with OpenMP where the compiler has it (`library.openmp`), else without."""
+    library = None
+    for extra in (OPENMP, ()):
+        try:
+            library = ctypes.CDLL(str(build(compiler, flags + extra)))
+            break
+        except (OSError, subprocess.SubprocessError) as error:
+            failure = error
+    if library is None:
+        detail = getattr(failure, "stderr", None) or b""
+        warnings.warn(f"the native CPU step could not be built with {compiler!r} ({type(failure).__name__}: "
+                      f"{failure} {detail.decode(errors='replace')[-500:]}); stepping with torch ops instead",
                       stacklevel=3)
         return None
-    library.lightning_sched_step_rows.argtypes = [ctypes.c_void_p, ctypes.c_double, ctypes.c_int64, ctypes.c_int64]
-    library.lightning_sched_step_rows.restype = ctypes.c_int
-    library.lightning_sched_render_rows.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-    library.lightning_sched_render_rows.restype = ctypes.c_int
+    for name, scalars in (("step", [ctypes.c_double]), ("render", [])):
+        rows, every = getattr(library, f"lightning_sched_{name}_rows"), getattr(library, f"lightning_sched_{name}_all")
+        rows.argtypes = [ctypes.c_void_p, *scalars, ctypes.c_int64, ctypes.c_int64]
+        every.argtypes = [ctypes.c_void_p, *scalars, ctypes.c_int64, ctypes.c_int64]
+        rows.restype = every.restype = ctypes.c_int
+    library.openmp = bool(library.lightning_sched_openmp())
     return library
 
 
-def kernel():
-    """The step's C function, or None when switched off (LIGHTNING_SCHED_NATIVE=0) or unavailable."""
+def kernels():
+    """The library, or None when switched off (LIGHTNING_SCHED_NATIVE=0) or unavailable."""
     if os.environ.get(SWITCH, "1") == "0":
         return None
-    library = load(COMPILER, FLAGS)
-    return None if library is None else library.lightning_sched_step_rows
+    return load(COMPILER, FLAGS)
 
 
 def available() -> bool:
-    return kernel() is not None
+    return kernels() is not None
 
 
 def supports(state: ClusterState, cfg: ClusterConfig) -> bool:
@@ -151,20 +163,25 @@ def supports(state: ClusterState, cfg: ClusterConfig) -> bool:
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 
 
-def _run(function, args, batch: int, *scalars) -> None:
-    """function(args, *scalars, first_row, end_row) over rows 0..B-1, in up to torch.get_num_threads()
-    chunks, one of them on this thread."""
+def _run(library, kernel: str, args, batch: int, *scalars) -> None:
+    """Kernel `kernel` ("step" or "render") over rows 0..B-1 in up to torch.get_num_threads() chunks:
+    on the OpenMP team shared with torch where the library has OpenMP, else on a thread pool of our
+    own (ctypes releases the GIL), one chunk on this thread."""
     global _pool
-    chunks = max(1, min(torch.get_num_threads(), batch // MIN_CHUNK_ROWS))
     pointer = ctypes.addressof(args)
-    if chunks == 1:
-        codes = [function(pointer, *scalars, 0, batch)]
+    if library.openmp:
+        codes = [getattr(library, f"lightning_sched_{kernel}_all")(pointer, *scalars, batch, MIN_CHUNK_ROWS)]
     else:
-        if _pool is None or _pool._max_workers < chunks - 1:
-            _pool = concurrent.futures.ThreadPoolExecutor(chunks - 1, thread_name_prefix="lightning_sched_step")
-        bounds = [batch * i // chunks for i in range(chunks + 1)]
-        others = [_pool.submit(function, pointer, *scalars, bounds[i], bounds[i + 1]) for i in range(1, chunks)]
-        codes = [function(pointer, *scalars, bounds[0], bounds[1])] + [f.result() for f in others]
+        function = getattr(library, f"lightning_sched_{kernel}_rows")
+        chunks = max(1, min(torch.get_num_threads(), batch // MIN_CHUNK_ROWS))
+        if chunks == 1:
+            codes = [function(pointer, *scalars, 0, batch)]
+        else:
+            if _pool is None or _pool._max_workers < chunks - 1:
+                _pool = concurrent.futures.ThreadPoolExecutor(chunks - 1, thread_name_prefix="lightning_sched_step")
+            bounds = [batch * i // chunks for i in range(chunks + 1)]
+            others = [_pool.submit(function, pointer, *scalars, bounds[i], bounds[i + 1]) for i in range(1, chunks)]
+            codes = [function(pointer, *scalars, bounds[0], bounds[1])] + [f.result() for f in others]
     if any(codes):
         raise MemoryError("the native CPU step could not allocate its scratch memory")
 
@@ -172,8 +189,8 @@ def _run(function, args, batch: int, *scalars) -> None:
 def step(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor | None:
     """cluster.step_state through the kernel: the reward, FloatTensor[B], with the state updated
     as the torch step updates it; None (nothing changed) where the kernel does not apply."""
-    function = kernel()
-    if function is None or not supports(state, cfg):
+    library = kernels()
+    if library is None or not supports(state, cfg):
         return None
     batch = state.order.shape[0]
     action = action.reshape(-1)
@@ -192,7 +209,7 @@ def step(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) -> torch
                 + [fresh[name].data_ptr() for name in REPLACED] + [reward.data_ptr()]
                 + [tensor.data_ptr() for tensor in keys.values()])
     args = (ctypes.c_int64 * NUM_ARGS)(*sizes, *pointers)
-    _run(function, args, batch, float(cfg.tardiness_weight))
+    _run(library, "step", args, batch, float(cfg.tardiness_weight))
     for name, tensor in fresh.items():
         setattr(state, name, tensor)
     # not a dataclass field: rows() and merge() leave it behind, and observed_keys checks its sources
@@ -220,9 +237,9 @@ def render(state: ClusterState, cfg: ClusterConfig) -> tuple[torch.Tensor, torch
     """(DeepRM's image FloatTensor[B, T, W], the used rows LongTensor[B, T, R]) of `state`, as
     observations.render_image and state.used_rows make them, in one native pass that writes each
     cell once; None where the kernel does not apply (the caller renders with torch ops)."""
-    if kernel() is None or not supports(state, cfg):
+    library = kernels()
+    if library is None or not supports(state, cfg):
         return None
-    library = load(COMPILER, FLAGS)
     batch = state.order.shape[0]
     image = torch.empty(batch, cfg.horizon, cfg.image_width)
     used = torch.empty(batch, cfg.horizon, cfg.num_resources, dtype=torch.long)
@@ -232,5 +249,5 @@ def render(state: ClusterState, cfg: ClusterConfig) -> tuple[torch.Tensor, torch
              cfg.max_track_since_new, cfg.image_width, state.max_jobs)
     args = (ctypes.c_int64 * (len(sizes) + len(read) + 2))(*sizes, *(t.data_ptr() for t in read), image.data_ptr(),
                                                             used.data_ptr())
-    _run(library.lightning_sched_render_rows, args, batch)
+    _run(library, "render", args, batch)
     return image, used

@@ -4,6 +4,9 @@
  * is set. Arguments: one int64 array in the order of ImageArgs; rows [row_begin, row_end). */
 #include <stdint.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 typedef struct {
     int64_t batch, horizon, num_resources, resource_units, num_slots, max_job_units, num_planes, num_words,
@@ -69,4 +72,21 @@ int lightning_sched_render_rows(const ImageArgs *a, int64_t row_begin, int64_t r
         }
     }
     return 0;
+}
+
+/* Rows 0..batch-1 over the OpenMP team shared with torch, as lightning_sched_step_all. */
+int lightning_sched_render_all(const ImageArgs *a, int64_t batch, int64_t min_rows) {
+    int failed = 0;
+#ifdef _OPENMP
+    int64_t chunks = omp_get_max_threads();
+    if (chunks > batch / min_rows) chunks = batch / min_rows;
+    if (chunks < 1) chunks = 1;
+#pragma omp parallel for num_threads(chunks) schedule(static) reduction(| : failed)
+    for (int64_t c = 0; c < chunks; c++)
+        failed |= lightning_sched_render_rows(a, batch * c / chunks, batch * (c + 1) / chunks);
+#else
+    (void)min_rows;
+    failed = lightning_sched_render_rows(a, 0, batch);
+#endif
+    return failed;
 }

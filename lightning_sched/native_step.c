@@ -12,6 +12,9 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 enum { SLOWDOWN, COMPLETION_TIME, MAKESPAN, UTILIZATION, DEADLINE };
 #define NEVER (((int64_t)1) << 40)
@@ -300,4 +303,33 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
     }
     free(cur);
     return 0;
+}
+
+/* Rows 0..batch-1 split into chunks of at least min_rows over the OpenMP team of the runtime this
+ * library shares with torch (torch ships libgomp.so.1, and the loader reuses a loaded soname), so the
+ * step runs on the threads torch's own ops run on instead of competing with them for the cores.
+ * Built without OpenMP, one chunk on the calling thread. */
+int lightning_sched_step_all(const StepArgs *a, double tardiness_weight, int64_t batch, int64_t min_rows) {
+    int failed = 0;
+#ifdef _OPENMP
+    int64_t chunks = omp_get_max_threads();
+    if (chunks > batch / min_rows) chunks = batch / min_rows;
+    if (chunks < 1) chunks = 1;
+#pragma omp parallel for num_threads(chunks) schedule(static) reduction(| : failed)
+    for (int64_t c = 0; c < chunks; c++)
+        failed |= lightning_sched_step_rows(a, tardiness_weight, batch * c / chunks, batch * (c + 1) / chunks);
+#else
+    (void)min_rows;
+    failed = lightning_sched_step_rows(a, tardiness_weight, 0, batch);
+#endif
+    return failed;
+}
+
+/* 1 when built with OpenMP: the caller then leaves the splitting to lightning_sched_step_all */
+int lightning_sched_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
 }

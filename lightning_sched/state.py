@@ -90,6 +90,16 @@ class ClusterState:
         """The episodes `index` (a slice or index tensor over B) as a state of their own."""
         return ClusterState(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
+    def put_rows(self, index: torch.Tensor, other: "ClusterState") -> "ClusterState":
+        """A state whose rows `index` (LongTensor[N]) are the N episodes of `other`, in order; new
+        tensors throughout (observations may alias this state's)."""
+        out = {}
+        for f in fields(self):
+            mine = getattr(self, f.name).clone()
+            mine[index] = getattr(other, f.name)
+            out[f.name] = mine
+        return ClusterState(**out)
+
     def merge(self, rows: torch.Tensor, other: "ClusterState") -> "ClusterState":
         """A state whose rows where `rows` (BoolTensor[B]) is true come from `other`."""
         out = {}
@@ -150,13 +160,16 @@ def state_bytes(cfg: ClusterConfig, batch: int, max_jobs: int) -> int:
     return batch * per_row
 
 
-def require_state_fits(cfg: ClusterConfig, batch: int, max_jobs: int) -> None:
-    """ConfigError naming the sizes when B episodes' state would not fit in memory."""
+def require_state_fits(cfg: ClusterConfig, batch: int, max_jobs: int, copies: int = 1) -> None:
+    """ConfigError naming the sizes when B episodes' state (`copies` times: an env replaying fixed
+    jobsets keeps their first state too) would not fit in memory."""
     fields = {"batch": batch, "jobs per jobset": max_jobs, "horizon": cfg.horizon, "num_slots": cfg.num_slots,
               "observation": cfg.observation}
+    if copies > 1:
+        fields["states kept"] = copies
     if cfg.objective == "deadline":
         fields["max_time"] = cfg.max_time
-    require_memory("the environment's state", state_bytes(cfg, batch, max_jobs), fields)
+    require_memory("the environment's state", copies * state_bytes(cfg, batch, max_jobs), fields)
 
 
 def used_rows(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:

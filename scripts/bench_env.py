@@ -3,7 +3,8 @@
 1. Env-only decisions per second for batch sizes 1..16384 with random valid actions, per
    observation mode, on the hot path (`cluster.step_state` + `observations.observe`, with the
    image or compact vector rendered every step in those modes); done rows
-   are reset to their jobset every 16 steps so every row keeps working, and only decisions of
+   are reset to their jobset every 16 steps so every row keeps working (through ClusterEnv.step by
+   TorchRL's partial reset, env.reset with "_reset"), and only decisions of
    rows not yet done are counted. At B = 1 and from 1024 up also through TorchRL's `ClusterEnv.step`.
 2. Wall time of one DeepRM training iteration's worth of episodes (100 jobsets x 20 episodes,
    load 0.7, simu_len 50) under the Tetris heuristic, start to the end of the last episode.
@@ -112,6 +113,9 @@ def _torchrl_rate(cfg, jobs, steps, device, generator, compile_step=False) -> fl
         decisions += (~td["done"]).sum()
         td["action"] = random_valid(td["action_mask"], generator)
         td = env.step(td)["next"]
+        if i % 16 == 15:  # as a collector does: the done rows start their jobset again (TorchRL's partial reset)
+            td["_reset"] = td["done"].clone()
+            td = env.reset(td)
     sync(device)
     return int(decisions) / (time.perf_counter() - t0)
 

@@ -163,10 +163,13 @@ def test_observed_keys_only_for_the_state_the_native_step_left():
 
 
 @needs_kernel
-def test_rows_split_over_threads_step_as_one(monkeypatch):
-    """Chunks of rows on the thread pool give the one-call result (tiny chunks: a small batch)."""
+@pytest.mark.parametrize("openmp", [True, False])
+def test_rows_split_over_threads_step_as_one(monkeypatch, openmp):
+    """Chunks of rows on OpenMP's threads or on the thread pool give the one-call result (tiny
+    chunks: a small batch)."""
     rng = random.Random(21)
     monkeypatch.setattr(native, "MIN_CHUNK_ROWS", 1)
+    monkeypatch.setattr(native.kernels(), "openmp", openmp and native.kernels().openmp)
     threads = torch.get_num_threads()
     torch.set_num_threads(3)
     try:
