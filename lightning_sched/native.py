@@ -9,8 +9,8 @@ threads torch's own ops run on (a second team of threads would compete with torc
 while those spin waiting for work). Without OpenMP the rows are split into `torch.get_num_threads()`
 chunks on a small thread pool. `step` returns None wherever the kernel does not apply, and the
 caller runs the torch step: no compiler (one warning), LIGHTNING_SCHED_NATIVE=0, a state off the
-CPU, the binary layout (resource_units > 62), or a state whose tensors are not laid out as
-`init_state` makes them. The results are the torch step's exactly (tests/test_native_step.py
+CPU, or a state whose tensors are not laid out as `init_state` makes them (the image: also
+resource_units > 62, the binary layout). The results are the torch step's exactly (tests/test_native_step.py
 compares every field).
 """
 from __future__ import annotations
@@ -138,9 +138,9 @@ def available() -> bool:
 
 
 def supports(state: ClusterState, cfg: ClusterConfig) -> bool:
-    """Whether the kernel covers this state: on the CPU, unary planes, the dtypes and sizes of
-    `init_state`, and the fields mutated in place contiguous (a copy would lose the mutation)."""
-    if state.used_bits.device.type != "cpu" or not unary(cfg):
+    """Whether the step's kernel covers this state: on the CPU, the dtypes and sizes of `init_state`
+    (either plane layout), and the fields mutated in place contiguous (a copy would lose the mutation)."""
+    if state.used_bits.device.type != "cpu":
         return False
     b, length = state.order.shape[0], state.max_jobs
     if state.used_bits.dtype != word_dtype(cfg) or state.used_bits.shape != (
@@ -238,7 +238,7 @@ def render(state: ClusterState, cfg: ClusterConfig) -> tuple[torch.Tensor, torch
     observations.render_image and state.used_rows make them, in one native pass that writes each
     cell once; None where the kernel does not apply (the caller renders with torch ops)."""
     library = kernels()
-    if library is None or not supports(state, cfg):
+    if library is None or not unary(cfg) or not supports(state, cfg):  # the image exists only for small U
         return None
     batch = state.order.shape[0]
     image = torch.empty(batch, cfg.horizon, cfg.image_width)

@@ -1,8 +1,10 @@
 /* cluster.step_state for rows [row_begin, row_end) of a batch, one row at a time (native.py builds,
  * loads and calls it; the torch code in cluster.py is the definition it matches bit for bit).
  *
- * Only the unary layout: plane u of resource r, bit k: used[k][r] >= u, P = U + 2 planes of W words,
- * row k at bit k % n of word k / n (n = 31 for int32 words, 63 for int64; the sign bit stays clear).
+ * Both layouts of state.py: unary, plane u of resource r, bit k: used[k][r] >= u, P = U + 2 planes
+ * (U <= 62); binary, plane s, bit k: bit s of used[k][r], P = U.bit_length() planes; each plane W
+ * words, row k at bit k % n of word k / n (n = 31 for int32 words, 63 for int64; the sign bit stays
+ * clear). The binary layout is told apart by P != U + 2.
  * The kernel reads the state through the pointers of `StepArgs` and writes the fields the torch step
  * replaces into fresh arrays (`*_out`), and mutates in place only the ones it mutates in place
  * (start, job_start, pending_due, finish_count, finish_weight): observations alias the others.
@@ -80,6 +82,32 @@ static int64_t earliest_run(const uint64_t *fits, int64_t num_words, int n, int6
     return -1;
 }
 
+/* used[0][r] of resource r's planes (P planes of W words). */
+static int64_t used_at_row0(const uint64_t *planes, int64_t P, int64_t W, int binary) {
+    int64_t used = 0;
+    if (binary) {
+        for (int64_t s = 0; s < P; s++) used += (int64_t)(planes[s * W] & 1) << s;
+    } else {
+        for (int64_t u = 0; u < P; u++) used += (int64_t)(planes[u * W] & 1);
+        used -= 1; /* level 0 is always set */
+    }
+    return used;
+}
+
+/* Binary layout: the rows of word w where used[k][r] <= limit, comparing digit by digit from the
+ * top (cluster.at_most): `below` once the first differing digit is 0 in the count and 1 in the
+ * limit, `equal` while none has differed. */
+static uint64_t at_most(const uint64_t *planes, int64_t P, int64_t W, int64_t w, int64_t limit) {
+    uint64_t below = 0, equal = ~(uint64_t)0;
+    for (int64_t s = P - 1; s >= 0; s--) {
+        const uint64_t bit = ((limit >> s) & 1) ? ~(uint64_t)0 : 0;
+        const uint64_t differ = (planes[s * W + w] ^ bit) & equal;
+        below |= differ & bit;
+        equal ^= differ;
+    }
+    return below | equal;
+}
+
 /* Ask for the cache lines row b reads at scattered places (its jobs' entries): beyond the L3 cache
  * (B of 16384 at DeepRM's size) each is otherwise a wait on memory, one after another. */
 static void prefetch_row(const StepArgs *a, int64_t b) {
@@ -106,7 +134,7 @@ static void prefetch_row(const StepArgs *a, int64_t b) {
 int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_t row_begin, int64_t row_end) {
     const int64_t L = a->max_jobs, M = a->num_slots, R = a->num_resources, P = a->num_planes,
                   W = a->num_words, T = a->horizon, U = a->resource_units, jobs = L + 1;
-    const int n = a->word_bytes == 4 ? 31 : 63;
+    const int n = a->word_bytes == 4 ? 31 : 63, binary = P != U + 2;
     const int64_t planes_words = R * P * W;
     uint64_t *cur = malloc(sizeof(uint64_t) * (size_t)(planes_words + 3 * W) + sizeof(int64_t) * (size_t)M);
     if (!cur) return 1;
@@ -164,6 +192,18 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
             for (int64_t r = 0; r < R; r++) {
                 const int64_t q = slot_demand[r * M + slot];
                 uint64_t *plane = cur + r * P * W;
+                if (binary) { /* q added to the count of every row of the job's, with a ripple carry */
+                    for (int64_t w = 0; w < W; w++) {
+                        uint64_t carry = 0;
+                        for (int64_t s = 0; s < P; s++) {
+                            const uint64_t add = ((q >> s) & 1) ? rows[w] : 0, digit = plane[s * W + w];
+                            const uint64_t odd = digit ^ add;
+                            plane[s * W + w] = odd ^ carry;
+                            carry = (digit & add) | (carry & odd);
+                        }
+                    }
+                    continue;
+                }
                 /* level u inside the job's rows was level u - q before (levels are nested, so OR-ing
                  * suffices); from the top down, so every source is still the old level */
                 for (int64_t u = P - 1; u >= 1 && q > 0; u--) {
@@ -183,12 +223,8 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
         /* --- advance time by one step: pay the interval's reward, shift the horizon --- */
         double reward = 0.0, utilization = 0.0;
         if (advance) {
-            int64_t used = 0; /* used[0][r] summed over r: every set level at row 0, less level 0 */
-            for (int64_t r = 0; r < R; r++) {
-                int64_t levels = 0;
-                for (int64_t u = 0; u < P; u++) levels += (int64_t)(cur[(r * P + u) * W] & 1);
-                used += levels - 1;
-            }
+            int64_t used = 0; /* used[0][r] summed over r */
+            for (int64_t r = 0; r < R; r++) used += used_at_row0(cur + r * P * W, P, W, binary);
             utilization = (double)used / (double)R / (double)U;
             switch (a->objective) {
             case SLOWDOWN:
@@ -229,11 +265,10 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
                     plane[w] = (plane[w] >> 1) | (w + 1 < W ? (plane[w + 1] & 1) << (n - 1) : 0);
             }
         }
-        for (int64_t r = 0; r < R; r++) { /* level 0 holds in every row, the empty one entering too */
-            for (int64_t w = 0; w < W; w++) cur[r * P * W + w] = horizon_mask[w];
-            int64_t levels = 0;
-            for (int64_t u = 0; u < P; u++) levels += (int64_t)(cur[(r * P + u) * W] & 1);
-            a->free_now_out[b * R + r] = U - (levels - 1);
+        for (int64_t r = 0; r < R; r++) {
+            if (!binary) /* level 0 holds in every row, the empty one entering too */
+                for (int64_t w = 0; w < W; w++) cur[r * P * W + w] = horizon_mask[w];
+            a->free_now_out[b * R + r] = U - used_at_row0(cur + r * P * W, P, W, binary);
         }
         if (a->word_bytes == 4) {
             int32_t *out = (int32_t *)a->used_bits_out + b * planes_words;
@@ -287,6 +322,11 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
                 int ok = 1;
                 for (int64_t w = 0; w < W; w++) fits[w] = horizon_mask[w];
                 for (int64_t r = 0; r < R && ok; r++) {
+                    if (binary) { /* rows where used[k][r] <= U - q */
+                        const int64_t limit = U - demand[r * jobs + j];
+                        for (int64_t w = 0; w < W; w++) fits[w] &= at_most(cur + r * P * W, P, W, w, limit);
+                        continue;
+                    }
                     const int64_t level = U + 1 - demand[r * jobs + j];
                     if (level < 1 || level >= P) { ok = 0; break; }
                     const uint64_t *plane = cur + (r * P + level) * W;

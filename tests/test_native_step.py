@@ -15,13 +15,15 @@ from lightning_sched.config import OBJECTIVES
 from lightning_sched.observations import observe, render_image
 from lightning_sched.state import used_rows
 
+UNARY_UNITS = [1, 2, 3, 10, 17, 40, 61, 62]  # level planes
+BINARY_UNITS = [63, 64, 100, 1000, 1024, 2048]  # binary digit planes (state.UNARY_MAX_UNITS)
 needs_kernel = pytest.mark.skipif(not native.available(), reason="no C compiler: the native step is unavailable")
 
 
 def random_case(rng: random.Random, units: int | None = None) -> tuple[ClusterConfig, JobSet]:
     """A random cluster (word boundaries of the horizon crossed often) and B jobsets for it."""
     horizon = rng.choice([1, 2, 5, 20, 30, 31, 32, 40, 62, 63, 64, 65, 100, 126, 127, 130])
-    units = units or rng.choice([1, 2, 3, 10, 17, 40, 61, 62])
+    units = units or rng.choice(UNARY_UNITS + BINARY_UNITS)
     cfg = ClusterConfig(num_resources=rng.randint(1, 3), resource_units=units, horizon=horizon,
                         num_slots=rng.randint(1, 12), max_job_len=rng.randint(1, horizon),
                         max_job_units=rng.randint(1, units), max_time=rng.randint(3, 60),
@@ -125,11 +127,12 @@ def test_step_state_dispatches_to_the_kernel_on_the_cpu():
     assert state.slot_offset is not slot_offset
 
 
-def test_binary_layout_falls_back_to_torch():
+@needs_kernel
+def test_the_image_of_the_binary_layout_is_drawn_with_torch():
+    """The native render draws level planes only; beyond 62 units it leaves the image to torch."""
     cfg, jobs = random_case(random.Random(3), units=100)
     state = init_state(jobs, cfg)
-    assert not native.supports(state, cfg)
-    assert native.step(state, torch.full_like(state.time, cfg.num_slots), cfg) is None
+    assert native.supports(state, cfg) and native.render(state, cfg) is None
 
 
 def test_switched_off_or_without_compiler_steps_with_torch(monkeypatch, tmp_path):
@@ -191,7 +194,7 @@ def test_the_native_image_is_the_torch_image():
     word layouts and block widths of every kind, as episodes go on."""
     rng = random.Random(31)
     for _ in range(40):
-        cfg, jobs = random_case(rng)
+        cfg, jobs = random_case(rng, units=rng.choice(UNARY_UNITS))
         cfg = cfg.replace(observation="image")
         state = init_state(jobs, cfg)
         for _ in range(12):
