@@ -2,20 +2,18 @@
 and DeepRM's image drawn in one pass (native_image.c).
 
 The C sources are compiled at first use with the system C compiler into one library in a cache
-folder (keyed by a hash of the sources and the flags) and loaded with ctypes, which releases the GIL.
-Built with OpenMP where the compiler has it: the library then needs libgomp.so.1, which torch
+folder (keyed by a hash of the sources and the flags) and loaded with ctypes, which releases the
+GIL. Built with OpenMP where the compiler has it: the library then needs libgomp.so.1, which torch
 ships and has loaded already, so the loader reuses torch's and the rows are split over the very
 threads torch's own ops run on (a second team of threads would compete with torch's for the cores
-while those spin waiting for work). Without OpenMP the rows are split into `torch.get_num_threads()`
-chunks on a small thread pool. `step` returns None wherever the kernel does not apply, and the
-caller runs the torch step: no compiler (one warning), LIGHTNING_SCHED_NATIVE=0, a state off the
-CPU, or a state whose tensors are not laid out as `init_state` makes them (the image: also
-resource_units > 62, the binary layout). The results are the torch step's exactly (tests/test_native_step.py
-compares every field).
+while those spin waiting for work). Without OpenMP one thread steps every row. `step` returns None
+wherever the kernel does not apply, and the caller runs the torch step: no compiler (one warning),
+LIGHTNING_SCHED_NATIVE=0, a state off the CPU, or a state whose tensors are not laid out as
+`init_state` makes them (the image: also resource_units > 62, the binary layout). The results are
+the torch step's exactly (tests/test_native_step.py compares every field).
 """
 from __future__ import annotations
 
-import concurrent.futures
 import ctypes
 import functools
 import hashlib
@@ -33,6 +31,7 @@ from .state import ClusterState, num_planes, num_words, unary, word_dtype
 
 # one library: the step and the image render
 C_SOURCES = (Path(__file__).with_name("native_step.c"), Path(__file__).with_name("native_image.c"))
+C_HEADERS = (Path(__file__).with_name("native_rows.h"),)  # part of what the cached library is keyed by
 COMPILER = os.environ.get("CC", "cc")
 # no -march=native: the cache may be shared by machines with different CPUs, and the kernel is
 # scalar code; no fused multiply-adds, which would round rewards differently from torch
@@ -60,6 +59,7 @@ KEYS = (("action_mask", torch.bool, lambda cfg: (cfg.num_slots + 1,)),
         ("since_new", torch.float32, lambda cfg: (1,)))
 # the tensors the keys derive from that a step replaces: the keys hold while these are the state's
 SOURCES = ("time", "num_arrived", "slot_job", "slot_offset", "used_bits")
+_KEYS_ATTRIBUTE = "_native_keys"  # where a state keeps the keys its last native step wrote
 NUM_ARGS = len(SIZES) + len(READ) + len(IN_PLACE) + len(REPLACED) + 1 + len(KEYS)
 
 LONG, INT, DOUBLE, BOOL = torch.int64, torch.int32, torch.float64, torch.bool
@@ -72,14 +72,19 @@ DTYPES = {"order": LONG, "arrival": LONG, "duration": INT, "demand": INT, "deadl
 
 def cache_dir() -> Path:
     """Where the compiled kernel is kept: $XDG_CACHE_HOME/lightning_sched or ~/.cache/lightning_sched."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = Path.home() / ".cache"
+        except RuntimeError:  # no HOME and no passwd entry (a container's arbitrary user)
+            base = Path(tempfile.gettempdir())
     return Path(base) / "lightning_sched"
 
 
 def build(compiler: str, flags: tuple[str, ...]) -> Path:
-    """Compile native_step.c once per source, compiler and flags; the library's path. Raises
-    OSError or subprocess.CalledProcessError."""
-    sources = [path.read_bytes() for path in C_SOURCES]
+    """Compile the C sources into one library, once per source text, compiler and flags; the
+    library's path. Raises OSError or subprocess.CalledProcessError."""
+    sources = [path.read_bytes() for path in C_SOURCES + C_HEADERS]
     key = hashlib.sha256(b"\0".join([*sources, compiler.encode(), *(f.encode() for f in flags),
                                      platform.machine().encode()])).hexdigest()[:16]
     folder = cache_dir()
@@ -123,6 +128,11 @@ def load(compiler: str, flags: tuple[str, ...]):
         every.argtypes = [ctypes.c_void_p, *scalars, ctypes.c_int64, ctypes.c_int64]
         rows.restype = every.restype = ctypes.c_int
     library.openmp = bool(library.lightning_sched_openmp())
+    library.lightning_sched_step_args.restype = library.lightning_sched_render_args.restype = ctypes.c_int64
+    # the argument arrays below must lay out the C structs field by field
+    if (library.lightning_sched_step_args(), library.lightning_sched_render_args()) != (
+            NUM_ARGS, len(IMAGE_SIZES) + len(IMAGE_READ) + 2):
+        raise RuntimeError("native.py's argument lists and the C structs StepArgs/ImageArgs differ")
     return library
 
 
@@ -160,29 +170,16 @@ def supports(state: ClusterState, cfg: ClusterConfig) -> bool:
     return all(getattr(state, name).is_contiguous() for name in IN_PLACE)
 
 
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
-
-
 def _run(library, kernel: str, args, batch: int, *scalars) -> None:
-    """Kernel `kernel` ("step" or "render") over rows 0..B-1 in up to torch.get_num_threads() chunks:
-    on the OpenMP team shared with torch where the library has OpenMP, else on a thread pool of our
-    own (ctypes releases the GIL), one chunk on this thread."""
-    global _pool
+    """Kernel `kernel` ("step" or "render") over rows 0..B-1: spread over torch's OpenMP threads in
+    chunks of at least MIN_CHUNK_ROWS where the library has OpenMP, else on this thread alone (a
+    pool of threads of our own competes with torch's spinning workers for the cores)."""
     pointer = ctypes.addressof(args)
     if library.openmp:
-        codes = [getattr(library, f"lightning_sched_{kernel}_all")(pointer, *scalars, batch, MIN_CHUNK_ROWS)]
+        failed = getattr(library, f"lightning_sched_{kernel}_all")(pointer, *scalars, batch, MIN_CHUNK_ROWS)
     else:
-        function = getattr(library, f"lightning_sched_{kernel}_rows")
-        chunks = max(1, min(torch.get_num_threads(), batch // MIN_CHUNK_ROWS))
-        if chunks == 1:
-            codes = [function(pointer, *scalars, 0, batch)]
-        else:
-            if _pool is None or _pool._max_workers < chunks - 1:
-                _pool = concurrent.futures.ThreadPoolExecutor(chunks - 1, thread_name_prefix="lightning_sched_step")
-            bounds = [batch * i // chunks for i in range(chunks + 1)]
-            others = [_pool.submit(function, pointer, *scalars, bounds[i], bounds[i + 1]) for i in range(1, chunks)]
-            codes = [function(pointer, *scalars, bounds[0], bounds[1])] + [f.result() for f in others]
-    if any(codes):
+        failed = getattr(library, f"lightning_sched_{kernel}_rows")(pointer, *scalars, 0, batch)
+    if failed:
         raise MemoryError("the native CPU step could not allocate its scratch memory")
 
 
@@ -217,8 +214,6 @@ def step(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) -> torch
     return reward
 
 
-_KEYS_ATTRIBUTE = "_native_keys"
-
 
 def observed_keys(state: ClusterState) -> dict[str, torch.Tensor]:
     """The observation keys the last native step computed for `state` ({} when the state has
@@ -229,25 +224,31 @@ def observed_keys(state: ClusterState) -> dict[str, torch.Tensor]:
     return entry[1]
 
 
-# ImageArgs of native_image.c, in its order, after the sizes: the state fields it reads
-IMAGE_READ = ("used_bits", "slot_duration", "slot_demand", "num_arrived", "queue_head", "arrival", "time")
+# ImageArgs of native_image.c, in its order: the sizes, the state fields it reads, since_new, then
+# the image and the used rows it writes
+IMAGE_SIZES = ("batch", "horizon", "num_resources", "resource_units", "num_slots", "max_job_units", "num_planes",
+               "num_words", "word_bytes", "backlog_size", "backlog_width", "image_width")
+IMAGE_READ = ("used_bits", "slot_duration", "slot_demand", "num_arrived", "queue_head", "since_new")
 
 
-def render(state: ClusterState, cfg: ClusterConfig) -> tuple[torch.Tensor, torch.Tensor] | None:
+def render(state: ClusterState, cfg: ClusterConfig,
+           since_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(DeepRM's image FloatTensor[B, T, W], the used rows LongTensor[B, T, R]) of `state`, as
     observations.render_image and state.used_rows make them, in one native pass that writes each
-    cell once; None where the kernel does not apply (the caller renders with torch ops)."""
+    cell once; None where the kernel does not apply (the caller renders with torch ops).
+    since_new: FloatTensor[B], the observation key (the image's last column)."""
     library = kernels()
     if library is None or not unary(cfg) or not supports(state, cfg):  # the image exists only for small U
         return None
     batch = state.order.shape[0]
-    image = torch.empty(batch, cfg.horizon, cfg.image_width)
+    image = torch.empty(batch, cfg.horizon, cfg.image_width, dtype=torch.float32)
     used = torch.empty(batch, cfg.horizon, cfg.num_resources, dtype=torch.long)
-    read = [getattr(state, name).contiguous() for name in IMAGE_READ]
+    read = [getattr(state, name).contiguous() for name in IMAGE_READ[:-1]]
+    read.append(since_new.reshape(-1).to(torch.float32).contiguous())
     sizes = (batch, cfg.horizon, cfg.num_resources, cfg.resource_units, cfg.num_slots, cfg.max_job_units,
              num_planes(cfg), num_words(cfg), state.used_bits.element_size(), cfg.backlog_size, cfg.backlog_width,
-             cfg.max_track_since_new, cfg.image_width, state.max_jobs)
-    args = (ctypes.c_int64 * (len(sizes) + len(read) + 2))(*sizes, *(t.data_ptr() for t in read), image.data_ptr(),
-                                                            used.data_ptr())
+             cfg.image_width)
+    args = (ctypes.c_int64 * (len(IMAGE_SIZES) + len(IMAGE_READ) + 2))(
+        *sizes, *(t.data_ptr() for t in read), image.data_ptr(), used.data_ptr())
     _run(library, "render", args, batch)
     return image, used

@@ -1,23 +1,22 @@
 /* DeepRM's image observation (observations.render_image) and the used rows it is drawn from
- * (state.used_rows), rendered row by row from the state: every block row is ones then zeros, so each
- * is two fills. Unary planes only (resource_units <= 62): used[k][r] is the highest level whose bit k
- * is set. Arguments: one int64 array in the order of ImageArgs; rows [row_begin, row_end). */
+ * (state.used_rows), rendered episode by episode from the state: every block row is ones then zeros,
+ * one compare-and-select loop. Level planes only (resource_units <= 62): used[k][r] is the highest
+ * level whose bit k is set. Arguments: one int64 array in the order of ImageArgs (native.py's
+ * IMAGE_SIZES, IMAGE_READ, then the two outputs); rows [row_begin, row_end). */
 #include <stdint.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+
+#include "native_rows.h"
 
 typedef struct {
     int64_t batch, horizon, num_resources, resource_units, num_slots, max_job_units, num_planes, num_words,
-        word_bytes, backlog_size, backlog_width, max_track_since_new, image_width, max_jobs;
+        word_bytes, backlog_size, backlog_width, image_width;
     const void *used_bits;          /* [B, R, P, W] int32 or int64 words */
     const int32_t *slot_duration;   /* [B, M] */
     const int32_t *slot_demand;     /* [B, R, M] */
     const int64_t *num_arrived;     /* [B] */
     const int64_t *queue_head;      /* [B] */
-    const int64_t *arrival;         /* [B, L+1] */
-    const int64_t *time;            /* [B] */
+    const float *since_new;         /* [B], the observation key (observations._since_new) */
     float *image;                   /* out [B, T, image_width] */
     int64_t *used;                  /* out [B, T, R] */
 } ImageArgs;
@@ -35,7 +34,7 @@ static inline float *ones_then_zeros(float *cell, int64_t n, int64_t width) {
 int lightning_sched_render_rows(const ImageArgs *a, int64_t row_begin, int64_t row_end) {
     const int64_t t_rows = a->horizon, r_count = a->num_resources, units = a->resource_units;
     const int64_t m = a->num_slots, mu = a->max_job_units, planes = a->num_planes, words = a->num_words;
-    const int64_t bits = a->word_bytes == 4 ? 31 : 63, cap = a->max_track_since_new;
+    const int64_t bits = a->word_bytes == 4 ? 31 : 63;
     for (int64_t b = row_begin; b < row_end; b++) {
         int64_t *used = a->used + b * t_rows * r_count;
         for (int64_t r = 0; r < r_count; r++) {
@@ -51,13 +50,7 @@ int lightning_sched_render_rows(const ImageArgs *a, int64_t row_begin, int64_t r
         const int32_t *demand = a->slot_demand + b * r_count * m;
         int64_t backlog = a->num_arrived[b] - a->queue_head[b];
         if (backlog > a->backlog_size) backlog = a->backlog_size;
-        const int64_t arrived = a->num_arrived[b];
-        int64_t since = cap;
-        if (arrived > 0) {
-            const int64_t gap = a->time[b] - a->arrival[b * (a->max_jobs + 1) + arrived - 1];
-            since = gap < cap ? gap : cap;
-        }
-        const float since_new = (float)since / (float)cap;
+        const float since_new = a->since_new[b];
         for (int64_t k = 0; k < t_rows; k++) {
             float *cell = a->image + (b * t_rows + k) * a->image_width;
             for (int64_t r = 0; r < r_count; r++) {
@@ -74,19 +67,15 @@ int lightning_sched_render_rows(const ImageArgs *a, int64_t row_begin, int64_t r
     return 0;
 }
 
-/* Rows 0..batch-1 over the OpenMP team shared with torch, as lightning_sched_step_all. */
+/* 8-byte fields of ImageArgs: native.py checks its argument array against it */
+int64_t lightning_sched_render_args(void) { return (int64_t)(sizeof(ImageArgs) / 8); }
+
+static int render_rows(const void *args, double unused, int64_t row_begin, int64_t row_end) {
+    (void)unused;
+    return lightning_sched_render_rows((const ImageArgs *)args, row_begin, row_end);
+}
+
+/* Every row, spread over threads (native_rows.h). */
 int lightning_sched_render_all(const ImageArgs *a, int64_t batch, int64_t min_rows) {
-    int failed = 0;
-#ifdef _OPENMP
-    int64_t chunks = omp_get_max_threads();
-    if (chunks > batch / min_rows) chunks = batch / min_rows;
-    if (chunks < 1) chunks = 1;
-#pragma omp parallel for num_threads(chunks) schedule(static) reduction(| : failed)
-    for (int64_t c = 0; c < chunks; c++)
-        failed |= lightning_sched_render_rows(a, batch * c / chunks, batch * (c + 1) / chunks);
-#else
-    (void)min_rows;
-    failed = lightning_sched_render_rows(a, 0, batch);
-#endif
-    return failed;
+    return over_rows(render_rows, a, 0.0, batch, min_rows);
 }

@@ -14,14 +14,14 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
-enum { SLOWDOWN, COMPLETION_TIME, MAKESPAN, UTILIZATION, DEADLINE };
-#define NEVER (((int64_t)1) << 40)
+#include "native_rows.h"
 
-/* Every field is 8 bytes, in the order of native.py's ARGS. */
+enum { SLOWDOWN, COMPLETION_TIME, MAKESPAN, UTILIZATION, DEADLINE }; /* the order of config.OBJECTIVES */
+#define NEVER (((int64_t)1) << 40) /* state.NEVER */
+
+/* Every field is 8 bytes, in the order of native.py's SIZES, READ, IN_PLACE, REPLACED, the reward,
+ * then KEYS. */
 typedef struct {
     int64_t batch, max_jobs, num_slots, num_resources, num_planes, num_words, horizon, word_bytes,
         resource_units, max_time, objective, pending_width, max_track_since_new;
@@ -345,24 +345,16 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
     return 0;
 }
 
-/* Rows 0..batch-1 split into chunks of at least min_rows over the OpenMP team of the runtime this
- * library shares with torch (torch ships libgomp.so.1, and the loader reuses a loaded soname), so the
- * step runs on the threads torch's own ops run on instead of competing with them for the cores.
- * Built without OpenMP, one chunk on the calling thread. */
+/* 8-byte fields of StepArgs: native.py checks its argument array against it */
+int64_t lightning_sched_step_args(void) { return (int64_t)(sizeof(StepArgs) / 8); }
+
+static int step_rows(const void *args, double tardiness_weight, int64_t row_begin, int64_t row_end) {
+    return lightning_sched_step_rows((const StepArgs *)args, tardiness_weight, row_begin, row_end);
+}
+
+/* Every row, spread over threads (native_rows.h). */
 int lightning_sched_step_all(const StepArgs *a, double tardiness_weight, int64_t batch, int64_t min_rows) {
-    int failed = 0;
-#ifdef _OPENMP
-    int64_t chunks = omp_get_max_threads();
-    if (chunks > batch / min_rows) chunks = batch / min_rows;
-    if (chunks < 1) chunks = 1;
-#pragma omp parallel for num_threads(chunks) schedule(static) reduction(| : failed)
-    for (int64_t c = 0; c < chunks; c++)
-        failed |= lightning_sched_step_rows(a, tardiness_weight, batch * c / chunks, batch * (c + 1) / chunks);
-#else
-    (void)min_rows;
-    failed = lightning_sched_step_rows(a, tardiness_weight, 0, batch);
-#endif
-    return failed;
+    return over_rows(step_rows, a, tardiness_weight, batch, min_rows);
 }
 
 /* 1 when built with OpenMP: the caller then leaves the splitting to lightning_sched_step_all */

@@ -44,7 +44,7 @@ def _since_new(s: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
 
 def _image_or_compact(s: ClusterState, cfg: ClusterConfig, o: Observation) -> torch.Tensor:
     if cfg.observation == "image":
-        rendered = native.render(s, cfg)  # on the CPU, the image and the used rows in one pass
+        rendered = native.render(s, cfg, o["since_new"])  # on the CPU, the image and the used rows in one pass
         if rendered is not None:
             o.setdefault("used", rendered[1])
             return rendered[0]
@@ -134,7 +134,7 @@ def render_image(used, duration, demand, backlog, since, cfg: ClusterConfig) -> 
     within = torch.arange(t, device=dev).view(1, t, 1) < duration.unsqueeze(1)  # [B, T, M]
     reach = demand.long().transpose(1, 2).unsqueeze(1) * within.unsqueeze(2)  # [B, T, R, M]
     counts = torch.cat([_chunk_counts(used.long(), u, chunk), _chunk_counts(reach, mu, chunk).flatten(-2)], -1)
-    image = torch.empty(b, t, cfg.image_width, device=dev)
+    image = torch.empty(b, t, cfg.image_width, device=dev, dtype=torch.float32)
     image[..., : r * (u + m * mu)] = _ones_first(counts, chunk).view(b, t, -1)
     before = torch.arange(t, device=dev) * width  # backlog cells in the rows above row k
     left = (backlog.clamp(max=cfg.backlog_size).view(b, 1) - before).clamp(0, width)  # [B, T]

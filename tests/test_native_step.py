@@ -132,7 +132,7 @@ def test_the_image_of_the_binary_layout_is_drawn_with_torch():
     """The native render draws level planes only; beyond 62 units it leaves the image to torch."""
     cfg, jobs = random_case(random.Random(3), units=100)
     state = init_state(jobs, cfg)
-    assert native.supports(state, cfg) and native.render(state, cfg) is None
+    assert native.supports(state, cfg) and native.render(state, cfg, torch.zeros(len(state.time))) is None
 
 
 def test_switched_off_or_without_compiler_steps_with_torch(monkeypatch, tmp_path):
@@ -168,8 +168,8 @@ def test_observed_keys_only_for_the_state_the_native_step_left():
 @needs_kernel
 @pytest.mark.parametrize("openmp", [True, False])
 def test_rows_split_over_threads_step_as_one(monkeypatch, openmp):
-    """Chunks of rows on OpenMP's threads or on the thread pool give the one-call result (tiny
-    chunks: a small batch)."""
+    """Chunks of rows on OpenMP's threads (tiny chunks: a small batch) give the result of one thread
+    stepping every row, as a build without OpenMP does."""
     rng = random.Random(21)
     monkeypatch.setattr(native, "MIN_CHUNK_ROWS", 1)
     monkeypatch.setattr(native.kernels(), "openmp", openmp and native.kernels().openmp)
@@ -198,9 +198,10 @@ def test_the_native_image_is_the_torch_image():
         cfg = cfg.replace(observation="image")
         state = init_state(jobs, cfg)
         for _ in range(12):
-            image, used = native.render(state, cfg)
+            since = observe(state, cfg)["since_new"].view(-1)
+            image, used = native.render(state, cfg, since)
             assert torch.equal(used, used_rows(state, cfg)), cfg
             parts = (used, state.slot_duration, state.slot_demand.transpose(1, 2),
-                     state.num_arrived - state.queue_head, observe(state, cfg)["since_new"].view(-1), cfg)
+                     state.num_arrived - state.queue_head, since, cfg)
             assert torch.equal(image, render_image(*parts)), cfg
             step_state(state, random_actions(state, cfg, rng), cfg)
