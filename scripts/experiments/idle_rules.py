@@ -32,6 +32,30 @@ from lightning_sched.policies import NetworkPolicy, sample_actions  # noqa: E402
 SEED = 2_000_000
 
 
+class ArrivalsPerJob(NetworkPolicy):
+    """Greedy; void is forbidden where a slot job fits now and fewer than kappa arrivals are
+    expected while the shortest waiting job would run (rate seen so far, arrived / (time + tau),
+    times its duration), or the cluster is idle and no job is left to arrive. Unit-free: the
+    step length cancels."""
+
+    tau: float = 10.0
+    kappa: float = 1.0
+
+    @torch.no_grad()
+    def __call__(self, obs):
+        logits = self.net(self.net.encode(obs))
+        state = obs.state
+        fits = (obs["slot_offset"] == 0).any(-1)
+        idle = obs["used"].sum((1, 2)) == 0
+        rate = state.num_arrived.double() / (state.time.double() + self.tau)
+        duration = obs["slot_duration"].double()
+        shortest = torch.where(duration > 0, duration, float("inf")).amin(-1)
+        stuck = fits & ((idle & (obs["to_arrive"].view(-1) == 0)) | (rate * shortest < self.kappa))
+        logits = torch.cat([logits[:, :-1], logits[:, -1:].masked_fill(stuck.unsqueeze(1), float("-inf"))], -1)
+        obs["action"] = sample_actions(logits, True, None)
+        return obs
+
+
 class RateGated(NetworkPolicy):
     """Greedy; void is forbidden where a slot job fits now and either the observed arrival rate is
     below rho, or the cluster is idle and no job is left to arrive (the shipped rule's guard). Reads
@@ -60,6 +84,8 @@ def main() -> None:
     parser.add_argument("--loads", type=float, nargs="+", default=[0.1, 0.3, 0.5, 0.9, 1.5])
     parser.add_argument("--taus", type=float, nargs="+", default=[1.0, 10.0, 25.0])
     parser.add_argument("--rhos", type=float, nargs="+", default=[0.1, 0.15, 0.2])
+    parser.add_argument("--kappas", type=float, nargs="*", default=[],
+                        help="also the rule on expected arrivals during the shortest waiting job (tau 10)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     set_threads(args.threads)
@@ -74,6 +100,10 @@ def main() -> None:
                 gated = RateGated(network.net, greedy=True, idle_void="while_arriving")
                 gated.tau, gated.rho = tau, rho
                 policies[f"rate(tau={tau:g}, rho={rho:g})"] = gated
+        for kappa in args.kappas:
+            per_job = ArrivalsPerJob(network.net, greedy=True, idle_void="while_arriving")
+            per_job.kappa = kappa
+            policies[f"per_job(kappa={kappa:g})"] = per_job
         result = compare(policies, cfg, jobs)
         best = result.best(("tetris", "sjf"))
         row = {"load": load, "jobsets": args.jobsets, "best_heuristic": best,
