@@ -205,3 +205,22 @@ def test_the_native_image_is_the_torch_image():
                      state.num_arrived - state.queue_head, since, cfg)
             assert torch.equal(image, render_image(*parts)), cfg
             step_state(state, random_actions(state, cfg, rng), cfg)
+
+
+@needs_kernel
+def test_a_compiler_without_openmp_builds_the_one_thread_kernel(monkeypatch, tmp_path):
+    """Where the OpenMP build fails, the library is built without it and steps every row on the
+    calling thread, with the same results."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(native, "OPENMP", ("-fno-such-option-anywhere",))
+    library = native.load.__wrapped__(native.COMPILER, native.FLAGS)  # past the cache of built libraries
+    assert library is not None and not library.openmp
+    monkeypatch.setattr(native, "kernels", lambda: library)
+    rng = random.Random(41)
+    cfg, jobs = random_case(rng)
+    state = init_state(jobs, cfg)
+    theirs = copy(state)
+    for _ in range(15):
+        action = random_actions(state, cfg, rng)
+        assert torch.equal(native.step(state, action, cfg), step_state_torch(theirs, action, cfg))
+        assert_same(state, theirs, "without OpenMP")
