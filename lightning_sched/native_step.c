@@ -108,6 +108,93 @@ static uint64_t at_most(const uint64_t *planes, int64_t P, int64_t W, int64_t w,
     return below | equal;
 }
 
+/* used[k][r] + q on the rows set in `rows` (W words), one resource's P planes (cluster.add_demand). */
+static void add_demand(uint64_t *planes, int64_t P, int64_t W, const uint64_t *rows, int64_t q, int binary) {
+    if (binary) { /* q added to the count of every row of the job's, with a ripple carry */
+        for (int64_t w = 0; w < W; w++) {
+            uint64_t carry = 0;
+            for (int64_t s = 0; s < P; s++) {
+                const uint64_t add = ((q >> s) & 1) ? rows[w] : 0, digit = planes[s * W + w];
+                const uint64_t odd = digit ^ add;
+                planes[s * W + w] = odd ^ carry;
+                carry = (digit & add) | (carry & odd);
+            }
+        }
+        return;
+    }
+    /* level u inside the job's rows was level u - q before (levels are nested, so OR-ing suffices);
+     * from the top down, so every source is still the old level */
+    for (int64_t u = P - 1; u >= 1 && q > 0; u--) {
+        const int64_t source = u - q < 0 ? 0 : u - q;
+        for (int64_t w = 0; w < W; w++) planes[u * W + w] |= planes[source * W + w] & rows[w];
+    }
+}
+
+/* The rows where a job of demand q[r * stride] fits on every resource (cluster.fitting_rows) into
+ * `fits` (W words, clear past the horizon); 0 when a demand is outside the level planes. */
+static int fitting_rows(const uint64_t *cur, int64_t R, int64_t P, int64_t W, int64_t U, const int32_t *q,
+                        int64_t stride, const uint64_t *horizon_mask, int binary, uint64_t *fits) {
+    for (int64_t w = 0; w < W; w++) fits[w] = horizon_mask[w];
+    for (int64_t r = 0; r < R; r++) {
+        const uint64_t *planes = cur + r * P * W;
+        if (binary) { /* rows where used[k][r] <= U - q */
+            for (int64_t w = 0; w < W; w++) fits[w] &= at_most(planes, P, W, w, U - q[r * stride]);
+            continue;
+        }
+        const int64_t level = U + 1 - q[r * stride]; /* too full where used >= U + 1 - q */
+        if (level < 1 || level >= P) return 0;
+        for (int64_t w = 0; w < W; w++) fits[w] &= ~planes[level * W + w];
+    }
+    return 1;
+}
+
+/* Row k + 1 moved to row k in each of `count` planes of W words of n rows (cluster.shift_rows). */
+static void shift_one_row(uint64_t *planes, int64_t count, int64_t W, int n) {
+    for (int64_t p = 0; p < count; p++) {
+        uint64_t *plane = planes + p * W;
+        for (int64_t w = 0; w < W; w++) plane[w] = (plane[w] >> 1) | (w + 1 < W ? (plane[w + 1] & 1) << (n - 1) : 0);
+    }
+}
+
+/* Row b's reward for [time, time + 1), before time advances (objectives.interval_reward): the
+ * objective's, less tardiness_weight per job in the system past its deadline. In double, with the
+ * torch step's operations in its order. */
+static double interval_reward(const StepArgs *a, int64_t b, int64_t time, double utilization,
+                              double tardiness_weight) {
+    const int64_t L = a->max_jobs, jobs = L + 1;
+    double reward;
+    switch (a->objective) {
+    case SLOWDOWN:
+        reward = -(a->arrived_weight[b * jobs + a->num_arrived[b]] - a->finished_weight[b]);
+        break;
+    case COMPLETION_TIME:
+        reward = -(double)(a->num_arrived[b] - a->finished_count[b]);
+        break;
+    case MAKESPAN:
+        reward = -1.0;
+        break;
+    case UTILIZATION:
+        reward = utilization;
+        break;
+    default: { /* DEADLINE: jobs due at t+1 not scheduled to finish by then */
+        const int64_t due = time + 1 > a->max_time + 1 ? a->max_time + 1 : time + 1;
+        reward = -(double)a->pending_due[b * a->pending_width + due];
+    }
+    }
+    if (tardiness_weight != 0.0) { /* jobs in the system past their deadline: deadline <= t < finish */
+        const int64_t *start = a->start + b * jobs, *deadline = a->deadline + b * jobs;
+        const int32_t *duration = a->duration + b * jobs;
+        int64_t late = 0;
+        for (int64_t j = 0; j < L; j++) {
+            if (deadline[j] > time) continue;
+            const int64_t finish = start[j] >= 0 ? start[j] + duration[j] : NEVER;
+            late += finish > time;
+        }
+        reward = reward - tardiness_weight * (double)late;
+    }
+    return reward;
+}
+
 /* Ask for the cache lines row b reads at scattered places (its jobs' entries): beyond the L3 cache
  * (B of 16384 at DeepRM's size) each is otherwise a wait on memory, one after another. */
 static void prefetch_row(const StepArgs *a, int64_t b) {
@@ -189,28 +276,7 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
                 high = high < 0 ? 0 : (high > n ? n : high);
                 rows[w] = ((((uint64_t)1) << high) - 1) ^ ((((uint64_t)1) << low) - 1);
             }
-            for (int64_t r = 0; r < R; r++) {
-                const int64_t q = slot_demand[r * M + slot];
-                uint64_t *plane = cur + r * P * W;
-                if (binary) { /* q added to the count of every row of the job's, with a ripple carry */
-                    for (int64_t w = 0; w < W; w++) {
-                        uint64_t carry = 0;
-                        for (int64_t s = 0; s < P; s++) {
-                            const uint64_t add = ((q >> s) & 1) ? rows[w] : 0, digit = plane[s * W + w];
-                            const uint64_t odd = digit ^ add;
-                            plane[s * W + w] = odd ^ carry;
-                            carry = (digit & add) | (carry & odd);
-                        }
-                    }
-                    continue;
-                }
-                /* level u inside the job's rows was level u - q before (levels are nested, so OR-ing
-                 * suffices); from the top down, so every source is still the old level */
-                for (int64_t u = P - 1; u >= 1 && q > 0; u--) {
-                    const int64_t source = u - q < 0 ? 0 : u - q;
-                    for (int64_t w = 0; w < W; w++) plane[u * W + w] |= plane[source * W + w] & rows[w];
-                }
-            }
+            for (int64_t r = 0; r < R; r++) add_demand(cur + r * P * W, P, W, rows, slot_demand[r * M + slot], binary);
         }
         const int64_t finish_at = (job_begin + job_duration) % (T + 1);
         finish_count[finish_at] += schedule;
@@ -226,45 +292,13 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
             int64_t used = 0; /* used[0][r] summed over r */
             for (int64_t r = 0; r < R; r++) used += used_at_row0(cur + r * P * W, P, W, binary);
             utilization = (double)used / (double)R / (double)U;
-            switch (a->objective) {
-            case SLOWDOWN:
-                reward = -(a->arrived_weight[b * jobs + a->num_arrived[b]] - a->finished_weight[b]);
-                break;
-            case COMPLETION_TIME:
-                reward = -(double)(a->num_arrived[b] - a->finished_count[b]);
-                break;
-            case MAKESPAN:
-                reward = -1.0;
-                break;
-            case UTILIZATION:
-                reward = utilization;
-                break;
-            default: { /* DEADLINE: jobs due at t+1 not scheduled to finish by then */
-                const int64_t due = time + 1 > a->max_time + 1 ? a->max_time + 1 : time + 1;
-                reward = -(double)a->pending_due[b * a->pending_width + due];
-            }
-            }
-            if (tardiness_weight != 0.0) { /* jobs in the system past their deadline: deadline <= t < finish */
-                int64_t late = 0;
-                for (int64_t j = 0; j < L; j++) {
-                    if (deadline[j] > time) continue;
-                    const int64_t finish = start[j] >= 0 ? start[j] + duration[j] : NEVER;
-                    late += finish > time;
-                }
-                reward = reward - tardiness_weight * (double)late;
-            }
+            reward = interval_reward(a, b, time, utilization, tardiness_weight);
         }
         a->reward_out[b] = (float)reward;
         a->util_sum_out[b] = a->util_sum[b] + (advance ? utilization : 0.0);
         const int64_t now = time + advance;
         a->time_out[b] = now;
-        if (advance) {
-            for (int64_t p = 0; p < R * P; p++) {
-                uint64_t *plane = cur + p * W;
-                for (int64_t w = 0; w < W; w++)
-                    plane[w] = (plane[w] >> 1) | (w + 1 < W ? (plane[w + 1] & 1) << (n - 1) : 0);
-            }
-        }
+        if (advance) shift_one_row(cur, R * P, W, n);
         for (int64_t r = 0; r < R; r++) {
             if (!binary) /* level 0 holds in every row, the empty one entering too */
                 for (int64_t w = 0; w < W; w++) cur[r * P * W + w] = horizon_mask[w];
@@ -318,22 +352,8 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
             slot_duration_out[m] = d;
             for (int64_t r = 0; r < R; r++) slot_demand_out[r * M + m] = demand[r * jobs + j];
             int64_t found = -1;
-            if (d > 0) { /* a row fits where level U + 1 - q is clear on every resource */
-                int ok = 1;
-                for (int64_t w = 0; w < W; w++) fits[w] = horizon_mask[w];
-                for (int64_t r = 0; r < R && ok; r++) {
-                    if (binary) { /* rows where used[k][r] <= U - q */
-                        const int64_t limit = U - demand[r * jobs + j];
-                        for (int64_t w = 0; w < W; w++) fits[w] &= at_most(cur + r * P * W, P, W, w, limit);
-                        continue;
-                    }
-                    const int64_t level = U + 1 - demand[r * jobs + j];
-                    if (level < 1 || level >= P) { ok = 0; break; }
-                    const uint64_t *plane = cur + (r * P + level) * W;
-                    for (int64_t w = 0; w < W; w++) fits[w] &= ~plane[w];
-                }
-                if (ok) found = earliest_run(fits, W, n, d, T);
-            }
+            if (d > 0 && fitting_rows(cur, R, P, W, U, demand + j, jobs, horizon_mask, binary, fits))
+                found = earliest_run(fits, W, n, d, T);
             slot_offset_out[m] = found;
             a->action_mask_out[b * (M + 1) + m] = found >= 0;
             a->slot_deadline_out[b * M + m] = deadline[j] - now;
