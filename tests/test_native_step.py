@@ -84,6 +84,18 @@ def assert_same_observation(state, other, cfg: ClusterConfig, where: str) -> Non
 
 
 @needs_kernel
+def steps_as_torch(rng: random.Random, where: str, steps: int = 15) -> None:
+    """A random case stepped `steps` times by native.step and by the torch step: the same rewards
+    and fields throughout."""
+    cfg, jobs = random_case(rng)
+    state = init_state(jobs, cfg)
+    theirs = copy(state)
+    for _ in range(steps):
+        action = random_actions(state, cfg, rng)
+        assert torch.equal(native.step(state, action, cfg), step_state_torch(theirs, action, cfg))
+        assert_same(state, theirs, where)
+
+
 def test_native_step_matches_torch_step():
     rng = random.Random(1234)
     for case in range(300):
@@ -177,13 +189,7 @@ def test_rows_split_over_threads_step_as_one(monkeypatch, openmp):
     torch.set_num_threads(3)
     try:
         for _ in range(10):
-            cfg, jobs = random_case(rng)
-            state = init_state(jobs, cfg)
-            theirs = copy(state)
-            for _ in range(15):
-                action = random_actions(state, cfg, rng)
-                assert torch.equal(native.step(state, action, cfg), step_state_torch(theirs, action, cfg))
-                assert_same(state, theirs, "split over threads")
+            steps_as_torch(rng, "split over threads")
     finally:
         torch.set_num_threads(threads)
 
@@ -216,11 +222,4 @@ def test_a_compiler_without_openmp_builds_the_one_thread_kernel(monkeypatch, tmp
     library = native.load.__wrapped__(native.COMPILER, native.FLAGS)  # past the cache of built libraries
     assert library is not None and not library.openmp
     monkeypatch.setattr(native, "kernels", lambda: library)
-    rng = random.Random(41)
-    cfg, jobs = random_case(rng)
-    state = init_state(jobs, cfg)
-    theirs = copy(state)
-    for _ in range(15):
-        action = random_actions(state, cfg, rng)
-        assert torch.equal(native.step(state, action, cfg), step_state_torch(theirs, action, cfg))
-        assert_same(state, theirs, "without OpenMP")
+    steps_as_torch(random.Random(41), "without OpenMP")

@@ -32,49 +32,48 @@ from lightning_sched.policies import NetworkPolicy, sample_actions  # noqa: E402
 SEED = 2_000_000
 
 
-class ArrivalsPerJob(NetworkPolicy):
-    """Greedy; void is forbidden where a slot job fits now and fewer than kappa arrivals are
-    expected while the shortest waiting job would run (rate seen so far, arrived / (time + tau),
-    times its duration), or the cluster is idle and no job is left to arrive. Unit-free: the
-    step length cancels."""
+class GatedWaits(NetworkPolicy):
+    """Greedy; void is forbidden where a slot job fits now and `no_waits` says so, or where the
+    cluster is idle and no job is left to arrive (the shipped rule's guard). Reads the hot path's
+    state (obs.state) for the arrivals so far: their rate, arrived / (time + tau)."""
 
     tau: float = 10.0
+
+    def no_waits(self, obs, rate: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def __call__(self, obs):
+        logits = self.net(self.net.encode(obs))
+        state = obs.state
+        fits = (obs["slot_offset"] == 0).any(-1)
+        idle = obs["used"].sum((1, 2)) == 0
+        rate = state.num_arrived.double() / (state.time.double() + self.tau)
+        stuck = fits & ((idle & (obs["to_arrive"].view(-1) == 0)) | self.no_waits(obs, rate))
+        logits = torch.cat([logits[:, :-1], logits[:, -1:].masked_fill(stuck.unsqueeze(1), float("-inf"))], -1)
+        obs["action"] = sample_actions(logits, True, None)
+        return obs
+
+
+class ArrivalsPerJob(GatedWaits):
+    """No waits where fewer than kappa arrivals are expected while the shortest waiting job would
+    run (the rate times its duration). Unit-free: the step length cancels."""
+
     kappa: float = 1.0
 
-    @torch.no_grad()
-    def __call__(self, obs):
-        logits = self.net(self.net.encode(obs))
-        state = obs.state
-        fits = (obs["slot_offset"] == 0).any(-1)
-        idle = obs["used"].sum((1, 2)) == 0
-        rate = state.num_arrived.double() / (state.time.double() + self.tau)
+    def no_waits(self, obs, rate: torch.Tensor) -> torch.Tensor:
         duration = obs["slot_duration"].double()
         shortest = torch.where(duration > 0, duration, float("inf")).amin(-1)
-        stuck = fits & ((idle & (obs["to_arrive"].view(-1) == 0)) | (rate * shortest < self.kappa))
-        logits = torch.cat([logits[:, :-1], logits[:, -1:].masked_fill(stuck.unsqueeze(1), float("-inf"))], -1)
-        obs["action"] = sample_actions(logits, True, None)
-        return obs
+        return rate * shortest < self.kappa
 
 
-class RateGated(NetworkPolicy):
-    """Greedy; void is forbidden where a slot job fits now and either the observed arrival rate is
-    below rho, or the cluster is idle and no job is left to arrive (the shipped rule's guard). Reads
-    the hot path's state (obs.state) for the arrivals so far."""
+class RateGated(GatedWaits):
+    """No waits while the observed arrival rate is below rho jobs a step."""
 
-    tau: float = 1.0
     rho: float = 0.0
 
-    @torch.no_grad()
-    def __call__(self, obs):
-        logits = self.net(self.net.encode(obs))
-        state = obs.state
-        fits = (obs["slot_offset"] == 0).any(-1)
-        idle = obs["used"].sum((1, 2)) == 0
-        rate = state.num_arrived.double() / (state.time.double() + self.tau)
-        stuck = fits & ((idle & (obs["to_arrive"].view(-1) == 0)) | (rate < self.rho))
-        logits = torch.cat([logits[:, :-1], logits[:, -1:].masked_fill(stuck.unsqueeze(1), float("-inf"))], -1)
-        obs["action"] = sample_actions(logits, True, None)
-        return obs
+    def no_waits(self, obs, rate: torch.Tensor) -> torch.Tensor:
+        return rate < self.rho
 
 
 def main() -> None:
