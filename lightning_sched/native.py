@@ -40,9 +40,9 @@ OPENMP = ("-fopenmp",)  # tried first: rows split over torch's own OpenMP thread
 SWITCH = "LIGHTNING_SCHED_NATIVE"  # "0" runs the torch step (benchmarks side by side, tests)
 MIN_CHUNK_ROWS = 256  # rows per thread below which handing rows to another thread costs more than it saves
 
-# StepArgs of native_step.c, in its order: (name, what) with what "size", "read" (a state field or
-# the action, read only), "inplace" (a state field the torch step mutates in place) or "out" (a
-# fresh tensor: the torch step assigns a new one, and observations may alias the old one)
+# StepArgs of native_step.c, in its order: the sizes, then pointers to what it reads (state fields and
+# the action), to the state fields the torch step mutates in place, to fresh tensors for the fields
+# the torch step replaces (observations may alias the old ones), to the reward, and to KEYS
 SIZES = ("batch", "max_jobs", "num_slots", "num_resources", "num_planes", "num_words", "horizon", "word_bytes",
          "resource_units", "max_time", "objective", "pending_width", "max_track_since_new")
 READ = ("order", "arrival", "duration", "demand", "deadline", "arrived_weight", "num_jobs", "action", "time",

@@ -4,7 +4,6 @@
  * level whose bit k is set. Arguments: one int64 array in the order of ImageArgs (native.py's
  * IMAGE_SIZES, IMAGE_READ, then the two outputs); rows [row_begin, row_end). */
 #include <stdint.h>
-#include <string.h>
 
 #include "native_rows.h"
 

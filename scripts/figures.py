@@ -73,6 +73,7 @@ from _common import (
 )
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, plots, seeds
 from lightning_sched.adaptation import AdaptationSettings, adapt
+from lightning_sched.config import SIZE_FIELDS
 from lightning_sched.evaluation import compare, make_jobsets, mean_ci95
 
 FIGURES = RUNS / "figures"  # without --out: the repository's docs/figures stay as committed
@@ -412,6 +413,9 @@ def adaptation(args) -> None:
 
     if args.objective not in ("slowdown", "completion_time"):
         raise ConfigError(f"--objective must be slowdown or completion_time here, got {args.objective!r}")
+    sized = [f"--{name}" for name in SIZE_FIELDS if getattr(args, name) is not None]
+    if sized and not args.trace:
+        raise ConfigError(f"{', '.join(sized)} size the --trace panel's cluster; without --trace they would do nothing")
     paths = checkpoints(args)
     starts = {name: load_network(path, args.device) for name, path in paths.items()}
     net0, cfg, saved0 = next(iter(starts.values()))
@@ -431,7 +435,8 @@ def adaptation(args) -> None:
         own = {} if saved.get("adaptation") else {"lr": args.lr, "optimizer": args.optimizer}
         return AdaptationSettings.from_checkpoint(saved, args.steps, jobsets=args.jobsets, episodes=args.episodes,
                                                   **own)
-    settings = {name: settings_for(saved) for name, (_, _, saved) in starts_on(cfg).items()}
+    settings = {name: settings_for(saved) for name, (_, _, saved) in starts.items()}
+    settings["scratch"] = settings_for(saved0)  # the fresh network acts and adapts as the first checkpoint
     metric = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time"}[args.objective]
     curves, lines, table, clusters = {}, {}, {}, {}
     for label, panel_cfg, workload, eval_jobs, lines[label] in held_out_workloads(cfg, args, metric):
