@@ -13,7 +13,7 @@ from .baselines import Baseline, TimeIndexedBaseline
 from .config import ClusterConfig, ConfigError
 from .evaluation import compare, evaluate, make_jobsets
 from .jobs import JobSet
-from .policies import ACTING_MODES, NetworkPolicy
+from .policies import ACTING_MODES, WAIT_RATE, NetworkPolicy
 from .policy_gradient import policy_gradient
 from .rollout import collect
 
@@ -89,10 +89,12 @@ class AdaptationSettings:
 
 def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: AdaptationSettings, eval_jobs: JobSet,
           seed: int = 0, device="cpu", baseline: Baseline | None = None, greedy: bool = False,
-          idle_void: str | None = None, report: Callable[[int, dict], None] | None = None,
+          idle_void: str | None = None, wait_rate: float = WAIT_RATE,
+          report: Callable[[int, dict], None] | None = None,
           eval_steps: set[int] | None = None) -> list[dict]:
     """Adapt `net` in place for `settings.steps` steps on `workload`; after step 0 (before any update) and each step,
-    evaluate it on `eval_jobs` (sampled actions with a fixed seed, or greedy; `idle_void` as in NetworkPolicy).
+    evaluate it on `eval_jobs` (sampled actions with a fixed seed, or greedy; `idle_void` and `wait_rate` as in
+    NetworkPolicy).
     Returns the evaluation summaries, one per step, each with the step's training figures; `report(step, summary)`
     sees each as it comes.
     `eval_steps`: evaluate only after these steps (default: all; the last step always)."""
@@ -105,7 +107,7 @@ def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: Adaptati
         if eval_steps is not None and step not in eval_steps and step != settings.steps:
             return
         policy = NetworkPolicy(net, greedy=greedy, generator=torch.Generator(device=device).manual_seed(seed),
-                               idle_void=idle_void)
+                               idle_void=idle_void, wait_rate=wait_rate)
         summary = {"step": step, **evaluate(policy, cfg, eval_jobs, device=device).summary, **extra}
         summaries.append(summary)
         if report is not None:
@@ -130,15 +132,17 @@ def acting_name(greedy: bool, idle_void: str) -> str:
 
 
 def select_acting(net: torch.nn.Module, cfg: ClusterConfig, jobs: JobSet, metric: str = "mean_slowdown",
-                  seed: int = 0, device="cpu") -> tuple[tuple[bool, str], dict[str, float]]:
+                  seed: int = 0, device="cpu",
+                  wait_rate: float = WAIT_RATE) -> tuple[tuple[bool, str], dict[str, float]]:
     """The acting mode (greedy, idle_void) of ACTING_MODES under which `net` scores best by `metric`
     on `jobs` (JobSet [N, L]; selection jobsets, never the ones it is then evaluated on), among the
     modes that finish every job when any does; and each mode's mean score by `acting_name`.
+    "while_frequent" reads `wait_rate`.
 
     Whether holding capacity idle pays depends on the load (it wins under contention and costs
     where jobs rarely queue), so the mode is chosen on the workload the policy will serve."""
     modes = {acting_name(greedy, rule): (greedy, rule) for greedy, rule in ACTING_MODES}
-    results = compare({name: NetworkPolicy(net, greedy=greedy, idle_void=rule,
+    results = compare({name: NetworkPolicy(net, greedy=greedy, idle_void=rule, wait_rate=wait_rate,
                                            generator=torch.Generator(device=device).manual_seed(seed))
                        for name, (greedy, rule) in modes.items()}, cfg, jobs, device=device)
     finishing = [name for name in modes if results.results[name].summary["unfinished_jobs"] == 0] or list(modes)

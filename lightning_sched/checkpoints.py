@@ -10,24 +10,27 @@ from torch import nn
 
 from .config import REWARD_FIELDS, SIZE_FIELDS, ClusterConfig, ConfigError
 from .files import atomic_torch_save, load_torch_file
-from .policies import DeepRMNetwork, NetworkPolicy, PolicySpec, default_idle_void, make_policy
+from .policies import WAIT_RATE, DeepRMNetwork, NetworkPolicy, PolicySpec, default_idle_void, make_policy
 
 CHECKPOINT_KEY = "lightning_sched"
 
 
-def policy_checkpoint(net: DeepRMNetwork, greedy: bool = True, idle_void: str | None = None) -> dict:
+def policy_checkpoint(net: DeepRMNetwork, greedy: bool = True, idle_void: str | None = None,
+                      wait_rate: float = WAIT_RATE) -> dict:
     """What a checkpoint needs to rebuild the policy without the training code: plain dicts and
     tensors, and how the policy is meant to act: greedily or by sampling, with its idle-void rule
-    (policies.IDLE_VOID; None: the mode's default)."""
+    (policies.IDLE_VOID; None: the mode's default) and that rule's arrival rate, if it reads one."""
     idle_void = default_idle_void(greedy) if idle_void is None else idle_void
     return {"cluster": net.cfg.to_dict(), "policy": net.spec.to_dict(), "greedy": greedy, "idle_void": idle_void,
-            "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()}}
+            "wait_rate": wait_rate, "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()}}
 
 
-def saved_acting(saved: dict) -> tuple[bool, str]:
-    """(greedy, idle_void) of a checkpoint's lightning_sched entry: how it is meant to act."""
+def saved_acting(saved: dict) -> dict:
+    """How a checkpoint's lightning_sched entry says its policy acts, as NetworkPolicy's arguments:
+    {"greedy", "idle_void", "wait_rate"}."""
     greedy = saved.get("greedy", True)
-    return greedy, saved.get("idle_void", default_idle_void(greedy))
+    return {"greedy": greedy, "idle_void": saved.get("idle_void", default_idle_void(greedy)),
+            "wait_rate": saved.get("wait_rate", WAIT_RATE)}
 
 
 def read_checkpoint(path) -> dict:
@@ -66,18 +69,21 @@ def load_network(path, device="cpu", cluster: ClusterConfig | None = None) -> tu
 
 
 def load_policy(path, device="cpu", greedy: bool | None = None, generator: torch.Generator | None = None,
-                cluster: ClusterConfig | None = None, idle_void: str | None = None):
+                cluster: ClusterConfig | None = None, idle_void: str | None = None, wait_rate: float | None = None):
     """(NetworkPolicy, its ClusterConfig) from a checkpoint (see load_network). greedy=None acts as
     the checkpoint says (argmax, or sampled as DeepRM evaluates), with its idle-void rule
-    (policies.IDLE_VOID); a mode given here gets `idle_void`, else that mode's default. A sampled
-    policy with no generator gets one seeded with 0, so evaluations repeat."""
+    (policies.IDLE_VOID); a mode given here gets `idle_void`, else that mode's default. `wait_rate`
+    (None: the checkpoint's) is the rate "while_frequent" reads. A sampled policy with no generator
+    gets one seeded with 0, so evaluations repeat."""
     net, cfg, saved = load_network(path, device, cluster)
+    acting = saved_acting(saved)
     if greedy is None:
-        greedy, saved_rule = saved_acting(saved)
-        idle_void = saved_rule if idle_void is None else idle_void
+        greedy = acting["greedy"]
+        idle_void = acting["idle_void"] if idle_void is None else idle_void
+    wait_rate = acting["wait_rate"] if wait_rate is None else wait_rate
     if not greedy and generator is None:
         generator = torch.Generator(device=device).manual_seed(0)
-    return NetworkPolicy(net.eval(), greedy=greedy, generator=generator, idle_void=idle_void), cfg
+    return NetworkPolicy(net.eval(), greedy=greedy, generator=generator, idle_void=idle_void, wait_rate=wait_rate), cfg
 
 
 def warm_start(net: DeepRMNetwork, path: str) -> None:
@@ -95,13 +101,15 @@ def warm_start(net: DeepRMNetwork, path: str) -> None:
     net.load_state_dict(source.state_dict(), strict=not adds_deadline_inputs)
 
 
-def with_acting_mode(path, out, greedy: bool, idle_void: str | None = None, **record) -> Path:
+def with_acting_mode(path, out, greedy: bool, idle_void: str | None = None, wait_rate: float = WAIT_RATE,
+                     **record) -> Path:
     """Copy checkpoint `path` to `out` with its policy set to act greedily or by sampling, with
-    the idle-void rule `idle_void` (None: the mode's default), and `record` kept beside it (e.g. how
+    the idle-void rule `idle_void` (None: the mode's default) and its `wait_rate`, and `record` kept beside it (e.g. how
     the mode was chosen). Written to a temporary file first and renamed, so `out` is never a
     partial file."""
     data = read_checkpoint(path)
     idle_void = default_idle_void(greedy) if idle_void is None else idle_void
-    data[CHECKPOINT_KEY] = {**data[CHECKPOINT_KEY], "greedy": greedy, "idle_void": idle_void, **record}
+    data[CHECKPOINT_KEY] = {**data[CHECKPOINT_KEY], "greedy": greedy, "idle_void": idle_void, "wait_rate": wait_rate,
+                            **record}
     atomic_torch_save(data, out)
     return Path(out)

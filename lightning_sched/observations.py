@@ -68,11 +68,12 @@ _COMPUTE = {
     "backlog": lambda s, cfg, o: _backlog(s).unsqueeze(1),
     "since_new": lambda s, cfg, o: _since_new(s, cfg).unsqueeze(1),
     "to_arrive": lambda s, cfg, o: (s.num_jobs - s.num_arrived).unsqueeze(1),
+    "arrived": lambda s, cfg, o: s.num_arrived.unsqueeze(1),
     "used": lambda s, cfg, o: used_rows(s, cfg),
     "observation": _image_or_compact,
 }
 STRUCTURED_KEYS = ("action_mask", "time", "slot_duration", "slot_demand", "slot_offset", "slot_deadline",
-                   "free_now", "backlog", "since_new", "to_arrive")
+                   "free_now", "backlog", "since_new", "to_arrive", "arrived")
 
 
 def observe(state: ClusterState, cfg: ClusterConfig, job_start: bool = True) -> Observation:
@@ -82,7 +83,8 @@ def observe(state: ClusterState, cfg: ClusterConfig, job_start: bool = True) -> 
     slot_duration [M], slot_demand [M, R], slot_offset [M] (earliest start offset, -1 infeasible),
     slot_deadline [M] (steps to the deadline), free_now [R], backlog [1], since_new [1] float,
     to_arrive [1] (jobs of the jobset still to arrive: the simulator's knowledge, which networks do
-    not read; acting uses it to tell when waiting on an idle cluster can no longer change anything);
+    not read; acting uses it to tell when waiting on an idle cluster can no longer change anything),
+    arrived [1] (jobs of the jobset arrived so far; acting reads their rate);
     slot_waited [M] (steps since the slot job arrived, 0 for an empty slot; policies only);
     used [T, R] (in every mode: policies over the structured state read it; the env publishes it
     only with 'image' or 'compact'); and with observation 'image' or 'compact': observation.

@@ -405,8 +405,16 @@ def make_policy(spec: PolicySpec, cfg: ClusterConfig) -> DeepRMNetwork | SlotNet
 # frees, no job comes), and an argmax that picks it would pick it forever. "never": never on an
 # idle cluster (the argmax's first guard). "work_conserving": never while any slot job fits now,
 # busy cluster or not; the network only chooses which job goes first (where waiting does not pay,
-# as on a lightly loaded log, this removes its cost).
-IDLE_VOID = ("always", "while_arriving", "never", "work_conserving")
+# as on a lightly loaded log, this removes its cost). "while_frequent": as "while_arriving" while
+# jobs have been arriving at least `wait_rate` a step, and as "work_conserving" below that rate:
+# the waits win where short jobs keep coming and cost where almost nothing arrives to wait for.
+IDLE_VOID = ("always", "while_arriving", "never", "work_conserving", "while_frequent")
+
+# "while_frequent"'s rate: arrived jobs / (time + WAIT_RATE_STEPS), so that one early arrival does
+# not count as a high rate. Both were chosen on selection jobsets of DeepRM's workload (loads 0.1 to
+# 1.5; docs/slot_policy.md, "The light-load cost"); the rate is in jobs a step of that workload.
+WAIT_RATE = 0.11
+WAIT_RATE_STEPS = 10
 
 
 # every (greedy, idle_void) a NetworkPolicy accepts: the candidates when an acting mode is selected
@@ -420,38 +428,47 @@ def default_idle_void(greedy: bool) -> str:
 
 
 def choose_actions(logits: torch.Tensor, obs, greedy: bool, generator: torch.Generator | None = None,
-                   idle_void: str | None = None) -> torch.Tensor:
+                   idle_void: str | None = None, wait_rate: float = WAIT_RATE) -> torch.Tensor:
     """How a network acts on its logits [B, M+1]: the argmax or a draw from the softmax, with void
     forbidden where `idle_void` (default: `default_idle_void(greedy)`) says: LongTensor[B]."""
     idle_void = default_idle_void(greedy) if idle_void is None else idle_void
     if idle_void != "always":
-        logits = forbid_idle_void(logits, obs, wait_for_arrivals=idle_void == "while_arriving",
-                                  work_conserving=idle_void == "work_conserving")
+        logits = forbid_idle_void(logits, obs, idle_void, wait_rate)
     return sample_actions(logits, greedy, generator)
 
 
-def forbid_idle_void(logits: torch.Tensor, obs, wait_for_arrivals: bool = False,
-                     work_conserving: bool = False) -> torch.Tensor:
-    """Void's logit set to -inf [B, M+1] in the rows where nothing runs or is reserved and a slot
-    job fits now (with `wait_for_arrivals`, only where no job is left to arrive either; with
-    `work_conserving`, wherever a slot job fits now)."""
-    stuck = (obs["slot_offset"] == 0).any(-1)
-    if not work_conserving:
-        stuck = stuck & (obs["used"].sum((1, 2)) == 0)
-        if wait_for_arrivals:
-            stuck = stuck & (obs["to_arrive"].view(-1) == 0)
+def forbid_idle_void(logits: torch.Tensor, obs, rule: str = "never", wait_rate: float = WAIT_RATE) -> torch.Tensor:
+    """Void's logit set to -inf [B, M+1] in the rows where a slot job fits now and `rule`
+    (IDLE_VOID, not "always") forbids leaving capacity idle there."""
+    fits = (obs["slot_offset"] == 0).any(-1)
+    idle = obs["used"].sum((1, 2)) == 0
+    none_to_come = obs["to_arrive"].view(-1) == 0
+    if rule == "never":
+        stuck = idle
+    elif rule == "while_arriving":
+        stuck = idle & none_to_come
+    elif rule == "work_conserving":
+        stuck = torch.ones_like(fits)
+    elif rule == "while_frequent":
+        rate = obs["arrived"].view(-1).double() / (obs["time"].view(-1).double() + WAIT_RATE_STEPS)
+        stuck = (idle & none_to_come) | (rate < wait_rate)
+    else:
+        raise ConfigError(f"idle_void must be one of {', '.join(IDLE_VOID)} here, got {rule!r}")
+    stuck = fits & stuck
     return torch.cat([logits[:, :-1], logits[:, -1:].masked_fill(stuck.unsqueeze(1), float("-inf"))], -1)
 
 
 @dataclass
 class NetworkPolicy:
     """A network as a rollout policy: obs -> obs with "action" (LongTensor[B]); greedy or sampled,
-    with void on an idle cluster allowed as `idle_void` says (IDLE_VOID; None: the mode's default)."""
+    with void on an idle cluster allowed as `idle_void` says (IDLE_VOID; None: the mode's default)
+    and, for "while_frequent", above `wait_rate` arrivals a step."""
 
     net: nn.Module
     greedy: bool = True
     generator: torch.Generator | None = field(default=None, repr=False)
     idle_void: str | None = None
+    wait_rate: float = WAIT_RATE
 
     def __post_init__(self) -> None:
         self.idle_void = default_idle_void(self.greedy) if self.idle_void is None else self.idle_void
@@ -460,9 +477,11 @@ class NetworkPolicy:
         if self.greedy and self.idle_void == "always":
             raise ConfigError("idle_void='always' with greedy acting can wait forever on an idle cluster once no "
                               "job is left to arrive: use 'while_arriving' or 'never'")
+        if not (self.wait_rate >= 0 and math.isfinite(self.wait_rate)):
+            raise ConfigError(f"wait_rate must be a finite number >= 0 (jobs a step), got {self.wait_rate!r}")
 
     @torch.no_grad()
     def __call__(self, obs):
         logits = self.net(self.net.encode(obs))
-        obs["action"] = choose_actions(logits, obs, self.greedy, self.generator, self.idle_void)
+        obs["action"] = choose_actions(logits, obs, self.greedy, self.generator, self.idle_void, self.wait_rate)
         return obs

@@ -157,27 +157,28 @@ def main(argv=None) -> int:
             print(json.dumps({"policy": args.ckpt, **summary, "reference": {"heuristic": best, metric: reference}}),
                   flush=True)
 
-    greedy, idle_void = saved_acting(saved)
-    adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, greedy=greedy,
-          idle_void=idle_void, report=report,
+    acting = saved_acting(saved)
+    greedy, idle_void, wait_rate = acting["greedy"], acting["idle_void"], acting["wait_rate"]
+    adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, **acting, report=report,
           eval_steps=set(range(0, args.steps + 1, args.eval_every)))
     selected = {}
     if args.acting == "select":
         select_jobs = make_jobsets(train, args.select_jobsets, seeds.SELECTION)
-        (greedy, idle_void), scores = select_acting(net, cfg, select_jobs, metric, seed=args.seed, device=args.device)
+        (greedy, idle_void), scores = select_acting(net, cfg, select_jobs, metric, seed=args.seed, device=args.device,
+                                                    wait_rate=wait_rate)
         print(f"acting modes on {args.select_jobsets} selection jobsets of the adaptation workload, {metric}: "
               + ", ".join(f"{name} {value:.3f}" for name, value in scores.items()))
         selected = {"acting_selected": {"metric": metric, "jobsets": args.select_jobsets, "seed": seeds.SELECTION,
                                         "scores": scores}}
-        policy = NetworkPolicy(net, greedy=greedy, idle_void=idle_void,
+        policy = NetworkPolicy(net, greedy=greedy, idle_void=idle_void, wait_rate=wait_rate,
                                generator=torch.Generator(device=args.device).manual_seed(args.seed))
         report(acting_name(greedy, idle_void),
                {"step": args.steps, "acting": acting_name(greedy, idle_void),
                 **evaluate(policy, cfg, eval_jobs, device=args.device).summary})
     if not named:  # another run may have taken the name meanwhile
         out = unused_path(out)
-    atomic_torch_save({CHECKPOINT_KEY: {**policy_checkpoint(net, greedy, idle_void), "adapted_from": str(args.ckpt),
-                                        "adapted_on": train_desc,
+    atomic_torch_save({CHECKPOINT_KEY: {**policy_checkpoint(net, greedy, idle_void, wait_rate),
+                                        "adapted_from": str(args.ckpt), "adapted_on": train_desc,
                                         "adaptation": {k: v for k, v in vars(settings).items()}, **selected}}, out)
     print(f"saved {out}", file=sys.stderr)  # stdout's last line stays the final metrics (--json)
     return 0

@@ -32,6 +32,7 @@ from _common import (
     cluster_from_args,
     format_row,
     heuristic,
+    positive_float,
     run_main,
     set_threads,
     table_header,
@@ -46,16 +47,16 @@ from lightning_sched.policies import IDLE_VOID
 
 
 def resolve_policy(spec: str, cfg: ClusterConfig, device, greedy: bool | None, seed: int, resize: bool = False,
-                   idle_void: str | None = None):
+                   idle_void: str | None = None, wait_rate: float | None = None):
     """A heuristic name or a checkpoint path -> (display name, policy callable, its ClusterConfig);
-    with `resize` a checkpoint runs on `cfg`'s size; `greedy`/`idle_void` None: as the checkpoint says."""
+    with `resize` a checkpoint runs on `cfg`'s size; `greedy`/`idle_void`/`wait_rate` None: as the checkpoint says."""
     if spec in HEURISTICS:
         return spec, heuristic(spec, cfg, device, seed), cfg
     if spec.endswith(".ckpt"):
         from lightning_sched.checkpoints import load_policy
 
         policy, ckpt_cfg = load_policy(spec, device=device, greedy=greedy, cluster=cfg if resize else None,
-                                       idle_void=idle_void)
+                                       idle_void=idle_void, wait_rate=wait_rate)
         return spec, policy, ckpt_cfg
     raise ConfigError(f"--policy {spec!r} is neither a heuristic ({', '.join(sorted(HEURISTICS))}) nor a .ckpt file")
 
@@ -77,16 +78,19 @@ def main(argv=None) -> int:
                      help="sample network policies' actions (default: as the checkpoint says)")
     act.add_argument("--greedy", dest="greedy", action="store_const", const=True, help="act by the policy's argmax")
     ap.add_argument("--idle_void", choices=IDLE_VOID,
-                    help="may a network void while nothing runs or is reserved and a job fits now: always, "
-                         "while jobs are still to arrive, or never (default: as the checkpoint says, or the mode's "
-                         "default with --greedy/--sample: never / always)")
+                    help="may a network leave capacity idle while a job fits now (policies.IDLE_VOID): always; "
+                         "on an idle cluster while jobs are still to arrive, or never; never at all (work_conserving); "
+                         "or while_arriving while jobs arrive at least --wait_rate a step (while_frequent). Default: "
+                         "as the checkpoint says, or the mode's default with --greedy/--sample: never / always")
+    ap.add_argument("--wait_rate", type=positive_float,
+                    help="while_frequent's arrival rate, jobs a step (default: as the checkpoint says)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="also print one JSON line per policy")
     args = ap.parse_args(argv)
     set_threads(args.threads)
     cfg, sized = cluster_from_args(args)
-    policies = [resolve_policy(p, cfg, args.device, args.greedy, args.seed, sized, args.idle_void)
+    policies = [resolve_policy(p, cfg, args.device, args.greedy, args.seed, sized, args.idle_void, args.wait_rate)
                 for p in args.policy]
     # a checkpoint fixes the cluster; all policies in one table must share it (the reward they
     # were trained for may differ: the table measures every metric)

@@ -96,8 +96,7 @@ def acting(saved: dict) -> dict:
     """adapt()'s acting arguments for a checkpoint's lightning_sched entry: as it says."""
     from lightning_sched.checkpoints import saved_acting
 
-    greedy, idle_void = saved_acting(saved)
-    return {"greedy": greedy, "idle_void": idle_void}
+    return saved_acting(saved)
 
 
 def checkpoints(args) -> dict[str, str]:

@@ -103,9 +103,9 @@ def main(argv=None) -> None:
         path, greedy, rule = named[winner]
         policy = load_policy(path, greedy=greedy, idle_void=rule)[0]
         greedy, rule = policy.greedy, policy.idle_void
-        out = with_acting_mode(path, args.write, greedy, rule, selected={"metric": args.metric, "loads": args.loads,
-                                                                      "jobsets": args.jobsets, "seed": args.seed,
-                                                                      "worst": worst[winner], "from": path})
+        selected = {"metric": args.metric, "loads": args.loads, "jobsets": args.jobsets, "seed": args.seed,
+                    "worst": worst[winner], "from": path}
+        out = with_acting_mode(path, args.write, greedy, rule, policy.wait_rate, selected=selected)
         print(f"wrote {out} ({'greedy' if greedy else 'sampled'}, idle_void={rule})")
 
 

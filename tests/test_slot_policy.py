@@ -124,6 +124,33 @@ def test_idle_void_rules_at_the_first_decision():
         NetworkPolicy(net, greedy=True, idle_void="always")
 
 
+def test_while_frequent_waits_only_above_its_arrival_rate(tmp_path):
+    """"while_frequent" acts as "while_arriving" while arrived / (time + WAIT_RATE_STEPS) is at least
+    wait_rate, and as "work_conserving" below it; the rate travels in the checkpoint."""
+    net = make_policy(SLOTS, CFG)
+    with torch.no_grad():
+        net.void_out.bias.fill_(100.0)
+    void = CFG.num_slots
+    # at time 0: row 0 has one arrival and another job to come, row 1 three arrivals and one to come
+    jobs = JobSet(arrival=torch.tensor([[0, 5, 9, 9], [0, 0, 0, 5]]), duration=torch.tensor([[2, 2, 2, 2]] * 2),
+                  demand=torch.ones(2, 4, 2, dtype=torch.long)).validate(CFG)
+    obs = observe(init_state(jobs, CFG), CFG)
+    assert obs["arrived"].view(-1).tolist() == [1, 3] and obs["time"].view(-1).tolist() == [0, 0]
+
+    def chosen(wait_rate):
+        policy = NetworkPolicy(net, greedy=True, idle_void="while_frequent", wait_rate=wait_rate)
+        return policy(observe(init_state(jobs, CFG), CFG))["action"].tolist()
+
+    # rates 1/10 and 3/10 jobs a step
+    assert chosen(0.05) == [void, void] and chosen(0.2) == [0, void] and chosen(0.5) == [0, 0]
+    torch.save({"lightning_sched": policy_checkpoint(net, True, "while_frequent", 0.2)}, tmp_path / "f.ckpt")
+    policy, _ = load_policy(tmp_path / "f.ckpt")
+    assert (policy.idle_void, policy.wait_rate) == ("while_frequent", 0.2)
+    assert load_policy(tmp_path / "f.ckpt", wait_rate=0.5)[0].wait_rate == 0.5
+    with pytest.raises(ConfigError, match="wait_rate"):
+        NetworkPolicy(net, greedy=True, idle_void="while_frequent", wait_rate=-1.0)
+
+
 def test_checkpoints_across_cluster_sizes(tmp_path):
     slots = make_policy(SLOTS, CFG)
     torch.save({"lightning_sched": policy_checkpoint(slots, greedy=True)}, tmp_path / "slots.ckpt")
@@ -230,8 +257,8 @@ def test_select_checkpoint_acting_all_records_the_idle_void_rule(tmp_path):
          "--write", str(tmp_path / "shipped.ckpt")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-2])
-    # greedy x (while_arriving, never, work_conserving) + sampled x (always, while_arriving, never, work_conserving)
-    assert len(result["scores"]) == 7
+    # greedy x (while_arriving, never, work_conserving, while_frequent) + sampled x (those and always)
+    assert len(result["scores"]) == 9
     rule = result["winner"].rpartition("idle_void=")[2]
     policy, _ = load_policy(tmp_path / "shipped.ckpt")
     assert policy.idle_void == rule and policy.greedy == ("@greedy" in result["winner"])

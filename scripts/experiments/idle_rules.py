@@ -76,6 +76,35 @@ class RateGated(GatedWaits):
         return rate < self.rho
 
 
+class LoadGated(GatedWaits):
+    """No waits while the offered load seen so far is below `threshold`: the arrived jobs' work,
+    d x mean_r(q_r / U), over (time + 1 + tau) steps of capacity. A share of capacity, so the
+    same threshold means the same load on any job mix or cluster (tau damps the first steps)."""
+
+    threshold: float = 0.2
+    started_only: bool = False
+    leave_out: bool = False
+    idle_only: bool = False
+    min_rate: float = 0.0
+
+    def no_waits(self, obs, rate: torch.Tensor) -> torch.Tensor:
+        s, cfg = obs.state, obs.cfg
+        jobs = s.duration.shape[1]
+        arrived = torch.arange(jobs).unsqueeze(0) < s.num_arrived.unsqueeze(1)
+        if self.started_only:  # the jobs that wait now are not evidence of the load they are held for
+            arrived = arrived & (s.start >= 0)
+        job_work = s.duration.double() * s.demand.double().mean(1) / cfg.resource_units
+        work = (job_work * arrived).sum(1)
+        if self.leave_out:  # the largest waiting job's own work is not evidence of the load it is held for
+            work = work - job_work.gather(1, s.slot_job).amax(1)
+        low = work / (s.time.double() + 1 + self.tau) < self.threshold
+        if self.min_rate > 0:  # also closed while fewer jobs a step have arrived (a long job alone is no load)
+            low = low | (rate < self.min_rate)
+        if self.idle_only:  # gate only the waits on an idle cluster; a busy one may always hold jobs back
+            low = low & (obs["used"].sum((1, 2)) == 0)
+        return low
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt", default="checkpoints/best_slowdown.ckpt")
@@ -85,20 +114,52 @@ def main() -> None:
     parser.add_argument("--rhos", type=float, nargs="+", default=[0.1, 0.15, 0.2])
     parser.add_argument("--kappas", type=float, nargs="*", default=[],
                         help="also the rule on expected arrivals during the shortest waiting job (tau 10)")
+    parser.add_argument("--thresholds", type=float, nargs="*", default=[],
+                        help="also the rule on the offered load seen so far (each tau of --taus)")
+    parser.add_argument("--started_only", action="store_true",
+                        help="also the load rule counting only the arrived jobs that have started")
+    parser.add_argument("--leave_out", action="store_true",
+                        help="also the load rule without the largest waiting job's work")
+    parser.add_argument("--idle_only", action="store_true",
+                        help="also the load rule applied only on an idle cluster")
+    parser.add_argument("--min_rates", type=float, nargs="*", default=[],
+                        help="also the load rule closed while the arrival rate is below each of these")
+    parser.add_argument("--seed", type=int, default=SEED, help="jobsets: seed + round(100 x load)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     set_threads(args.threads)
     network, cfg = load_policy(args.ckpt)
     for load in args.loads:
-        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, SEED + round(100 * load))
+        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, args.seed + round(100 * load))
         policies = {"tetris": make_heuristic("tetris", cfg), "sjf": make_heuristic("sjf", cfg)}
-        for rule in ("while_arriving", "work_conserving"):
+        for rule in ("while_arriving", "work_conserving", "never"):
             policies[rule] = NetworkPolicy(network.net, greedy=True, idle_void=rule)
         for tau in args.taus:
             for rho in args.rhos:
                 gated = RateGated(network.net, greedy=True, idle_void="while_arriving")
                 gated.tau, gated.rho = tau, rho
                 policies[f"rate(tau={tau:g}, rho={rho:g})"] = gated
+        for tau in args.taus:
+            for threshold in args.thresholds:
+                gated = LoadGated(network.net, greedy=True, idle_void="while_arriving")
+                gated.tau, gated.threshold = tau, threshold
+                policies[f"load(tau={tau:g}, threshold={threshold:g})"] = gated
+                if args.started_only:
+                    started = LoadGated(network.net, greedy=True, idle_void="while_arriving")
+                    started.tau, started.threshold, started.started_only = tau, threshold, True
+                    policies[f"started(tau={tau:g}, threshold={threshold:g})"] = started
+                for min_rate in args.min_rates:
+                    both = LoadGated(network.net, greedy=True, idle_void="while_arriving")
+                    both.tau, both.threshold, both.min_rate = tau, threshold, min_rate
+                    policies[f"load_and_rate(tau={tau:g}, threshold={threshold:g}, rho={min_rate:g})"] = both
+                if args.idle_only:
+                    idle = LoadGated(network.net, greedy=True, idle_void="while_arriving")
+                    idle.tau, idle.threshold, idle.idle_only = tau, threshold, True
+                    policies[f"idle_only(tau={tau:g}, threshold={threshold:g})"] = idle
+                if args.leave_out:
+                    left = LoadGated(network.net, greedy=True, idle_void="while_arriving")
+                    left.tau, left.threshold, left.leave_out = tau, threshold, True
+                    policies[f"leave_out(tau={tau:g}, threshold={threshold:g})"] = left
         for kappa in args.kappas:
             per_job = ArrivalsPerJob(network.net, greedy=True, idle_void="while_arriving")
             per_job.kappa = kappa
