@@ -1,16 +1,22 @@
-"""Experiment: where the shipped slowdown policy's light-load cost comes from, and what gating its
-waits on the observed arrival rate buys (docs/slot_policy.md, "The light-load cost").
+"""Experiment: where the slowdown policy's light-load cost comes from, and which gate on its waits
+removes it for the least gain given back (docs/slot_policy.md; docs/select_wait_rate.txt).
 
-`checkpoints/best_slowdown.ckpt` acts greedily and may leave capacity idle on purpose. This compares,
-on DeepRM's workload at several loads, paired against the best of Tetris and SJF:
-  while_arriving, work_conserving   the shipped rule and the rule that never voids while a job fits;
-  rate(tau, rho)                    the shipped rule while the arrival rate observed so far,
-                                    arrived / (time + tau), is at least rho jobs a step, and
-                                    work-conserving below it (tau damps the first steps' estimate).
-Jobsets: seeds 2,000,000 + round(100 x load), outside every range of lightning_sched.seeds (nothing was
-trained, selected or evaluated on them).
+The network of `checkpoints/best_slowdown.ckpt` acts greedily and may leave capacity idle on purpose.
+This compares, on DeepRM's workload at several loads, paired against the best of Tetris and SJF:
+  while_arriving, work_conserving, never   the plain rules (policies.IDLE_VOID)
+  rate(tau, rho)          while_arriving while the arrival rate seen so far, arrived / (time + tau),
+                          is at least rho jobs a step, work-conserving below (tau damps the first
+                          steps' estimate): the rule `while_frequent` at tau = WAIT_RATE_STEPS
+  per_job(kappa)          waits while rate (tau 10) x the shortest waiting job's duration >= kappa
+  load(tau, threshold)    waits while the offered load seen so far, the arrived jobs' work over
+                          (time + 1 + tau) steps of capacity, is at least threshold; variants count
+                          only started jobs, leave out the largest waiting job, gate only an idle
+                          cluster, or also require a rate (--started_only --leave_out --idle_only
+                          --min_rates)
+Jobsets: --seed + round(100 x load). The default, 2,000,000, is outside every range of
+lightning_sched.seeds; the rate was chosen on selection seeds (--seed 555).
 
-    python scripts/experiments/idle_rules.py --jobsets 2000 --loads 0.1 0.3 0.5 0.9 1.5 1.9 --taus 10 25 --rhos 0.1 0.15
+    python scripts/experiments/idle_rules.py --seed 555 --jobsets 5000 --loads 0.1 0.3 --taus 10 --rhos 0.11
 """
 from __future__ import annotations
 
