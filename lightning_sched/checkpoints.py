@@ -89,16 +89,18 @@ def load_policy(path, device="cpu", greedy: bool | None = None, generator: torch
 def warm_start(net: DeepRMNetwork, path: str) -> None:
     """Load the policy weights of checkpoint `path` into `net`, refused with the differing fields
     when its cluster or network is not `net`'s (its objective may differ: the network does not
-    depend on it); a slot policy starts a run on any cluster size. A network without deadline inputs
-    may start one with them: `net` keeps its own deadline weights, which start at zero."""
+    depend on it); a slot policy starts a run on any cluster size. A network without deadline or
+    arrival inputs may start one with them: `net` keeps its own weights for them, which start at zero."""
     source, cfg, _ = load_network(path)
     if source.spec.any_cluster:  # a slot policy runs on the run's cluster, whatever its size
         source, cfg, _ = load_network(path, cluster=net.cfg)
     cfg.require_same_cluster(net.cfg, f"init_from={path}", "run", may_differ=(*REWARD_FIELDS, "slo_slowdown"))
-    adds_deadline_inputs = net.spec.deadline_inputs and not source.spec.deadline_inputs
-    if source.spec != (replace(net.spec, deadline_inputs=False) if adds_deadline_inputs else net.spec):
+    # inputs whose weights start at zero may be added: the run's network starts as the source acts
+    added = {name: False for name in ("deadline_inputs", "arrival_inputs")
+             if getattr(net.spec, name) and not getattr(source.spec, name)}
+    if source.spec != replace(net.spec, **added):
         raise ConfigError(f"init_from={path}: its policy {source.spec!r} is not this run's {net.spec!r}")
-    net.load_state_dict(source.state_dict(), strict=not adds_deadline_inputs)
+    net.load_state_dict(source.state_dict(), strict=not added)
 
 
 def with_acting_mode(path, out, greedy: bool, idle_void: str | None = None, wait_rate: float = WAIT_RATE,

@@ -59,6 +59,11 @@ class PolicySpec:
     to deviate. None: no prior."""
     prior_scale: float = 10.0
     """The prior's weight at initialization (learned from there)."""
+    arrival_inputs: bool = False
+    """kind "slots": the context also reads how fast jobs have been arriving: the arrivals seen so
+    far per step, arrived / (time + WAIT_RATE_STEPS), times horizon / num_slots (jobs expected
+    within the horizon per slot), and time / horizon (how much that estimate has seen), each at
+    most 4. Their weights start at zero, so a network without them warm-starts one with them."""
 
     def __post_init__(self) -> None:
         self.hidden = tuple(self.hidden)
@@ -69,6 +74,9 @@ class PolicySpec:
         if self.kind == "slots" and not self.masked:
             raise ConfigError("PolicySpec.masked must be true for kind 'slots' (it scores only the jobs that can be "
                               "placed), got false")
+        if self.arrival_inputs and self.kind != "slots":
+            raise ConfigError("PolicySpec.arrival_inputs needs kind 'slots', got kind "
+                              f"{self.kind!r}")
         if self.prior is not None and (self.kind != "slots" or self.prior not in PRIORS):
             raise ConfigError(f"PolicySpec.prior={self.prior!r} needs kind 'slots' and one of {sorted(PRIORS)}")
         if not (self.prior_scale > 0 and math.isfinite(self.prior_scale)):
@@ -275,6 +283,7 @@ class SlotNetwork(nn.Module):
         slots:   FloatTensor[B, M, 9 + 3R]  per slot job (zeros for an empty slot)
         present: BoolTensor[B, M]           the slot holds a job
         context: FloatTensor[B, 4 + 3R]
+        arrivals: FloatTensor[B, 2]         with spec.arrival_inputs: arrivals a step x T / M, time / T
         mask:    BoolTensor[B, M+1]         valid actions
         prior:   FloatTensor[B, M+1]        with spec.prior: the heuristic's preference
 
@@ -293,6 +302,9 @@ class SlotNetwork(nn.Module):
         self.slot_mix, self.context_mix = nn.Linear(h, h), nn.Linear(h, h, bias=False)  # job x context
         self.slot_out = nn.Linear(h, 1)
         self.void_mix, self.void_out = nn.Linear(h, h), nn.Linear(h, 1)
+        if spec.arrival_inputs:  # starts at zero: the network acts as it did without them
+            self.arrivals = nn.Linear(2, h, bias=False)
+            nn.init.zeros_(self.arrivals.weight)
         self.heuristic = PRIORS[spec.prior](cfg) if spec.prior else None
         if self.heuristic is not None:
             self.log_prior_scale = nn.Parameter(torch.tensor(math.log(spec.prior_scale)))
@@ -337,6 +349,11 @@ class SlotNetwork(nn.Module):
                          obs["since_new"].reshape(b).float(), fits.any(-1).float()], -1),
         ], -1)
         features = {"slots": slot, "present": present, "context": context, "mask": obs["action_mask"]}
+        if self.spec.arrival_inputs:
+            time = obs["time"].view(b).double()
+            rate = obs["arrived"].view(b).double() / (time + WAIT_RATE_STEPS)
+            arrivals = torch.stack([rate * horizon / cfg.num_slots, time / horizon], -1)
+            features["arrivals"] = arrivals.clamp(max=4).float()
         if self.heuristic is not None:
             features["prior"] = self.prior_preference(obs, fits)
         return features
@@ -367,7 +384,10 @@ class SlotNetwork(nn.Module):
             0, owner.unsqueeze(1).expand_as(embedded), embedded, "amax")
         count = present.sum(1, keepdim=True).clamp(min=1)
         pooled = torch.cat([features["context"], total / count, peak], -1)
-        context = torch.relu(self.context_in(pooled))  # [B, H]
+        context = self.context_in(pooled)
+        if self.spec.arrival_inputs:
+            context = context + self.arrivals(features["arrivals"])
+        context = torch.relu(context)  # [B, H]
         mixed = torch.relu(self.slot_mix(embedded) + self.context_mix(context)[owner])  # [N, H]
         scores = embedded.new_zeros(b * m).index_copy(0, rows, self.slot_out(mixed).squeeze(1))  # empty: masked
         void = self.void_out(torch.relu(self.void_mix(context)))  # [B, 1]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, JobSet
-from lightning_sched.checkpoints import load_network, load_policy, policy_checkpoint
+from lightning_sched.checkpoints import load_network, load_policy, policy_checkpoint, warm_start
 from lightning_sched.cluster import init_state, step_state
 from lightning_sched.evaluation import evaluate, make_jobsets
 from lightning_sched.heuristics import make_heuristic
@@ -262,3 +262,26 @@ def test_select_checkpoint_acting_all_records_the_idle_void_rule(tmp_path):
     rule = result["winner"].rpartition("idle_void=")[2]
     policy, _ = load_policy(tmp_path / "shipped.ckpt")
     assert policy.idle_void == rule and policy.greedy == ("@greedy" in result["winner"])
+
+
+def test_arrival_inputs_start_at_zero_and_then_change_the_void_score(tmp_path):
+    """A slot network warm-started into one with arrival inputs acts exactly as before; once their
+    weights move, the void logit depends on how fast jobs have arrived."""
+    plain = make_policy(SLOTS, CFG)
+    torch.save({"lightning_sched": policy_checkpoint(plain)}, tmp_path / "plain.ckpt")
+    spec = PolicySpec(kind="slots", masked=True, hidden=SLOTS.hidden, arrival_inputs=True)
+    net = make_policy(spec, CFG)
+    warm_start(net, str(tmp_path / "plain.ckpt"))
+    # row 0: one arrival at time 0; row 1: three
+    jobs = JobSet(arrival=torch.tensor([[0, 5, 9, 9], [0, 0, 0, 5]]), duration=torch.tensor([[2, 2, 2, 2]] * 2),
+                  demand=torch.ones(2, 4, 2, dtype=torch.long)).validate(CFG)
+    obs = observe(init_state(jobs, CFG), CFG)
+    features = net.encode(obs)
+    assert torch.allclose(features["arrivals"][:, 0], torch.tensor([0.1, 0.3]) * CFG.horizon / CFG.num_slots)
+    assert torch.equal(net(features), plain(plain.encode(obs)))
+    with torch.no_grad():
+        net.arrivals.weight.normal_()
+    moved = net(net.encode(obs))[:, -1] - plain(plain.encode(obs))[:, -1]
+    assert bool((moved != 0).all()) and not torch.allclose(moved[0], moved[1])
+    with pytest.raises(ConfigError, match="arrival_inputs"):
+        PolicySpec(arrival_inputs=True)
