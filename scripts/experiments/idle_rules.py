@@ -140,36 +140,29 @@ def main() -> None:
         policies = {"tetris": make_heuristic("tetris", cfg), "sjf": make_heuristic("sjf", cfg)}
         for rule in ("while_arriving", "work_conserving", "never"):
             policies[rule] = NetworkPolicy(network.net, greedy=True, idle_void=rule)
+        def gated(kind, **settings):  # the network acting greedily with a gate's settings
+            policy = kind(network.net, greedy=True, idle_void="while_arriving")
+            for name, value in settings.items():
+                setattr(policy, name, value)
+            return policy
+
         for tau in args.taus:
             for rho in args.rhos:
-                gated = RateGated(network.net, greedy=True, idle_void="while_arriving")
-                gated.tau, gated.rho = tau, rho
-                policies[f"rate(tau={tau:g}, rho={rho:g})"] = gated
-        for tau in args.taus:
+                policies[f"rate(tau={tau:g}, rho={rho:g})"] = gated(RateGated, tau=tau, rho=rho)
             for threshold in args.thresholds:
-                gated = LoadGated(network.net, greedy=True, idle_void="while_arriving")
-                gated.tau, gated.threshold = tau, threshold
-                policies[f"load(tau={tau:g}, threshold={threshold:g})"] = gated
+                name = f"tau={tau:g}, threshold={threshold:g}"
+                policies[f"load({name})"] = gated(LoadGated, tau=tau, threshold=threshold)
                 if args.started_only:
-                    started = LoadGated(network.net, greedy=True, idle_void="while_arriving")
-                    started.tau, started.threshold, started.started_only = tau, threshold, True
-                    policies[f"started(tau={tau:g}, threshold={threshold:g})"] = started
+                    policies[f"started({name})"] = gated(LoadGated, tau=tau, threshold=threshold, started_only=True)
                 for min_rate in args.min_rates:
-                    both = LoadGated(network.net, greedy=True, idle_void="while_arriving")
-                    both.tau, both.threshold, both.min_rate = tau, threshold, min_rate
-                    policies[f"load_and_rate(tau={tau:g}, threshold={threshold:g}, rho={min_rate:g})"] = both
+                    policies[f"load_and_rate({name}, rho={min_rate:g})"] = gated(
+                        LoadGated, tau=tau, threshold=threshold, min_rate=min_rate)
                 if args.idle_only:
-                    idle = LoadGated(network.net, greedy=True, idle_void="while_arriving")
-                    idle.tau, idle.threshold, idle.idle_only = tau, threshold, True
-                    policies[f"idle_only(tau={tau:g}, threshold={threshold:g})"] = idle
+                    policies[f"idle_only({name})"] = gated(LoadGated, tau=tau, threshold=threshold, idle_only=True)
                 if args.leave_out:
-                    left = LoadGated(network.net, greedy=True, idle_void="while_arriving")
-                    left.tau, left.threshold, left.leave_out = tau, threshold, True
-                    policies[f"leave_out(tau={tau:g}, threshold={threshold:g})"] = left
+                    policies[f"leave_out({name})"] = gated(LoadGated, tau=tau, threshold=threshold, leave_out=True)
         for kappa in args.kappas:
-            per_job = ArrivalsPerJob(network.net, greedy=True, idle_void="while_arriving")
-            per_job.kappa = kappa
-            policies[f"per_job(kappa={kappa:g})"] = per_job
+            policies[f"per_job(kappa={kappa:g})"] = gated(ArrivalsPerJob, kappa=kappa)
         result = compare(policies, cfg, jobs)
         best = result.best(("tetris", "sjf"))
         row = {"load": load, "jobsets": args.jobsets, "best_heuristic": best,
