@@ -83,7 +83,11 @@ def load_policy(path, device="cpu", greedy: bool | None = None, generator: torch
     wait_rate = acting["wait_rate"] if wait_rate is None else wait_rate
     if not greedy and generator is None:
         generator = torch.Generator(device=device).manual_seed(0)
-    return NetworkPolicy(net.eval(), greedy=greedy, generator=generator, idle_void=idle_void, wait_rate=wait_rate), cfg
+    try:
+        policy = NetworkPolicy(net.eval(), greedy=greedy, generator=generator, idle_void=idle_void, wait_rate=wait_rate)
+    except ConfigError as error:  # a hand-edited acting entry: say which file
+        raise ConfigError(f"{path}: {error}") from None
+    return policy, cfg
 
 
 def warm_start(net: DeepRMNetwork, path: str) -> None:
@@ -103,15 +107,18 @@ def warm_start(net: DeepRMNetwork, path: str) -> None:
     net.load_state_dict(source.state_dict(), strict=not added)
 
 
-def with_acting_mode(path, out, greedy: bool, idle_void: str | None = None, wait_rate: float = WAIT_RATE,
+def with_acting_mode(path, out, greedy: bool, idle_void: str | None = None, wait_rate: float | None = None,
                      **record) -> Path:
     """Copy checkpoint `path` to `out` with its policy set to act greedily or by sampling, with
-    the idle-void rule `idle_void` (None: the mode's default) and its `wait_rate`, and `record` kept beside it (e.g. how
-    the mode was chosen). Written to a temporary file first and renamed, so `out` is never a
-    partial file."""
+    the idle-void rule `idle_void` (None: the mode's default) and its `wait_rate` (None: the file's),
+    and `record` kept beside it (e.g. how the mode was chosen). Written to a temporary file first
+    and renamed, so `out` is never a partial file."""
     data = read_checkpoint(path)
+    saved = dict(data[CHECKPOINT_KEY])
     idle_void = default_idle_void(greedy) if idle_void is None else idle_void
-    data[CHECKPOINT_KEY] = {**data[CHECKPOINT_KEY], "greedy": greedy, "idle_void": idle_void, "wait_rate": wait_rate,
-                            **record}
+    wait_rate = saved_acting(saved)["wait_rate"] if wait_rate is None else wait_rate
+    if idle_void != "while_frequent":  # how the rate was chosen no longer describes how it acts
+        saved.pop("wait_rate_selected", None)
+    data[CHECKPOINT_KEY] = {**saved, "greedy": greedy, "idle_void": idle_void, "wait_rate": wait_rate, **record}
     atomic_torch_save(data, out)
     return Path(out)

@@ -97,6 +97,7 @@ class ClusterEnv(EnvBase):
             "since_new": Unbounded(shape=(*b, 1), dtype=torch.float32, device=dev),
             "to_arrive": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev),
             "arrived": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev),
+            "slot_waited": Unbounded(shape=(*b, m), dtype=torch.int64, device=dev),
         }
         if cfg.observation == "image":
             spec["observation"] = Unbounded(shape=(*b, t, cfg.image_width), dtype=torch.float32, device=dev)

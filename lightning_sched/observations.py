@@ -85,9 +85,10 @@ def observe(state: ClusterState, cfg: ClusterConfig, job_start: bool = True) -> 
     to_arrive [1] (jobs of the jobset still to arrive: the simulator's knowledge, which networks do
     not read; acting uses it to tell when waiting on an idle cluster can no longer change anything),
     arrived [1] (jobs of the jobset arrived so far; acting reads their rate);
-    slot_waited [M] (steps since the slot job arrived, 0 for an empty slot; policies only);
+    slot_waited [M] (steps since the slot job arrived, 0 for an empty slot);
     used [T, R] (in every mode: policies over the structured state read it; the env publishes it
-    only with 'image' or 'compact'); and with observation 'image' or 'compact': observation.
+    only with 'image' or 'compact', so a network drives `ClusterEnv` in those modes); and with
+    observation 'image' or 'compact': observation.
     `job_start=False` leaves out job_start (an [B, L] scatter the rollout hot path does not need).
     """
     keys = STRUCTURED_KEYS + ("used", "slot_waited") + (("job_start",) if job_start else ())

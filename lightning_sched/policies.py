@@ -61,7 +61,7 @@ class PolicySpec:
     """The prior's weight at initialization (learned from there)."""
     arrival_inputs: bool = False
     """kind "slots": the context also reads how fast jobs have been arriving: the arrivals seen so
-    far per step, arrived / (time + WAIT_RATE_STEPS), times horizon / num_slots (jobs expected
+    far per step, arrived / (time + 10), times horizon / num_slots (jobs expected
     within the horizon per slot), and time / horizon (how much that estimate has seen), each at
     most 4. Their weights start at zero, so a network without them warm-starts one with them."""
 
@@ -292,6 +292,7 @@ class SlotNetwork(nn.Module):
     the scoring layers start at zero: the untrained policy acts like the heuristic.
     """
 
+    ARRIVAL_RATE_STEPS = 10  # damps the arrival-rate input's first steps; trained weights depend on it
 
     def __init__(self, cfg: ClusterConfig, spec: PolicySpec):
         super().__init__()
@@ -351,7 +352,7 @@ class SlotNetwork(nn.Module):
         features = {"slots": slot, "present": present, "context": context, "mask": obs["action_mask"]}
         if self.spec.arrival_inputs:
             time = obs["time"].view(b).double()
-            rate = obs["arrived"].view(b).double() / (time + WAIT_RATE_STEPS)
+            rate = obs["arrived"].view(b).double() / (time + self.ARRIVAL_RATE_STEPS)
             arrivals = torch.stack([rate * horizon / cfg.num_slots, time / horizon], -1)
             features["arrivals"] = arrivals.clamp(max=4).float()
         if self.heuristic is not None:
@@ -432,7 +433,8 @@ IDLE_VOID = ("always", "while_arriving", "never", "work_conserving", "while_freq
 
 # "while_frequent"'s rate: arrived jobs / (time + WAIT_RATE_STEPS), so that one early arrival does
 # not count as a high rate. Both were chosen on selection jobsets of DeepRM's workload (loads 0.1 to
-# 1.5; docs/slot_policy.md, "The light-load cost"); the rate is in jobs a step of that workload.
+# 1.5; docs/select_wait_rate.txt, docs/slot_policy.md "The shipped slowdown policy"); the rate is in
+# jobs a step of that workload.
 WAIT_RATE = 0.11
 WAIT_RATE_STEPS = 10
 
@@ -450,7 +452,8 @@ def default_idle_void(greedy: bool) -> str:
 def choose_actions(logits: torch.Tensor, obs, greedy: bool, generator: torch.Generator | None = None,
                    idle_void: str | None = None, wait_rate: float = WAIT_RATE) -> torch.Tensor:
     """How a network acts on its logits [B, M+1]: the argmax or a draw from the softmax, with void
-    forbidden where `idle_void` (default: `default_idle_void(greedy)`) says: LongTensor[B]."""
+    forbidden where `idle_void` (default: `default_idle_void(greedy)`; "while_frequent" reads
+    `wait_rate`) says: LongTensor[B]."""
     idle_void = default_idle_void(greedy) if idle_void is None else idle_void
     if idle_void != "always":
         logits = forbid_idle_void(logits, obs, idle_void, wait_rate)
@@ -460,20 +463,25 @@ def choose_actions(logits: torch.Tensor, obs, greedy: bool, generator: torch.Gen
 def forbid_idle_void(logits: torch.Tensor, obs, rule: str = "never", wait_rate: float = WAIT_RATE) -> torch.Tensor:
     """Void's logit set to -inf [B, M+1] in the rows where a slot job fits now and `rule`
     (IDLE_VOID, not "always") forbids leaving capacity idle there."""
+    def idle() -> torch.Tensor:  # nothing runs or is reserved
+        return obs["used"].sum((1, 2)) == 0
+
+    def none_to_come() -> torch.Tensor:
+        return obs["to_arrive"].view(-1) == 0
+
     fits = (obs["slot_offset"] == 0).any(-1)
-    idle = obs["used"].sum((1, 2)) == 0
-    none_to_come = obs["to_arrive"].view(-1) == 0
     if rule == "never":
-        stuck = idle
+        stuck = idle()
     elif rule == "while_arriving":
-        stuck = idle & none_to_come
+        stuck = idle() & none_to_come()
     elif rule == "work_conserving":
         stuck = torch.ones_like(fits)
     elif rule == "while_frequent":
         rate = obs["arrived"].view(-1).double() / (obs["time"].view(-1).double() + WAIT_RATE_STEPS)
-        stuck = (idle & none_to_come) | (rate < wait_rate)
+        stuck = (idle() & none_to_come()) | (rate < wait_rate)
     else:
-        raise ConfigError(f"idle_void must be one of {', '.join(IDLE_VOID)} here, got {rule!r}")
+        rules = ", ".join(r for r in IDLE_VOID if r != "always")
+        raise ConfigError(f"forbid_idle_void: rule must be one of {rules}, got {rule!r}")
     stuck = fits & stuck
     return torch.cat([logits[:, :-1], logits[:, -1:].masked_fill(stuck.unsqueeze(1), float("-inf"))], -1)
 
@@ -481,8 +489,8 @@ def forbid_idle_void(logits: torch.Tensor, obs, rule: str = "never", wait_rate: 
 @dataclass
 class NetworkPolicy:
     """A network as a rollout policy: obs -> obs with "action" (LongTensor[B]); greedy or sampled,
-    with void on an idle cluster allowed as `idle_void` says (IDLE_VOID; None: the mode's default)
-    and, for "while_frequent", above `wait_rate` arrivals a step."""
+    with void while a job fits now allowed where `idle_void` says (IDLE_VOID; None: the mode's
+    default) and, for "while_frequent", at or above `wait_rate` arrivals a step (> 0)."""
 
     net: nn.Module
     greedy: bool = True
@@ -497,8 +505,10 @@ class NetworkPolicy:
         if self.greedy and self.idle_void == "always":
             raise ConfigError("idle_void='always' with greedy acting can wait forever on an idle cluster once no "
                               "job is left to arrive: use 'while_arriving' or 'never'")
-        if not (self.wait_rate >= 0 and math.isfinite(self.wait_rate)):
-            raise ConfigError(f"wait_rate must be a finite number >= 0 (jobs a step), got {self.wait_rate!r}")
+        if isinstance(self.wait_rate, bool) or not isinstance(self.wait_rate, (int, float)) or not (
+                self.wait_rate > 0 and math.isfinite(self.wait_rate)):
+            raise ConfigError(f"wait_rate must be a finite number > 0 (jobs a step; 'while_arriving' waits at any "
+                              f"rate), got {self.wait_rate!r}")
 
     @torch.no_grad()
     def __call__(self, obs):

@@ -157,9 +157,9 @@ def main(argv=None) -> int:
             print(json.dumps({"policy": args.ckpt, **summary, "reference": {"heuristic": best, metric: reference}}),
                   flush=True)
 
-    acting = saved_acting(saved)
-    greedy, idle_void, wait_rate = acting["greedy"], acting["idle_void"], acting["wait_rate"]
-    adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, **acting, report=report,
+    greedy, idle_void, wait_rate = (saved_acting(saved)[k] for k in ("greedy", "idle_void", "wait_rate"))
+    adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, greedy=greedy,
+          idle_void=idle_void, wait_rate=wait_rate, report=report,
           eval_steps=set(range(0, args.steps + 1, args.eval_every)))
     selected = {}
     if args.acting == "select":

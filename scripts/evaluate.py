@@ -78,10 +78,12 @@ def main(argv=None) -> int:
                      help="sample network policies' actions (default: as the checkpoint says)")
     act.add_argument("--greedy", dest="greedy", action="store_const", const=True, help="act by the policy's argmax")
     ap.add_argument("--idle_void", choices=IDLE_VOID,
-                    help="may a network leave capacity idle while a job fits now (policies.IDLE_VOID): always; "
-                         "on an idle cluster while jobs are still to arrive, or never; never at all (work_conserving); "
-                         "or while_arriving while jobs arrive at least --wait_rate a step (while_frequent). Default: "
-                         "as the checkpoint says, or the mode's default with --greedy/--sample: never / always")
+                    help="when a network may leave capacity idle while a job fits now (policies.IDLE_VOID): "
+                         "always (whenever it chooses); while_arriving (on an idle cluster only while jobs are "
+                         "still to arrive); never (never on an idle cluster); work_conserving (never at all); "
+                         "while_frequent (as while_arriving while jobs arrive at least --wait_rate a step, else as "
+                         "work_conserving). Default: as the checkpoint says, or the mode's default with "
+                         "--greedy/--sample: never / always")
     ap.add_argument("--wait_rate", type=positive_float,
                     help="while_frequent's arrival rate, jobs a step (default: as the checkpoint says)")
     ap.add_argument("--device", default="cpu")
@@ -92,6 +94,10 @@ def main(argv=None) -> int:
     cfg, sized = cluster_from_args(args)
     policies = [resolve_policy(p, cfg, args.device, args.greedy, args.seed, sized, args.idle_void, args.wait_rate)
                 for p in args.policy]
+    frequent = [name for name, policy, _ in policies if getattr(policy, "idle_void", None) == "while_frequent"]
+    if args.wait_rate is not None and not frequent:
+        raise ConfigError(f"--wait_rate {args.wait_rate} changes nothing: no policy here acts with idle_void "
+                          f"while_frequent (give --idle_void while_frequent, or a checkpoint that acts so)")
     # a checkpoint fixes the cluster; all policies in one table must share it (the reward they
     # were trained for may differ: the table measures every metric)
     cluster = policies[0][2]

@@ -92,13 +92,6 @@ def by_load(args, cfg: ClusterConfig, policies: dict, offset: int):
         yield load, compare(policies, cfg, jobs, args.device)
 
 
-def acting(saved: dict) -> dict:
-    """adapt()'s acting arguments for a checkpoint's lightning_sched entry: as it says."""
-    from lightning_sched.checkpoints import saved_acting
-
-    return saved_acting(saved)
-
-
 def checkpoints(args) -> dict[str, str]:
     """--ckpt NAME=PATH ... as {name: path}."""
     return {name: path for name, _, path in (item.partition("=") for item in args.ckpt)}
@@ -383,7 +376,7 @@ def headroom(args) -> None:
     """How far fine-tuning goes on each held-out workload: one checkpoint fine-tuned --steps steps
     (--optimizer/--lr, --jobsets x --episodes a step), measured every --every steps on the
     adaptation figures' unseen jobsets (same seeds, so its first steps are their curve)."""
-    from lightning_sched.checkpoints import load_network
+    from lightning_sched.checkpoints import load_network, saved_acting
 
     net, cfg, saved = load_network(args.ckpt, args.device)
     settings = AdaptationSettings(steps=args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr,
@@ -393,7 +386,7 @@ def headroom(args) -> None:
         start = net if panel_cfg == cfg else load_network(args.ckpt, args.device, cluster=panel_cfg)[0]
         summaries = adapt(copy.deepcopy(start), panel_cfg, workload, settings, eval_jobs, seed=args.seed,
                           device=args.device,
-                          **acting(saved), eval_steps=set(range(0, args.steps + 1, args.every)))
+                          **saved_acting(saved), eval_steps=set(range(0, args.steps + 1, args.every)))
         curves[label] = {"fine-tuned": {s["step"]: (s["mean_slowdown"], s["mean_slowdown_ci95"]) for s in summaries}}
         print(f"{label:32s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curves[label]["fine-tuned"].items()),
               flush=True)
@@ -407,7 +400,7 @@ def headroom(args) -> None:
 def adaptation(args) -> None:
     """Adaptation curves on held-out workloads: the meta-policy, the mixture-trained REINFORCE policy
     and a fresh network, each fine-tuned with the same steps and episodes; heuristics as lines."""
-    from lightning_sched.checkpoints import load_network
+    from lightning_sched.checkpoints import load_network, saved_acting
     from lightning_sched.policies import make_policy
 
     if args.objective not in ("slowdown", "completion_time"):
@@ -442,7 +435,7 @@ def adaptation(args) -> None:
         curves[label], table[label], clusters[label] = {}, {}, panel_cfg.to_dict()
         for name, (net, _, saved) in starts_on(panel_cfg).items():
             summaries = adapt(copy.deepcopy(net), panel_cfg, workload, settings[name], eval_jobs, seed=args.seed,
-                              device=args.device, **acting(saved), eval_steps=ADAPT_EVAL_STEPS)
+                              device=args.device, **saved_acting(saved), eval_steps=ADAPT_EVAL_STEPS)
             curves[label][name] = {s["step"]: (s[metric], s[metric + "_ci95"]) for s in summaries}
             tetris = lines[label]["tetris"][0]
             beat = [s["step"] for s in summaries if s[metric] <= tetris]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, JobSet
-from lightning_sched.checkpoints import load_network, load_policy, policy_checkpoint, warm_start
+from lightning_sched.checkpoints import load_network, load_policy, policy_checkpoint, warm_start, with_acting_mode
 from lightning_sched.cluster import init_state, step_state
 from lightning_sched.evaluation import evaluate, make_jobsets
 from lightning_sched.heuristics import make_heuristic
@@ -147,6 +147,13 @@ def test_while_frequent_waits_only_above_its_arrival_rate(tmp_path):
     policy, _ = load_policy(tmp_path / "f.ckpt")
     assert (policy.idle_void, policy.wait_rate) == ("while_frequent", 0.2)
     assert load_policy(tmp_path / "f.ckpt", wait_rate=0.5)[0].wait_rate == 0.5
+    # a new acting mode keeps the file's rate unless given one
+    with_acting_mode(tmp_path / "f.ckpt", tmp_path / "g.ckpt", True, "while_frequent")
+    assert load_policy(tmp_path / "g.ckpt")[0].wait_rate == 0.2
+    # a rate that changes nothing is refused in one line
+    proc = subprocess.run([sys.executable, "scripts/evaluate.py", "--policy", "tetris", "--wait_rate", "0.2",
+                           "--jobsets", "2", "--threads", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "--wait_rate" in proc.stderr and "Traceback" not in proc.stderr
     with pytest.raises(ConfigError, match="wait_rate"):
         NetworkPolicy(net, greedy=True, idle_void="while_frequent", wait_rate=-1.0)
 
@@ -285,3 +292,20 @@ def test_arrival_inputs_start_at_zero_and_then_change_the_void_score(tmp_path):
     assert bool((moved != 0).all()) and not torch.allclose(moved[0], moved[1])
     with pytest.raises(ConfigError, match="arrival_inputs"):
         PolicySpec(arrival_inputs=True)
+
+
+def test_a_shipped_policy_drives_the_torchrl_env():
+    """env.rollout with a checkpoint's NetworkPolicy (acting while_frequent) plays the same episodes
+    as the evaluation's hot path: the same start times, so the same slowdowns."""
+    from lightning_sched import ClusterEnv
+
+    policy, policy_cfg = load_policy(ROOT / "checkpoints" / "best_slowdown.ckpt")
+    assert policy.idle_void == "while_frequent"
+    jobs = make_jobsets(DeepRMWorkload(load=0.9), 8, 3)
+    env = ClusterEnv(ClusterConfig(observation="compact"), workload=jobs, batch_size=[8])
+    td = env.rollout(1000, policy, break_when_all_done=True, trust_policy=True)
+    assert bool(td["next", "done"][:, -1].all())
+    start = td["next", "job_start"][:, -1].double()
+    duration, real = jobs.duration.double(), jobs.duration > 0
+    slowdown = ((start + duration - jobs.arrival) / duration.clamp(min=1) * real).sum(1) / real.sum(1)
+    assert torch.allclose(slowdown, evaluate(policy, policy_cfg, jobs).episodes["mean_slowdown"])

@@ -40,7 +40,7 @@ SEED = 2_000_000
 
 class GatedWaits(NetworkPolicy):
     """Greedy; void is forbidden where a slot job fits now and `no_waits` says so, or where the
-    cluster is idle and no job is left to arrive (the shipped rule's guard). Reads the hot path's
+    cluster is idle and no job is left to arrive (while_arriving's guard). Reads the hot path's
     state (obs.state) for the arrivals so far: their rate, arrived / (time + tau)."""
 
     tau: float = 10.0
@@ -135,17 +135,18 @@ def main() -> None:
     args = parser.parse_args()
     set_threads(args.threads)
     network, cfg = load_policy(args.ckpt)
+
+    def gated(kind, **settings):  # the network acting greedily with a gate's settings
+        policy = kind(network.net, greedy=True, idle_void="while_arriving")
+        for name, value in settings.items():
+            setattr(policy, name, value)
+        return policy
+
     for load in args.loads:
         jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, args.seed + round(100 * load))
         policies = {"tetris": make_heuristic("tetris", cfg), "sjf": make_heuristic("sjf", cfg)}
         for rule in ("while_arriving", "work_conserving", "never"):
             policies[rule] = NetworkPolicy(network.net, greedy=True, idle_void=rule)
-        def gated(kind, **settings):  # the network acting greedily with a gate's settings
-            policy = kind(network.net, greedy=True, idle_void="while_arriving")
-            for name, value in settings.items():
-                setattr(policy, name, value)
-            return policy
-
         for tau in args.taus:
             for rho in args.rhos:
                 policies[f"rate(tau={tau:g}, rho={rho:g})"] = gated(RateGated, tau=tau, rho=rho)
