@@ -97,14 +97,14 @@ class ClusterEnv(EnvBase):
             "since_new": Unbounded(shape=(*b, 1), dtype=torch.float32, device=dev),
             "to_arrive": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev),
             "arrived": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev),
-            "slot_waited": Unbounded(shape=(*b, m), dtype=torch.int64, device=dev),
         }
         if cfg.observation == "image":
             spec["observation"] = Unbounded(shape=(*b, t, cfg.image_width), dtype=torch.float32, device=dev)
         elif cfg.observation == "compact":
             spec["observation"] = Unbounded(shape=(*b, cfg.compact_size), dtype=torch.float32, device=dev)
-        if cfg.observation != "none":
+        if cfg.observation != "none":  # what a network over the structured state also reads
             spec["used"] = Unbounded(shape=(*b, t, r), dtype=torch.int64, device=dev)
+            spec["slot_waited"] = Unbounded(shape=(*b, m), dtype=torch.int64, device=dev)
         self.observation_spec = Composite(spec, shape=b)
         self._observation_keys = tuple(spec)
         self.action_spec = Categorical(n=m + 1, shape=b, dtype=torch.int64, device=dev)
