@@ -75,8 +75,7 @@ class PolicySpec:
             raise ConfigError("PolicySpec.masked must be true for kind 'slots' (it scores only the jobs that can be "
                               "placed), got false")
         if self.arrival_inputs and self.kind != "slots":
-            raise ConfigError("PolicySpec.arrival_inputs needs kind 'slots', got kind "
-                              f"{self.kind!r}")
+            raise ConfigError(f"PolicySpec.arrival_inputs needs kind 'slots', got kind {self.kind!r}")
         if self.prior is not None and (self.kind != "slots" or self.prior not in PRIORS):
             raise ConfigError(f"PolicySpec.prior={self.prior!r} needs kind 'slots' and one of {sorted(PRIORS)}")
         if not (self.prior_scale > 0 and math.isfinite(self.prior_scale)):

@@ -94,8 +94,8 @@ def main(argv=None) -> int:
     cfg, sized = cluster_from_args(args)
     policies = [resolve_policy(p, cfg, args.device, args.greedy, args.seed, sized, args.idle_void, args.wait_rate)
                 for p in args.policy]
-    frequent = [name for name, policy, _ in policies if getattr(policy, "idle_void", None) == "while_frequent"]
-    if args.wait_rate is not None and not frequent:
+    reads_rate = any(getattr(policy, "idle_void", None) == "while_frequent" for _, policy, _ in policies)
+    if args.wait_rate is not None and not reads_rate:
         raise ConfigError(f"--wait_rate {args.wait_rate} changes nothing: no policy here acts with idle_void "
                           f"while_frequent (give --idle_void while_frequent, or a checkpoint that acts so)")
     # a checkpoint fixes the cluster; all policies in one table must share it (the reward they

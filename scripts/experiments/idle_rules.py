@@ -33,15 +33,14 @@ from lightning_sched import DeepRMWorkload  # noqa: E402
 from lightning_sched.checkpoints import load_policy  # noqa: E402
 from lightning_sched.evaluation import compare, make_jobsets  # noqa: E402
 from lightning_sched.heuristics import make_heuristic  # noqa: E402
-from lightning_sched.policies import NetworkPolicy, sample_actions  # noqa: E402
+from lightning_sched.policies import NetworkPolicy, forbid_idle_void, sample_actions  # noqa: E402
 
 SEED = 2_000_000
 
 
 class GatedWaits(NetworkPolicy):
-    """Greedy; void is forbidden where a slot job fits now and `no_waits` says so, or where the
-    cluster is idle and no job is left to arrive (while_arriving's guard). Reads the hot path's
-    state (obs.state) for the arrivals so far: their rate, arrived / (time + tau)."""
+    """Greedy, with while_arriving's guard; void is also forbidden where a slot job fits now and
+    `no_waits` says so, given the arrival rate seen so far, arrived / (time + tau)."""
 
     tau: float = 10.0
 
@@ -50,12 +49,10 @@ class GatedWaits(NetworkPolicy):
 
     @torch.no_grad()
     def __call__(self, obs):
-        logits = self.net(self.net.encode(obs))
-        state = obs.state
+        logits = forbid_idle_void(self.net(self.net.encode(obs)), obs, "while_arriving")
         fits = (obs["slot_offset"] == 0).any(-1)
-        idle = obs["used"].sum((1, 2)) == 0
-        rate = state.num_arrived.double() / (state.time.double() + self.tau)
-        stuck = fits & ((idle & (obs["to_arrive"].view(-1) == 0)) | self.no_waits(obs, rate))
+        rate = obs["arrived"].view(-1).double() / (obs["time"].view(-1).double() + self.tau)
+        stuck = fits & self.no_waits(obs, rate)
         logits = torch.cat([logits[:, :-1], logits[:, -1:].masked_fill(stuck.unsqueeze(1), float("-inf"))], -1)
         obs["action"] = sample_actions(logits, True, None)
         return obs
