@@ -1,0 +1,68 @@
+"""`QueueConfig`: the static description of a job-level batch queue (docs/hpc_queue.md).
+
+The queue environment replays a log job by job in seconds, as RLScheduler (Zhang et al., SC'20) does:
+processors only, the whole waiting queue, a visible window of it, and backfilling off or EASY.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from ..config import ConfigError
+
+BACKFILL = ("off", "easy")
+REWARDS = ("per_job", "final")
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """One queue: the cluster, what the policy sees and how an episode is scored."""
+
+    nodes: int = 256
+    """Nodes of the cluster. Lublin logs: 256 (SWF header MaxNodes)."""
+    processors_per_node: int = 1
+    """Processors of one node (MaxProcs / MaxNodes); a job takes ceil(processors / this) nodes."""
+    window: int = 128
+    """Waiting jobs the policy sees and may pick (RLScheduler's MAX_QUEUE_SIZE: 128); more wait beyond."""
+    backfill: str = "off"
+    """'off': a picked job that does not fit is held and nothing else starts; 'easy': EASY backfilling."""
+    sequence_length: int = 256
+    """Jobs of one episode (consecutive jobs of the log). RLScheduler: 256 to train, 1024 to evaluate."""
+    bsld_threshold: float = 10.0
+    """Seconds: bounded slowdown is max(1, (wait + run) / max(run, this)). The field's default: 10."""
+    reward: str = "per_job"
+    """'per_job': each step pays -(bounded slowdowns of the jobs it started) / sequence_length (the
+    episode's return is minus its mean bounded slowdown); 'final': all of it at the last step
+    (RLScheduler's reward)."""
+    max_wait: float = 43200.0
+    """Seconds: the wait feature's scale (RLScheduler's MAX_WAIT_TIME, 12 hours)."""
+    max_requested: float = 43200.0
+    """Seconds: the requested-time feature's scale; `QueueLog.config` sets it to the log's longest request."""
+
+    def __post_init__(self) -> None:
+        for name in ("nodes", "processors_per_node", "window", "sequence_length"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"QueueConfig.{name} must be an integer >= 1, got {value!r}")
+        if self.backfill not in BACKFILL:
+            raise ConfigError(f"QueueConfig.backfill must be one of {', '.join(BACKFILL)}, got {self.backfill!r}")
+        if self.reward not in REWARDS:
+            raise ConfigError(f"QueueConfig.reward must be one of {', '.join(REWARDS)}, got {self.reward!r}")
+        for name in ("bsld_threshold", "max_wait", "max_requested"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"QueueConfig.{name} must be a number > 0, got {value!r}")
+
+    @property
+    def processors(self) -> int:
+        return self.nodes * self.processors_per_node
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> QueueConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"QueueConfig: unknown field(s) {', '.join(unknown)}")
+        return cls(**values)
