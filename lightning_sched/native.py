@@ -81,14 +81,15 @@ def cache_dir() -> Path:
     return Path(base) / "lightning_sched"
 
 
-def build(compiler: str, flags: tuple[str, ...]) -> Path:
-    """Compile the C sources into one library, once per source text, compiler and flags; the
-    library's path. Raises OSError or subprocess.CalledProcessError."""
-    sources = [path.read_bytes() for path in C_SOURCES + C_HEADERS]
-    key = hashlib.sha256(b"\0".join([*sources, compiler.encode(), *(f.encode() for f in flags),
+def build(compiler: str, flags: tuple[str, ...], sources: tuple[Path, ...] = C_SOURCES,
+          headers: tuple[Path, ...] = C_HEADERS, name: str = "native_step") -> Path:
+    """Compile `sources` (which include `headers`) into one library `name`, once per source text,
+    compiler and flags; the library's path. Raises OSError or subprocess.CalledProcessError."""
+    texts = [path.read_bytes() for path in sources + headers]
+    key = hashlib.sha256(b"\0".join([*texts, compiler.encode(), *(f.encode() for f in flags),
                                      platform.machine().encode()])).hexdigest()[:16]
     folder = cache_dir()
-    library = folder / f"native_step-{key}.so"
+    library = folder / f"{name}-{key}.so"
     if library.exists():
         return library
     folder.mkdir(parents=True, exist_ok=True)
@@ -96,7 +97,7 @@ def build(compiler: str, flags: tuple[str, ...]) -> Path:
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=library.stem, suffix=".tmp")
     os.close(handle)
     try:
-        subprocess.run([compiler, *flags, "-o", temporary, *map(str, C_SOURCES)], check=True, capture_output=True,
+        subprocess.run([compiler, *flags, "-o", temporary, *map(str, sources)], check=True, capture_output=True,
                        timeout=120)
         os.replace(temporary, library)
     finally:

@@ -156,6 +156,20 @@ def read_swf(path: str | Path) -> Trace:
     resources ("processors", "memory"). Raises TraceError with the file, line and field of the
     first malformed line, or when the file has no job line."""
     path = Path(path)
+    header, table, numbers = read_swf_table(path)
+    procs = np.where(table[:, 4] != -1, table[:, 4], table[:, 7])
+    memory = np.where(table[:, 6] != -1, table[:, 6], table[:, 9])
+    # SWF memory is KB per processor: the job's total is that times its processors
+    total_memory = np.where((memory == -1) | (procs == -1), -1.0, memory * procs)
+    return Trace(str(path), "swf", table[:, 1].tolist(), table[:, 3].tolist(),
+                 np.stack([procs, total_memory], 1).tolist(), table[:, 10].tolist(), numbers, SWF_RESOURCES, header,
+                 table[:, 2].tolist())
+
+
+def read_swf_table(path: str | Path) -> tuple[dict[str, str], np.ndarray, list[int]]:
+    """An SWF file's header (key: value comments, first occurrence), its job lines as float64
+    [N, 18] (checked as `swf_table` checks them) and their line numbers."""
+    path = Path(path)
     header: dict[str, str] = {}
     rows, numbers = [], []
     for number, text in enumerate(_open_text(path), start=1):
@@ -171,14 +185,7 @@ def read_swf(path: str | Path) -> Trace:
         numbers.append(number)
     if not rows:
         raise TraceError(f"{path}: empty trace, no job line (only comments or blank lines)")
-    table = swf_table(rows, numbers, path)
-    procs = np.where(table[:, 4] != -1, table[:, 4], table[:, 7])
-    memory = np.where(table[:, 6] != -1, table[:, 6], table[:, 9])
-    # SWF memory is KB per processor: the job's total is that times its processors
-    total_memory = np.where((memory == -1) | (procs == -1), -1.0, memory * procs)
-    return Trace(str(path), "swf", table[:, 1].tolist(), table[:, 3].tolist(),
-                 np.stack([procs, total_memory], 1).tolist(), table[:, 10].tolist(), numbers, SWF_RESOURCES, header,
-                 table[:, 2].tolist())
+    return header, swf_table(rows, numbers, path), numbers
 
 
 def read_csv(path: str | Path, submit: str = "submit_time", run_time: str = "run_time",

@@ -6,6 +6,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from ..config import ConfigError
+
 # job status codes (QueueState.status)
 FUTURE, WAITING, RUNNING, ENDED = 0, 1, 2, 3
 
@@ -22,6 +24,9 @@ class QueueState:
     nodes:      LongTensor[B, L]  ceil(processors / processors_per_node)
     status:     Int8Tensor[B, L]  FUTURE, WAITING, RUNNING or ENDED
     start:      LongTensor[B, L]  start time, -1 until the job starts
+    start_rank: LongTensor[B, L]  how many jobs of the row started before it, -1 until it starts: of
+                                  running jobs that end in the same second, the one started first
+                                  ends first (RLScheduler's stable sorts of its running list)
     time:       LongTensor[B]     now, seconds
     free_nodes: LongTensor[B]
     next_arrival: LongTensor[B]   index of the next job to arrive (L when all have)
@@ -36,6 +41,7 @@ class QueueState:
     nodes: torch.Tensor
     status: torch.Tensor
     start: torch.Tensor
+    start_rank: torch.Tensor
     time: torch.Tensor
     free_nodes: torch.Tensor
     next_arrival: torch.Tensor
@@ -62,3 +68,31 @@ class QueueState:
 
     def clone(self) -> QueueState:
         return QueueState(**{f.name: getattr(self, f.name).clone() for f in fields(self)})
+
+
+def init_state(jobs: dict[str, torch.Tensor], nodes: int, processors_per_node: int) -> QueueState:
+    """The state at the first arrival of each row's sequence: job 0 waiting, the cluster empty.
+    `jobs`: "submit", "run", "requested", "processors", LongTensors [B, L] with submit times in order
+    along each row (ConfigError naming the field otherwise, or for a job larger than the cluster)."""
+    submit, run, requested, processors = (jobs[k].to(torch.int64).contiguous()
+                                          for k in ("submit", "run", "requested", "processors"))
+    b, length = submit.shape
+    if length > 1 and bool((submit[:, 1:] < submit[:, :-1]).any()):
+        raise ConfigError("submit: times must not decrease along a sequence (jobs are replayed in arrival order)")
+    for name, values, low in (("run", run, 1), ("requested", requested, 0), ("processors", processors, 1)):
+        if bool((values < low).any()):
+            raise ConfigError(f"{name}: every job needs {name} >= {low}, got {int(values.min())}")
+    need = (processors + processors_per_node - 1) // processors_per_node
+    if bool((need > nodes).any()):
+        raise ConfigError(f"processors: a job asks for {int(processors.max())} processors, the cluster has "
+                          f"{nodes * processors_per_node}")
+    status = torch.zeros(b, length, dtype=torch.int8, device=submit.device)
+    status[:, 0] = WAITING
+    return QueueState(submit=submit, run=run.contiguous(), requested=requested, processors=processors,
+                      nodes=need.contiguous(), status=status, start=torch.full_like(submit, -1),
+                      start_rank=torch.full_like(submit, -1),
+                      time=submit[:, 0].clone(), free_nodes=torch.full((b,), nodes, dtype=torch.int64,
+                                                                       device=submit.device),
+                      next_arrival=torch.ones(b, dtype=torch.int64, device=submit.device),
+                      done=torch.zeros(b, dtype=torch.bool, device=submit.device),
+                      bsld_sum=torch.zeros(b, dtype=torch.float64, device=submit.device))

@@ -1,0 +1,164 @@
+"""`QueueEnv`: B replays of a batch-queue log as one TorchRL `EnvBase` (docs/hpc_queue.md).
+
+Each row replays a sequence of `cfg.sequence_length` consecutive jobs of a `QueueLog` in seconds:
+an action picks one job of the visible window, the env starts it as soon as the queue's rules
+allow (holding it, and with EASY backfilling starting others meanwhile) and runs time forward to
+the next decision. Rows draw fresh random sequences at every reset from `positions`, or replay
+fixed `starts`.
+"""
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import Binary, Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase
+
+from ..config import ConfigError
+from .config import QueueConfig
+from .log import QueueLog
+from .state import QueueState, init_state
+from .step import advance
+
+
+class QueueEnv(EnvBase):
+    """B queue episodes stepped as one TensorDict.
+
+    Args:
+        cfg: the queue (its nodes and processors per node must be the log's cluster or larger).
+        log: the jobs to replay.
+        batch_size: [B].
+        starts: LongTensor[B]: row b replays jobs [starts[b], starts[b] + L) at every reset.
+        positions: (lowest, highest) start positions (inclusive) that resets draw from; default:
+            every sequence of the log. Ignored with `starts`.
+        device, seed: where the state lives; the seed of the start draws.
+    """
+
+    batch_locked = True
+
+    def __init__(self, cfg: QueueConfig, log: QueueLog, batch_size=(1,), starts=None, positions=None,
+                 device="cpu", seed: int | None = None):
+        batch_size = torch.Size(batch_size if not isinstance(batch_size, int) else [batch_size])
+        if len(batch_size) != 1:
+            raise ConfigError(f"QueueEnv batch_size must be [B], got {list(batch_size)}")
+        super().__init__(device=device, batch_size=batch_size)
+        if cfg.processors_per_node != log.processors_per_node or cfg.nodes < log.nodes:
+            raise ConfigError(f"QueueConfig cluster ({cfg.nodes} nodes x {cfg.processors_per_node}) is not the log's "
+                              f"({log.nodes} x {log.processors_per_node})")
+        self.cfg, self.log = cfg, log
+        self.generator = torch.Generator()
+        self.generator.manual_seed(0 if seed is None else seed)
+        if starts is not None:
+            starts = torch.as_tensor(starts, dtype=torch.long).reshape(-1)
+            if starts.numel() != batch_size[0]:
+                raise ConfigError(f"starts has {starts.numel()} sequences, the env batch_size is {batch_size[0]}")
+            log.sequences(starts, cfg.sequence_length)  # checks every start
+        self.starts = starts
+        self.positions = log.positions(0, log.num_jobs, cfg.sequence_length) if positions is None else positions
+        lo, hi = self.positions
+        if not 0 <= lo <= hi <= log.num_jobs - cfg.sequence_length:
+            raise ConfigError(f"positions {self.positions} with sequence_length {cfg.sequence_length} run past the "
+                              f"{log.num_jobs} jobs of the log")
+        self.state: QueueState | None = None
+        self.window_job: torch.Tensor | None = None
+        self._make_specs()
+
+    def _make_specs(self) -> None:
+        b, w, length, dev = self.batch_size, self.cfg.window, self.cfg.sequence_length, self.device
+        spec = {"job_features": Unbounded(shape=(*b, w, 4), dtype=torch.float32, device=dev),
+                "cluster_features": Unbounded(shape=(*b, 2), dtype=torch.float32, device=dev),
+                "action_mask": Binary(n=w, shape=(*b, w), dtype=torch.bool, device=dev),
+                "window_job": Unbounded(shape=(*b, w), dtype=torch.int64, device=dev),
+                "time": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev),
+                "queue_length": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev),
+                "free_nodes": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev)}
+        for key in ("job_submit", "job_requested", "job_processors"):
+            spec[key] = Unbounded(shape=(*b, length), dtype=torch.int64, device=dev)
+        self.observation_spec = Composite(spec, shape=b)
+        self.action_spec = Categorical(n=w, shape=b, dtype=torch.int64, device=dev)
+        self.reward_spec = Unbounded(shape=(*b, 1), dtype=torch.float32, device=dev)
+        done = Categorical(n=2, shape=(*b, 1), dtype=torch.bool, device=dev)
+        self.done_spec = Composite(done=done.clone(), terminated=done.clone(), truncated=done.clone(), shape=b)
+
+    # ----- EnvBase hooks -----------------------------------------------------------------------
+    def draw_starts(self, n: int) -> torch.Tensor:
+        """The start positions of the next `n` sequences (LongTensor[n])."""
+        lo, hi = self.positions
+        return torch.randint(lo, hi + 1, (n,), generator=self.generator)
+
+    def initial_state(self, rows: torch.Tensor | None = None) -> QueueState:
+        n = self.batch_size[0] if rows is None else rows.numel()
+        if self.starts is not None:
+            starts = self.starts if rows is None else self.starts[rows.cpu()]
+        else:
+            starts = self.draw_starts(n)
+        jobs = self.log.sequences(starts, self.cfg.sequence_length, self.device)
+        return init_state(jobs, self.cfg.nodes, self.cfg.processors_per_node)
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        rows = None if tensordict is None else tensordict.get("_reset", None)
+        if rows is None or self.state is None:
+            self.state = self.initial_state()
+        else:  # only the rows asked for start again
+            index = rows.reshape(-1).nonzero().squeeze(1)
+            self.state.put_rows(index, self.initial_state(index))
+        none = torch.full((self.batch_size[0],), -1, dtype=torch.int64, device=self.device)
+        return self._output(advance(self.state, none, self.cfg), reward=None)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        slot = tensordict["action"].reshape(-1, 1).to(torch.int64)
+        job = self.window_job.gather(1, slot.clamp(0, self.cfg.window - 1)).squeeze(1)
+        active = ~self.state.done
+        bad = active & ((slot.squeeze(1) < 0) | (slot.squeeze(1) >= self.cfg.window) | (job < 0))
+        if bool(bad.any()):
+            row = int(bad.nonzero()[0])
+            raise ValueError(f"QueueEnv: row {row}: action {int(slot[row])} is not a waiting job's slot "
+                             f"(window {self.cfg.window}, {int((self.window_job[row] >= 0).sum())} jobs visible)")
+        finished_before = self.state.done.clone()
+        out = advance(self.state, torch.where(active, job, torch.full_like(job, -1)), self.cfg)
+        length = self.cfg.sequence_length
+        if self.cfg.reward == "per_job":
+            reward = -out["bsld_added"] / length
+        else:  # all at the step that ends the episode
+            reward = torch.where(self.state.done & ~finished_before, -self.state.bsld_sum / length, 0.0)
+        return self._output(out, reward=reward.float())
+
+    def _set_seed(self, seed: int | None) -> None:
+        self.generator.manual_seed(0 if seed is None else int(seed))
+
+    def _output(self, out: dict[str, torch.Tensor], reward: torch.Tensor | None) -> TensorDictBase:
+        s = self.state
+        self.window_job = out["window_job"]
+        done = s.done.unsqueeze(-1)
+        td = {"job_features": out["job_features"], "cluster_features": out["cluster_features"],
+              "action_mask": out["action_mask"], "window_job": out["window_job"], "time": s.time.unsqueeze(-1).clone(),
+              "queue_length": out["queue_length"].unsqueeze(-1), "free_nodes": s.free_nodes.unsqueeze(-1).clone(),
+              "job_submit": s.submit, "job_requested": s.requested, "job_processors": s.processors,
+              "done": done.clone(), "terminated": done.clone(), "truncated": torch.zeros_like(done)}
+        if reward is not None:
+            td["reward"] = reward.unsqueeze(-1)
+        return TensorDict(td, batch_size=self.batch_size, device=self.device)
+
+    # ----- results ---------------------------------------------------------------------------
+    def episode_metrics(self) -> dict[str, torch.Tensor]:
+        """Per row (DoubleTensor[B]), over the jobs started so far (all of them once the row is
+        done): mean_bounded_slowdown, mean_wait, mean_slowdown, makespan (first submit to last
+        actual end) and utilization (processor-seconds run over processors x makespan); and
+        "finished" (BoolTensor[B])."""
+        if self.state is None:
+            raise RuntimeError("episode_metrics() before reset()")
+        return episode_metrics(self.state, self.cfg)
+
+
+def episode_metrics(state: QueueState, cfg: QueueConfig) -> dict[str, torch.Tensor]:
+    """See QueueEnv.episode_metrics."""
+    started = state.start >= 0
+    count = started.sum(1).clamp(min=1).double()
+    wait = torch.where(started, state.start - state.submit, 0).double()
+    run = state.run.double()
+    slowdown = torch.where(started, (wait + run) / run, 0.0)
+    end = torch.where(started, state.start + state.run, state.submit[:, :1])
+    makespan = (end.max(1).values - state.submit[:, 0]).double().clamp(min=1)
+    work = torch.where(started, run * state.processors.double(), 0.0).sum(1)
+    return {"mean_bounded_slowdown": state.bsld_sum / count, "mean_wait": wait.sum(1) / count,
+            "mean_slowdown": slowdown.sum(1) / count, "makespan": makespan,
+            "utilization": work / (makespan * cfg.processors), "finished": state.done.clone()}

@@ -1,0 +1,80 @@
+"""Priority rules of the batch-scheduling literature as queue-env policies: each scores the
+visible jobs, and the lowest score goes first (ties: the earlier slot, i.e. FCFS order when the
+window shows the whole queue). They rank the whole queue, so evaluate them with a window as long
+as the sequence (`evaluation.evaluate_queue` does); they refuse a window that hides waiting jobs.
+
+    fcfs    submit time
+    sjf     (requested time, submit time)
+    f1      log10(requested) * processors + 870 * log10(submit)  (Carastan-Santos & de Camargo, SC'17)
+    wfp3    -(wait / requested)^3 * processors                    (Tang et al., 2009)
+    unicep  -wait / (log2(processors) * requested)                (Tang et al., 2009)
+    wfp3_rlscheduler, unicep_rlscheduler: as RLScheduler's code computes them, with the wait of a
+            queued job taken as -1 - submit (its scheduled time is still -1): the rules behind its
+            published WFP3 and UNICEP cells, kept only to reproduce them
+    random  a uniform draw among the visible jobs
+"""
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+
+from ..config import ConfigError
+
+HEURISTICS = ("fcfs", "sjf", "f1", "wfp3", "unicep", "wfp3_rlscheduler", "unicep_rlscheduler", "random")
+# the rules a "best heuristic" is chosen among (the buggy reproductions are not scheduling rules)
+RULES = ("fcfs", "sjf", "f1", "wfp3", "unicep")
+
+
+def _log10_positive(x: torch.Tensor) -> torch.Tensor:
+    return torch.log10(torch.where(x > 0, x, torch.full_like(x, 0.1)))  # RLScheduler's guard for 0
+
+
+def priority(name: str, td: TensorDictBase) -> torch.Tensor:
+    """Rule `name`'s score of every window slot, [B, W] (lower goes first; empty slots score
+    highest): double, or for sjf an exact int64 key (requested time, then submit time)."""
+    job = td["window_job"]
+    filled = job >= 0
+    k = job.clamp(min=0)
+    submit = td["job_submit"].gather(1, k).double()
+    requested = td["job_requested"].gather(1, k).double()
+    processors = td["job_processors"].gather(1, k).double()
+    now = td["time"].double()
+    if name == "fcfs":
+        score = submit
+    elif name == "sjf":  # requested time first, submit time breaks ties: one exact int64 key
+        key = td["job_requested"].gather(1, k) * (1 << 32) + td["job_submit"].gather(1, k)
+        return torch.where(filled, key, torch.iinfo(torch.int64).max)
+    elif name == "f1":
+        score = _log10_positive(requested) * processors + 870 * _log10_positive(submit)
+    elif name in ("wfp3", "wfp3_rlscheduler"):
+        wait = now - submit if name == "wfp3" else -1 - submit
+        score = -torch.pow(wait / requested, 3) * processors
+    elif name in ("unicep", "unicep_rlscheduler"):
+        wait = now - submit if name == "unicep" else -1 - submit
+        score = -(wait + 1e-15) / (torch.log2(processors + 1e-15) * requested)
+    else:
+        raise ConfigError(f"queue heuristic must be one of {', '.join(HEURISTICS)}, got {name!r}")
+    return torch.where(filled, score, torch.inf)
+
+
+class QueueHeuristic:
+    """A priority rule as a queue-env policy: td -> td with "action" (LongTensor[B], the slot of
+    the job with the lowest score)."""
+
+    def __init__(self, name: str, generator: torch.Generator | None = None):
+        if name not in HEURISTICS:
+            raise ConfigError(f"queue heuristic must be one of {', '.join(HEURISTICS)}, got {name!r}")
+        self.name, self.generator = name, generator
+
+    def __call__(self, td: TensorDictBase) -> TensorDictBase:
+        mask = td["action_mask"]
+        if self.name != "random":
+            hidden = td["queue_length"].reshape(-1) > mask.shape[-1]
+            if bool(hidden.any()):
+                raise ConfigError(f"queue heuristic {self.name}: the window ({mask.shape[-1]} slots) hides waiting "
+                                  f"jobs ({int(td['queue_length'].max())}); use a window as long as the sequence")
+            td["action"] = priority(self.name, td).argmin(-1)
+        else:
+            weights = mask.double()
+            td["action"] = torch.multinomial(weights, 1, generator=self.generator).squeeze(-1)
+        return td

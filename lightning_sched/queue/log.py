@@ -1,0 +1,166 @@
+"""A Standard Workload Format log as the queue environment replays it (`QueueLog`), read the way
+RLScheduler (Zhang et al., SC'20; DIR-LAB/deep-batch-scheduler, job.py) reads one, so that its
+published tables can be reproduced:
+
+- processors = max(allocated (field 5), requested (field 8)); nodes = ceil(processors / per node);
+- run time = field 4; a negative run time becomes 10 s; jobs with run time 0 are dropped (counted);
+- requested time = field 9, or the run time where the log does not give it (-1);
+- jobs in job-number order (field 1), then stably by submit time: the queue's FCFS order is then the
+  job order (on logs whose submit times grow with the job number, as both Lublin logs and NASA's,
+  this is RLScheduler's order exactly);
+- the cluster: header MaxNodes nodes of MaxProcs / MaxNodes processors (MaxProcs = MaxNodes when
+  absent, as RLScheduler takes it).
+
+Nothing is dropped silently: `QueueLog.summary()` counts every job read, kept, dropped and changed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..config import ConfigError
+from ..trace_files import TraceError, read_swf_table
+from .config import QueueConfig
+
+NEGATIVE_RUN_TIME = 10  # seconds: what RLScheduler makes of a negative (unknown) run time
+
+
+@dataclass(frozen=True)
+class QueueLog:
+    """The jobs of a log, in arrival order, with the cluster it ran on. Arrays are int64 [N].
+
+    job_number, submit, run, requested, processors: per job (seconds, processors)
+    nodes, processors_per_node: the cluster
+    counts: what reading did to the log's job lines ("read", "kept", "dropped_zero_run",
+        "dropped_unknown_processors", "negative_run_set_to_10", "requested_from_run")
+    """
+
+    path: str
+    job_number: np.ndarray
+    submit: np.ndarray
+    run: np.ndarray
+    requested: np.ndarray
+    processors: np.ndarray
+    nodes: int
+    processors_per_node: int
+    counts: dict = field(default_factory=dict)
+
+    @property
+    def num_jobs(self) -> int:
+        return len(self.submit)
+
+    def config(self, **fields) -> QueueConfig:
+        """A QueueConfig of this log's cluster (nodes, processors per node, the longest request as
+        the requested-time scale), with `fields` set on top."""
+        base = {"nodes": self.nodes, "processors_per_node": self.processors_per_node,
+                "max_requested": float(max(1, int(self.requested.max())))}
+        return QueueConfig(**{**base, **fields})
+
+    def offered_load(self) -> float:
+        """Processor-seconds asked for over processor-seconds available between the first and the
+        last submit."""
+        span = max(1, int(self.submit[-1] - self.submit[0]))
+        return float((self.run * self.processors).sum()) / (span * self.nodes * self.processors_per_node)
+
+    def with_load(self, load: float) -> QueueLog:
+        """The log with its inter-arrival times scaled so that its offered load is `load` (> 0); the
+        submit times stay integers (rounded) and in order."""
+        if not (isinstance(load, (int, float)) and math.isfinite(load) and load > 0):
+            raise ConfigError(f"load must be a finite number > 0, got {load!r}")
+        factor = self.offered_load() / load
+        first = self.submit[0]
+        submit = first + np.round((self.submit - first) * factor).astype(np.int64)
+        return replace(self, submit=submit, counts={**self.counts, "submit_scaled_by": factor})
+
+    def positions(self, first: int, last: int, length: int) -> tuple[int, int]:
+        """The start positions of sequences of `length` jobs inside jobs [first, last): (lowest,
+        highest) inclusive; refused when the range is shorter than one sequence."""
+        if last - first < length:
+            raise ConfigError(f"sequence_length {length} is longer than the {last - first} jobs of "
+                              f"{Path(self.path).name}[{first}:{last}]")
+        return first, last - length
+
+    def sequences(self, starts: torch.Tensor, length: int, device="cpu") -> dict[str, torch.Tensor]:
+        """Jobs [start, start + length) of the log for each start (LongTensor[B]): "submit", "run",
+        "requested", "processors" as LongTensors [B, length] on `device`."""
+        starts = torch.as_tensor(starts, dtype=torch.long).reshape(-1)
+        bad = (starts < 0) | (starts + length > self.num_jobs)
+        if bool(bad.any()):
+            s = int(starts[bad][0])
+            raise ConfigError(f"sequence start {s} with sequence_length {length} runs past the "
+                              f"{self.num_jobs} jobs of {Path(self.path).name}")
+        index = starts.unsqueeze(1) + torch.arange(length).unsqueeze(0)
+        columns = {"submit": self.submit, "run": self.run, "requested": self.requested, "processors": self.processors}
+        return {k: torch.from_numpy(v)[index].to(device) for k, v in columns.items()}
+
+    def summary(self) -> dict:
+        return {"log": Path(self.path).name, "nodes": self.nodes, "processors_per_node": self.processors_per_node,
+                "offered_load": round(self.offered_load(), 4), **self.counts}
+
+
+def _header_int(header: dict[str, str], key: str, path) -> int | None:
+    if key not in header:
+        return None
+    text = header[key].split()[0] if header[key].split() else ""
+    try:
+        value = int(float(text))
+    except ValueError:
+        raise TraceError(f"{path}: header {key}: {header[key]!r} is not a number") from None
+    if value < 1:
+        raise TraceError(f"{path}: header {key}: {value} must be >= 1")
+    return value
+
+
+def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_node: int | None = None) -> QueueLog:
+    """Read an SWF log (.swf or .swf.gz) for the queue environment; `nodes` and
+    `processors_per_node` override the header's cluster. TraceError (one line naming the file,
+    line and field) for a malformed log, a job larger than the cluster, or no cluster size."""
+    header, table, lines = read_swf_table(path)
+    lines = np.asarray(lines)
+    header_nodes, header_procs = _header_int(header, "MaxNodes", path), _header_int(header, "MaxProcs", path)
+    if nodes is None:
+        nodes = header_nodes or header_procs
+    if nodes is None:
+        raise TraceError(f"{path}: the header gives neither MaxNodes nor MaxProcs; give the cluster's nodes")
+    if processors_per_node is None:
+        processors_per_node = header_procs // header_nodes if header_nodes and header_procs else 1
+    for name, value in (("nodes", nodes), ("processors_per_node", processors_per_node)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+
+    number, submit, run = table[:, 0].astype(np.int64), table[:, 1].astype(np.int64), table[:, 3].astype(np.int64)
+    processors = np.maximum(table[:, 4], table[:, 7]).astype(np.int64)
+    requested = table[:, 8].astype(np.int64)
+    bad = (requested < 0) & (requested != -1)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise TraceError(f"{path}, line {lines[k]}, field 9 (requested time): {requested[k]} is negative "
+                         "(only -1, unknown, may be)")
+    counts = {"read": len(number), "negative_run_set_to_10": int((run < 0).sum())}
+    run = np.where(run < 0, NEGATIVE_RUN_TIME, run)
+    counts["requested_from_run"] = int((requested == -1).sum())
+    requested = np.where(requested == -1, run, requested)
+    keep = run > 0
+    counts["dropped_zero_run"] = int((~keep).sum())
+    unknown = keep & (processors < 1)
+    counts["dropped_unknown_processors"] = int(unknown.sum())
+    keep &= ~unknown
+    need = -(-processors // processors_per_node)
+    too_big = keep & (need > nodes)
+    if too_big.any():
+        k = int(np.argmax(too_big))
+        raise TraceError(f"{path}, line {lines[k]}, processors: job {number[k]} asks for {processors[k]} processors, "
+                         f"the cluster has {nodes * processors_per_node} ({nodes} nodes x {processors_per_node}); "
+                         f"{int(too_big.sum())} job(s) do not fit")
+    number, submit, run, requested, processors = (a[keep] for a in (number, submit, run, requested, processors))
+    if len(number) == 0:
+        raise TraceError(f"{path}: no job left to replay (every job has run time 0 or unknown processors)")
+    order = np.lexsort((number,))  # job-number order ...
+    order = order[np.argsort(submit[order], kind="stable")]  # ... then submit order, stably
+    counts["kept"] = len(number)
+    return QueueLog(str(path), number[order], submit[order], run[order], requested[order], processors[order],
+                    nodes, processors_per_node, counts)

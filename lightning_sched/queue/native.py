@@ -1,0 +1,114 @@
+"""The queue step and its observation on the CPU as one native call (native_queue.c), built and
+loaded as DeepRM's kernels are (lightning_sched/native.py: compiled at first use with the system
+compiler, cached, rows split over torch's own OpenMP threads). `step` returns None wherever the
+kernel does not apply (no compiler, LIGHTNING_SCHED_NATIVE=0, a state off the CPU or not laid out as
+`init_state` makes it) and the caller steps with torch ops (step_torch.py), which give the same
+state and observation (tests/test_queue_env.py).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import subprocess
+import warnings
+from pathlib import Path
+
+import torch
+
+from .. import native as deeprm_native
+from .config import QueueConfig
+from .state import QueueState
+
+SOURCES = (Path(__file__).with_name("native_queue.c"),)
+HEADERS = (Path(__file__).parent.parent / "native_rows.h",)
+# QueueArgs of native_queue.c, in its order
+SIZES = ("batch", "length", "window", "backfill", "nodes", "processors")
+SCALARS = ("threshold", "max_wait", "max_requested")
+READ = ("submit", "run", "requested", "processors", "nodes", "job")
+IN_PLACE = ("status", "start", "start_rank", "time", "free_nodes", "next_arrival", "done", "bsld_sum")
+OUT = ("bsld_added", "window_job", "job_features", "cluster_features", "action_mask", "queue_length")
+NUM_ARGS = len(SIZES) + len(SCALARS) + len(READ) + len(IN_PLACE) + len(OUT)
+FEATURES, CLUSTER_FEATURES = 4, 2
+MIN_CHUNK_ROWS = 64  # a queue row costs more than a DeepRM row: smaller chunks still pay for a thread
+DTYPES = {"submit": torch.int64, "run": torch.int64, "requested": torch.int64, "processors": torch.int64,
+          "nodes": torch.int64, "status": torch.int8, "start": torch.int64, "start_rank": torch.int64,
+          "time": torch.int64,
+          "free_nodes": torch.int64, "next_arrival": torch.int64, "done": torch.bool, "bsld_sum": torch.float64}
+
+
+@functools.lru_cache(maxsize=None)
+def load(compiler: str, flags: tuple[str, ...]):
+    """The kernel's library, or None (with one warning) when it cannot be built or loaded."""
+    library, failure = None, None
+    for extra in (deeprm_native.OPENMP, ()):
+        try:
+            path = deeprm_native.build(compiler, flags + extra, SOURCES, HEADERS, name="native_queue")
+            library = ctypes.CDLL(str(path))
+            break
+        except (OSError, subprocess.SubprocessError) as error:
+            failure = error
+    if library is None:
+        detail = getattr(failure, "stderr", None) or b""
+        warnings.warn(f"the native queue step could not be built with {compiler!r} ({type(failure).__name__}: "
+                      f"{failure} {detail.decode(errors='replace')[-500:]}); stepping with torch ops instead",
+                      stacklevel=3)
+        return None
+    for name in ("lightning_sched_queue_rows", "lightning_sched_queue_all"):
+        getattr(library, name).argtypes = [ctypes.c_void_p, ctypes.c_double, ctypes.c_int64, ctypes.c_int64]
+        getattr(library, name).restype = ctypes.c_int
+    library.lightning_sched_queue_args.restype = ctypes.c_int64
+    if library.lightning_sched_queue_args() != NUM_ARGS:
+        raise RuntimeError("queue/native.py's argument lists and the C struct QueueArgs differ")
+    library.openmp = bool(library.lightning_sched_queue_openmp())
+    return library
+
+
+def kernel():
+    """The library, or None when switched off (LIGHTNING_SCHED_NATIVE=0) or unavailable."""
+    if os.environ.get(deeprm_native.SWITCH, "1") == "0":
+        return None
+    return load(deeprm_native.COMPILER, deeprm_native.FLAGS)
+
+
+def supports(state: QueueState) -> bool:
+    """Whether the kernel covers this state: on the CPU, contiguous, with init_state's dtypes."""
+    if state.status.device.type != "cpu":
+        return False
+    return all(getattr(state, k).dtype == d and getattr(state, k).is_contiguous() for k, d in DTYPES.items())
+
+
+def step(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str, torch.Tensor] | None:
+    """One decision per row (job: LongTensor[B], the picked job's index; -1 builds the observation
+    only) through the kernel, mutating the state in place; the outputs: "bsld_added" DoubleTensor[B],
+    "window_job" LongTensor[B, W], "job_features" FloatTensor[B, W, 4], "cluster_features"
+    FloatTensor[B, 2], "action_mask" BoolTensor[B, W], "queue_length" LongTensor[B]. None where the
+    kernel does not apply (nothing changed)."""
+    library = kernel()
+    if library is None or not supports(state):
+        return None
+    b, length, w = state.batch, state.length, cfg.window
+    job = job.reshape(-1).to(torch.int64).contiguous()
+    out = {"bsld_added": torch.empty(b, dtype=torch.float64), "window_job": torch.empty(b, w, dtype=torch.int64),
+           "job_features": torch.empty(b, w, FEATURES, dtype=torch.float32),
+           "cluster_features": torch.empty(b, CLUSTER_FEATURES, dtype=torch.float32),
+           "action_mask": torch.empty(b, w, dtype=torch.bool), "queue_length": torch.empty(b, dtype=torch.int64)}
+    read = [state.submit, state.run, state.requested, state.processors, state.nodes, job]
+    sizes = (b, length, w, int(cfg.backfill == "easy"), cfg.nodes, cfg.processors)
+    scalars = (float(cfg.bsld_threshold), float(cfg.max_wait), float(cfg.max_requested))
+    pointers = [t.data_ptr() for t in read] + [getattr(state, k).data_ptr() for k in IN_PLACE] + \
+        [out[k].data_ptr() for k in OUT]
+    args = (ctypes.c_int64 * NUM_ARGS)(*sizes, *[_double_bits(x) for x in scalars], *pointers)
+    pointer = ctypes.addressof(args)
+    if library.openmp:
+        failed = library.lightning_sched_queue_all(pointer, 0.0, b, MIN_CHUNK_ROWS)
+    else:
+        failed = library.lightning_sched_queue_rows(pointer, 0.0, 0, b)
+    if failed:
+        raise MemoryError("the native queue step could not allocate its scratch memory")
+    return out
+
+
+def _double_bits(x: float) -> int:
+    """A double's 8 bytes as the int64 slot of the argument array that holds it."""
+    return ctypes.c_int64.from_buffer(ctypes.c_double(x)).value

@@ -1,0 +1,238 @@
+/* The queue environment's step and window for rows [row_begin, row_end) of a batch, one row at a
+ * time (native.py builds, loads and calls it; step_torch.py is the same semantics in torch ops, and
+ * tests/test_queue_env.py holds the two equal). The semantics, as RLScheduler's simulator has them
+ * (docs/hpc_queue.md):
+ *
+ *   ADVANCE: the next arrival if its submit time is at or before the earliest actual end among the
+ *            running jobs (arrivals win ties), else one running job ends.
+ *   STEP(j): while j does not fit: [EASY: start every waiting job, in FCFS order, that fits now and
+ *            whose requested time ends before j's shadow] ADVANCE; then start j; then, while the
+ *            queue is empty and jobs are still to arrive, ADVANCE (the episode is done when all
+ *            have arrived and the queue is empty).
+ *
+ * Jobs of a row are in arrival order, so FCFS order is index order, and every job below `lo` (the
+ * first not ended) or at or above `next_arrival` is neither waiting nor running: scans cover that band.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "../native_rows.h"
+
+enum { FUTURE = 0, WAITING = 1, RUNNING = 2, ENDED = 3 }; /* state.py's status codes */
+#define FEATURES 4
+#define CLUSTER_FEATURES 2
+
+/* Every field is 8 bytes, in the order of native.py's SIZES, SCALARS, READ, IN_PLACE and OUT. */
+typedef struct {
+    int64_t batch, length, window, backfill, nodes, processors;
+    double threshold, max_wait, max_requested;
+    /* read only: the sequences [B, L] and the picked job per row (-1: only build the window) */
+    const int64_t *submit, *run, *requested, *processors_of, *nodes_of, *job;
+    /* the state, mutated in place */
+    int8_t *status;
+    int64_t *start, *start_rank, *time, *free_nodes, *next_arrival;
+    uint8_t *done;
+    double *bsld_sum;
+    /* fresh outputs */
+    double *bsld_added;                 /* [B] */
+    int64_t *window_job;                /* [B, W], -1 for an empty slot */
+    float *job_features;                /* [B, W, FEATURES] */
+    float *cluster_features;            /* [B, CLUSTER_FEATURES] */
+    uint8_t *action_mask;               /* [B, W] */
+    int64_t *queue_length;              /* [B] */
+} QueueArgs;
+
+typedef struct {
+    const QueueArgs *a;
+    int64_t L, lo, na, q, time, free;
+    const int64_t *submit, *run, *requested, *processors, *nodes;
+    int8_t *status;
+    int64_t *start, *start_rank, started;
+    double bsld;
+} Row;
+
+static void start_job(Row *r, int64_t k) {
+    double run = (double)r->run[k];
+    double bound = run > r->a->threshold ? run : r->a->threshold;
+    double slowdown = (double)(r->time - r->submit[k] + r->run[k]) / bound;
+    r->bsld += slowdown > 1.0 ? slowdown : 1.0;
+    r->status[k] = RUNNING;
+    r->start[k] = r->time;
+    r->start_rank[k] = r->started++;
+    r->free -= r->nodes[k];
+    r->q--;
+}
+
+/* The running job with the earliest actual end (on ties, the one started first), -1 when none runs. */
+static int64_t earliest_end(const Row *r) {
+    int64_t best = -1, best_end = 0;
+    for (int64_t k = r->lo; k < r->na; k++) {
+        if (r->status[k] != RUNNING) continue;
+        int64_t end = r->start[k] + r->run[k];
+        if (best < 0 || end < best_end || (end == best_end && r->start_rank[k] < r->start_rank[best]))
+            best = k, best_end = end;
+    }
+    return best;
+}
+
+/* One event: an arrival (when one is due no later than the earliest end, or nothing runs) or one end. */
+static void advance(Row *r) {
+    int64_t k = earliest_end(r);
+    if (r->na < r->L && (k < 0 || r->submit[r->na] <= r->start[k] + r->run[k])) {
+        if (r->submit[r->na] > r->time) r->time = r->submit[r->na];
+        r->status[r->na++] = WAITING;
+        r->q++;
+    } else {
+        int64_t end = r->start[k] + r->run[k];
+        if (end > r->time) r->time = end;
+        r->status[k] = ENDED;
+        r->free += r->nodes[k];
+        while (r->lo < r->na && r->status[r->lo] == ENDED) r->lo++;
+    }
+}
+
+typedef struct { int64_t key, nodes; } EndNodes;
+typedef struct { int64_t a, b, index; } Key3;
+
+static int by_key(const void *x, const void *y) {
+    int64_t p = ((const EndNodes *)x)->key, q = ((const EndNodes *)y)->key;
+    return (p > q) - (p < q);
+}
+
+static int by_key3(const void *x, const void *y) {
+    const Key3 *p = x, *q = y;
+    if (p->a != q->a) return (p->a > q->a) - (p->a < q->a);
+    if (p->b != q->b) return (p->b > q->b) - (p->b < q->b);
+    return (p->index > q->index) - (p->index < q->index);
+}
+
+/* EASY's shadow time of job j: the estimated end (start + requested) of the running job at which,
+ * taking running jobs by estimated end, enough nodes are free for j. */
+static int64_t shadow_time(const Row *r, int64_t j, EndNodes *scratch) {
+    int64_t n = 0;
+    for (int64_t k = r->lo; k < r->na; k++)
+        if (r->status[k] == RUNNING) scratch[n].key = r->start[k] + r->requested[k], scratch[n++].nodes = r->nodes[k];
+    qsort(scratch, (size_t)n, sizeof(EndNodes), by_key);
+    int64_t free = r->free, shadow = r->time;
+    for (int64_t i = 0; i < n; i++) {
+        free += scratch[i].nodes;
+        shadow = scratch[i].key;
+        if (free >= r->nodes[j]) break;
+    }
+    return shadow;
+}
+
+static void step_row(Row *r, int64_t j, EndNodes *scratch) {
+    if (r->nodes[j] > r->free) {
+        int64_t shadow = r->a->backfill ? shadow_time(r, j, scratch) : 0;
+        while (r->nodes[j] > r->free) {
+            if (r->a->backfill)
+                for (int64_t k = r->lo; k < r->na; k++)
+                    if (r->status[k] == WAITING && r->nodes[k] <= r->free && r->time + r->requested[k] < shadow)
+                        start_job(r, k);
+            advance(r);
+        }
+    }
+    start_job(r, j);
+    while (r->q == 0 && r->na < r->L) advance(r);
+}
+
+/* The visible window: the waiting jobs in FCFS order when they fit in it, else RLScheduler's
+ * alternation of the SJF order (requested, submit) and the smallest-first order (processors,
+ * submit), each job once. */
+static void build_window(const Row *r, int64_t *window, Key3 *by_sjf, Key3 *by_size, uint8_t *seen) {
+    int64_t W = r->a->window, n = 0;
+    if (r->q <= W) {
+        for (int64_t k = r->lo; k < r->na && n < r->q; k++)
+            if (r->status[k] == WAITING) window[n++] = k;
+    } else {
+        int64_t m = 0;
+        for (int64_t k = r->lo; k < r->na; k++) {
+            if (r->status[k] != WAITING) continue;
+            by_sjf[m] = (Key3){r->requested[k], r->submit[k], k};
+            by_size[m] = (Key3){r->processors[k], r->submit[k], k};
+            seen[k] = 0;
+            m++;
+        }
+        qsort(by_sjf, (size_t)m, sizeof(Key3), by_key3);
+        qsort(by_size, (size_t)m, sizeof(Key3), by_key3);
+        for (int64_t i = 0; n < W; i++) {
+            int64_t s = by_sjf[i].index, t = by_size[i].index;
+            if (!seen[s]) seen[s] = 1, window[n++] = s;
+            if (n < W && !seen[t]) seen[t] = 1, window[n++] = t;
+        }
+    }
+    for (int64_t i = n; i < W; i++) window[i] = -1;
+}
+
+int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_begin, int64_t row_end) {
+    (void)unused;
+    int64_t L = a->length, W = a->window;
+    EndNodes *ends = malloc(sizeof(EndNodes) * (size_t)L);
+    Key3 *keys = malloc(sizeof(Key3) * 2 * (size_t)L);
+    uint8_t *seen = malloc((size_t)L);
+    if (!ends || !keys || !seen) {
+        free(ends), free(keys), free(seen);
+        return 1;
+    }
+    double queue_scale = log1p(4.0 * (double)W); /* divisions, not reciprocals: torch's rounding */
+    for (int64_t b = row_begin; b < row_end; b++) {
+        int64_t off = b * L;
+        Row r = {a, L, 0, a->next_arrival[b], 0, a->time[b], a->free_nodes[b], a->submit + off, a->run + off,
+                 a->requested + off, a->processors_of + off, a->nodes_of + off, a->status + off, a->start + off,
+                 a->start_rank + off, 0, 0.0};
+        while (r.lo < r.na && r.status[r.lo] == ENDED) r.lo++;
+        for (int64_t k = r.lo; k < r.na; k++) r.q += r.status[k] == WAITING;
+        r.started = r.na - r.q; /* every arrived job that is not waiting has started */
+        int64_t j = a->job[b];
+        if (!a->done[b] && j >= 0) {
+            step_row(&r, j, ends);
+            a->bsld_sum[b] += r.bsld;
+            if (r.q == 0 && r.na == L) a->done[b] = 1;
+            a->time[b] = r.time, a->free_nodes[b] = r.free, a->next_arrival[b] = r.na;
+        }
+        a->bsld_added[b] = r.bsld;
+        int64_t *window = a->window_job + b * W;
+        build_window(&r, window, keys, keys + L, seen);
+        float *features = a->job_features + b * W * FEATURES;
+        uint8_t *mask = a->action_mask + b * W;
+        for (int64_t i = 0; i < W; i++, features += FEATURES) {
+            int64_t k = window[i];
+            mask[i] = k >= 0;
+            if (k < 0) {
+                features[0] = features[1] = features[2] = features[3] = 0.0f;
+                continue;
+            }
+            features[0] = (float)((double)(r.time - r.submit[k]) / a->max_wait);
+            features[1] = (float)((double)r.requested[k] / a->max_requested);
+            features[2] = (float)((double)r.processors[k] / (double)a->processors);
+            features[3] = r.nodes[k] <= r.free ? 1.0f : 0.0f;
+        }
+        if (a->done[b]) mask[0] = 1; /* a done row takes (and ignores) slot 0, so a masked draw stays defined */
+        a->cluster_features[b * CLUSTER_FEATURES] = (float)((double)r.free / (double)a->nodes);
+        a->cluster_features[b * CLUSTER_FEATURES + 1] = (float)(log1p((double)r.q) / queue_scale);
+        a->queue_length[b] = r.q;
+    }
+    free(ends), free(keys), free(seen);
+    return 0;
+}
+
+static int queue_rows(const void *args, double unused, int64_t row_begin, int64_t row_end) {
+    return lightning_sched_queue_rows((const QueueArgs *)args, unused, row_begin, row_end);
+}
+
+/* Every row, spread over threads (native_rows.h). */
+int lightning_sched_queue_all(const QueueArgs *a, double unused, int64_t batch, int64_t min_rows) {
+    return over_rows(queue_rows, a, unused, batch, min_rows);
+}
+
+int lightning_sched_queue_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int64_t lightning_sched_queue_args(void) { return (int64_t)(sizeof(QueueArgs) / sizeof(int64_t)); }

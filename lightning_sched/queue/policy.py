@@ -1,0 +1,184 @@
+"""The per-job policy of the queue env (docs/hpc_queue.md): one small network scores every visible
+waiting job with the same weights, so any window size and any cluster size work (the slot
+network's idea at job granularity, as RLScheduler's kernel network). A value head for PPO, the
+TorchRL actor and critic built on them, greedy acting, and checkpoints readable without training code.
+
+The network reads the env's observation keys (/work/notes/queue_semantics.md):
+
+    job_features:     FloatTensor[B, W, 4]  per slot: wait, requested, processors, fits now (0: empty)
+    cluster_features: FloatTensor[B, 2]     free nodes share, log queue length
+    action_mask:      BoolTensor[B, W]      the slot holds a job
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import torch
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
+
+from ..config import ConfigError
+from ..files import load_torch_file
+from .config import QueueConfig
+
+JOB_FEATURES, CLUSTER_FEATURES = 4, 2
+IN_KEYS = ("job_features", "cluster_features")
+CHECKPOINT_KEY = "lightning_sched"  # the same entry name as the cluster policies' (lightning_sched.checkpoints)
+POLICY_KIND = "queue"  # tells a queue policy's entry from a cluster policy's
+
+
+@dataclass
+class QueuePolicySpec:
+    """The queue policy's sizes (`QueueNetwork`)."""
+
+    hidden: tuple[int, ...] = (32, 16, 8)
+    """The job scorer's hidden widths, ReLU. RLScheduler's kernel network: 32, 16, 8."""
+    embedding: int = 32
+    """Width of the value head's per-job embedding (pooled by mean and max over the window)."""
+    value_hidden: tuple[int, ...] = (32, 16)
+    """The value head's hidden widths after pooling, ReLU."""
+
+    def __post_init__(self) -> None:
+        self.hidden, self.value_hidden = tuple(self.hidden), tuple(self.value_hidden)
+        for name in ("hidden", "value_hidden"):
+            widths = getattr(self, name)
+            if not widths or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in widths):
+                raise ConfigError(f"QueuePolicySpec.{name} must be one or more integers >= 1, got {widths!r}")
+        if isinstance(self.embedding, bool) or not isinstance(self.embedding, int) or self.embedding < 1:
+            raise ConfigError(f"QueuePolicySpec.embedding must be an integer >= 1, got {self.embedding!r}")
+
+    def to_dict(self) -> dict:
+        """Plain lists and ints: readable by torch.load(weights_only=True)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> QueuePolicySpec:
+        unknown = sorted(set(values) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ConfigError(f"QueuePolicySpec: unknown field(s) {', '.join(unknown)}")
+        return cls(**values)
+
+
+def mlp(sizes: list[int]) -> nn.Sequential:
+    """Linear layers of `sizes` with ReLU between them (none after the last)."""
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(n_in, n_out))
+        if i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def slot_inputs(job_features: torch.Tensor, cluster_features: torch.Tensor) -> torch.Tensor:
+    """[B, W, 6]: each slot's features with its row's cluster features. log1p because the wait is
+    not clipped (days on an overloaded queue, in units of 12 hours) and would swamp the other inputs;
+    it is the identity near 0 and keeps the order of every feature."""
+    job = torch.log1p(job_features.clamp(min=0))
+    cluster = cluster_features.unsqueeze(-2).expand(*job.shape[:-1], cluster_features.shape[-1])
+    return torch.cat([job, cluster], -1)
+
+
+class JobScorer(nn.Module):
+    """The actor: scores [B, W] from job_features [B, W, 4] and cluster_features [B, 2], the same
+    MLP for every slot. Empty slots get a score too; the action mask removes them."""
+
+    def __init__(self, spec: QueuePolicySpec):
+        super().__init__()
+        self.mlp = mlp([JOB_FEATURES + CLUSTER_FEATURES, *spec.hidden, 1])
+
+    def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor) -> torch.Tensor:
+        return self.mlp(slot_inputs(job_features, cluster_features)).squeeze(-1)
+
+
+class QueueValue(nn.Module):
+    """The critic: state value [B, 1] from a per-job embedding (same weights for every slot), its
+    mean and max over the slots that hold a job, and the cluster features."""
+
+    def __init__(self, spec: QueuePolicySpec):
+        super().__init__()
+        self.embed = mlp([JOB_FEATURES + CLUSTER_FEATURES, spec.embedding, spec.embedding])
+        self.head = mlp([2 * spec.embedding + CLUSTER_FEATURES, *spec.value_hidden, 1])
+
+    def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
+                action_mask: torch.Tensor) -> torch.Tensor:
+        embedded = torch.relu(self.embed(slot_inputs(job_features, cluster_features)))  # [B, W, E], >= 0
+        present = action_mask.unsqueeze(-1)
+        embedded = embedded * present  # an empty slot adds nothing; 0 never wins the max of ReLU outputs
+        count = present.sum(-2).clamp(min=1)
+        pooled = torch.cat([embedded.sum(-2) / count, embedded.amax(-2), cluster_features], -1)
+        return self.head(pooled)
+
+
+class QueueNetwork(nn.Module):
+    """The actor (`scorer`) and the critic (`value`) of one queue policy; separate weights, as
+    RLScheduler's actor and critic. `forward` gives the masked logits [B, W] (-inf on empty slots)."""
+
+    def __init__(self, spec: QueuePolicySpec = QueuePolicySpec()):
+        super().__init__()
+        self.spec = spec
+        self.scorer = JobScorer(spec)
+        self.value = QueueValue(spec)
+
+    def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
+                action_mask: torch.Tensor) -> torch.Tensor:
+        return self.scorer(job_features, cluster_features).masked_fill(~action_mask, float("-inf"))
+
+
+def make_actor(net: QueueNetwork) -> ProbabilisticActor:
+    """The TorchRL actor: job_features, cluster_features -> "logits" -> MaskedCategorical over the
+    slots allowed by "action_mask" -> "action" (int64 [B]) and "action_log_prob". A finished row's
+    mask allows slot 0 (the env sets it, and ignores the action), so the distribution stays defined."""
+    scores = TensorDictModule(net.scorer, in_keys=list(IN_KEYS), out_keys=["logits"])
+    return ProbabilisticActor(scores, in_keys={"logits": "logits", "mask": "action_mask"}, out_keys=["action"],
+                              distribution_class=MaskedCategorical, return_log_prob=True)
+
+
+def make_critic(net: QueueNetwork) -> ValueOperator:
+    """The TorchRL critic: job_features, cluster_features, action_mask -> "state_value" [B, 1]."""
+    return ValueOperator(net.value, in_keys=[*IN_KEYS, "action_mask"])
+
+
+class QueuePolicy:
+    """A network as a policy of the queue env: td -> td with "action" (LongTensor[B]), the argmax
+    of the masked logits (greedy, for evaluation) or a draw from their softmax with `generator`.
+    A finished row's mask allows slot 0 only (the env ignores its action)."""
+
+    def __init__(self, net: QueueNetwork, greedy: bool = True, generator: torch.Generator | None = None):
+        self.net, self.greedy, self.generator = net, greedy, generator
+
+    @torch.no_grad()
+    def __call__(self, td):
+        logits = self.net(td["job_features"], td["cluster_features"], td["action_mask"])
+        if self.greedy:
+            action = logits.argmax(-1)
+        else:
+            action = torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator).squeeze(-1)
+        td["action"] = action
+        return td
+
+
+def queue_policy_checkpoint(net: QueueNetwork, cfg: QueueConfig, **record) -> dict:
+    """What rebuilds the policy without training code: plain dicts and tensors only, so the file
+    loads with torch.load(weights_only=True). `record`: more plain values kept beside (e.g. the
+    log it trained on)."""
+    return {"kind": POLICY_KIND, "queue": cfg.to_dict(), "policy": net.spec.to_dict(), "greedy": True,
+            "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()}, **record}
+
+
+def load_queue_policy(path, device="cpu") -> tuple[QueueNetwork, QueueConfig]:
+    """(network in eval mode, the QueueConfig it trained on) from a checkpoint written by
+    tasks.queue_ppo (or `queue_policy_checkpoint` itself), read with weights_only=True."""
+    data = load_torch_file(path, "queue policy checkpoint", weights_only=True)
+    saved = data.get(CHECKPOINT_KEY, data) if isinstance(data, dict) else None
+    if not isinstance(saved, dict) or saved.get("kind") != POLICY_KIND:
+        raise ConfigError(f"{path}: not a queue policy checkpoint (no '{CHECKPOINT_KEY}' entry of kind "
+                          f"'{POLICY_KIND}'; a cluster policy is read by lightning_sched.checkpoints.load_policy)")
+    net = QueueNetwork(QueuePolicySpec.from_dict(saved["policy"]))
+    try:
+        net.load_state_dict(saved["state_dict"])
+    except RuntimeError as error:  # missing or misshapen weights: a damaged or hand-edited file
+        raise ConfigError(f"{path}: its weights do not fit its policy {net.spec!r} "
+                          f"({str(error).strip().splitlines()[-1].strip()[:200]})") from error
+    return net.to(device).eval(), QueueConfig.from_dict(saved["queue"])
+
