@@ -19,9 +19,16 @@ On the CPU the step is the native kernel where it applies (lightning_sched.nativ
 also measures every rate with the torch step (LIGHTNING_SCHED_NATIVE=0) in the same run, rows
 "hot/torch" and "torchrl/torch" (keys hot_torch, torchrl_torch).
 
+With --env queue instead: the queue env (lightning_sched.queue) on --trace's sequences of 256 jobs,
+decisions/s through TorchRL's `QueueEnv.step` with the observation built every step, at each
+--batch_sizes, backfilling off and EASY, with random valid picks (uniform over the visible jobs) and
+with FCFS picks (slot 0); done rows start a fresh sequence every 16 steps (TorchRL's partial reset),
+and only decisions of rows not done count.
+
 Prints a table and, last, a JSON line. Medians over --repeats runs.
     python scripts/bench_env.py [--device cuda] [--threads 2] [--objective deadline] [--torch_step]
     python scripts/bench_env.py --sizes [--sizes_batch 4096] [--torch_step]
+    python scripts/bench_env.py --env queue [--batch_sizes 4096] [--torch_step]
 """
 from __future__ import annotations
 
@@ -120,6 +127,51 @@ def _torchrl_rate(cfg, jobs, steps, device, generator, compile_step=False) -> fl
     return int(decisions) / (time.perf_counter() - t0)
 
 
+def queue_rate(cfg, log, batch: int, steps: int, device, generator, picks: str, torch_step=False) -> float:
+    """Decisions/s of the queue env through TorchRL (module docstring)."""
+    from lightning_sched.queue.env import QueueEnv
+
+    with stepping_with_torch(torch_step):
+        env = QueueEnv(cfg, log, batch_size=[batch], device=device, seed=batch)
+        td = env.reset()
+        decisions = torch.zeros((), dtype=torch.long, device=device)
+        for i in range(steps + 10):
+            if i == 10:
+                sync(device)
+                decisions.zero_()
+                t0 = time.perf_counter()
+            decisions += (~td["done"]).sum()
+            if picks == "random":  # the visible jobs fill the first slots
+                visible = td["action_mask"].sum(-1)
+                td["action"] = (torch.rand(batch, device=device, generator=generator) * visible).long()
+            else:
+                td["action"] = torch.zeros(batch, dtype=torch.long, device=device)
+            td = env.step(td)["next"]
+            if i % 16 == 15:
+                td["_reset"] = td["done"].clone()
+                td = env.reset(td)
+        sync(device)
+        return int(decisions) / (time.perf_counter() - t0)
+
+
+def queue_table(args, device, generator, result) -> None:
+    from lightning_sched.queue.log import read_queue_log
+
+    log = read_queue_log(args.trace)
+    print(f"queue env: {args.trace}, sequences of 256 jobs, window 128; decisions/s through QueueEnv.step (median)")
+    print(f"{'backfill':8s} {'picks':7s} {'step':6s} {'B':>6s} {'decisions/s':>14s}")
+    for backfill in ("off", "easy"):
+        cfg = log.config(sequence_length=256, backfill=backfill)
+        for picks in ("random", "fcfs"):
+            for b in args.batch_sizes:
+                for torch_step in (False, True) if args.torch_step else (False,):
+                    rate = statistics.median(queue_rate(cfg, log, b, args.steps, device, generator, picks, torch_step)
+                                             for _ in range(args.repeats))
+                    step = "torch" if torch_step or device.type != "cpu" else "native"
+                    result["decisions_per_s"][f"queue/{backfill}/{picks}/{step}/{b}"] = round(rate)
+                    print(f"{backfill:8s} {picks:7s} {step:6s} {b:6d} {rate:14,.0f}", flush=True)
+
+
 SIZES = [(10, 10, 20), (100, 10, 20), (1024, 10, 20), (10, 64, 20), (10, 256, 20), (10, 10, 256), (1024, 64, 256)]
 
 
@@ -189,6 +241,8 @@ def main() -> None:
                     help="also every rate with the torch step instead of the native one (LIGHTNING_SCHED_NATIVE=0)")
     ap.add_argument("--sizes", action="store_true", help="the cluster-size table instead (module docstring)")
     ap.add_argument("--sizes_batch", type=int, default=4096, help="episodes stepped at once in the --sizes table")
+    ap.add_argument("--env", choices=("deeprm", "queue"), default="deeprm")
+    ap.add_argument("--trace", default="../shared/traces/lublin_256.swf.gz", help="--env queue: the log")
     ap.add_argument("--default_malloc", action="store_true",
                     help="leave glibc's malloc thresholds at their defaults (lightning_sched.allocator)")
     args = ap.parse_args()
@@ -201,8 +255,8 @@ def main() -> None:
               "decisions_per_s": {}}
     if device.type == "cuda":
         result["device_name"] = torch.cuda.get_device_name(device)
-    if args.sizes:
-        sizes_table(args, device, generator, result)
+    if args.sizes or args.env == "queue":
+        (queue_table if args.env == "queue" else sizes_table)(args, device, generator, result)
         print(json.dumps(result))
         return
 

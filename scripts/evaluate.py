@@ -5,6 +5,11 @@
     python scripts/evaluate.py --trace LOG.swf.gz --fit_cluster --policy tetris sjf checkpoints/slots_slowdown.ckpt
     python scripts/evaluate.py --policy SLOTS.ckpt tetris --num_slots 20 --resource_units 20 --max_job_units 20 \
         --dominant_units 10 20 --other_units 1 4
+    python scripts/evaluate.py --env queue --trace ../shared/traces/lublin_256.swf.gz --protocol rlscheduler \
+        --backfill easy --policy fcfs sjf f1 checkpoints/queue_bsld.ckpt --json
+
+--env queue replays an SWF log job by job in the queue environment (docs/hpc_queue.md): `--help`
+with --env queue lists its flags.
 
 The ClusterConfig flags (--num_slots, --resource_units, ...) set the cluster: heuristics use it
 directly, a slot policy (PolicySpec kind "slots") runs on it whatever size it was trained on, and
@@ -62,7 +67,14 @@ def resolve_policy(spec: str, cfg: ClusterConfig, device, greedy: bool | None, s
 
 
 def main(argv=None) -> int:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--env", choices=("deeprm", "queue"), default="deeprm")
+    known, rest = pre.parse_known_args(argv)
+    if known.env == "queue":
+        return queue_main(rest)
     ap = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--env", choices=("deeprm", "queue"), default="deeprm",
+                    help="deeprm: DeepRM's cluster (these flags); queue: an SWF log job by job (--env queue --help)")
     ap.add_argument("--policy", nargs="+", default=["tetris", "sjf", "packer", "random"],
                     help="heuristic names and/or checkpoint paths")
     add_workload_flags(ap)
@@ -157,6 +169,36 @@ def main(argv=None) -> int:
         lines.append(json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in summary.items()}))
     if args.json:
         print("\n".join(lines))
+    return 0
+
+
+def queue_main(argv) -> int:
+    """evaluate.py --env queue: policies on a log's sequences under a protocol (docs/hpc_queue.md)."""
+    from lightning_sched.queue.evaluation import PROTOCOLS, run_protocol
+    from lightning_sched.queue.heuristics import HEURISTICS as QUEUE_HEURISTICS
+
+    ap = ScriptParser(prog="evaluate.py --env queue", description=queue_main.__doc__)
+    ap.add_argument("--trace", required=True, help="the SWF log (.swf or .swf.gz)")
+    ap.add_argument("--protocol", choices=PROTOCOLS, default="rlscheduler",
+                    help="rlscheduler: its 10 sequences of 1024 jobs; heldout: --sequences sequences of 1024 jobs "
+                         "from the log's last 20%%")
+    ap.add_argument("--policy", nargs="+", default=["fcfs", "sjf", "f1", "wfp3", "unicep"],
+                    help=f"rules ({', '.join(QUEUE_HEURISTICS)}) and/or queue checkpoints")
+    ap.add_argument("--backfill", choices=("off", "easy"), default="off")
+    ap.add_argument("--sequences", type=at_least(2), default=100, help="heldout: number of sequences")
+    ap.add_argument("--load", type=positive_float,
+                    help="scale the log's inter-arrival times to this offered load (default: as recorded)")
+    ap.add_argument("--bsld_threshold", type=positive_float, default=10.0, help="seconds (bounded slowdown)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", action="store_true", help="also print one JSON line per policy")
+    args = ap.parse_args(argv)
+    set_threads(args.threads)
+    lines = run_protocol(args.trace, args.protocol, args.policy, backfill=args.backfill, sequences=args.sequences,
+                         load=args.load, bsld_threshold=args.bsld_threshold, device=args.device, echo=print)
+    if args.json:
+        print("\n".join(json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in line.items()})
+                        for line in lines))
     return 0
 
 

@@ -128,6 +128,7 @@ class QueueEnv(EnvBase):
     def _output(self, out: dict[str, torch.Tensor], reward: torch.Tensor | None) -> TensorDictBase:
         s = self.state
         self.window_job = out["window_job"]
+        self.full_action_spec["action"].update_mask(out["action_mask"])  # rand_action() draws visible jobs only
         done = s.done.unsqueeze(-1)
         td = {"job_features": out["job_features"], "cluster_features": out["cluster_features"],
               "action_mask": out["action_mask"], "window_job": out["window_job"], "time": s.time.unsqueeze(-1).clone(),

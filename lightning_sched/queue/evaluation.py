@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -21,8 +22,8 @@ from ..config import ConfigError
 from ..evaluation import mean_ci95
 from .config import QueueConfig
 from .env import QueueEnv
-from .heuristics import QueueHeuristic
-from .log import QueueLog
+from .heuristics import HEURISTICS, RULES, QueueHeuristic
+from .log import QueueLog, read_queue_log
 
 PROTOCOLS = ("rlscheduler", "heldout")
 # 0-based positions in the log's job list of RLScheduler's 10 evaluation sequences (its seeded draw)
@@ -40,9 +41,11 @@ def train_positions(log: QueueLog, length: int, fraction: float = TRAIN_FRACTION
 def protocol_starts(log: QueueLog, protocol: str, num_sequences: int = 100) -> torch.Tensor:
     """The evaluation sequences' start positions (LongTensor[N]) of `protocol` on `log`."""
     if protocol == "rlscheduler":
-        starts = torch.tensor(RLSCHEDULER_STARTS)
-        log.sequences(starts, EVAL_LENGTH)  # refuses a log too short for them
-        return starts
+        need = max(RLSCHEDULER_STARTS) + EVAL_LENGTH
+        if log.num_jobs < need:
+            raise ConfigError(f"protocol rlscheduler: its sequences need {need} jobs, {Path(log.path).name} has "
+                              f"{log.num_jobs} (the protocol is defined on the Lublin logs; try --protocol heldout)")
+        return torch.tensor(RLSCHEDULER_STARTS)
     if protocol == "heldout":
         lo, hi = log.positions(int(log.num_jobs * TRAIN_FRACTION), log.num_jobs, EVAL_LENGTH)
         return torch.from_numpy(np.unique(np.linspace(lo, hi, num_sequences).round().astype(np.int64)))
@@ -99,3 +102,49 @@ def paired(a: QueueResult, b: QueueResult, metric: str = "mean_bounded_slowdown"
     if a.sequences[metric].shape != b.sequences[metric].shape:
         raise ConfigError("paired: the two results ran different sequences")
     return mean_ci95(a.sequences[metric] - b.sequences[metric])
+
+
+def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[Callable, QueueConfig]:
+    """A rule name or a queue checkpoint path -> (policy, the config it runs with on `cfg`'s log:
+    a rule with the whole queue visible, a network with the window it was trained with)."""
+    if spec in HEURISTICS:
+        return QueueHeuristic(spec, torch.Generator().manual_seed(seed)), heuristic_config(cfg)
+    if spec.endswith(".ckpt"):
+        from .policy import QueuePolicy, load_queue_policy
+
+        net, trained = load_queue_policy(spec, device=device)
+        return QueuePolicy(net.to(device)), replace(cfg, window=trained.window)
+    raise ConfigError(f"--policy {spec!r} is neither a queue rule ({', '.join(HEURISTICS)}) nor a .ckpt file")
+
+
+def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str = "off", sequences: int = 100,
+                 load: float | None = None, bsld_threshold: float = 10.0, device="cpu", echo=print) -> list[dict]:
+    """Every policy of `policies` on `trace` under `protocol`; prints a table through `echo` and
+    returns one dict per policy: the metrics with 95% CIs over sequences, and, where a rule of
+    RULES ran, the paired difference to the best of them ("best heuristic")."""
+    log = read_queue_log(trace)
+    if load is not None:
+        log = log.with_load(load)
+    cfg = log.config(sequence_length=EVAL_LENGTH, backfill=backfill, bsld_threshold=bsld_threshold)
+    resolved = {spec: resolve(spec, cfg, device) for spec in policies}
+    starts = protocol_starts(log, protocol, sequences)
+    echo(f"{Path(trace).name}: {log.summary()}")
+    echo(f"protocol {protocol}: {len(starts)} sequences of {EVAL_LENGTH} jobs, backfill {backfill}; "
+         "mean bounded slowdown ± 95% CI over sequences")
+    results = compare_queue(resolved, log, starts, device)
+    rules = [name for name in results if name in RULES]
+    best = min(rules, key=lambda n: results[n].summary["mean_bounded_slowdown"]) if rules else None
+    lines = []
+    for name, result in results.items():
+        s = result.summary
+        line = {"policy": name, "trace": Path(trace).name, "protocol": protocol, "backfill": backfill, **s,
+                "log": log.summary()}
+        text = (f"{name:34s} bsld {s['mean_bounded_slowdown']:10.2f} ± {s['mean_bounded_slowdown_ci95']:8.2f}  "
+                f"wait {s['mean_wait']:10.0f} s  util {s['utilization']:.3f}")
+        if best is not None and name != best:
+            diff, ci = paired(result, results[best])
+            line.update(best_heuristic=best, minus_best_heuristic=diff, minus_best_heuristic_ci95=ci)
+            text += f"  minus {best}: {diff:+.2f} ± {ci:.2f} (paired)"
+        echo(text)
+        lines.append(line)
+    return lines

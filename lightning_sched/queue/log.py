@@ -140,15 +140,15 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
         k = int(np.argmax(bad))
         raise TraceError(f"{path}, line {lines[k]}, field 9 (requested time): {requested[k]} is negative "
                          "(only -1, unknown, may be)")
-    counts = {"read": len(number), "negative_run_set_to_10": int((run < 0).sum())}
-    run = np.where(run < 0, NEGATIVE_RUN_TIME, run)
-    counts["requested_from_run"] = int((requested == -1).sum())
-    requested = np.where(requested == -1, run, requested)
-    keep = run > 0
-    counts["dropped_zero_run"] = int((~keep).sum())
+    keep = run != 0
     unknown = keep & (processors < 1)
-    counts["dropped_unknown_processors"] = int(unknown.sum())
+    counts = {"read": len(number), "dropped_zero_run": int((~keep).sum()),
+              "dropped_unknown_processors": int(unknown.sum())}
     keep &= ~unknown
+    counts["negative_run_set_to_10"] = int((keep & (run < 0)).sum())  # of the jobs kept, as the next one
+    run = np.where(run < 0, NEGATIVE_RUN_TIME, run)
+    counts["requested_from_run"] = int((keep & (requested == -1)).sum())
+    requested = np.where(requested == -1, run, requested)
     need = -(-processors // processors_per_node)
     too_big = keep & (need > nodes)
     if too_big.any():

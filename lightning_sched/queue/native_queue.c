@@ -43,12 +43,15 @@ typedef struct {
     int64_t *queue_length;              /* [B] */
 } QueueArgs;
 
+/* One row while it steps. The running jobs are also kept in a short list (`running`, in no order,
+ * with their actual ends): events search it instead of the whole band of the row's jobs. */
 typedef struct {
     const QueueArgs *a;
     int64_t L, lo, na, q, time, free;
     const int64_t *submit, *run, *requested, *processors, *nodes;
     int8_t *status;
     int64_t *start, *start_rank, started;
+    int64_t *running, *running_end, num_running;
     double bsld;
 } Row;
 
@@ -62,57 +65,91 @@ static void start_job(Row *r, int64_t k) {
     r->start_rank[k] = r->started++;
     r->free -= r->nodes[k];
     r->q--;
+    if (r->num_running >= 0) r->running[r->num_running] = k, r->running_end[r->num_running++] = r->time + r->run[k];
 }
 
-/* The running job with the earliest actual end (on ties, the one started first), -1 when none runs. */
+/* The running list, built at the first event of a step (a pick that fits and leaves jobs waiting
+ * needs none: most steps of a good policy). */
+static void list_running(Row *r) {
+    if (r->num_running >= 0) return;
+    r->num_running = 0;
+    for (int64_t k = r->lo; k < r->na; k++)
+        if (r->status[k] == RUNNING) r->running[r->num_running] = k, r->running_end[r->num_running++] = r->start[k] + r->run[k];
+}
+
+/* The position in `running` of the job with the earliest actual end (on ties, the one started
+ * first), -1 when none runs. */
 static int64_t earliest_end(const Row *r) {
-    int64_t best = -1, best_end = 0;
-    for (int64_t k = r->lo; k < r->na; k++) {
-        if (r->status[k] != RUNNING) continue;
-        int64_t end = r->start[k] + r->run[k];
-        if (best < 0 || end < best_end || (end == best_end && r->start_rank[k] < r->start_rank[best]))
-            best = k, best_end = end;
+    int64_t best = -1;
+    for (int64_t i = 0; i < r->num_running; i++) {
+        if (best < 0 || r->running_end[i] < r->running_end[best] ||
+            (r->running_end[i] == r->running_end[best] &&
+             r->start_rank[r->running[i]] < r->start_rank[r->running[best]]))
+            best = i;
     }
     return best;
 }
 
 /* One event: an arrival (when one is due no later than the earliest end, or nothing runs) or one end. */
 static void advance(Row *r) {
-    int64_t k = earliest_end(r);
-    if (r->na < r->L && (k < 0 || r->submit[r->na] <= r->start[k] + r->run[k])) {
+    list_running(r);
+    int64_t i = earliest_end(r);
+    if (r->na < r->L && (i < 0 || r->submit[r->na] <= r->running_end[i])) {
         if (r->submit[r->na] > r->time) r->time = r->submit[r->na];
         r->status[r->na++] = WAITING;
         r->q++;
     } else {
-        int64_t end = r->start[k] + r->run[k];
-        if (end > r->time) r->time = end;
+        int64_t k = r->running[i];
+        if (r->running_end[i] > r->time) r->time = r->running_end[i];
         r->status[k] = ENDED;
         r->free += r->nodes[k];
+        r->num_running--;
+        r->running[i] = r->running[r->num_running], r->running_end[i] = r->running_end[r->num_running];
         while (r->lo < r->na && r->status[r->lo] == ENDED) r->lo++;
     }
 }
 
 typedef struct { int64_t key, nodes; } EndNodes;
-typedef struct { int64_t a, b, index; } Key3;
 
 static int by_key(const void *x, const void *y) {
     int64_t p = ((const EndNodes *)x)->key, q = ((const EndNodes *)y)->key;
     return (p > q) - (p < q);
 }
 
-static int by_key3(const void *x, const void *y) {
-    const Key3 *p = x, *q = y;
-    if (p->a != q->a) return (p->a > q->a) - (p->a < q->a);
-    if (p->b != q->b) return (p->b > q->b) - (p->b < q->b);
-    return (p->index > q->index) - (p->index < q->index);
+/* Ascending sort of packed keys: quicksort on the median of three, insertion sort below 16. */
+static void sort_keys(uint64_t *x, int64_t n) {
+    while (n > 16) {
+        uint64_t a = x[0], b = x[n / 2], c = x[n - 1];
+        uint64_t pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
+        int64_t i = 0, j = n - 1;
+        while (i <= j) {
+            while (x[i] < pivot) i++;
+            while (x[j] > pivot) j--;
+            if (i <= j) {
+                uint64_t t = x[i];
+                x[i++] = x[j], x[j--] = t;
+            }
+        }
+        if (j + 1 < n - i) sort_keys(x, j + 1), x += i, n -= i; /* recurse into the smaller side */
+        else sort_keys(x + i, n - i), n = j + 1;
+    }
+    for (int64_t i = 1; i < n; i++) {
+        uint64_t v = x[i];
+        int64_t j = i - 1;
+        while (j >= 0 && x[j] > v) x[j + 1] = x[j], j--;
+        x[j + 1] = v;
+    }
 }
 
 /* EASY's shadow time of job j: the estimated end (start + requested) of the running job at which,
  * taking running jobs by estimated end, enough nodes are free for j. */
-static int64_t shadow_time(const Row *r, int64_t j, EndNodes *scratch) {
-    int64_t n = 0;
-    for (int64_t k = r->lo; k < r->na; k++)
-        if (r->status[k] == RUNNING) scratch[n].key = r->start[k] + r->requested[k], scratch[n++].nodes = r->nodes[k];
+static int64_t shadow_time(Row *r, int64_t j, EndNodes *scratch) {
+    list_running(r);
+    int64_t n = r->num_running;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = r->running[i];
+        scratch[i].key = r->start[k] + r->requested[k], scratch[i].nodes = r->nodes[k];
+    }
     qsort(scratch, (size_t)n, sizeof(EndNodes), by_key);
     int64_t free = r->free, shadow = r->time;
     for (int64_t i = 0; i < n; i++) {
@@ -141,7 +178,8 @@ static void step_row(Row *r, int64_t j, EndNodes *scratch) {
 /* The visible window: the waiting jobs in FCFS order when they fit in it, else RLScheduler's
  * alternation of the SJF order (requested, submit) and the smallest-first order (processors,
  * submit), each job once. */
-static void build_window(const Row *r, int64_t *window, Key3 *by_sjf, Key3 *by_size, uint8_t *seen) {
+#define INDEX_BITS 24 /* a packed key: the sort value above, the job's index below (submit order = index order) */
+static void build_window(const Row *r, int64_t *window, uint64_t *by_sjf, uint64_t *by_size, uint8_t *seen) {
     int64_t W = r->a->window, n = 0;
     if (r->q <= W) {
         for (int64_t k = r->lo; k < r->na && n < r->q; k++)
@@ -150,15 +188,16 @@ static void build_window(const Row *r, int64_t *window, Key3 *by_sjf, Key3 *by_s
         int64_t m = 0;
         for (int64_t k = r->lo; k < r->na; k++) {
             if (r->status[k] != WAITING) continue;
-            by_sjf[m] = (Key3){r->requested[k], r->submit[k], k};
-            by_size[m] = (Key3){r->processors[k], r->submit[k], k};
+            by_sjf[m] = ((uint64_t)r->requested[k] << INDEX_BITS) | (uint64_t)k;
+            by_size[m] = ((uint64_t)r->processors[k] << INDEX_BITS) | (uint64_t)k;
             seen[k] = 0;
             m++;
         }
-        qsort(by_sjf, (size_t)m, sizeof(Key3), by_key3);
-        qsort(by_size, (size_t)m, sizeof(Key3), by_key3);
+        sort_keys(by_sjf, m);
+        sort_keys(by_size, m);
+        uint64_t low = ((uint64_t)1 << INDEX_BITS) - 1;
         for (int64_t i = 0; n < W; i++) {
-            int64_t s = by_sjf[i].index, t = by_size[i].index;
+            int64_t s = (int64_t)(by_sjf[i] & low), t = (int64_t)(by_size[i] & low);
             if (!seen[s]) seen[s] = 1, window[n++] = s;
             if (n < W && !seen[t]) seen[t] = 1, window[n++] = t;
         }
@@ -170,10 +209,11 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
     (void)unused;
     int64_t L = a->length, W = a->window;
     EndNodes *ends = malloc(sizeof(EndNodes) * (size_t)L);
-    Key3 *keys = malloc(sizeof(Key3) * 2 * (size_t)L);
+    uint64_t *keys = malloc(sizeof(uint64_t) * 2 * (size_t)L);
+    int64_t *running = malloc(sizeof(int64_t) * 2 * (size_t)L);
     uint8_t *seen = malloc((size_t)L);
-    if (!ends || !keys || !seen) {
-        free(ends), free(keys), free(seen);
+    if (!ends || !keys || !running || !seen) {
+        free(ends), free(keys), free(running), free(seen);
         return 1;
     }
     double queue_scale = log1p(4.0 * (double)W); /* divisions, not reciprocals: torch's rounding */
@@ -181,7 +221,8 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
         int64_t off = b * L;
         Row r = {a, L, 0, a->next_arrival[b], 0, a->time[b], a->free_nodes[b], a->submit + off, a->run + off,
                  a->requested + off, a->processors_of + off, a->nodes_of + off, a->status + off, a->start + off,
-                 a->start_rank + off, 0, 0.0};
+                 a->start_rank + off, 0, running, running + L, -1, 0.0};
+        if (a->done[b]) r.lo = r.na = L; /* nothing waits: an empty window, skip the scans */
         while (r.lo < r.na && r.status[r.lo] == ENDED) r.lo++;
         for (int64_t k = r.lo; k < r.na; k++) r.q += r.status[k] == WAITING;
         r.started = r.na - r.q; /* every arrived job that is not waiting has started */
@@ -214,7 +255,7 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
         a->cluster_features[b * CLUSTER_FEATURES + 1] = (float)(log1p((double)r.q) / queue_scale);
         a->queue_length[b] = r.q;
     }
-    free(ends), free(keys), free(seen);
+    free(ends), free(keys), free(running), free(seen);
     return 0;
 }
 

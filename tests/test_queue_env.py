@@ -1,0 +1,196 @@
+"""The queue env as users meet it: SWF logs read as RLScheduler reads them (with every dropped or
+changed job counted and bad logs refused in one line), the native kernel and the torch step giving
+the same states and observations, TorchRL's spec check, the rules, the protocols and
+`evaluate.py --env queue` on a log the test writes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import torch
+from torchrl.envs.utils import check_env_specs
+
+from lightning_sched.config import ConfigError
+from lightning_sched.queue import native
+from lightning_sched.queue.config import QueueConfig
+from lightning_sched.queue.env import QueueEnv
+from lightning_sched.queue.evaluation import evaluate_queue, heuristic_policies, protocol_starts
+from lightning_sched.queue.heuristics import QueueHeuristic
+from lightning_sched.queue.log import read_queue_log
+from lightning_sched.queue.state import init_state
+from lightning_sched.queue.step import advance
+from lightning_sched.trace_files import TraceError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def swf_line(number, submit, run, processors, requested=-1, allocated=None):
+    allocated = processors if allocated is None else allocated
+    return f"{number} {submit} -1 {run} {allocated} -1 -1 {processors} {requested} -1 1 -1 -1 -1 0 -1 -1 -1"
+
+
+def write_log(path: Path, jobs: int = 3000, nodes: int = 32, seed: int = 0, extra: list[str] = ()) -> Path:
+    """A Lublin-like log: bursty arrivals, heavy-tailed run times, power-of-two sizes."""
+    g = torch.Generator().manual_seed(seed)
+    gaps = (-torch.log(torch.rand(jobs, generator=g)) * 40).long()
+    submit = torch.cumsum(gaps, 0)
+    run = (torch.exp(torch.rand(jobs, generator=g) * 8)).long() + 1
+    procs = 2 ** torch.randint(0, 6, (jobs,), generator=g)
+    lines = [f"; MaxNodes: {nodes}", f"; MaxProcs: {nodes}"]
+    lines += [swf_line(i + 1, int(submit[i]), int(run[i]), int(procs[i])) for i in range(jobs)]
+    path.write_text("\n".join([*lines, *extra]) + "\n")
+    return path
+
+
+def test_log_reading_counts_what_it_changes(tmp_path):
+    path = tmp_path / "small.swf"
+    path.write_text("\n".join(["; MaxNodes: 8", "; MaxProcs: 16",
+                               swf_line(1, 0, 100, 4), swf_line(2, 5, 0, 2), swf_line(3, 9, -1, 2, requested=50),
+                               swf_line(4, 12, 30, 3, requested=60, allocated=5)]) + "\n")
+    log = read_queue_log(path)
+    assert (log.nodes, log.processors_per_node) == (8, 2)
+    assert log.run.tolist() == [100, 10, 30] and log.requested.tolist() == [100, 50, 60]
+    assert log.processors.tolist() == [4, 2, 5]  # max(allocated, requested)
+    assert log.counts == {"read": 4, "dropped_zero_run": 1, "dropped_unknown_processors": 0,
+                          "negative_run_set_to_10": 1, "requested_from_run": 1, "kept": 3}
+    cfg = log.config(sequence_length=3)
+    state = QueueEnv(cfg, log, batch_size=[1], starts=[0]).initial_state()
+    assert state.nodes[0].tolist() == [2, 1, 3]  # ceil(processors / 2 per node)
+
+
+def test_bad_logs_and_sequences_are_refused_in_one_line(tmp_path):
+    big = tmp_path / "big.swf"
+    big.write_text("; MaxNodes: 4\n" + swf_line(1, 0, 10, 2) + "\n" + swf_line(2, 3, 10, 9) + "\n")
+    with pytest.raises(TraceError, match=r"line 3, processors: job 2 asks for 9 processors, the cluster has 4"):
+        read_queue_log(big)
+    log = read_queue_log(write_log(tmp_path / "ok.swf", jobs=50))
+    with pytest.raises(ConfigError, match="sequence_length 64 is longer than the 50 jobs"):
+        QueueEnv(log.config(sequence_length=64), log)
+    with pytest.raises(ConfigError, match="sequence start 40 with sequence_length 16 runs past the 50 jobs"):
+        QueueEnv(log.config(sequence_length=16), log, batch_size=[1], starts=[40])
+    with pytest.raises(ConfigError, match="QueueConfig.backfill must be one of off, easy, got 'conservative'"):
+        log.config(backfill="conservative")
+    env = QueueEnv(log.config(sequence_length=16), log, batch_size=[2], seed=0)
+    td = env.reset()
+    td["action"] = torch.tensor([0, 5])
+    with pytest.raises(ValueError, match="row 1: action 5 is not a waiting job's slot"):
+        env.step(td)
+
+
+def stepped(log, cfg, use_native: bool, seed: int, steps: int = 400):
+    """States and observations of a random-pick rollout (fresh sequences at each partial reset)."""
+    os.environ[native.deeprm_native.SWITCH] = "1" if use_native else "0"
+    try:
+        env = QueueEnv(cfg, log, batch_size=[24], seed=seed)
+        g = torch.Generator().manual_seed(seed)
+        td, seen = env.reset(), []
+        for i in range(steps):
+            visible = td["action_mask"].sum(-1)
+            td["action"] = (torch.rand(24, generator=g) * visible).long()
+            td = env.step(td)["next"]
+            seen.append((td.clone(), env.state.clone()))
+            if i % 7 == 6:
+                td["_reset"] = td["done"].clone()
+                td = env.reset(td)
+        return seen
+    finally:
+        os.environ.pop(native.deeprm_native.SWITCH, None)
+
+
+@pytest.mark.parametrize("backfill", ["off", "easy"])
+def test_native_kernel_and_torch_step_agree(tmp_path, backfill):
+    if native.kernel() is None:
+        pytest.skip("no C compiler: only the torch step exists here")
+    log = read_queue_log(write_log(tmp_path / "log.swf"))
+    cfg = log.config(sequence_length=64, window=8, backfill=backfill)  # a small window: queues overflow it
+    a, b = stepped(log, cfg, True, seed=3), stepped(log, cfg, False, seed=3)
+    overflowed = False
+    for (td_a, s_a), (td_b, s_b) in zip(a, b):
+        for f in fields(s_a):
+            assert torch.equal(getattr(s_a, f.name), getattr(s_b, f.name)), f.name
+        for key in td_a.keys():
+            assert torch.equal(td_a[key], td_b[key]), key
+        overflowed |= bool((td_a["queue_length"] > cfg.window).any())
+    assert overflowed  # the window's alternation of SJF and smallest-first ran too
+
+
+def test_env_specs_and_episode_metrics(tmp_path):
+    log = read_queue_log(write_log(tmp_path / "log.swf", jobs=400))
+    env = QueueEnv(log.config(sequence_length=32, window=16, backfill="easy"), log, batch_size=[4], seed=1)
+    check_env_specs(env)
+    td = env.reset()
+    policy = QueueHeuristic("random", torch.Generator().manual_seed(0))
+    while not td["done"].all():
+        td = env.step(policy(td))["next"]
+    m = env.episode_metrics()
+    s = env.state
+    assert bool(m["finished"].all()) and bool((s.start >= s.submit).all())
+    wait = (s.start - s.submit).double()
+    bsld = torch.maximum((wait + s.run) / s.run.clamp(min=10), torch.ones(()))
+    torch.testing.assert_close(m["mean_bounded_slowdown"], bsld.mean(1))
+    torch.testing.assert_close(m["mean_wait"], wait.mean(1))
+
+
+def test_final_and_per_job_rewards_return_minus_the_mean_bsld(tmp_path):
+    log = read_queue_log(write_log(tmp_path / "log.swf", jobs=400))
+    for reward in ("per_job", "final"):
+        cfg = log.config(sequence_length=32, window=16, reward=reward)
+        env = QueueEnv(cfg, log, batch_size=[3], starts=[0, 100, 200])
+        td, total = env.reset(), torch.zeros(3, 1)
+        while not td["done"].all():
+            td["action"] = torch.zeros(3, dtype=torch.long)
+            td = env.step(td)["next"]
+            total += td["reward"]
+        torch.testing.assert_close(total.squeeze(1).double(), -env.episode_metrics()["mean_bounded_slowdown"],
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_rules_rank_the_whole_queue_and_refuse_a_partial_view(tmp_path):
+    log = read_queue_log(write_log(tmp_path / "log.swf", jobs=600))
+    cfg = log.config(sequence_length=128, window=4)
+    starts = torch.tensor([0, 200, 400])
+    results = {n: evaluate_queue(p, c, log, starts) for n, (p, c) in heuristic_policies(["fcfs", "sjf"], cfg).items()}
+    assert all(r.summary["num_sequences"] == 3 for r in results.values())
+    with pytest.raises(ConfigError, match="hides waiting jobs"):
+        evaluate_queue(QueueHeuristic("sjf"), cfg, log, starts)  # window 4 on a busy log
+
+
+def test_heldout_protocol_draws_only_from_the_last_fifth(tmp_path):
+    log = read_queue_log(write_log(tmp_path / "log.swf", jobs=6000))
+    starts = protocol_starts(log, "heldout", 100)
+    assert len(starts) == 100 and int(starts.min()) >= 4800 and int(starts.max()) + 1024 <= 6000
+
+
+def test_sjf_holds_the_head_job_and_backfilling_starts_around_it():
+    # 4 nodes: job 0 (2 nodes, 100 s); job 1 (4 nodes) must wait for it; job 2 (1 node, 30 s) fits in
+    # the hole before 100 only with EASY.
+    jobs = torch.tensor([[(0, 100, 100, 2), (10, 200, 200, 4), (20, 30, 30, 1)]])
+    cols = {k: jobs[..., i] for i, k in enumerate(("submit", "run", "requested", "processors"))}
+    for backfill, starts in (("off", [0, 100, 300]), ("easy", [0, 100, 20])):
+        cfg = QueueConfig(nodes=4, window=4, sequence_length=3, backfill=backfill)
+        state = init_state(cols, cfg.nodes, cfg.processors_per_node)
+        while not state.done.all():
+            window = advance(state, torch.tensor([-1]), cfg)["window_job"]
+            advance(state, window[:, 0], cfg)  # FCFS: the first visible job
+        assert state.start[0].tolist() == starts, backfill
+
+
+def test_evaluate_script_on_a_log(tmp_path):
+    log = write_log(tmp_path / "log.swf", jobs=6000, nodes=64)
+    out = subprocess.run([sys.executable, str(ROOT / "scripts/evaluate.py"), "--env", "queue", "--trace", str(log),
+                          "--protocol", "heldout", "--sequences", "4", "--backfill", "easy", "--policy", "fcfs",
+                          "sjf", "f1", "--threads", "1", "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+    assert [x["policy"] for x in lines] == ["fcfs", "sjf", "f1"]
+    best = min(lines, key=lambda x: x["mean_bounded_slowdown"])
+    assert all(x["best_heuristic"] == best["policy"] for x in lines if x is not best)
+    assert all(x["num_sequences"] == 4 and x["log"]["kept"] == 6000 for x in lines)
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts/evaluate.py"), "--env", "queue", "--trace", str(log),
+                          "--policy", "lifo"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'lifo'" in bad.stderr
