@@ -36,7 +36,7 @@ class QueueConfig:
     max_wait: float = 43200.0
     """Seconds: the wait feature's scale (RLScheduler's MAX_WAIT_TIME, 12 hours)."""
     max_requested: float = 43200.0
-    """Seconds: the requested-time feature's scale; `QueueLog.config` sets it to the log's longest request."""
+    """Seconds: the requested-time feature's scale (12 hours; not clipped)."""
 
     def __post_init__(self) -> None:
         for name in ("nodes", "processors_per_node", "window", "sequence_length"):

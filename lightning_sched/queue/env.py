@@ -8,6 +8,9 @@ fixed `starts`.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Categorical, Composite, Unbounded
@@ -25,39 +28,50 @@ class QueueEnv(EnvBase):
 
     Args:
         cfg: the queue (its nodes and processors per node must be the log's cluster or larger).
-        log: the jobs to replay.
+        log: the jobs to replay, or several logs of one cluster size: row b replays log b % len(logs).
         batch_size: [B].
-        starts: LongTensor[B]: row b replays jobs [starts[b], starts[b] + L) at every reset.
-        positions: (lowest, highest) start positions (inclusive) that resets draw from; default:
-            every sequence of the log. Ignored with `starts`.
+        starts: LongTensor[B]: row b replays jobs [starts[b], starts[b] + L) of its log at every reset.
+        positions: (lowest, highest) start positions (inclusive) that resets draw from, or one such
+            pair per log; default: every sequence of each log. Ignored with `starts`.
         device, seed: where the state lives; the seed of the start draws.
     """
 
     batch_locked = True
 
-    def __init__(self, cfg: QueueConfig, log: QueueLog, batch_size=(1,), starts=None, positions=None,
-                 device="cpu", seed: int | None = None):
+    def __init__(self, cfg: QueueConfig, log: QueueLog | Sequence[QueueLog], batch_size=(1,), starts=None,
+                 positions=None, device="cpu", seed: int | None = None):
         batch_size = torch.Size(batch_size if not isinstance(batch_size, int) else [batch_size])
         if len(batch_size) != 1:
             raise ConfigError(f"QueueEnv batch_size must be [B], got {list(batch_size)}")
         super().__init__(device=device, batch_size=batch_size)
-        if cfg.processors_per_node != log.processors_per_node or cfg.nodes < log.nodes:
-            raise ConfigError(f"QueueConfig cluster ({cfg.nodes} nodes x {cfg.processors_per_node}) is not the log's "
-                              f"({log.nodes} x {log.processors_per_node})")
-        self.cfg, self.log = cfg, log
+        self.logs = [log] if isinstance(log, QueueLog) else list(log)
+        if not self.logs or len(self.logs) > batch_size[0]:
+            raise ConfigError(f"QueueEnv needs 1 to B={batch_size[0]} logs, got {len(self.logs)}")
+        for one in self.logs:
+            if cfg.processors_per_node != one.processors_per_node or cfg.nodes < one.nodes:
+                raise ConfigError(f"QueueConfig cluster ({cfg.nodes} nodes x {cfg.processors_per_node}) is not the "
+                                  f"log's ({one.nodes} x {one.processors_per_node}): {Path(one.path).name}")
+        self.cfg = cfg
+        # row b replays log b % len(logs)
+        self.row_log = torch.arange(batch_size[0]) % len(self.logs)
         self.generator = torch.Generator()
         self.generator.manual_seed(0 if seed is None else seed)
         if starts is not None:
             starts = torch.as_tensor(starts, dtype=torch.long).reshape(-1)
             if starts.numel() != batch_size[0]:
                 raise ConfigError(f"starts has {starts.numel()} sequences, the env batch_size is {batch_size[0]}")
-            log.sequences(starts, cfg.sequence_length)  # checks every start
+            for i, one in enumerate(self.logs):  # checks every start
+                one.sequences(starts[self.row_log == i], cfg.sequence_length)
         self.starts = starts
-        self.positions = log.positions(0, log.num_jobs, cfg.sequence_length) if positions is None else positions
-        lo, hi = self.positions
-        if not 0 <= lo <= hi <= log.num_jobs - cfg.sequence_length:
-            raise ConfigError(f"positions {self.positions} with sequence_length {cfg.sequence_length} run past the "
-                              f"{log.num_jobs} jobs of the log")
+        if positions is None:
+            positions = [one.positions(0, one.num_jobs, cfg.sequence_length) for one in self.logs]
+        elif isinstance(positions[0], int):
+            positions = [tuple(positions)] * len(self.logs)
+        self.positions = [tuple(p) for p in positions]
+        for one, (lo, hi) in zip(self.logs, self.positions, strict=True):
+            if not 0 <= lo <= hi <= one.num_jobs - cfg.sequence_length:
+                raise ConfigError(f"positions {(lo, hi)} with sequence_length {cfg.sequence_length} run past the "
+                                  f"{one.num_jobs} jobs of {Path(one.path).name}")
         self.state: QueueState | None = None
         self.window_job: torch.Tensor | None = None
         self._make_specs()
@@ -80,18 +94,25 @@ class QueueEnv(EnvBase):
         self.done_spec = Composite(done=done.clone(), terminated=done.clone(), truncated=done.clone(), shape=b)
 
     # ----- EnvBase hooks -----------------------------------------------------------------------
-    def draw_starts(self, n: int) -> torch.Tensor:
-        """The start positions of the next `n` sequences (LongTensor[n])."""
-        lo, hi = self.positions
-        return torch.randint(lo, hi + 1, (n,), generator=self.generator)
-
     def initial_state(self, rows: torch.Tensor | None = None) -> QueueState:
-        n = self.batch_size[0] if rows is None else rows.numel()
-        if self.starts is not None:
-            starts = self.starts if rows is None else self.starts[rows.cpu()]
-        else:
-            starts = self.draw_starts(n)
-        jobs = self.log.sequences(starts, self.cfg.sequence_length, self.device)
+        """The first state of the next reset's sequences, of rows `rows` (LongTensor[N]) only when given:
+        the fixed `starts`, or fresh draws from each row's log within its `positions`."""
+        rows = torch.arange(self.batch_size[0]) if rows is None else rows.cpu()
+        length = self.cfg.sequence_length
+        parts = {}
+        for i, one in enumerate(self.logs):
+            mine = rows[self.row_log[rows] == i]
+            if mine.numel() == 0:
+                continue
+            if self.starts is not None:
+                starts = self.starts[mine]
+            else:
+                lo, hi = self.positions[i]
+                starts = torch.randint(lo, hi + 1, (mine.numel(),), generator=self.generator)
+            parts[i] = (mine, one.sequences(starts, length, self.device))
+        order = torch.cat([mine for mine, _ in parts.values()]).argsort()  # back to the order of `rows`
+        jobs = {k: torch.cat([cols[k] for _, cols in parts.values()])[order.to(self.device)]
+                for k in ("submit", "run", "requested", "processors")}
         return init_state(jobs, self.cfg.nodes, self.cfg.processors_per_node)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
@@ -100,7 +121,8 @@ class QueueEnv(EnvBase):
             self.state = self.initial_state()
         else:  # only the rows asked for start again
             index = rows.reshape(-1).nonzero().squeeze(1)
-            self.state.put_rows(index, self.initial_state(index))
+            if index.numel():
+                self.state.put_rows(index, self.initial_state(index))
         none = torch.full((self.batch_size[0],), -1, dtype=torch.int64, device=self.device)
         return self._output(advance(self.state, none, self.cfg), reward=None)
 

@@ -113,7 +113,9 @@ def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[C
         from .policy import QueuePolicy, load_queue_policy
 
         net, trained = load_queue_policy(spec, device=device)
-        return QueuePolicy(net.to(device)), replace(cfg, window=trained.window)
+        # what the network was trained to see: its window and its feature scales
+        return QueuePolicy(net.to(device)), replace(cfg, window=trained.window, max_wait=trained.max_wait,
+                                                     max_requested=trained.max_requested)
     raise ConfigError(f"--policy {spec!r} is neither a queue rule ({', '.join(HEURISTICS)}) nor a .ckpt file")
 
 

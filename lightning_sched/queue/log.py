@@ -54,11 +54,9 @@ class QueueLog:
         return len(self.submit)
 
     def config(self, **fields) -> QueueConfig:
-        """A QueueConfig of this log's cluster (nodes, processors per node, the longest request as
-        the requested-time scale), with `fields` set on top."""
-        base = {"nodes": self.nodes, "processors_per_node": self.processors_per_node,
-                "max_requested": float(max(1, int(self.requested.max())))}
-        return QueueConfig(**{**base, **fields})
+        """A QueueConfig of this log's cluster (nodes, processors per node), with `fields` set on top.
+        The feature scales stay the config's own, the same for every log a policy meets."""
+        return QueueConfig(**{"nodes": self.nodes, "processors_per_node": self.processors_per_node, **fields})
 
     def offered_load(self) -> float:
         """Processor-seconds asked for over processor-seconds available between the first and the

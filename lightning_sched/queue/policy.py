@@ -70,13 +70,22 @@ def mlp(sizes: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def slot_inputs(job_features: torch.Tensor, cluster_features: torch.Tensor) -> torch.Tensor:
-    """[B, W, 6]: each slot's features with its row's cluster features. log1p because the wait is
-    not clipped (days on an overloaded queue, in units of 12 hours) and would swamp the other inputs;
-    it is the identity near 0 and keeps the order of every feature."""
-    job = torch.log1p(job_features.clamp(min=0))
-    cluster = cluster_features.unsqueeze(-2).expand(*job.shape[:-1], cluster_features.shape[-1])
-    return torch.cat([job, cluster], -1)
+class SlotMLP(nn.Module):
+    """One MLP applied to every slot: [B, W, widths[-1]] from job_features [B, W, 4] and the row's
+    cluster_features [B, 2]. Its first layer is split in a job part and a cluster part, computed
+    once a row and broadcast over the slots (no [B, W, 6] input is built). The job features go in
+    as log1p: the wait is not clipped (days on an overloaded queue, in units of 12 hours) and would
+    swamp the other inputs; log1p is the identity near 0 and keeps every feature's order."""
+
+    def __init__(self, widths: list[int]):
+        super().__init__()
+        self.job_in = nn.Linear(JOB_FEATURES, widths[0])
+        self.cluster_in = nn.Linear(CLUSTER_FEATURES, widths[0], bias=False)
+        self.rest = nn.Sequential(nn.ReLU(), mlp(widths)) if len(widths) > 1 else nn.Identity()
+
+    def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor) -> torch.Tensor:
+        first = self.job_in(torch.log1p(job_features.clamp(min=0))) + self.cluster_in(cluster_features).unsqueeze(-2)
+        return self.rest(first)
 
 
 class JobScorer(nn.Module):
@@ -85,28 +94,29 @@ class JobScorer(nn.Module):
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
-        self.mlp = mlp([JOB_FEATURES + CLUSTER_FEATURES, *spec.hidden, 1])
+        self.mlp = SlotMLP([*spec.hidden, 1])
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor) -> torch.Tensor:
-        return self.mlp(slot_inputs(job_features, cluster_features)).squeeze(-1)
+        return self.mlp(job_features, cluster_features).squeeze(-1)
 
 
 class QueueValue(nn.Module):
-    """The critic: state value [B, 1] from a per-job embedding (same weights for every slot), its
-    mean and max over the slots that hold a job, and the cluster features."""
+    """The critic: state value [B, 1] from a per-job embedding (one layer, the same weights for
+    every slot), its mean and max over the slots that hold a job, and the cluster features."""
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
-        self.embed = mlp([JOB_FEATURES + CLUSTER_FEATURES, spec.embedding, spec.embedding])
+        self.embed = SlotMLP([spec.embedding])
         self.head = mlp([2 * spec.embedding + CLUSTER_FEATURES, *spec.value_hidden, 1])
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
                 action_mask: torch.Tensor) -> torch.Tensor:
-        embedded = torch.relu(self.embed(slot_inputs(job_features, cluster_features)))  # [B, W, E], >= 0
+        embedded = torch.relu(self.embed(job_features, cluster_features))  # [B, W, E], >= 0
         present = action_mask.unsqueeze(-1)
         embedded = embedded * present  # an empty slot adds nothing; 0 never wins the max of ReLU outputs
+        # max with indices: its backward scatters to one slot, cheaper than amax's (which compares all)
         count = present.sum(-2).clamp(min=1)
-        pooled = torch.cat([embedded.sum(-2) / count, embedded.amax(-2), cluster_features], -1)
+        pooled = torch.cat([embedded.sum(-2) / count, embedded.max(-2).values, cluster_features], -1)
         return self.head(pooled)
 
 

@@ -25,11 +25,7 @@ def advance(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str,
         return out
     from .step_torch import step_torch, window_torch  # the kernel's torch twin, loaded where needed
 
-    job = job.reshape(-1).to(device=state.status.device, dtype=torch.int64)
-    if bool((job >= 0).any()):
-        added = step_torch(state, job.clamp(min=0), cfg)  # rows already done stay as they are
-    else:
-        added = torch.zeros(state.batch, dtype=torch.float64, device=state.status.device)
+    added = step_torch(state, job.reshape(-1).to(device=state.status.device, dtype=torch.int64), cfg)
     return {"bsld_added": added, **observe(state, window_torch(state, cfg), cfg)}
 
 

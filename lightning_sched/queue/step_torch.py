@@ -1,85 +1,41 @@
-"""The queue step in torch ops (/work/notes/queue_semantics.md, docs/hpc_queue.md): the GPU path and
-the CPU fallback where the native kernel cannot be built, and the second implementation of the spec
-the native kernel is tested against.
+"""The queue step in torch ops (the semantics: docs/hpc_queue.md): the GPU path, the CPU fallback
+where the native kernel (native_queue.c) cannot be built, and the second implementation of the
+semantics that the kernel is tested against.
 
-Every operation works on all B rows at once, masked to the rows it concerns; the only Python loops
-run over events (an arrival or one completion per iteration, for every row still waiting on one) and
-over the jobs a backfilling pass starts, so a step costs O(events x B x L) tensor work and one host
-sync per loop iteration, whatever B is.
+Every operation works on all rows at once, masked to the rows it concerns; the only Python loops run
+over events (an arrival or one completion per iteration, for every row still waiting on one) and over
+the jobs a backfilling pass starts, with one host sync per iteration. The event loops work on a copy
+of the rows still waiting, shrunk as they settle: most rows need no event while a few need many.
 
-Ties between running jobs that end at the same second: the one that started first is released first,
-then the lower index. RLScheduler's stable sorts of its running list release them in start order when
-estimates are exact (its Lublin logs), which (start, index) reproduces unless two of them also started
-at the same second out of index order.
+As the kernel does: of running jobs that end in the same second, the one started first (lowest
+start_rank) ends first; and a step's bounded slowdowns are summed in start order, then added to
+bsld_sum at once.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
-from ..config import ConfigError
 from .config import QueueConfig
-from .state import ENDED, FUTURE, RUNNING, WAITING, QueueState
+from .state import ENDED, RUNNING, WAITING, QueueState
 
 NEVER = torch.iinfo(torch.int64).max  # "no such time": an empty cluster's next completion, a non-candidate's key
 
 
-def init_state(submit: torch.Tensor, run: torch.Tensor, requested: torch.Tensor, processors: torch.Tensor,
-               cfg: QueueConfig) -> QueueState:
-    """B episodes at their start: job 0 waiting at its submit time on an empty cluster.
-
-    submit, run, requested, processors: LongTensor[B, L] (L >= 1), jobs in arrival order.
-    Refuses (ConfigError) a job wider than the cluster and submit times that decrease along a row.
-    """
-    submit, run, requested, processors = (torch.as_tensor(x, dtype=torch.int64)
-                                          for x in (submit, run, requested, processors))
-    if submit.dim() != 2 or submit.shape[1] < 1:
-        raise ConfigError(f"init_state: submit must be [B, L] with L >= 1, got shape {tuple(submit.shape)}")
-    for name, column in (("run", run), ("requested", requested), ("processors", processors)):
-        if column.shape != submit.shape:
-            raise ConfigError(f"init_state: {name} has shape {tuple(column.shape)}, submit {tuple(submit.shape)}")
-    if (processors < 1).any():
-        row, job = (processors < 1).nonzero()[0].tolist()
-        raise ConfigError(f"init_state: processors of job {job} (row {row}) is {processors[row, job].item()}, "
-                          f"must be >= 1")
-    nodes = (processors + cfg.processors_per_node - 1) // cfg.processors_per_node
-    if (nodes > cfg.nodes).any():
-        row, job = (nodes > cfg.nodes).nonzero()[0].tolist()
-        raise ConfigError(f"init_state: processors of job {job} (row {row}) is {processors[row, job].item()} "
-                          f"({nodes[row, job].item()} nodes), more than QueueConfig.nodes={cfg.nodes}")
-    backwards = submit[:, 1:] < submit[:, :-1]
-    if backwards.any():
-        row, job = backwards.nonzero()[0].tolist()
-        raise ConfigError(f"init_state: submit of job {job + 1} (row {row}) is {submit[row, job + 1].item()}, "
-                          f"before job {job}'s {submit[row, job].item()}; jobs must be in arrival order")
-    batch, length = submit.shape
-    device = submit.device
-    status = torch.full((batch, length), FUTURE, dtype=torch.int8, device=device)
-    status[:, 0] = WAITING
-    return QueueState(
-        submit=submit, run=run, requested=requested, processors=processors, nodes=nodes, status=status,
-        start=torch.full((batch, length), -1, dtype=torch.int64, device=device),
-        time=submit[:, 0].clone(),
-        free_nodes=torch.full((batch,), cfg.nodes, dtype=torch.int64, device=device),
-        next_arrival=torch.ones(batch, dtype=torch.int64, device=device),
-        done=torch.zeros(batch, dtype=torch.bool, device=device),
-        bsld_sum=torch.zeros(batch, dtype=torch.float64, device=device))
-
-
-def _pick(state: QueueState, column: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+def _pick(column: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """values[b, column[b]] for every row: values [B, L], column LongTensor[B] -> [B]."""
     return values.gather(1, column[:, None]).squeeze(1)
 
 
 def _next_release(state: QueueState) -> tuple[torch.Tensor, torch.Tensor]:
     """(min_end, job), LongTensor[B] each: the earliest actual end of a running job (NEVER when none
-    runs) and the job that is released then (ties: earliest start, then lowest index; module doc)."""
+    runs) and the job that is released then (ties: the one started first)."""
     running = state.status == RUNNING
     end = torch.where(running, state.start + state.run, NEVER)
     min_end = end.min(dim=1).values
     tied = running & (end == min_end[:, None])
-    first_start = torch.where(tied, state.start, NEVER).min(dim=1).values
-    tied &= state.start == first_start[:, None]
-    return min_end, tied.to(torch.uint8).argmax(dim=1)  # argmax returns the first maximum: lowest index
+    return min_end, torch.where(tied, state.start_rank, NEVER).argmin(dim=1)
 
 
 def _event(state: QueueState, rows: torch.Tensor) -> torch.Tensor:
@@ -88,34 +44,32 @@ def _event(state: QueueState, rows: torch.Tensor) -> torch.Tensor:
     length = state.length
     min_end, ending = _next_release(state)
     upcoming = state.next_arrival.clamp(max=length - 1)
-    next_submit = _pick(state, upcoming, state.submit)
+    next_submit = _pick(upcoming, state.submit)
     arrive = rows & (state.next_arrival < length) & (next_submit <= min_end)
     release = rows & ~arrive & (min_end < NEVER)
     column = torch.where(arrive, upcoming, ending)
-    old = _pick(state, column, state.status)
+    old = _pick(column, state.status)
     new = torch.where(arrive, WAITING, torch.where(release, ENDED, old.long())).to(state.status.dtype)
     state.status.scatter_(1, column[:, None], new[:, None])
     event_time = torch.where(arrive, next_submit, torch.where(release, min_end, state.time))
     state.time.copy_(torch.maximum(state.time, event_time))
     state.next_arrival += arrive
-    state.free_nodes += torch.where(release, _pick(state, ending, state.nodes), 0)
+    state.free_nodes += torch.where(release, _pick(ending, state.nodes), 0)
     return arrive
 
 
 def _start(state: QueueState, rows: torch.Tensor, job: torch.Tensor, added: torch.Tensor,
            cfg: QueueConfig) -> None:
-    """START job[b] now on `rows` (BoolTensor[B]); its bounded slowdown goes to bsld_sum and `added`."""
-    submit, run = _pick(state, job, state.submit), _pick(state, job, state.run)
+    """START job[b] now on `rows` (BoolTensor[B]); its bounded slowdown is added to `added`."""
+    submit, run = _pick(job, state.submit), _pick(job, state.run)
     wait_and_run = (state.time - submit + run).double()
     bsld = (wait_and_run / run.double().clamp(min=float(cfg.bsld_threshold))).clamp(min=1.0)
-    bsld = torch.where(rows, bsld, 0.0)  # x + 0.0 == x: untouched rows keep their sums bit for bit
-    state.bsld_sum += bsld
-    added += bsld
+    added += torch.where(rows, bsld, 0.0)  # x + 0.0 == x: other rows keep their sums bit for bit
+    started = (state.status >= RUNNING).sum(dim=1)  # RUNNING or ENDED: jobs started before this one
     column = job[:, None]
-    status = torch.where(rows, RUNNING, _pick(state, job, state.status).long()).to(state.status.dtype)
-    state.status.scatter_(1, column, status[:, None])
-    state.start.scatter_(1, column, torch.where(rows, state.time, _pick(state, job, state.start))[:, None])
-    state.free_nodes -= torch.where(rows, _pick(state, job, state.nodes), 0)
+    for field, value in ((state.status, RUNNING), (state.start, state.time), (state.start_rank, started)):
+        field.scatter_(1, column, torch.where(rows, value, _pick(job, field).long()).to(field.dtype)[:, None])
+    state.free_nodes -= torch.where(rows, _pick(job, state.nodes), 0)
 
 
 def _shadow(state: QueueState, need: torch.Tensor) -> torch.Tensor:
@@ -125,7 +79,7 @@ def _shadow(state: QueueState, need: torch.Tensor) -> torch.Tensor:
     estimated_end, order = torch.where(running, state.start + state.requested, NEVER).sort(dim=1)
     freed = torch.where(running, state.nodes, 0).gather(1, order).cumsum(dim=1) + state.free_nodes[:, None]
     enough = (freed >= need[:, None]).to(torch.uint8).argmax(dim=1)
-    return _pick(state, enough, estimated_end)
+    return _pick(enough, estimated_end)
 
 
 def _backfill_pass(state: QueueState, rows: torch.Tensor, shadow: torch.Tensor, added: torch.Tensor,
@@ -146,52 +100,77 @@ def _backfill_pass(state: QueueState, rows: torch.Tensor, shadow: torch.Tensor, 
         candidate.scatter_(1, job[:, None], False)
 
 
-def _move_forward(state: QueueState, rows: torch.Tensor) -> None:
-    """After a start on `rows`: an empty queue is refilled by events up to the next arrival, or the
-    row is done when every job has arrived."""
-    idle = rows & ~(state.status == WAITING).any(dim=1)
-    finished = idle & (state.next_arrival >= state.length)
-    state.done |= finished
-    pending = idle & ~finished
+def _until_settled(state: QueueState, pending: torch.Tensor, body: Callable, per_row: dict[str, torch.Tensor],
+                   prepare: Callable | None = None) -> None:
+    """Run `body(rows, per_row, still) -> still` on the `pending` rows (BoolTensor[B]) until no row is
+    still pending. A few rows need many events while most need none, so the loop works on a copy of
+    the pending rows, shrunk when half of them have settled, and writes them back. `per_row` holds
+    [B, ...] tensors the body reads or writes (written back too); `prepare(rows, per_row)` fills
+    entries computed once on the copy."""
+    index = pending.nonzero()[:, 0]
+    if index.numel() == 0:
+        return
+    rows, extra = state.rows(index), {k: v[index] for k, v in per_row.items()}
+    if prepare is not None:
+        prepare(rows, extra)
+    still = torch.ones_like(index, dtype=torch.bool)
+
+    def settle(which: torch.Tensor) -> None:
+        state.put_rows(index[which], rows.rows(which))
+        for k, v in per_row.items():
+            v[index[which]] = extra[k][which]
+
     for _ in range(2 * state.length + 1):  # each event ends or brings one of the L jobs
-        if not pending.any():
-            return
-        pending &= ~_event(state, pending)
-    raise RuntimeError("step_torch: the queue never refilled; the state is inconsistent")
+        still = body(rows, extra, still)
+        left = int(still.sum())
+        if left == 0:
+            return settle(torch.arange(index.numel(), device=index.device))
+        if 2 * left <= index.numel():
+            settle((~still).nonzero()[:, 0])
+            keep = still.nonzero()[:, 0]
+            rows, index, extra = rows.rows(keep), index[keep], {k: v[keep] for k, v in extra.items()}
+            still = torch.ones_like(index, dtype=torch.bool)
+    raise RuntimeError("step_torch: events never settled a row; the state is inconsistent")
 
 
 def step_torch(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> torch.Tensor:
     """One decision per row: start `job` (LongTensor[B], index of a WAITING job of the row), holding
     it until it fits (with EASY backfilling around it when cfg.backfill == 'easy'), then refill an
-    empty queue. Rows already done are left unchanged (their `job` is ignored). Mutates `state` in
-    place; returns DoubleTensor[B]: the bounded slowdowns this step added to state.bsld_sum (backfilled
-    jobs included), 0 on done rows.
+    empty queue. Rows already done, and rows whose `job` is -1 (no decision), are left unchanged.
+    Mutates `state` in place; returns DoubleTensor[B]: the bounded slowdowns this step added to
+    state.bsld_sum (backfilled jobs included), 0 on rows left unchanged.
     Raises ValueError naming the first row whose pick is not a waiting job.
     """
     length = state.length
-    active = ~state.done
-    job = torch.where(active, job.to(state.submit.device, torch.int64), 0)
-    inside = (job >= 0) & (job < length)
-    job = job.clamp(0, length - 1)
-    bad = active & ~(inside & (_pick(state, job, state.status) == WAITING))
+    job = job.reshape(-1).to(state.submit.device, torch.int64)
+    active = ~state.done & (job >= 0)
+    picked, job = job, torch.where(active, job, 0).clamp(max=length - 1)
+    bad = active & ((picked >= length) | (_pick(job, state.status) != WAITING))
     if bad.any():
         row = int(bad.nonzero()[0, 0])
-        raise ValueError(f"step_torch: row {row} picked job {int(job[row])}, which is not waiting")
+        raise ValueError(f"step_torch: row {row} picked job {int(picked[row])}, which is not waiting")
     added = torch.zeros(state.batch, dtype=torch.float64, device=state.submit.device)
-    need = _pick(state, job, state.nodes)
-    held = active & (need > state.free_nodes)
-    shadow = _shadow(state, need) if cfg.backfill == "easy" and bool(held.any()) else None
-    for _ in range(2 * length + 1):  # each event ends or brings one of the L jobs
-        if not held.any():
-            break
-        if shadow is not None:
-            _backfill_pass(state, held, shadow, added, cfg)
-        _event(state, held)
-        held &= need > state.free_nodes
-    else:
-        raise RuntimeError("step_torch: a held job never fit; the state is inconsistent")
+    need = _pick(job, state.nodes)
+    easy = cfg.backfill == "easy"
+
+    def shadow_once(rows: QueueState, extra: dict) -> None:
+        extra["shadow"] = _shadow(rows, extra["need"])
+
+    def hold(rows: QueueState, extra: dict, still: torch.Tensor) -> torch.Tensor:
+        if easy:
+            _backfill_pass(rows, still, extra["shadow"], extra["added"], cfg)
+        _event(rows, still)
+        return still & (extra["need"] > rows.free_nodes)
+
+    _until_settled(state, active & (need > state.free_nodes), hold, {"need": need, "added": added},
+                   shadow_once if easy else None)
     _start(state, active, job, added, cfg)
-    _move_forward(state, active)
+    state.bsld_sum += added
+    # refill: an empty queue takes events up to the next arrival; with every job arrived, the row is done
+    idle = active & ~(state.status == WAITING).any(dim=1)
+    finished = idle & (state.next_arrival >= length)
+    state.done |= finished
+    _until_settled(state, idle & ~finished, lambda rows, extra, still: still & ~_event(rows, still), {})
     return added
 
 
@@ -212,12 +191,11 @@ def window_torch(state: QueueState, cfg: QueueConfig) -> torch.Tensor:
     crowded = waiting.sum(dim=1) > width
     if not crowded.any():
         return window
-    by_submit = state.submit.sort(dim=1, stable=True).indices  # (submit, index) order
 
     def rank(key: torch.Tensor) -> torch.Tensor:
-        """Each job's place in the order (key, submit, index) among waiting jobs."""
-        within = torch.where(waiting, key, NEVER).gather(1, by_submit).sort(dim=1, stable=True).indices
-        order = by_submit.gather(1, within)
+        """Each job's place in the order (key, submit, index) among waiting jobs: a stable sort by key
+        of the index order, which is (submit, index) order (init_state refuses decreasing submits)."""
+        order = torch.where(waiting, key, NEVER).sort(dim=1, stable=True).indices
         return torch.empty_like(order).scatter_(1, order, index)
 
     key = torch.minimum(2 * rank(state.requested), 2 * rank(state.processors) + 1)

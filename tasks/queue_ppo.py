@@ -1,0 +1,293 @@
+"""PPO on the job-level queue env (RLScheduler's formulation, docs/hpc_queue.md) as a LightningModule,
+with TorchRL's objectives: `GAE` for the advantages and `ClipPPOLoss` for the update.
+
+    for each iteration:                                        (training_step)
+        draw B sequences of L consecutive jobs from the training range of the log
+        roll them out with pi_theta, one batched QueueEnv      (rollout)
+        V(s_t) for every decision, GAE(gamma, lambda)          (advantages)
+        for each of `epochs` passes, over shuffled minibatches:
+            ClipPPOLoss: clipped surrogate + critic + entropy  (one Adam step a minibatch)
+
+RLScheduler (Zhang et al., SC'20) trains its kernel network with PPO, gamma 1, lambda 0.97, clip
+0.2 on sequences of 256 jobs; those are the defaults here. Validation runs the greedy policy on
+fixed sequences of the training range and logs val/mean_bounded_slowdown, which the best
+checkpoint monitors (configs/base/queue.yaml). Checkpoints hold the policy alone under
+"lightning_sched" (`lightning_sched.queue.policy.load_queue_policy` reads it, weights_only=True).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+from lightning.pytorch import LightningModule
+from tensordict import TensorDict
+from torch.utils.data import DataLoader
+from torchrl.objectives import ClipPPOLoss
+from torchrl.objectives.value import GAE
+
+from lightning_sched import seeds
+from lightning_sched.config import ConfigError
+from lightning_sched.queue.config import QueueConfig
+from lightning_sched.queue.env import QueueEnv
+from lightning_sched.queue.log import QueueLog, read_queue_log
+from lightning_sched.queue.policy import (
+    CHECKPOINT_KEY,
+    IN_KEYS,
+    QueueNetwork,
+    QueuePolicy,
+    QueuePolicySpec,
+    make_actor,
+    make_critic,
+    queue_policy_checkpoint,
+)
+
+from .base import SchedulerTask, require_at_least, require_positive
+
+# what a decision keeps for the update: the observation the network reads, and the action's record
+DECISION_KEYS = (*IN_KEYS, "action_mask", "action", "action_log_prob")
+METRICS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "utilization", "makespan")
+
+
+@dataclass
+class PPOSettings:
+    """PPO's knobs. Defaults: RLScheduler's (clip 0.2, gamma 1, lambda 0.97, lr 3e-4)."""
+
+    lr: float = 3e-4
+    """Adam's learning rate, actor and critic. RLScheduler: pi_lr 3e-4."""
+    clip: float = 0.2
+    """Clip range of the probability ratio. RLScheduler: 0.2."""
+    epochs: int = 4
+    """Passes over each iteration's decisions."""
+    minibatch_size: int = 1024
+    """Decisions per optimizer step."""
+    gamma: float = 1.0
+    """Discount. RLScheduler: 1 (the return is minus the mean bounded slowdown)."""
+    gae_lambda: float = 0.97
+    """GAE's lambda. RLScheduler: 0.97."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus. RLScheduler: none."""
+    critic_coef: float = 0.5
+    """Weight of the critic's loss."""
+    reward_scale: float = 100.0
+    """Rewards are divided by this before GAE and the critic: returns of minus a mean bounded
+    slowdown (hundreds to thousands on Lublin logs) become a few units, which a critic can fit."""
+    max_grad_norm: float = 1.0
+    """Gradient norm clip of each step."""
+
+    def __post_init__(self) -> None:
+        require_at_least("QueuePPO.ppo", 1, epochs=self.epochs, minibatch_size=self.minibatch_size)
+        require_positive("QueuePPO.ppo", lr=self.lr, reward_scale=self.reward_scale, max_grad_norm=self.max_grad_norm)
+        if not 0 < self.clip < 1:
+            raise ConfigError(f"QueuePPO.ppo.clip must be in (0, 1), got {self.clip}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ConfigError(f"QueuePPO.ppo.{name} must be in (0, 1], got {getattr(self, name)}")
+        for name in ("entropy_coef", "critic_coef"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"QueuePPO.ppo.{name} must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass
+class QueueValidation:
+    """The fixed sequences the greedy policy is measured on at every validation, drawn once from
+    the training range with `seed` (a validation seed: training never draws it)."""
+
+    sequences: int = 10
+    """Sequences (RLScheduler's evaluation: 10)."""
+    sequence_length: int = 1024
+    """Jobs per sequence (RLScheduler's evaluation: 1024)."""
+    seed: int = seeds.VALIDATION
+
+
+class QueuePPO(LightningModule):
+    """PPO on B queue episodes at once.
+
+    Args:
+        log: an SWF log (.swf or .swf.gz), read as RLScheduler reads it (queue.log), or several logs
+            of one cluster size: row b of every batch replays log b % len(log), so each iteration
+            and each validation sees them all.
+        train_fraction: training (and validation) sequences come from the first this share of the
+            log's jobs in submit order: 1.0 as RLScheduler, 0.8 for the held-out protocol (its
+            test sequences come from the last 20%).
+        backfill, window, sequence_length, bsld_threshold, reward: the QueueConfig fields (the
+            cluster and the requested-time scale come from the log).
+        policy: the network's sizes (`QueuePolicySpec`).
+        batch_size: B, episodes per iteration. RLScheduler: 100 trajectories an epoch.
+        ppo: `PPOSettings`.
+        validation: `QueueValidation`.
+        iterations_per_epoch: iterations between epoch ends (pacing only).
+        seed: seeds the training sequences and the action sampling.
+    """
+
+    def __init__(self, log: str | list[str], train_fraction: float = 1.0, backfill: str = "off", window: int = 128,
+                 sequence_length: int = 256, bsld_threshold: float = 10.0, reward: str = "per_job",
+                 policy: QueuePolicySpec = QueuePolicySpec(), batch_size: int = 16, ppo: PPOSettings = PPOSettings(),
+                 validation: QueueValidation = QueueValidation(), iterations_per_epoch: int = 100, seed: int = 0):
+        super().__init__()
+        self.save_hyperparameters()
+        # plain values in the checkpoint's hyperparameters, so that torch.load(weights_only=True) reads it
+        for name in ("policy", "ppo", "validation"):
+            value = self.hparams[name]
+            if not isinstance(value, dict):  # built in Python, not by LightningCLI (which stores dicts)
+                self.hparams[name] = value.to_dict() if isinstance(value, QueuePolicySpec) else asdict(value)
+        self.automatic_optimization = False  # several optimizer steps an iteration
+        require_at_least("QueuePPO", 1, batch_size=batch_size, iterations_per_epoch=iterations_per_epoch,
+                         **{f"validation.{k}": getattr(validation, k) for k in ("sequences", "sequence_length")})
+        if not 0 < train_fraction <= 1:
+            raise ConfigError(f"QueuePPO.train_fraction must be in (0, 1], got {train_fraction}")
+        self.logs: list[QueueLog] = [read_queue_log(path) for path in ([log] if isinstance(log, str) else log)]
+        self.cfg = self.logs[0].config(backfill=backfill, window=window, sequence_length=sequence_length,
+                                       bsld_threshold=bsld_threshold, reward=reward)
+        self.val_cfg = QueueConfig.from_dict({**self.cfg.to_dict(), "sequence_length": validation.sequence_length})
+        self.positions, self.val_positions = [], []
+        for one in self.logs:
+            train_jobs = int(round(train_fraction * one.num_jobs))
+            self.positions.append(one.positions(0, train_jobs, sequence_length))
+            try:
+                self.val_positions.append(one.positions(0, train_jobs, validation.sequence_length))
+            except ConfigError as error:
+                raise ConfigError(f"QueuePPO.validation.sequence_length: {error}") from None
+        self.net = QueueNetwork(policy)
+        # functional=False: the loss calls the network's own modules (no parameter copies, DDP works);
+        # the state_dict names the shared weights twice, under net. and loss.
+        self.loss = ClipPPOLoss(make_actor(self.net), make_critic(self.net), clip_epsilon=ppo.clip,
+                                entropy_coeff=ppo.entropy_coef, critic_coeff=ppo.critic_coef, normalize_advantage=True,
+                                functional=False)
+        self.loss.set_keys(sample_log_prob="action_log_prob")
+        # no value network: the rollout computes every value in one call (next values are the next
+        # decision's), so GAE only runs the recursion
+        self.gae = GAE(gamma=ppo.gamma, lmbda=ppo.gae_lambda, value_network=None)
+        self.ppo, self.validation, self.seed = ppo, validation, seed
+        self._envs: dict[str, QueueEnv] = {}
+
+    @property
+    def actor(self):
+        """The sampling actor (TorchRL ProbabilisticActor over self.net's scorer)."""
+        return self.loss.actor_network
+
+    @property
+    def critic(self):
+        """The critic (TorchRL ValueOperator over self.net's value head)."""
+        return self.loss.critic_network
+
+    # ----- data: the dataloader only paces iterations --------------------------------------------
+    def train_dataloader(self):
+        return DataLoader(range(self.hparams.iterations_per_epoch), batch_size=None, shuffle=False)
+
+    def val_dataloader(self):
+        return DataLoader([0], batch_size=None)
+
+    def env(self, name: str) -> QueueEnv:
+        """The training env (fresh sequences at every reset) or the validation env (fixed ones), on
+        the module's device, built once."""
+        env = self._envs.get(name)
+        if env is None or env.device != self.device:
+            if name == "train":
+                env = QueueEnv(self.cfg, self.logs, batch_size=[self.hparams.batch_size],
+                               positions=self.positions, device=self.device)
+            else:  # row b validates on log b % len(logs), as the training rows
+                v = self.validation
+                generator = torch.Generator().manual_seed(v.seed)
+                ranges = [self.val_positions[b % len(self.logs)] for b in range(v.sequences)]
+                starts = torch.stack([torch.randint(lo, hi + 1, (), generator=generator) for lo, hi in ranges])
+                env = QueueEnv(self.val_cfg, self.logs, batch_size=[v.sequences], starts=starts, device=self.device)
+            self._envs[name] = env
+        return env
+
+    # ----- training ------------------------------------------------------------------------------
+    @torch.no_grad()
+    def rollout(self) -> tuple[TensorDict, dict[str, torch.Tensor]]:
+        """B episodes with the sampling actor: (the decisions, [N], with "advantage" and
+        "value_target"; the episodes' metrics, each DoubleTensor[B]). Rows that finish early
+        step on (ignored by the env) until all are done; those steps are dropped."""
+        env = self.env("train")
+        env.set_seed(seeds.training(self.seed, self.global_step, self.trainer.global_rank))
+        td = env.reset()
+        steps = []
+        while not bool(td["done"].all()):
+            td = env.step(self.actor(td))
+            steps.append(td.select(*DECISION_KEYS, "done", ("next", "reward"), ("next", "done"),
+                                   ("next", "terminated")))
+            td = td["next"]
+        traj = torch.stack(steps, 1)  # [B, T]
+        value = self.critic(traj.select(*IN_KEYS, "action_mask"))["state_value"]  # [B, T, 1]
+        traj["state_value"] = value
+        # s_{t+1} is the next decision's state; after the last decision every row is terminated
+        traj["next", "state_value"] = torch.cat([value[:, 1:], torch.zeros_like(value[:, :1])], 1)
+        traj["next", "reward"] = traj["next", "reward"] / self.ppo.reward_scale
+        self.gae(traj)
+        decided = ~traj["done"].squeeze(-1)  # the row was not finished before this step
+        return traj[decided], env.episode_metrics()
+
+    def training_step(self, batch, batch_idx):
+        start = time.perf_counter()
+        data, metrics = self.rollout()
+        rollout_s = time.perf_counter() - start
+        optimizer = self.optimizers()
+        n = data.shape[0]
+        steps = self.ppo.epochs * -(-n // self.ppo.minibatch_size)
+        sums: dict[str, float] = {}
+        for epoch in range(self.ppo.epochs):
+            for index in torch.randperm(n, device=self.device).split(self.ppo.minibatch_size):
+                parts = self.loss(data[index])
+                loss = parts["loss_objective"] + parts["loss_critic"] + parts.get("loss_entropy", 0.0)
+                self.check_loss(loss)
+                optimizer.zero_grad()
+                self.manual_backward(loss)
+                torch.nn.utils.clip_grad_norm_(self.net.parameters(), self.ppo.max_grad_norm)
+                # only the iteration's last step goes through Lightning's wrapper, which counts
+                # trainer.global_step: max_steps, seeds and checkpoints count iterations
+                steps -= 1
+                optimizer.step() if steps == 0 else optimizer.optimizer.step()
+                for key in ("loss_objective", "loss_critic", "entropy", "clip_fraction", "kl_approx"):
+                    if key in parts.keys():
+                        sums[key] = sums.get(key, 0.0) + float(parts[key].detach())
+        count = self.ppo.epochs * -(-n // self.ppo.minibatch_size)
+        seconds = time.perf_counter() - start
+        values = {f"train/{k}": v / count for k, v in sums.items()}
+        values.update({f"train/{m}": metrics[m].mean().float() for m in METRICS})
+        values.update({"train/decisions": float(n), "perf/rollout_s": rollout_s, "perf/iteration_s": seconds,
+                       "perf/decisions_per_s": n / rollout_s})
+        self.log_dict(values, on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
+        self.log("bsld", metrics["mean_bounded_slowdown"].mean().float(), prog_bar=True, on_step=True,
+                 on_epoch=False, logger=False)
+
+    # faults: a non-finite loss or parameters stop training before the next checkpoint (tasks.base)
+    check_loss = SchedulerTask.check_loss
+    on_train_batch_end = SchedulerTask.on_train_batch_end
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.net.parameters(), lr=self.ppo.lr)
+
+    # ----- validation: the greedy policy on fixed sequences --------------------------------------
+    @torch.no_grad()
+    def evaluate(self, env: QueueEnv) -> dict[str, torch.Tensor]:
+        """The greedy policy's episode metrics on `env`'s sequences (each DoubleTensor[B])."""
+        policy = QueuePolicy(self.net, greedy=True)
+        td = env.reset()
+        while not bool(td["done"].all()):
+            td = env.step(policy(td))["next"]
+        return env.episode_metrics()
+
+    def validation_step(self, batch, batch_idx):
+        metrics = self.evaluate(self.env("val"))
+        values = {f"val/{m}": metrics[m].mean().float() for m in METRICS}
+        self.log_dict(values, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
+        self.log("val_bsld", values["val/mean_bounded_slowdown"], prog_bar=True, logger=False, on_epoch=True,
+                 batch_size=1)
+
+    # ----- checkpoints: the policy alone, readable without this module ---------------------------
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint[CHECKPOINT_KEY] = queue_policy_checkpoint(self.net, self.cfg, log=[one.path for one in self.logs],
+                                                             train_fraction=float(self.hparams.train_fraction))
+        checkpoint["rng_state"] = torch.get_rng_state()  # the actor samples from torch's generator
+
+    def on_load_checkpoint(self, checkpoint):
+        saved = checkpoint.get(CHECKPOINT_KEY, {}).get("queue")
+        if saved is not None and saved != self.cfg.to_dict():
+            differ = [f"{k} (checkpoint {v!r}, run {self.cfg.to_dict().get(k)!r})" for k, v in saved.items()
+                      if self.cfg.to_dict().get(k) != v]
+            raise ConfigError(f"the checkpoint's queue differs from this run's: {', '.join(differ)}")
+        if "rng_state" in checkpoint:
+            torch.set_rng_state(checkpoint["rng_state"])

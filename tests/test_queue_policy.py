@@ -1,0 +1,178 @@
+"""The queue env's per-job policy (lightning_sched.queue.policy) and its PPO task (tasks.queue_ppo):
+any window size, empty slots never picked, the value head's shape and pooling, checkpoints read with
+weights_only=True, and real training runs (scripts/fit.py with configs/queue_smoke.yaml; EASY
+backfilling in process) on a small log the tests write."""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from lightning_sched.config import ConfigError
+from lightning_sched.queue.env import QueueEnv
+from lightning_sched.queue.log import read_queue_log
+from lightning_sched.queue.policy import (
+    QueueNetwork,
+    QueuePolicy,
+    QueuePolicySpec,
+    load_queue_policy,
+    make_actor,
+    make_critic,
+    queue_policy_checkpoint,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOKE = ROOT / "configs" / "queue_smoke.yaml"
+
+
+def observation(b: int, w: int, seed: int = 0) -> TensorDict:
+    """Random observations of B rows and a window of W slots, each row with 1..W jobs (row 0: one)."""
+    g = torch.Generator().manual_seed(seed)
+    jobs = torch.randint(1, w + 1, (b,), generator=g)
+    jobs[0] = 1
+    mask = torch.arange(w).unsqueeze(0) < jobs.unsqueeze(1)
+    mask = mask.gather(1, torch.rand(b, w, generator=g).argsort(1))  # jobs anywhere in the window
+    features = torch.rand(b, w, 4, generator=g) * 3 * mask.unsqueeze(-1)
+    return TensorDict({"job_features": features, "cluster_features": torch.rand(b, 2, generator=g),
+                       "action_mask": mask}, [b])
+
+
+@pytest.mark.parametrize("window", [1, 3, 16, 128])
+def test_any_window_size_and_empty_slots_are_never_picked(window):
+    net = QueueNetwork(QueuePolicySpec(hidden=(16, 8)))
+    td = observation(64, window)
+    mask = td["action_mask"]
+    logits = net(td["job_features"], td["cluster_features"], mask)
+    assert logits.shape == (64, window)
+    assert torch.isinf(logits[~mask]).all() and torch.isfinite(logits[mask]).all()
+    greedy = QueuePolicy(net)(td.clone())["action"]
+    assert mask.gather(1, greedy.unsqueeze(1)).all()
+    sampled = QueuePolicy(net, greedy=False, generator=torch.Generator().manual_seed(1))(td.clone())["action"]
+    assert mask.gather(1, sampled.unsqueeze(1)).all()
+    actor = make_actor(net)
+    for _ in range(20):  # the TorchRL actor's draws (MaskedCategorical) stay on jobs too
+        out = actor(td.clone())
+        assert mask.gather(1, out["action"].unsqueeze(1)).all()
+        assert torch.isfinite(out["action_log_prob"]).all()
+    assert (out["action"][0] == mask[0].nonzero().squeeze()).all()  # one job: no choice
+
+
+def test_a_job_scores_the_same_whatever_window_it_sits_in():
+    net = QueueNetwork()
+    td = observation(8, 16)
+    wide = net.scorer(td["job_features"], td["cluster_features"])
+    narrow = net.scorer(td["job_features"][:, :5], td["cluster_features"])
+    torch.testing.assert_close(wide[:, :5], narrow)
+
+
+def test_value_head_shape_ignores_empty_slots_and_slot_order():
+    net = QueueNetwork()
+    td = observation(32, 12)
+    value = make_critic(net)(td.clone())["state_value"]
+    assert value.shape == (32, 1) and torch.isfinite(value).all()
+    garbage = td.clone()
+    garbage["job_features"] = torch.where(td["action_mask"].unsqueeze(-1), td["job_features"], 7.0)
+    torch.testing.assert_close(make_critic(net)(garbage)["state_value"], value)
+    order = torch.randperm(12)
+    shuffled = td.clone()
+    shuffled["job_features"], shuffled["action_mask"] = td["job_features"][:, order], td["action_mask"][:, order]
+    torch.testing.assert_close(make_critic(net)(shuffled)["state_value"], value)
+
+
+def test_spec_round_trip_and_bad_sizes():
+    spec = QueuePolicySpec(hidden=(8,), embedding=4, value_hidden=(6, 3))
+    assert QueuePolicySpec.from_dict(spec.to_dict()) == spec
+    with pytest.raises(ConfigError, match="QueuePolicySpec.hidden"):
+        QueuePolicySpec(hidden=(0,))
+    with pytest.raises(ConfigError, match="unknown field"):
+        QueuePolicySpec.from_dict({"hidden": [4], "width": 3})
+
+
+def test_checkpoint_round_trip_with_weights_only(tmp_path):
+    log = read_queue_log(write_log(tmp_path / "tiny.swf"))
+    cfg = log.config(window=8, sequence_length=16)
+    net = QueueNetwork(QueuePolicySpec(hidden=(8, 4)))
+    path = tmp_path / "policy.ckpt"
+    torch.save({"lightning_sched": queue_policy_checkpoint(net, cfg, log="tiny.swf")}, path)
+    loaded, saved_cfg = load_queue_policy(path)
+    assert saved_cfg == cfg and loaded.spec == net.spec and not loaded.training
+    td = observation(4, 8)
+    torch.testing.assert_close(loaded(*td.select("job_features", "cluster_features", "action_mask").values()),
+                               net(*td.select("job_features", "cluster_features", "action_mask").values()))
+    torch.save({"something": 1}, tmp_path / "other.ckpt")
+    with pytest.raises(ConfigError, match="not a queue policy checkpoint"):
+        load_queue_policy(tmp_path / "other.ckpt")
+
+
+# ----- training ------------------------------------------------------------------------------------
+def write_log(path: Path, jobs: int = 600, nodes: int = 16, seed: int = 0) -> Path:
+    """A small SWF log on `nodes` nodes, loaded enough that jobs wait."""
+    rng = random.Random(seed)
+    lines = ["; Version: 2.2", f"; MaxNodes: {nodes}", f"; MaxProcs: {nodes}", ";"]
+    submit = 0
+    for j in range(1, jobs + 1):
+        submit += int(rng.expovariate(1 / 60))
+        procs, run = rng.choice([1, 1, 2, 4, 8, 16]), max(1, int(rng.lognormvariate(5, 1.2)))
+        lines.append(" ".join(str(f) for f in [j, submit, -1, run, procs, -1, -1, procs, run * 2, -1, 1, 1, 1, -1,
+                                               1, -1, -1, -1]))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_fit_smoke_trains_validates_and_writes_a_loadable_policy(tmp_path):
+    log = write_log(tmp_path / "tiny.swf")
+    env = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
+           "WANDB_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), "fit", "--config", str(SMOKE),
+                           "--threads", "1", "--trainer.logger", "false", "--model.init_args.log", str(log)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    seconds = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert seconds < 60, f"the queue smoke run took {seconds:.0f} s"
+    run = tmp_path / "runs" / "queue_smoke"
+    header, *rows = (run / "metrics.csv").read_text().splitlines()
+    assert "val/mean_bounded_slowdown" in header and "train/loss_objective" in header
+    best = list((run / "checkpoints").glob("best-*.ckpt"))
+    assert best and (run / "checkpoints" / "last.ckpt").is_file()
+    data = torch.load(best[0], map_location="cpu", weights_only=True)  # the whole file, not only the policy
+    assert data["global_step"] >= 2
+    net, cfg = load_queue_policy(best[0])
+    assert (cfg.window, cfg.sequence_length, cfg.nodes) == (16, 32, 16)
+    # the loaded policy plays whole episodes of the log without the training code
+    queue_log = read_queue_log(log)
+    play = QueueEnv(cfg, queue_log, batch_size=[3], starts=torch.tensor([0, 100, 200]))
+    td, policy = play.reset(), QueuePolicy(net)
+    while not bool(td["done"].all()):
+        td = play.step(policy(td))["next"]
+    assert (play.episode_metrics()["mean_bounded_slowdown"] >= 1).all()
+
+
+def test_ppo_with_easy_backfilling_in_process(tmp_path):
+    from lightning.pytorch import Trainer
+
+    from tasks.queue_ppo import PPOSettings, QueuePPO, QueueValidation
+
+    torch.manual_seed(0)
+    model = QueuePPO(str(write_log(tmp_path / "tiny.swf")), train_fraction=0.8, backfill="easy", window=8,
+                     sequence_length=24, batch_size=6, ppo=PPOSettings(epochs=2, minibatch_size=40),
+                     validation=QueueValidation(sequences=2, sequence_length=48), iterations_per_epoch=3)
+    assert model.positions[0][1] + 24 <= 480  # sequences from the first 80% of the 600 jobs
+    trainer = Trainer(max_steps=3, val_check_interval=3, check_val_every_n_epoch=None, logger=False,
+                      enable_checkpointing=False, num_sanity_val_steps=0, enable_progress_bar=False,
+                      enable_model_summary=False, default_root_dir=tmp_path)
+    before = {k: v.clone() for k, v in model.net.state_dict().items()}
+    trainer.fit(model)
+    metrics = {k: float(v) for k, v in trainer.logged_metrics.items()}
+    assert trainer.global_step == 3  # an iteration is one step, whatever its PPO minibatches
+    assert 0 < metrics["train/decisions"] <= 6 * 24  # backfilled jobs are no decisions
+    assert metrics["val/mean_bounded_slowdown"] >= 1 and metrics["train/mean_bounded_slowdown"] >= 1
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    assert any(not torch.equal(before[k], v) for k, v in model.net.state_dict().items())
