@@ -289,3 +289,31 @@ def recipe_curves(curves: dict[str, dict[str, list[float]]], reference: dict[str
         fig.suptitle(title, fontsize="medium")
     fig.tight_layout()
     return fig
+
+
+def queue_sequences(panels: dict[str, dict[str, "torch.Tensor"]], reference: dict[str, dict[str, float]] | None = None,
+                    title: str = ""):
+    """The queue env's protocols as RLScheduler's figures show them: per panel (a log and a
+    backfilling setting), each policy's mean bounded slowdown per sequence (dots) and their mean
+    (bar); `reference`: {panel: {label: value}} drawn as dashed lines (e.g. a published cell).
+    panels: {panel: {policy: DoubleTensor[N] of per-sequence values}}."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    for ax, (label, results) in zip(axes[0], panels.items()):
+        for i, (name, values) in enumerate(results.items()):
+            color = _style(name)[0] if name in STYLE else ("tab:red" if name.endswith(".ckpt") else "tab:gray")
+            ax.bar(i, float(values.mean()), color=color, alpha=0.35, width=0.7)
+            ax.scatter([i] * len(values), values.tolist(), color=color, s=10, zorder=3)
+        for j, (ref, value) in enumerate((reference or {}).get(label, {}).items()):
+            ax.axhline(value, color="black", linestyle=("--", ":")[j % 2], linewidth=1, label=f"{ref} {value:.1f}")
+        ax.set_xticks(range(len(results)), [n.rsplit("/", 1)[-1].removesuffix(".ckpt") for n in results],
+                      rotation=30, ha="right", fontsize="small")
+        ax.set_yscale("log")
+        ax.set_title(label, fontsize="medium")
+        ax.grid(alpha=0.3, axis="y")
+        if reference and label in reference:
+            ax.legend(fontsize="x-small")
+    axes[0][0].set_ylabel("mean bounded slowdown per sequence")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig

@@ -27,6 +27,7 @@ import argparse
 import json
 import math
 import time
+from pathlib import Path
 
 from _common import (
     ScriptParser,
@@ -174,28 +175,47 @@ def main(argv=None) -> int:
 
 def queue_main(argv) -> int:
     """evaluate.py --env queue: policies on a log's sequences under a protocol (docs/hpc_queue.md)."""
-    from lightning_sched.queue.evaluation import PROTOCOLS, run_protocol
+    from lightning_sched.queue.evaluation import PROTOCOLS, RLSCHEDULER_PUBLISHED, run_protocol
     from lightning_sched.queue.heuristics import HEURISTICS as QUEUE_HEURISTICS
 
     ap = ScriptParser(prog="evaluate.py --env queue", description=queue_main.__doc__)
-    ap.add_argument("--trace", required=True, help="the SWF log (.swf or .swf.gz)")
+    ap.add_argument("--trace", required=True, nargs="+", help="SWF logs (.swf or .swf.gz): one case each")
     ap.add_argument("--protocol", choices=PROTOCOLS, default="rlscheduler",
                     help="rlscheduler: its 10 sequences of 1024 jobs; heldout: --sequences sequences of 1024 jobs "
                          "from the log's last 20%%")
     ap.add_argument("--policy", nargs="+", default=["fcfs", "sjf", "f1", "wfp3", "unicep"],
                     help=f"rules ({', '.join(QUEUE_HEURISTICS)}) and/or queue checkpoints")
-    ap.add_argument("--backfill", choices=("off", "easy"), default="off")
+    ap.add_argument("--backfill", choices=("off", "easy"), nargs="+", default=["off"], help="one case each")
     ap.add_argument("--sequences", type=at_least(2), default=100, help="heldout: number of sequences")
     ap.add_argument("--load", type=positive_float,
                     help="scale the log's inter-arrival times to this offered load (default: as recorded)")
     ap.add_argument("--bsld_threshold", type=positive_float, default=10.0, help="seconds (bounded slowdown)")
+    ap.add_argument("--figure", help="also draw every case's per-sequence values to this file (never overwritten)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--json", action="store_true", help="also print one JSON line per policy")
+    ap.add_argument("--json", action="store_true", help="also print one JSON line per case and policy")
     args = ap.parse_args(argv)
+    if args.figure and Path(args.figure).exists():
+        raise ConfigError(f"--figure {args.figure}: the file exists (outputs are never overwritten)")
     set_threads(args.threads)
-    lines = run_protocol(args.trace, args.protocol, args.policy, backfill=args.backfill, sequences=args.sequences,
-                         load=args.load, bsld_threshold=args.bsld_threshold, device=args.device, echo=print)
+    lines, panels, reference = [], {}, {}
+    for trace in args.trace:
+        for backfill in args.backfill:
+            case, per_sequence = run_protocol(trace, args.protocol, args.policy, backfill=backfill,
+                                              sequences=args.sequences, load=args.load,
+                                              bsld_threshold=args.bsld_threshold, device=args.device, echo=print)
+            lines += case
+            label = f"{Path(trace).name}, backfill {backfill}"
+            panels[label] = per_sequence
+            published = RLSCHEDULER_PUBLISHED.get((Path(trace).name, backfill)) if args.protocol == "rlscheduler" \
+                else None
+            if published:
+                reference[label] = {"RLScheduler (published)": published}
+    if args.figure:
+        from lightning_sched.plots import queue_sequences
+
+        queue_sequences(panels, reference, title=f"protocol {args.protocol}").savefig(args.figure, dpi=120)
+        print(f"figure: {args.figure}")
     if args.json:
         print("\n".join(json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in line.items()})
                         for line in lines))

@@ -4,6 +4,8 @@ with TorchRL's objectives: `GAE` for the advantages and `ClipPPOLoss` for the up
     for each iteration:                                        (training_step)
         draw B sequences of L consecutive jobs from the training range of the log
         roll them out with pi_theta, one batched QueueEnv      (rollout)
+        [the first `imitation_iterations`: roll out the rule `imitate` instead, and fit pi_theta
+         to its picks (cross-entropy) and V to its returns: a warm start at the rule's level]
         V(s_t) for every decision, GAE(gamma, lambda)          (advantages)
         for each of `epochs` passes, over shuffled minibatches:
             ClipPPOLoss: clipped surrogate + critic + entropy  (one Adam step a minibatch)
@@ -30,6 +32,7 @@ from lightning_sched import seeds
 from lightning_sched.config import ConfigError
 from lightning_sched.queue.config import QueueConfig
 from lightning_sched.queue.env import QueueEnv
+from lightning_sched.queue.heuristics import QueueHeuristic
 from lightning_sched.queue.log import QueueLog, read_queue_log
 from lightning_sched.queue.policy import (
     CHECKPOINT_KEY,
@@ -117,13 +120,17 @@ class QueuePPO(LightningModule):
         ppo: `PPOSettings`.
         validation: `QueueValidation`.
         iterations_per_epoch: iterations between epoch ends (pacing only).
+        imitate: a rule of lightning_sched.queue.heuristics (ranking the window, as the network
+            sees it) that the first `imitation_iterations` iterations imitate; None: PPO throughout.
+        imitation_iterations: how many.
         seed: seeds the training sequences and the action sampling.
     """
 
     def __init__(self, log: str | list[str], train_fraction: float = 1.0, backfill: str = "off", window: int = 128,
                  sequence_length: int = 256, bsld_threshold: float = 10.0, reward: str = "per_job",
                  policy: QueuePolicySpec = QueuePolicySpec(), batch_size: int = 16, ppo: PPOSettings = PPOSettings(),
-                 validation: QueueValidation = QueueValidation(), iterations_per_epoch: int = 100, seed: int = 0):
+                 validation: QueueValidation = QueueValidation(), iterations_per_epoch: int = 100,
+                 imitate: str | None = None, imitation_iterations: int = 0, seed: int = 0):
         super().__init__()
         self.save_hyperparameters()
         # plain values in the checkpoint's hyperparameters, so that torch.load(weights_only=True) reads it
@@ -148,6 +155,10 @@ class QueuePPO(LightningModule):
                 self.val_positions.append(one.positions(0, train_jobs, validation.sequence_length))
             except ConfigError as error:
                 raise ConfigError(f"QueuePPO.validation.sequence_length: {error}") from None
+        self.teacher = None if imitate is None else QueueHeuristic(imitate, window_only=True)
+        if imitation_iterations < 0 or (imitation_iterations > 0) != (imitate is not None):
+            raise ConfigError(f"QueuePPO.imitation_iterations must be > 0 with imitate and 0 without, got "
+                              f"{imitation_iterations} with imitate={imitate!r}")
         self.net = QueueNetwork(policy)
         # functional=False: the loss calls the network's own modules (no parameter copies, DDP works);
         # the state_dict names the shared weights twice, under net. and loss.
@@ -197,18 +208,18 @@ class QueuePPO(LightningModule):
 
     # ----- training ------------------------------------------------------------------------------
     @torch.no_grad()
-    def rollout(self) -> tuple[TensorDict, dict[str, torch.Tensor]]:
-        """B episodes with the sampling actor: (the decisions, [N], with "advantage" and
-        "value_target"; the episodes' metrics, each DoubleTensor[B]). Rows that finish early
-        step on (ignored by the env) until all are done; those steps are dropped."""
+    def rollout(self, policy=None) -> tuple[TensorDict, dict[str, torch.Tensor]]:
+        """B episodes with the sampling actor, or with `policy`: (the decisions, [N], with
+        "advantage" and "value_target"; the episodes' metrics, each DoubleTensor[B]). Rows that
+        finish early step on (ignored by the env) until all are done; those steps are dropped."""
         env = self.env("train")
         env.set_seed(seeds.training(self.seed, self.global_step, self.trainer.global_rank))
         td = env.reset()
         steps = []
         while not bool(td["done"].all()):
-            td = env.step(self.actor(td))
+            td = env.step((policy or self.actor)(td))
             steps.append(td.select(*DECISION_KEYS, "done", ("next", "reward"), ("next", "done"),
-                                   ("next", "terminated")))
+                                   ("next", "terminated"), strict=False))
             td = td["next"]
         traj = torch.stack(steps, 1)  # [B, T]
         value = self.critic(traj.select(*IN_KEYS, "action_mask"))["state_value"]  # [B, T, 1]
@@ -220,9 +231,18 @@ class QueuePPO(LightningModule):
         decided = ~traj["done"].squeeze(-1)  # the row was not finished before this step
         return traj[decided], env.episode_metrics()
 
+    def imitation(self, data: TensorDict) -> TensorDict:
+        """The warm start's losses on decisions of the rule: cross-entropy of pi_theta against the
+        rule's picks, and the critic's squared error to the rule's value targets."""
+        log_prob = self.actor.get_dist(data.select(*IN_KEYS, "action_mask")).log_prob(data["action"])
+        value = self.critic(data.select(*IN_KEYS, "action_mask"))["state_value"]
+        return TensorDict({"loss_objective": -log_prob.mean(),
+                           "loss_critic": self.ppo.critic_coef * (value - data["value_target"]).pow(2).mean()}, [])
+
     def training_step(self, batch, batch_idx):
         start = time.perf_counter()
-        data, metrics = self.rollout()
+        imitating = self.teacher is not None and self.global_step < self.hparams.imitation_iterations
+        data, metrics = self.rollout(self.teacher if imitating else None)
         rollout_s = time.perf_counter() - start
         optimizer = self.optimizers()
         n = data.shape[0]
@@ -230,7 +250,7 @@ class QueuePPO(LightningModule):
         sums: dict[str, float] = {}
         for epoch in range(self.ppo.epochs):
             for index in torch.randperm(n, device=self.device).split(self.ppo.minibatch_size):
-                parts = self.loss(data[index])
+                parts = self.imitation(data[index]) if imitating else self.loss(data[index])
                 loss = parts["loss_objective"] + parts["loss_critic"] + parts.get("loss_entropy", 0.0)
                 self.check_loss(loss)
                 optimizer.zero_grad()

@@ -67,9 +67,15 @@ def test_any_window_size_and_empty_slots_are_never_picked(window):
 def test_a_job_scores_the_same_whatever_window_it_sits_in():
     net = QueueNetwork()
     td = observation(8, 16)
-    wide = net.scorer(td["job_features"], td["cluster_features"])
-    narrow = net.scorer(td["job_features"][:, :5], td["cluster_features"])
+    mask = torch.ones(8, 16, dtype=torch.bool)
+    wide = net.scorer(td["job_features"], td["cluster_features"], mask)
+    narrow = net.scorer(td["job_features"][:, :5], td["cluster_features"], mask[:, :5])
     torch.testing.assert_close(wide[:, :5], narrow)
+    holes = mask.clone()
+    holes[:, 5:] = False  # slots without a job take -inf and change nothing else
+    masked = net.scorer(td["job_features"], td["cluster_features"], holes)
+    torch.testing.assert_close(masked[:, :5], narrow)
+    assert bool(torch.isinf(masked[:, 5:]).all())
 
 
 def test_value_head_shape_ignores_empty_slots_and_slot_order():

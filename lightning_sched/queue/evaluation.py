@@ -28,6 +28,10 @@ from .log import QueueLog, read_queue_log
 PROTOCOLS = ("rlscheduler", "heldout")
 # 0-based positions in the log's job list of RLScheduler's 10 evaluation sequences (its seeded draw)
 RLSCHEDULER_STARTS = (1981, 2756, 4299, 8850, 3316, 2714, 5228, 7762, 4022, 7085)
+# RLScheduler's published RL cells (SC'20, average bounded slowdown; trained on the whole log): the
+# reference a figure draws, never a result of this project
+RLSCHEDULER_PUBLISHED = {("lublin_256.swf.gz", "off"): 254.67, ("lublin_256_new2.swf.gz", "off"): 724.51,
+                         ("lublin_256.swf.gz", "easy"): 58.64, ("lublin_256_new2.swf.gz", "easy"): 118.79}
 EVAL_LENGTH = 1024
 TRAIN_FRACTION = 0.8  # heldout: training sees jobs [0, 80%), evaluation starts in [80%, end - 1024]
 METRICS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "utilization", "makespan")
@@ -120,10 +124,12 @@ def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[C
 
 
 def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str = "off", sequences: int = 100,
-                 load: float | None = None, bsld_threshold: float = 10.0, device="cpu", echo=print) -> list[dict]:
+                 load: float | None = None, bsld_threshold: float = 10.0, device="cpu",
+                 echo=print) -> tuple[list[dict], dict[str, torch.Tensor]]:
     """Every policy of `policies` on `trace` under `protocol`; prints a table through `echo` and
-    returns one dict per policy: the metrics with 95% CIs over sequences, and, where a rule of
-    RULES ran, the paired difference to the best of them ("best heuristic")."""
+    returns one dict per policy (the metrics with 95% CIs over sequences, and, where a rule of
+    RULES ran, the paired difference to the best of them, "best heuristic") and each policy's
+    per-sequence mean bounded slowdowns."""
     log = read_queue_log(trace)
     if load is not None:
         log = log.with_load(load)
@@ -149,4 +155,4 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
             text += f"  minus {best}: {diff:+.2f} ± {ci:.2f} (paired)"
         echo(text)
         lines.append(line)
-    return lines
+    return lines, {name: r.sequences["mean_bounded_slowdown"] for name, r in results.items()}

@@ -59,20 +59,22 @@ def priority(name: str, td: TensorDictBase) -> torch.Tensor:
 
 class QueueHeuristic:
     """A priority rule as a queue-env policy: td -> td with "action" (LongTensor[B], the slot of
-    the job with the lowest score)."""
+    the job with the lowest score). `window_only`: rank the visible jobs only, as a teacher for a
+    network that sees the same window (SJF's first job is always visible; other rules' may not be)."""
 
-    def __init__(self, name: str, generator: torch.Generator | None = None):
+    def __init__(self, name: str, generator: torch.Generator | None = None, window_only: bool = False):
         if name not in HEURISTICS:
             raise ConfigError(f"queue heuristic must be one of {', '.join(HEURISTICS)}, got {name!r}")
-        self.name, self.generator = name, generator
+        self.name, self.generator, self.window_only = name, generator, window_only
 
     def __call__(self, td: TensorDictBase) -> TensorDictBase:
         mask = td["action_mask"]
-        if self.name != "random":
+        if self.name != "random" and not self.window_only:
             hidden = td["queue_length"].reshape(-1) > mask.shape[-1]
             if bool(hidden.any()):
                 raise ConfigError(f"queue heuristic {self.name}: the window ({mask.shape[-1]} slots) hides waiting "
                                   f"jobs ({int(td['queue_length'].max())}); use a window as long as the sequence")
+        if self.name != "random":
             td["action"] = priority(self.name, td).argmin(-1)
         else:
             weights = mask.double()

@@ -70,12 +70,32 @@ def mlp(sizes: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+# The job features enter as log1p(gain x feature): wait and requested time (in units of 12 hours) as
+# log1p(seconds / 60), which spreads 10 s .. days over 0.15 .. 8, the processor share and "fits now"
+# as they are. Divided by 8, every input stays within about [0, 1].
+FEATURE_GAIN = (720.0, 720.0, 0.0, 0.0)  # 0: the feature enters unchanged
+LOG_SCALE = 8.0
+
+
+def job_inputs(job_features: torch.Tensor) -> torch.Tensor:
+    """The network's view of job features [..., 4]: log-scaled times (FEATURE_GAIN)."""
+    gain = job_features.new_tensor(FEATURE_GAIN)
+    logged = torch.log1p(job_features.clamp(min=0) * gain) / LOG_SCALE
+    return torch.where(gain > 0, logged, job_features)
+
+
+def flat(job_features, cluster_features, action_mask):
+    """The inputs with their leading dims ([B] or [B, T]) as one: [N, W, 4], [N, 2], [N, W]."""
+    w = action_mask.shape[-1]
+    return job_features.reshape(-1, w, JOB_FEATURES), cluster_features.reshape(-1, CLUSTER_FEATURES), \
+        action_mask.reshape(-1, w)
+
+
 class SlotMLP(nn.Module):
-    """One MLP applied to every slot: [B, W, widths[-1]] from job_features [B, W, 4] and the row's
-    cluster_features [B, 2]. Its first layer is split in a job part and a cluster part, computed
-    once a row and broadcast over the slots (no [B, W, 6] input is built). The job features go in
-    as log1p: the wait is not clipped (days on an overloaded queue, in units of 12 hours) and would
-    swamp the other inputs; log1p is the identity near 0 and keeps every feature's order."""
+    """One MLP applied to every visible job: [N, widths[-1]] for the N jobs of `action_mask` (in
+    row-major order) from job_features [B, W, 4] and the rows' cluster_features [B, 2]. Only the
+    slots holding a job are computed: a queue rarely fills the window. The first layer is split in
+    a job part and a cluster part, the cluster part computed once a row."""
 
     def __init__(self, widths: list[int]):
         super().__init__()
@@ -83,26 +103,32 @@ class SlotMLP(nn.Module):
         self.cluster_in = nn.Linear(CLUSTER_FEATURES, widths[0], bias=False)
         self.rest = nn.Sequential(nn.ReLU(), mlp(widths)) if len(widths) > 1 else nn.Identity()
 
-    def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor) -> torch.Tensor:
-        first = self.job_in(torch.log1p(job_features.clamp(min=0))) + self.cluster_in(cluster_features).unsqueeze(-2)
-        return self.rest(first)
+    def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
+                action_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(outputs [N, widths[-1]], the row of each, LongTensor[N])."""
+        row, slot = action_mask.nonzero(as_tuple=True)
+        first = self.job_in(job_inputs(job_features[row, slot])) + self.cluster_in(cluster_features)[row]
+        return self.rest(first), row
 
 
 class JobScorer(nn.Module):
-    """The actor: scores [B, W] from job_features [B, W, 4] and cluster_features [B, 2], the same
-    MLP for every slot. Empty slots get a score too; the action mask removes them."""
+    """The actor: masked logits [B, W] from job_features [B, W, 4], cluster_features [B, 2] and
+    action_mask [B, W], the same MLP for every job; -inf on empty slots."""
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
         self.mlp = SlotMLP([*spec.hidden, 1])
 
-    def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor) -> torch.Tensor:
-        return self.mlp(job_features, cluster_features).squeeze(-1)
+    def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
+                action_mask: torch.Tensor) -> torch.Tensor:
+        scores, _ = self.mlp(*flat(job_features, cluster_features, action_mask))
+        logits = torch.full(action_mask.shape, float("-inf"), dtype=scores.dtype, device=scores.device)
+        return logits.masked_scatter(action_mask, scores.squeeze(-1))  # row-major, as nonzero() listed them
 
 
 class QueueValue(nn.Module):
     """The critic: state value [B, 1] from a per-job embedding (one layer, the same weights for
-    every slot), its mean and max over the slots that hold a job, and the cluster features."""
+    every job), its mean and max over the visible jobs, and the cluster features."""
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
@@ -111,13 +137,15 @@ class QueueValue(nn.Module):
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
                 action_mask: torch.Tensor) -> torch.Tensor:
-        embedded = torch.relu(self.embed(job_features, cluster_features))  # [B, W, E], >= 0
-        present = action_mask.unsqueeze(-1)
-        embedded = embedded * present  # an empty slot adds nothing; 0 never wins the max of ReLU outputs
-        # max with indices: its backward scatters to one slot, cheaper than amax's (which compares all)
-        count = present.sum(-2).clamp(min=1)
-        pooled = torch.cat([embedded.sum(-2) / count, embedded.max(-2).values, cluster_features], -1)
-        return self.head(pooled)
+        lead = action_mask.shape[:-1]
+        jobs, cluster, mask = flat(job_features, cluster_features, action_mask)
+        embedded, row = self.embed(jobs, cluster, mask)
+        embedded = torch.relu(embedded)  # [N, E] >= 0, so 0 is a neutral start for the max
+        b, e = mask.shape[0], embedded.shape[-1]
+        total = embedded.new_zeros(b, e).index_add(0, row, embedded)
+        largest = embedded.new_zeros(b, e).scatter_reduce(0, row.unsqueeze(1).expand(-1, e), embedded, "amax")
+        count = mask.sum(-1, keepdim=True).clamp(min=1)
+        return self.head(torch.cat([total / count, largest, cluster], -1)).reshape(*lead, 1)
 
 
 class QueueNetwork(nn.Module):
@@ -132,14 +160,14 @@ class QueueNetwork(nn.Module):
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
                 action_mask: torch.Tensor) -> torch.Tensor:
-        return self.scorer(job_features, cluster_features).masked_fill(~action_mask, float("-inf"))
+        return self.scorer(job_features, cluster_features, action_mask)
 
 
 def make_actor(net: QueueNetwork) -> ProbabilisticActor:
     """The TorchRL actor: job_features, cluster_features -> "logits" -> MaskedCategorical over the
     slots allowed by "action_mask" -> "action" (int64 [B]) and "action_log_prob". A finished row's
     mask allows slot 0 (the env sets it, and ignores the action), so the distribution stays defined."""
-    scores = TensorDictModule(net.scorer, in_keys=list(IN_KEYS), out_keys=["logits"])
+    scores = TensorDictModule(net.scorer, in_keys=[*IN_KEYS, "action_mask"], out_keys=["logits"])
     return ProbabilisticActor(scores, in_keys={"logits": "logits", "mask": "action_mask"}, out_keys=["action"],
                               distribution_class=MaskedCategorical, return_log_prob=True)
 
