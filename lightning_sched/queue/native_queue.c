@@ -43,17 +43,45 @@ typedef struct {
     int64_t *queue_length;              /* [B] */
 } QueueArgs;
 
-/* One row while it steps. The running jobs are also kept in a short list (`running`, in no order,
- * with their actual ends): events search it instead of the whole band of the row's jobs. */
+/* A running job in the row's heap of running jobs: ordered by actual end, then by start rank
+ * (of jobs ending in the same second, the one started first ends first). */
+typedef struct { int64_t end, rank, job; } Running;
+
+/* One row while it steps. Its running jobs are also kept in a binary min-heap (`running`), so an
+ * event finds the next end at its top instead of searching the row's jobs. */
 typedef struct {
     const QueueArgs *a;
     int64_t L, lo, na, q, time, free;
     const int64_t *submit, *run, *requested, *processors, *nodes;
     int8_t *status;
     int64_t *start, *start_rank, started;
-    int64_t *running, *running_end, num_running;
+    Running *running;
+    int64_t num_running; /* -1 until the heap is built */
     double bsld;
 } Row;
+
+static int before(const Running *x, const Running *y) { return x->end < y->end || (x->end == y->end && x->rank < y->rank); }
+
+static void sift_down(Running *h, int64_t n, int64_t i) {
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= n) return;
+        if (c + 1 < n && before(&h[c + 1], &h[c])) c++;
+        if (!before(&h[c], &h[i])) return;
+        Running t = h[i];
+        h[i] = h[c], h[c] = t, i = c;
+    }
+}
+
+static void push_running(Row *r, Running x) {
+    int64_t i = r->num_running++;
+    Running *h = r->running;
+    h[i] = x;
+    while (i > 0 && before(&h[i], &h[(i - 1) / 2])) {
+        Running t = h[i];
+        h[i] = h[(i - 1) / 2], h[(i - 1) / 2] = t, i = (i - 1) / 2;
+    }
+}
 
 static void start_job(Row *r, int64_t k) {
     double run = (double)r->run[k];
@@ -65,46 +93,35 @@ static void start_job(Row *r, int64_t k) {
     r->start_rank[k] = r->started++;
     r->free -= r->nodes[k];
     r->q--;
-    if (r->num_running >= 0) r->running[r->num_running] = k, r->running_end[r->num_running++] = r->time + r->run[k];
+    if (r->num_running >= 0) push_running(r, (Running){r->time + r->run[k], r->start_rank[k], k});
 }
 
-/* The running list, built at the first event of a step (a pick that fits and leaves jobs waiting
- * needs none: most steps of a good policy). */
+/* The heap, built at the first event of a step (a pick that fits and leaves jobs waiting needs
+ * none: most steps of a good policy). */
 static void list_running(Row *r) {
     if (r->num_running >= 0) return;
-    r->num_running = 0;
+    int64_t n = 0;
     for (int64_t k = r->lo; k < r->na; k++)
-        if (r->status[k] == RUNNING) r->running[r->num_running] = k, r->running_end[r->num_running++] = r->start[k] + r->run[k];
-}
-
-/* The position in `running` of the job with the earliest actual end (on ties, the one started
- * first), -1 when none runs. */
-static int64_t earliest_end(const Row *r) {
-    int64_t best = -1;
-    for (int64_t i = 0; i < r->num_running; i++) {
-        if (best < 0 || r->running_end[i] < r->running_end[best] ||
-            (r->running_end[i] == r->running_end[best] &&
-             r->start_rank[r->running[i]] < r->start_rank[r->running[best]]))
-            best = i;
-    }
-    return best;
+        if (r->status[k] == RUNNING) r->running[n++] = (Running){r->start[k] + r->run[k], r->start_rank[k], k};
+    r->num_running = n;
+    for (int64_t i = n / 2 - 1; i >= 0; i--) sift_down(r->running, n, i);
 }
 
 /* One event: an arrival (when one is due no later than the earliest end, or nothing runs) or one end. */
 static void advance(Row *r) {
     list_running(r);
-    int64_t i = earliest_end(r);
-    if (r->na < r->L && (i < 0 || r->submit[r->na] <= r->running_end[i])) {
+    const Running *top = r->num_running > 0 ? &r->running[0] : NULL;
+    if (r->na < r->L && (!top || r->submit[r->na] <= top->end)) {
         if (r->submit[r->na] > r->time) r->time = r->submit[r->na];
         r->status[r->na++] = WAITING;
         r->q++;
     } else {
-        int64_t k = r->running[i];
-        if (r->running_end[i] > r->time) r->time = r->running_end[i];
+        int64_t k = top->job;
+        if (top->end > r->time) r->time = top->end;
         r->status[k] = ENDED;
         r->free += r->nodes[k];
-        r->num_running--;
-        r->running[i] = r->running[r->num_running], r->running_end[i] = r->running_end[r->num_running];
+        r->running[0] = r->running[--r->num_running];
+        sift_down(r->running, r->num_running, 0);
         while (r->lo < r->na && r->status[r->lo] == ENDED) r->lo++;
     }
 }
@@ -147,7 +164,7 @@ static int64_t shadow_time(Row *r, int64_t j, EndNodes *scratch) {
     list_running(r);
     int64_t n = r->num_running;
     for (int64_t i = 0; i < n; i++) {
-        int64_t k = r->running[i];
+        int64_t k = r->running[i].job;
         scratch[i].key = r->start[k] + r->requested[k], scratch[i].nodes = r->nodes[k];
     }
     qsort(scratch, (size_t)n, sizeof(EndNodes), by_key);
@@ -164,8 +181,8 @@ static void step_row(Row *r, int64_t j, EndNodes *scratch) {
     if (r->nodes[j] > r->free) {
         int64_t shadow = r->a->backfill ? shadow_time(r, j, scratch) : 0;
         while (r->nodes[j] > r->free) {
-            if (r->a->backfill)
-                for (int64_t k = r->lo; k < r->na; k++)
+            if (r->a->backfill) /* nothing can start on a full cluster */
+                for (int64_t k = r->lo; k < r->na && r->free > 0; k++)
                     if (r->status[k] == WAITING && r->nodes[k] <= r->free && r->time + r->requested[k] < shadow)
                         start_job(r, k);
             advance(r);
@@ -210,7 +227,7 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
     int64_t L = a->length, W = a->window;
     EndNodes *ends = malloc(sizeof(EndNodes) * (size_t)L);
     uint64_t *keys = malloc(sizeof(uint64_t) * 2 * (size_t)L);
-    int64_t *running = malloc(sizeof(int64_t) * 2 * (size_t)L);
+    Running *running = malloc(sizeof(Running) * (size_t)L);
     uint8_t *seen = malloc((size_t)L);
     if (!ends || !keys || !running || !seen) {
         free(ends), free(keys), free(running), free(seen);
@@ -221,7 +238,7 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
         int64_t off = b * L;
         Row r = {a, L, 0, a->next_arrival[b], 0, a->time[b], a->free_nodes[b], a->submit + off, a->run + off,
                  a->requested + off, a->processors_of + off, a->nodes_of + off, a->status + off, a->start + off,
-                 a->start_rank + off, 0, running, running + L, -1, 0.0};
+                 a->start_rank + off, 0, running, -1, 0.0};
         if (a->done[b]) r.lo = r.na = L; /* nothing waits: an empty window, skip the scans */
         while (r.lo < r.na && r.status[r.lo] == ENDED) r.lo++;
         for (int64_t k = r.lo; k < r.na; k++) r.q += r.status[k] == WAITING;
