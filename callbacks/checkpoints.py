@@ -4,13 +4,17 @@ Lightning's `ModelCheckpoint(save_last=True)` copies a checkpoint to last.ckpt o
 one, i.e. when the monitored value improves, so last.ckpt would be the best checkpoint, not the
 latest. `scripts/fit.py` keeps the best with one ModelCheckpoint (a monitor) and the latest with
 `LatestCheckpoint` (no monitor: it saves at every validation and when the run is stopped by
-SIGTERM, replacing its previous file).
+SIGTERM, replacing its previous file, and then prints the command that resumes the run).
 
 Lightning stages a checkpoint in $TMPDIR and moves it; across filesystems the move is a copy over
 the previous file, so a kill or a full disk during the copy leaves a truncated file and no good
 one. `AtomicCheckpointIO` writes next to the target and renames.
 """
 from __future__ import annotations
+
+import os
+import shlex
+import sys
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -36,6 +40,19 @@ class LatestCheckpoint(ModelCheckpoint):
         # validation), so the state saved here is a consistent point to resume from
         if isinstance(exception, SIGTERMException) and trainer.state.fn == "fit":
             self._save_none_monitor_checkpoint(trainer, self._monitor_candidates(trainer))
+            if trainer.is_global_zero:
+                print(self.stopped_message(trainer.global_step, trainer.default_root_dir), flush=True)
+
+    def stopped_message(self, iteration: int, run_dir: str) -> str:
+        """Where a run stopped by SIGTERM at `iteration` was saved, and the `scripts/fit.py` command
+        that resumes it (the run folder `run_dir` holds its config.yaml)."""
+        path = self.interrupted_path()
+        if not path:
+            return f"\nstopped by SIGTERM at iteration {iteration}, before any checkpoint"
+        command = shlex.join(["python", sys.argv[0], "fit", "--config", os.path.join(run_dir, "config.yaml"),
+                              "--ckpt_path", os.path.relpath(path)])
+        return (f"\nstopped by SIGTERM at iteration {iteration}; saved {os.path.relpath(path)}. "
+                f"Resume with:\n  {command}")
 
     def interrupted_path(self) -> str | None:
         """The file a stopped run resumes from (None before the first save)."""

@@ -1,18 +1,21 @@
 """What a training run shows and keeps about itself: one progress bar over the whole run, the W&B
-run id in every checkpoint (a resume continues the same W&B run), and a metrics.csv that a resume
-appends to."""
+run id in every checkpoint (a resume continues the same W&B run), a metrics.csv that a resume
+appends to, and checkpoints written whole."""
 from __future__ import annotations
 
 import csv
 import math
 import sys
 
-from lightning.pytorch import Callback
-from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch import Callback, Trainer
+from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm, _update_n
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from .checkpoints import AtomicCheckpointIO
 
 WANDB_ID_KEY = "wandb_run_id"
 
@@ -66,6 +69,30 @@ class WandbRunId(Callback):
             if isinstance(logger, WandbLogger):
                 checkpoint[WANDB_ID_KEY] = logger.version
                 return
+
+
+def run_callbacks(trainer_config) -> list[Callback]:
+    """The callbacks a run adds to the trainer's own (`trainer_config`: the trainer's instantiated
+    arguments): WandbRunId and, unless the config turns the bar off or names its own, RunProgressBar."""
+    given = trainer_config.get("callbacks") or []
+    given = given if isinstance(given, list) else [given]
+    extra = [WandbRunId()]
+    if trainer_config.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in given):
+        extra.append(RunProgressBar())
+    return [*given, *extra]
+
+
+def prepare_trainer(trainer: Trainer) -> Trainer:
+    """`trainer` writing its checkpoints whole (AtomicCheckpointIO, unless it has a CheckpointIO of
+    its own) and starting W&B without a warning."""
+    if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+        trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+    for logger in trainer.loggers:
+        # private: WandbLogger has no public way to leave out `anonymous`; it always passes it to
+        # wandb.init (None when not asked for), and wandb 0.31 warns about any value at every start
+        if isinstance(logger, WandbLogger) and logger._wandb_init.get("anonymous") is None:
+            logger._wandb_init.pop("anonymous")
+    return trainer
 
 
 class _AppendingWriter(ExperimentWriter):

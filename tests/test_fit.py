@@ -200,3 +200,17 @@ def test_warm_start_from_a_checkpoint_and_refusal_of_another_cluster(smoke_run):
     # another objective trains the same network: allowed
     module = Reinforce(cluster=ClusterConfig(objective="deadline"), init_from=str(ckpt))
     assert torch.equal(module.net.first.weight, saved["net.first.weight"])
+
+
+def test_a_module_of_another_family_trains_and_resumes_through_fit(tmp_path):
+    """fit.py holds nothing of DeepRM's module: another LightningModule (tests/other_task.py, as a
+    queue-level task would be) gets the same run folder, checkpoints and resume."""
+    args = ("--model", "tests.other_task.OtherTask", "--checkpoint.monitor", "eval/mean_error",
+            "--trainer.logger", "false", "--trainer.val_check_interval", "2")
+    proc = fit("fit", *args, "--trainer.max_steps", "4", tmp_path=tmp_path)
+    assert "model        OtherTask, 1 parameters" in proc.stdout
+    run = tmp_path / "runs" / "fit"
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best-4.ckpt", "last.ckpt"]
+    fit("fit", *args, "--trainer.max_steps", "6", "--ckpt_path", "runs/fit/checkpoints/last.ckpt", tmp_path=tmp_path)
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["fit"]
+    assert torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == 6

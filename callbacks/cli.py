@@ -1,0 +1,76 @@
+"""What `scripts/fit.py`'s LightningCLI needs beside its callbacks: bad input as one line, the module
+trained when nothing names one, and a start-up without messages a user cannot act on."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import warnings
+
+from lightning_sched import ConfigError
+
+# DeepRM's REINFORCE (paper settings): trained when neither --model nor a config picks the module
+DEFAULT_MODEL = "tasks.reinforce.Reinforce"
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
+# the lines of jsonargparse's message that only give its structure, not a reason
+STRUCTURE = ("Parser key", "Does not validate", "Subtypes:", "Errors:", "- Problem with given class_path",
+             "Given value")
+
+
+def one_line(message: str) -> str:
+    """jsonargparse's message, nested one level per config key and one branch per class a value could
+    be, as `key.path: reason`: the keys down the first branch (the class the config names) and the
+    first reason found there. jsonargparse gives these only as text."""
+    keys = []
+    for line in (line.strip() for line in message.splitlines()):
+        key = re.match(r'Parser key "([^"]+)"', line)
+        if key:
+            keys.append(key.group(1))
+        elif line and not line.startswith(STRUCTURE):
+            return f"{'.'.join(keys)}: {line.lstrip('- ')}" if keys else line
+    return message.strip().splitlines()[0] if message.strip() else message
+
+
+def config_error(error: BaseException | None) -> ConfigError | None:
+    """The ConfigError that caused `error` (jsonargparse wraps those raised while instantiating)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, ConfigError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def with_default_model(args: list[str]) -> list[str]:
+    """`args` with `--model=DEFAULT_MODEL` after the subcommand when neither --model nor a config
+    picks the module. Not a parser default: jsonargparse keeps a default's init_args when a config's
+    class_path replaces it, so tasks.maml.MAML silently took Reinforce's values for the arguments
+    both have (normalize_advantage False instead of MAML's True). Another module (a second task)
+    is picked by its config's `model.class_path` or by --model."""
+    # --model NAME / --config FILE pick the module; --model.<arg> only sets one of its arguments
+    picks_model = any(a in ("--model", "--config", "-c") or a.startswith(("--model=", "--config=")) for a in args)
+    if picks_model or not args or args[0] not in SUBCOMMANDS:
+        return args
+    return [args[0], f"--model={DEFAULT_MODEL}", *args[1:]]
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, *starts: str):
+        super().__init__()
+        self.starts = starts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.starts)
+
+
+def quiet_start() -> None:
+    """Silence the start-up messages a user of fit.py cannot act on; other warnings still show."""
+    os.environ.setdefault("WANDB_SILENT", "true")
+    # torch's pytree API as Lightning calls it
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    # jobsets are drawn from the iteration's seed, so a resume inside an epoch draws the same ones
+    warnings.filterwarnings("ignore", message=r".*resuming from a checkpoint that ended before the epoch ended")
+    drop = _DropMessages("💡 Tip", "TPU available", "HPU available", "Seed set to")
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.seed"):
+        logging.getLogger(name).addFilter(drop)

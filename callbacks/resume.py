@@ -1,0 +1,79 @@
+"""`--ckpt_path` in `scripts/fit.py`: the checkpoint read once, and its model settings held against
+the config's. LightningCLI lets a checkpoint's hyperparameters replace the config's model silently;
+here `fit` (a resume) refuses a model of another class or any model field that differs, naming
+them, and `test`, `validate` and `predict` refuse another class or cluster: they measure on the
+config's `model.evaluation` and take the rest from the checkpoint, naming what replaced the
+config's values."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from jsonargparse import Namespace
+
+from lightning_sched import ConfigError
+
+from .run_folder import run_of_checkpoint
+
+
+def read_checkpoint(ckpt_path: str) -> dict:
+    """The checkpoint's contents, loaded as Lightning loads them (weights only); an error naming the
+    file if it is missing or not a checkpoint."""
+    if not Path(ckpt_path).is_file():
+        raise ConfigError(f"--ckpt_path {ckpt_path}: no such file")
+    try:
+        return torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    except Exception as error:  # truncated, or not a torch file at all
+        raise ConfigError(f"--ckpt_path {ckpt_path} is not a Lightning checkpoint (torch.load: "
+                          f"{type(error).__name__}; truncated or another kind of file)") from None
+
+
+def flat(namespace) -> dict:
+    """A model config as {dotted key: value}, comparable between the config and a checkpoint."""
+    return dict(namespace.items()) if isinstance(namespace, Namespace) else {}
+
+
+def check_checkpoint_model(asked: Namespace | None, saved: Namespace | None, subcommand: str,
+                           ckpt_path: str) -> list[str]:
+    """Holds the model the config `asked` for against the one Lightning took from the checkpoint
+    (`saved`, the subcommand's `model` after LightningCLI parsed the checkpoint's hyperparameters).
+    Raises ConfigError where `subcommand` cannot honour the config; otherwise edits `saved` (the
+    config's evaluation settings, no arguments the module no longer takes) and returns the notes
+    to print about what the checkpoint changed."""
+    if asked is None or saved is None or asked == saved:
+        return []
+    if asked.get("class_path") != saved.get("class_path"):
+        raise ConfigError(f"--ckpt_path {ckpt_path} holds a {saved.get('class_path')} model; the config trains "
+                          f"{asked.get('class_path')}")
+    notes = []
+    unknown = sorted(saved.get("dict_kwargs") or {})  # saved by an older signature of the module
+    if unknown and subcommand == "fit":
+        raise ConfigError(f"--ckpt_path {ckpt_path} was saved with arguments {saved.class_path} no longer takes "
+                          f"({', '.join(unknown)}); it cannot be resumed (scripts/evaluate.py --policy reads it)")
+    if unknown:
+        saved.dict_kwargs = {}
+        notes.append(f"note: {subcommand} ignores the checkpoint's arguments that {saved.class_path} no longer "
+                     f"takes: {', '.join(unknown)}")
+    want, have = flat(asked.get("init_args")), flat(saved.get("init_args"))
+    differing = [key for key in want if key in have and want[key] != have[key]]
+
+    def named(keys: list[str]) -> str:
+        return ", ".join(f"model.{key} (checkpoint {have[key]!r}, config {want[key]!r})" for key in keys)
+
+    if subcommand == "fit":
+        if differing:
+            run = run_of_checkpoint(ckpt_path)
+            hint = f"--config {run / 'config.yaml'}" if run else "the config it was trained with"
+            raise ConfigError(f"--ckpt_path {ckpt_path} was trained with other settings: {named(differing)}; "
+                              f"resume with {hint}, or leave out --ckpt_path to start a new run")
+        return notes
+    for key in [k for k in differing if k.startswith("evaluation.")]:
+        saved.init_args[key] = want[key]
+        differing.remove(key)
+    cluster = [k for k in differing if k.startswith("cluster.")]
+    if cluster:
+        raise ConfigError(f"--ckpt_path {ckpt_path} was trained on another cluster: {named(cluster)}")
+    if differing:
+        notes.append(f"note: {subcommand} uses the checkpoint's settings where the config differs: "
+                     f"{named(differing)}")
+    return notes

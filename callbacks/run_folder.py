@@ -1,0 +1,231 @@
+"""A training run's folder, as `scripts/fit.py` lays it out: `--trainer.default_root_dir` when
+given, else `runs/<name>` with <name> the stem of the last `--config` (`fit` without one;
+`<name>-test` for the test subcommand, and so on), `-2`, `-3`, ... appended when that folder
+exists. It holds
+    config.yaml     the full config of the run
+    checkpoints/    best-<step>.ckpt (lowest eval/mean_slowdown, `--checkpoint.*`) and last.ckpt
+                    (the state at the latest validation, or where SIGTERM stopped the run)
+    metrics.csv     every logged metric (`python scripts/figures.py learning_curve --metrics ...`)
+    wandb/          the Weights & Biases run, offline unless WANDB_API_KEY is set
+                    (`wandb sync DIR/wandb/offline-run-*` uploads it later)
+`--trainer.logger false` turns W&B off (metrics.csv stays); a `--trainer.logger` or
+`--checkpoint.dirpath` of your own is used as given. A folder named by `--trainer.default_root_dir`
+that already holds a run is refused unless the run resumes; a resume of RUN/checkpoints/<file>
+goes back into RUN.
+
+Here: which folder a run gets, the config file written into it, the loggers pointed at it, the
+lines `fit` prints about it, and the checks made before training writes anything.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import itertools
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import torch
+from jsonargparse import Namespace
+from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
+
+from lightning_sched import ConfigError
+
+from .run import RunCSVLogger
+
+RUN_DIR_ENV = "LIGHTNING_SCHED_RUN_DIR"  # the run folder, handed to the DDP processes Lightning starts
+RUNS = Path("runs")  # relative to the working directory
+
+
+def run_of_checkpoint(ckpt_path: str | None) -> Path | None:
+    """RUN when `ckpt_path` is RUN/checkpoints/<file> of a run folder (one holding config.yaml)."""
+    if not ckpt_path:
+        return None
+    ckpt = Path(ckpt_path)
+    run = ckpt.parent.parent
+    return run if ckpt.parent.name == "checkpoints" and (run / "config.yaml").is_file() else None
+
+
+def run_name(configs: list[str], subcommand: str) -> str:
+    """The stem of the last config file (`fit` without one); `<stem>-test` etc. for the other subcommands."""
+    name = Path(str(configs[-1])).stem if configs else "fit"
+    if subcommand != "fit":
+        name = f"{name}-{subcommand}" if configs else subcommand
+    return name
+
+
+class RunFolders:
+    """Creates the folders of one process's run and remembers which it made, so that a bad config
+    that stops the run before they fill leaves none behind (`remove_empty`)."""
+
+    def __init__(self, runs: Path = RUNS):
+        self.runs = Path(runs)
+        self.created: list[Path] = []
+
+    def make(self, folder: Path, exist_ok: bool) -> None:
+        existed = folder.is_dir()
+        folder.mkdir(parents=True, exist_ok=exist_ok)
+        if not existed:
+            self.created.append(folder)
+
+    def remove_empty(self) -> None:
+        for folder in reversed(self.created):
+            try:
+                folder.rmdir()
+            except OSError:  # not empty: the run got further than its start
+                pass
+
+    def claim(self, base: Path) -> Path:
+        """`base`, else `base-2`, `base-3`, ...: the first that does not exist, created here (mkdir is
+        atomic, so two runs started at once get two folders)."""
+        base.parent.mkdir(parents=True, exist_ok=True)
+        for n in itertools.count(1):
+            folder = base if n == 1 else base.with_name(f"{base.name}-{n}")
+            try:
+                self.make(folder, exist_ok=False)
+                return folder
+            except FileExistsError:
+                continue
+        raise AssertionError("unreachable")
+
+    def require_writable(self, folder: Path, what: str) -> None:
+        """An error naming `folder` if a file cannot be created in it (checked before training starts)."""
+        try:
+            self.make(folder, exist_ok=True)
+            probe = folder / f".write-test-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as error:
+            raise ConfigError(f"{what} {folder} is not writable: {error.strerror or error}") from None
+
+    def choose(self, subcommand: str, configs: list[str], given: str | None, ckpt_path: str | None) -> Path:
+        """The run's folder, created: `given` (--trainer.default_root_dir; refused if it holds a run
+        and this is no resume), the run folder `ckpt_path` (a resume) sits in, else a new one under
+        runs/ named by `run_name`. `ckpt_path` is the checkpoint `fit` resumes (None otherwise)."""
+        inherited = os.environ.get(RUN_DIR_ENV)
+        if inherited and os.environ.get("LOCAL_RANK", "0") != "0":  # a DDP process: rank 0 chose it
+            return Path(inherited)
+        if given:
+            folder = Path(given)
+            held = [p for p in (folder / "config.yaml", folder / "checkpoints") if p.exists()]
+            if held and not ckpt_path:
+                raise ConfigError(f"--trainer.default_root_dir {folder} already holds a run ({held[0]}); resume it "
+                                  f"with --ckpt_path, or name another folder")
+            self.require_writable(folder, "the run folder")
+        elif run_of_checkpoint(ckpt_path):
+            folder = run_of_checkpoint(ckpt_path)
+        else:
+            try:
+                folder = self.claim(self.runs / run_name(configs, subcommand))
+            except OSError as error:
+                raise ConfigError(f"cannot create a run folder under {self.runs}/: {error.strerror or error}") from None
+        os.environ[RUN_DIR_ENV] = str(folder)
+        return folder
+
+    def configure(self, config: Namespace, subcommand: str, configs: list[str], wandb_id: str | None) -> Path:
+        """Points the subcommand's `config` (trainer, checkpoint, last_checkpoint) at the run's
+        folder, chosen here, and returns it. `wandb_id`: the W&B run a resume continues."""
+        save_last = (config.get("checkpoint") or {}).get("save_last")
+        if save_last:  # last_checkpoint writes last.ckpt; two writers would overwrite each other
+            raise ConfigError(f"checkpoint.save_last={save_last!r}: last.ckpt is kept by last_checkpoint "
+                              "(the latest state); leave checkpoint.save_last unset")
+        ckpt = config.get("ckpt_path") if subcommand == "fit" else None
+        run_dir = self.choose(subcommand, configs, config.trainer.get("default_root_dir"), ckpt)
+        config.trainer.default_root_dir = str(run_dir)
+        if config.checkpoint.get("dirpath") is None:
+            config.checkpoint.dirpath = str(run_dir / "checkpoints")
+        config.last_checkpoint.dirpath = config.checkpoint.dirpath
+        if subcommand != "fit":  # the checkpoint callbacks only matter to training
+            warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
+        else:
+            self.require_writable(Path(config.checkpoint.dirpath), "the checkpoint folder")
+        if ckpt:  # the folder holds this run's own checkpoints, which the resumed callbacks take over
+            warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+        config.trainer.logger = run_loggers(config.trainer.logger, run_dir, wandb_id)
+        return run_dir
+
+
+def wandb_online() -> bool:
+    """Online only with an API key and no WANDB_MODE asking otherwise: the default run works anywhere."""
+    return bool(os.environ.get("WANDB_API_KEY")) and os.environ.get("WANDB_MODE", "online") == "online"
+
+
+def wandb_args() -> dict:
+    """The arguments of the WandbLogger a run gets unless it names its own or turns logging off."""
+    return {"project": "lightning_sched", "offline": not wandb_online()}
+
+
+def logger_class(entry) -> type | None:
+    """The class of one `trainer.logger` entry (a class_path Namespace or an instance)."""
+    if isinstance(entry, Namespace) and isinstance(entry.get("class_path"), str):
+        module, _, name = entry.class_path.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+    return type(entry) if not isinstance(entry, (bool, Namespace)) else None
+
+
+def run_loggers(logger, run_dir: Path, wandb_id: str | None = None) -> list:
+    """trainer.logger (True, False, None, one entry or a list) with the run folder filled in: W&B
+    under it (a resume continues run `wandb_id`) and a CSVLogger writing its metrics.csv."""
+    entries = [] if logger in (None, False) else list(logger) if isinstance(logger, list) else [logger]
+    wandb = Namespace(class_path="lightning.pytorch.loggers.WandbLogger",
+                      init_args=Namespace(wandb_args()))
+    loggers = [copy.deepcopy(wandb) if entry is True else entry for entry in entries]
+    for entry in loggers:
+        cls = logger_class(entry)
+        if cls is None or not issubclass(cls, WandbLogger) or not isinstance(entry, Namespace):
+            continue
+        args = entry.init_args
+        if args.get("save_dir") in (None, ".") and args.get("dir") is None:  # "." is WandbLogger's default
+            args.save_dir = str(run_dir)
+        if wandb_id and args.get("id") is None and args.get("version") is None:
+            args.id = wandb_id
+    if not any(issubclass(logger_class(e) or object, CSVLogger) for e in loggers):
+        loggers.append(Namespace(class_path=f"{RunCSVLogger.__module__}.{RunCSVLogger.__qualname__}",
+                                 init_args=Namespace(save_dir=str(run_dir))))
+    return loggers
+
+
+def describe_run(run_dir: Path, subcommand: str, checkpoint_dir: str | None, loggers, ckpt_path: str | None,
+                 model: torch.nn.Module) -> str:
+    """The lines `fit` prints at start: where this run's outputs go."""
+    rows = [("run folder", str(run_dir)), ("config", str(run_dir / "config.yaml"))]
+    if subcommand == "fit":
+        rows.append(("checkpoints", str(checkpoint_dir)))
+    for logger in loggers:
+        if isinstance(logger, CSVLogger):
+            rows.append(("metrics", os.path.join(logger.log_dir, "metrics.csv")))
+        elif isinstance(logger, WandbLogger):
+            folder = os.path.join(logger.save_dir or ".", "wandb")
+            # WandbLogger has no public reader of its offline flag (reading `experiment` would start W&B)
+            mode = ("offline: `wandb sync " + os.path.join(folder, "offline-run-*") + "` uploads it"
+                    if getattr(logger, "_offline", False) else "online")
+            rows.append(("W&B", f"{folder} ({mode})"))
+    if ckpt_path:
+        rows.append(("resumes" if subcommand == "fit" else "checkpoint", str(ckpt_path)))
+    params = sum(p.numel() for p in model.parameters())
+    rows.append(("model", f"{type(model).__name__}, {params:,} parameters"))
+    return "\n".join(f"{name:<12} {value}" for name, value in rows)
+
+
+def require_free_space(folder: Path, model: torch.nn.Module) -> None:
+    """An error if `folder` cannot hold the run's checkpoints: best and last, each beside its
+    previous file while written, each about the weights, two optimizer moments and the policy copy."""
+    need = 4 * 4 * sum(p.numel() * p.element_size() for p in model.parameters())
+    free = shutil.disk_usage(folder).free
+    if free < need:
+        raise ConfigError(f"the checkpoint folder {folder} has {free / 2**20:.1f} MiB free; its checkpoints "
+                          f"need about {need / 2**20:.1f} MiB")
+
+
+class RunConfig(SaveConfigCallback):
+    """config.yaml in the run folder (Lightning's puts it in the first logger's folder)."""
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if self.already_saved:
+            return
+        if trainer.is_global_zero:
+            self.parser.save(self.config, os.path.join(trainer.default_root_dir, self.config_filename),
+                             skip_unset=False, overwrite=True, multifile=self.multifile)
+        self.already_saved = trainer.strategy.broadcast(True)

@@ -1,0 +1,239 @@
+"""The run-folder, resume and parse-error logic `scripts/fit.py` uses (callbacks/run_folder.py,
+callbacks/resume.py, callbacks/cli.py), called directly: no Trainer, no subprocess.
+tests/test_run_folder.py runs the same behaviour end to end."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from jsonargparse import Namespace
+
+from callbacks.cli import DEFAULT_MODEL, config_error, one_line, with_default_model
+from callbacks.resume import check_checkpoint_model, read_checkpoint
+from callbacks.run import run_callbacks
+from callbacks.run_folder import RUN_DIR_ENV, RunFolders, run_loggers, run_name, run_of_checkpoint
+from lightning_sched import ConfigError
+
+WANDB = "lightning.pytorch.loggers.WandbLogger"
+
+
+@pytest.fixture(autouse=True)
+def own_run_dir_env(monkeypatch):
+    """RunFolders.choose hands its folder to DDP processes through the environment: keep it per test."""
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+
+
+def a_run(folder: Path) -> Path:
+    """A finished run folder: config.yaml and checkpoints/last.ckpt."""
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "config.yaml").write_text("model: {}\n")
+    (folder / "checkpoints" / "last.ckpt").write_bytes(b"")
+    return folder
+
+
+# ----- the run folder --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("configs, subcommand, name", [
+    (["configs/base/deeprm.yaml", "configs/deeprm_slowdown.yaml"], "fit", "deeprm_slowdown"),
+    ([], "fit", "fit"),
+    (["configs/smoke.yaml"], "test", "smoke-test"),
+    ([], "validate", "validate"),
+])
+def test_a_run_is_named_after_its_last_config_and_subcommand(configs, subcommand, name):
+    assert run_name(configs, subcommand) == name
+
+
+def test_each_new_run_claims_the_next_free_folder(tmp_path):
+    folders = RunFolders(tmp_path / "runs")
+    claimed = [folders.choose("fit", ["configs/smoke.yaml"], None, None) for _ in range(3)]
+    assert [p.name for p in claimed] == ["smoke", "smoke-2", "smoke-3"]
+    assert all(p.is_dir() for p in claimed) and os.environ[RUN_DIR_ENV] == str(claimed[-1])
+
+
+def test_a_resume_goes_back_into_the_run_folder_of_its_checkpoint(tmp_path):
+    run = a_run(tmp_path / "runs" / "smoke")
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    assert run_of_checkpoint(ckpt) == run
+    assert RunFolders(tmp_path / "runs").choose("fit", ["configs/smoke.yaml"], None, ckpt) == run
+    # a checkpoint outside a run folder (a shipped one) starts a new run
+    loose = tmp_path / "elsewhere.ckpt"
+    loose.write_bytes(b"")
+    assert run_of_checkpoint(str(loose)) is None
+    assert RunFolders(tmp_path / "runs").choose("fit", ["configs/smoke.yaml"], None, str(loose)).name == "smoke-2"
+
+
+def test_a_named_folder_holding_a_run_is_refused_unless_resumed(tmp_path):
+    run = a_run(tmp_path / "mine")
+    with pytest.raises(ConfigError, match=r"--trainer.default_root_dir .*mine already holds a run .*config.yaml"):
+        RunFolders().choose("fit", [], str(run), None)
+    assert RunFolders().choose("fit", [], str(run), str(run / "checkpoints" / "last.ckpt")) == run
+    assert RunFolders().choose("fit", [], str(tmp_path / "fresh"), None) == tmp_path / "fresh"
+
+
+def test_a_ddp_process_takes_the_folder_rank_zero_chose(tmp_path, monkeypatch):
+    monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path / "runs" / "smoke"))
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    folders = RunFolders(tmp_path / "runs")
+    assert folders.choose("fit", ["configs/smoke.yaml"], None, None) == tmp_path / "runs" / "smoke"
+    assert not (tmp_path / "runs").exists() and folders.created == []
+
+
+def test_unwritable_folders_are_named_and_empty_ones_made_are_removed(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    folders = RunFolders(tmp_path / "runs")
+    with pytest.raises(ConfigError, match=f"^the checkpoint folder {blocker / 'ck'} is not writable: Not a directory$"):
+        folders.require_writable(blocker / "ck", "the checkpoint folder")
+    run = folders.choose("fit", ["configs/smoke.yaml"], None, None)
+    folders.require_writable(run / "checkpoints", "the checkpoint folder")
+    kept = folders.choose("fit", ["configs/smoke.yaml"], None, None)
+    (kept / "config.yaml").write_text("")
+    folders.remove_empty()
+    assert not run.exists() and kept.is_dir()  # only the empty folders this process made go
+
+
+def smoke_config(**checkpoint) -> Namespace:
+    return Namespace(trainer=Namespace(default_root_dir=None, logger=True), ckpt_path=None,
+                     checkpoint=Namespace(dirpath=None, **checkpoint), last_checkpoint=Namespace(dirpath=None))
+
+
+def test_configure_points_the_trainer_checkpoints_and_loggers_at_the_run(tmp_path):
+    config = smoke_config()
+    run = RunFolders(tmp_path / "runs").configure(config, "fit", ["configs/smoke.yaml"], wandb_id="abc123")
+    assert run == tmp_path / "runs" / "smoke" and config.trainer.default_root_dir == str(run)
+    assert config.checkpoint.dirpath == config.last_checkpoint.dirpath == str(run / "checkpoints")
+    wandb, csv = config.trainer.logger
+    assert wandb.class_path == WANDB and wandb.init_args.save_dir == str(run) and wandb.init_args.id == "abc123"
+    assert wandb.init_args.project == "lightning_sched"
+    assert csv.class_path == "callbacks.run.RunCSVLogger" and csv.init_args.save_dir == str(run)
+    with pytest.raises(ConfigError, match=r"checkpoint.save_last=True: last.ckpt is kept by last_checkpoint"):
+        RunFolders(tmp_path / "runs").configure(smoke_config(save_last=True), "fit", [], None)
+
+
+def test_run_loggers_keep_what_the_user_gave():
+    assert [e.class_path for e in run_loggers(False, Path("r"))] == ["callbacks.run.RunCSVLogger"]
+    own = Namespace(class_path=WANDB, init_args=Namespace(save_dir="mine", dir=None, id="theirs", version=None))
+    csv = Namespace(class_path="lightning.pytorch.loggers.CSVLogger", init_args=Namespace(save_dir="x"))
+    loggers = run_loggers([own, csv], Path("r"), wandb_id="resumed")
+    assert loggers == [own, csv] and own.init_args.save_dir == "mine" and own.init_args.id == "theirs"
+
+
+# ----- the checkpoint against the config --------------------------------------------------------
+
+def model(class_path="tasks.reinforce.Reinforce", **init_args) -> Namespace:
+    args = {"num_jobsets": 4, "cluster.objective": "slowdown", "evaluation.val_jobsets": 8, **init_args}
+    namespace = Namespace(class_path=class_path, init_args=Namespace())
+    for key, value in args.items():
+        namespace.init_args[key] = value
+    return namespace
+
+
+def test_the_same_model_resumes_without_notes():
+    assert check_checkpoint_model(model(), model(), "fit", "last.ckpt") == []
+    assert check_checkpoint_model(None, model(), "fit", "last.ckpt") == []
+
+
+def test_a_resume_names_every_model_field_that_differs_and_the_config_to_use(tmp_path):
+    run = a_run(tmp_path / "runs" / "smoke")
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    with pytest.raises(ConfigError) as refused:
+        check_checkpoint_model(model(num_jobsets=6), model(), "fit", ckpt)
+    assert str(refused.value) == (f"--ckpt_path {ckpt} was trained with other settings: model.num_jobsets "
+                                  f"(checkpoint 4, config 6); resume with --config {run / 'config.yaml'}, or leave "
+                                  "out --ckpt_path to start a new run")
+    with pytest.raises(ConfigError, match="resume with the config it was trained with"):
+        check_checkpoint_model(model(num_jobsets=6), model(), "fit", "shipped.ckpt")
+
+
+def test_a_checkpoint_of_another_module_or_signature_is_refused():
+    with pytest.raises(ConfigError, match="^--ckpt_path x.ckpt holds a tasks.maml.MAML model; the config trains "
+                                          "tasks.reinforce.Reinforce$"):
+        check_checkpoint_model(model(), model("tasks.maml.MAML"), "test", "x.ckpt")
+    old = model()
+    old.dict_kwargs = {"rmsprop_alpha": 0.9}
+    with pytest.raises(ConfigError, match=r"no longer takes \(rmsprop_alpha\); it cannot be resumed"):
+        check_checkpoint_model(model(), old, "fit", "x.ckpt")
+    notes = check_checkpoint_model(model(), old, "test", "x.ckpt")
+    assert old.dict_kwargs == {} and notes == ["note: test ignores the checkpoint's arguments that "
+                                               "tasks.reinforce.Reinforce no longer takes: rmsprop_alpha"]
+
+
+def test_testing_a_checkpoint_takes_the_configs_evaluation_and_refuses_another_cluster():
+    saved = model(num_jobsets=100)
+    notes = check_checkpoint_model(model(**{"evaluation.val_jobsets": 50}), saved, "test", "x.ckpt")
+    assert saved.init_args["evaluation.val_jobsets"] == 50 and saved.init_args.num_jobsets == 100
+    assert notes == ["note: test uses the checkpoint's settings where the config differs: model.num_jobsets "
+                     "(checkpoint 100, config 4)"]
+    with pytest.raises(ConfigError, match=r"another cluster: model.cluster.objective \(checkpoint 'slowdown', "
+                                          r"config 'deadline'\)"):
+        check_checkpoint_model(model(**{"cluster.objective": "deadline"}), model(), "validate", "x.ckpt")
+
+
+def test_read_checkpoint_names_a_missing_or_broken_file(tmp_path):
+    with pytest.raises(ConfigError, match=f"^--ckpt_path {tmp_path / 'no.ckpt'}: no such file$"):
+        read_checkpoint(str(tmp_path / "no.ckpt"))
+    (tmp_path / "cut.ckpt").write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(ConfigError, match="is not a Lightning checkpoint .*truncated or another kind of file"):
+        read_checkpoint(str(tmp_path / "cut.ckpt"))
+    torch.save({"global_step": 3, "wandb_run_id": "abc"}, tmp_path / "ok.ckpt")
+    assert read_checkpoint(str(tmp_path / "ok.ckpt"))["wandb_run_id"] == "abc"
+
+
+# ----- parsing ------------------------------------------------------------------------------------
+
+def test_jsonargparse_messages_become_one_line_naming_the_key():
+    message = ('Parser key "model":\n  Does not validate against any of the types in typing.Union:\n'
+               '    - Problem with given class_path \'tasks.reinforce.Reinforce\':\n'
+               '        Parser key "num_jobsets":\n          Expected a <class \'int\'>. Got value: many\n'
+               '    - Expected a <class \'NoneType\'>')
+    assert one_line(message) == "model.num_jobsets: Expected a <class 'int'>. Got value: many"
+    assert one_line("unrecognized arguments: --bogus") == "unrecognized arguments: --bogus"
+
+
+def test_the_default_module_only_when_nothing_picks_one():
+    assert with_default_model(["fit"]) == ["fit", f"--model={DEFAULT_MODEL}"]
+    assert with_default_model(["fit", "--model.num_jobsets", "5"])[1] == f"--model={DEFAULT_MODEL}"
+    for picked in (["fit", "--config", "c.yaml"], ["fit", "--model=tasks.maml.MAML"], ["fit", "-c", "c.yaml"],
+                   ["--help"], []):
+        assert with_default_model(picked) == picked
+
+
+def test_config_error_finds_the_cause_jsonargparse_wrapped():
+    try:
+        try:
+            raise ConfigError("ClusterConfig.num_slots must be an integer >= 1, got 0")
+        except ConfigError as inner:
+            raise ValueError("Problem with given class_path") from inner
+    except ValueError as outer:
+        assert str(config_error(outer)) == "ClusterConfig.num_slots must be an integer >= 1, got 0"
+    assert config_error(RuntimeError("no")) is None
+
+
+# ----- what the trainer gets ------------------------------------------------------------------------
+
+def test_a_run_adds_its_wandb_id_and_progress_bar_unless_the_config_has_its_own():
+    from lightning.pytorch.callbacks import TQDMProgressBar
+
+    def names(**trainer):
+        return [type(c).__name__ for c in run_callbacks(Namespace({"callbacks": None, "enable_progress_bar": None,
+                                                                   **trainer}))]
+
+    assert names() == ["WandbRunId", "RunProgressBar"]
+    assert names(enable_progress_bar=False) == ["WandbRunId"]
+    assert names(callbacks=TQDMProgressBar()) == ["TQDMProgressBar", "WandbRunId"]
+
+
+def test_sigterm_prints_the_command_that_resumes_the_run(monkeypatch):
+    from callbacks import LatestCheckpoint
+
+    latest = LatestCheckpoint(dirpath="runs/smoke/checkpoints")
+    assert latest.stopped_message(3, "runs/smoke") == "\nstopped by SIGTERM at iteration 3, before any checkpoint"
+    latest.last_model_path = "runs/smoke/checkpoints/last.ckpt"
+    monkeypatch.setattr(sys, "argv", ["scripts/fit.py", "fit"])
+    assert latest.stopped_message(3, "runs/smoke").endswith(
+        "saved runs/smoke/checkpoints/last.ckpt. Resume with:\n  python scripts/fit.py fit --config "
+        "runs/smoke/config.yaml --ckpt_path runs/smoke/checkpoints/last.ckpt")
