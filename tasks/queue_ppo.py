@@ -12,7 +12,7 @@ with TorchRL's objectives: `GAE` for the advantages and `ClipPPOLoss` for the up
 
 RLScheduler (Zhang et al., SC'20) trains its kernel network with PPO, gamma 1, lambda 0.97, clip
 0.2 on sequences of 256 jobs; those are the defaults here. Validation runs the greedy policy on
-fixed sequences of the training range and logs val/mean_bounded_slowdown, which the best
+fixed sequences of the training range and logs eval/mean_bounded_slowdown, which the best
 checkpoint monitors (configs/base/queue.yaml). Checkpoints hold the policy alone under
 "lightning_sched" (`lightning_sched.queue.policy.load_queue_policy` reads it, weights_only=True).
 """
@@ -292,9 +292,9 @@ class QueuePPO(LightningModule):
 
     def validation_step(self, batch, batch_idx):
         metrics = self.evaluate(self.env("val"))
-        values = {f"val/{m}": metrics[m].mean().float() for m in METRICS}
+        values = {f"eval/{m}": metrics[m].mean().float() for m in METRICS}
         self.log_dict(values, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
-        self.log("val_bsld", values["val/mean_bounded_slowdown"], prog_bar=True, logger=False, on_epoch=True,
+        self.log("val_bsld", values["eval/mean_bounded_slowdown"], prog_bar=True, logger=False, on_epoch=True,
                  batch_size=1)
 
     # ----- checkpoints: the policy alone, readable without this module ---------------------------

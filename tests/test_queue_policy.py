@@ -145,7 +145,7 @@ def test_fit_smoke_trains_validates_and_writes_a_loadable_policy(tmp_path):
     assert seconds < 60, f"the queue smoke run took {seconds:.0f} s"
     run = tmp_path / "runs" / "queue_smoke"
     header, *rows = (run / "metrics.csv").read_text().splitlines()
-    assert "val/mean_bounded_slowdown" in header and "train/loss_objective" in header
+    assert "eval/mean_bounded_slowdown" in header and "train/loss_objective" in header
     best = list((run / "checkpoints").glob("best-*.ckpt"))
     assert best and (run / "checkpoints" / "last.ckpt").is_file()
     data = torch.load(best[0], map_location="cpu", weights_only=True)  # the whole file, not only the policy
@@ -179,6 +179,6 @@ def test_ppo_with_easy_backfilling_in_process(tmp_path):
     metrics = {k: float(v) for k, v in trainer.logged_metrics.items()}
     assert trainer.global_step == 3  # an iteration is one step, whatever its PPO minibatches
     assert 0 < metrics["train/decisions"] <= 6 * 24  # backfilled jobs are no decisions
-    assert metrics["val/mean_bounded_slowdown"] >= 1 and metrics["train/mean_bounded_slowdown"] >= 1
+    assert metrics["eval/mean_bounded_slowdown"] >= 1 and metrics["train/mean_bounded_slowdown"] >= 1
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
     assert any(not torch.equal(before[k], v) for k, v in model.net.state_dict().items())
