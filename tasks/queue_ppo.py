@@ -29,7 +29,9 @@ from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
 from lightning_sched import seeds
+from lightning_sched.baselines import TimeIndexedBaseline
 from lightning_sched.config import ConfigError
+from lightning_sched.policy_gradient import discounted_returns
 from lightning_sched.queue.config import QueueConfig
 from lightning_sched.queue.env import QueueEnv
 from lightning_sched.queue.heuristics import QueueHeuristic
@@ -77,9 +79,21 @@ class PPOSettings:
     slowdown (hundreds to thousands on Lublin logs) become a few units, which a critic can fit."""
     max_grad_norm: float = 1.0
     """Gradient norm clip of each step."""
+    advantage: str = "gae"
+    """"gae": GAE(gamma, lambda) with the critic; "sequence": DeepRM's time-indexed baseline (the
+    return from decision t minus its mean over the episodes of the same sequence), which removes
+    the sequence-to-sequence spread of bounded slowdown that a critic seeing the window cannot."""
+    episodes_per_sequence: int = 1
+    """Episodes of each sampled sequence in an iteration (batch_size / this sequences); > 1 for
+    advantage "sequence"."""
 
     def __post_init__(self) -> None:
-        require_at_least("QueuePPO.ppo", 1, epochs=self.epochs, minibatch_size=self.minibatch_size)
+        require_at_least("QueuePPO.ppo", 1, epochs=self.epochs, minibatch_size=self.minibatch_size,
+                         episodes_per_sequence=self.episodes_per_sequence)
+        if self.advantage not in ("gae", "sequence"):
+            raise ConfigError(f"QueuePPO.ppo.advantage must be 'gae' or 'sequence', got {self.advantage!r}")
+        if self.advantage == "sequence" and self.episodes_per_sequence < 2:
+            raise ConfigError("QueuePPO.ppo.advantage 'sequence' needs episodes_per_sequence >= 2")
         require_positive("QueuePPO.ppo", lr=self.lr, reward_scale=self.reward_scale, max_grad_norm=self.max_grad_norm)
         if not 0 < self.clip < 1:
             raise ConfigError(f"QueuePPO.ppo.clip must be in (0, 1), got {self.clip}")
@@ -196,7 +210,8 @@ class QueuePPO(LightningModule):
         if env is None or env.device != self.device:
             if name == "train":
                 env = QueueEnv(self.cfg, self.logs, batch_size=[self.hparams.batch_size],
-                               positions=self.positions, device=self.device)
+                               positions=self.positions, device=self.device,
+                               episodes_per_sequence=self.ppo.episodes_per_sequence)
             else:  # row b validates on log b % len(logs), as the training rows
                 v = self.validation
                 generator = torch.Generator().manual_seed(v.seed)
@@ -227,8 +242,15 @@ class QueuePPO(LightningModule):
         # s_{t+1} is the next decision's state; after the last decision every row is terminated
         traj["next", "state_value"] = torch.cat([value[:, 1:], torch.zeros_like(value[:, :1])], 1)
         traj["next", "reward"] = traj["next", "reward"] / self.ppo.reward_scale
-        self.gae(traj)
         decided = ~traj["done"].squeeze(-1)  # the row was not finished before this step
+        if self.ppo.advantage == "gae":
+            self.gae(traj)
+        else:  # [T, B] as the DeepRM baselines lay decisions out
+            active = decided.T
+            reward = torch.where(active, traj["next", "reward"].squeeze(-1).T, 0.0)
+            returns = discounted_returns(reward, self.ppo.gamma)
+            advantage = TimeIndexedBaseline().advantages(returns, active, None, self.ppo.episodes_per_sequence)
+            traj["advantage"], traj["value_target"] = advantage.T.unsqueeze(-1), returns.T.unsqueeze(-1)
         return traj[decided], env.episode_metrics()
 
     def imitation(self, data: TensorDict) -> TensorDict:

@@ -182,3 +182,38 @@ def test_ppo_with_easy_backfilling_in_process(tmp_path):
     assert metrics["eval/mean_bounded_slowdown"] >= 1 and metrics["train/mean_bounded_slowdown"] >= 1
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
     assert any(not torch.equal(before[k], v) for k, v in model.net.state_dict().items())
+
+
+def test_imitation_warm_start_then_ppo_with_the_sequence_baseline(tmp_path):
+    from lightning.pytorch import Trainer
+
+    from tasks.queue_ppo import PPOSettings, QueuePPO, QueueValidation
+
+    torch.manual_seed(0)
+    log = str(write_log(tmp_path / "tiny.swf"))
+    model = QueuePPO([log, log], window=8, sequence_length=24, batch_size=8, imitate="sjf", imitation_iterations=2,
+                     ppo=PPOSettings(epochs=2, minibatch_size=40, advantage="sequence", episodes_per_sequence=4),
+                     validation=QueueValidation(sequences=2, sequence_length=48), iterations_per_epoch=4)
+    env = model.env("train")
+    state = env.initial_state()
+    assert torch.equal(state.submit[:4], state.submit[:1].expand(4, -1))  # 4 episodes of one sequence
+    assert not torch.equal(state.submit[0], state.submit[4])
+    teacher_picks = []
+    original = model.imitation
+
+    def spy(data):
+        teacher_picks.append(data["action"])
+        return original(data)
+
+    model.imitation = spy
+    trainer = Trainer(max_steps=4, val_check_interval=4, check_val_every_n_epoch=None, logger=False,
+                      enable_checkpointing=False, num_sanity_val_steps=0, enable_progress_bar=False,
+                      enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(model)
+    assert teacher_picks and trainer.global_step == 4  # two imitation iterations, then two of PPO
+    metrics = {k: float(v) for k, v in trainer.logged_metrics.items()}
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    with pytest.raises(ConfigError, match="episodes_per_sequence >= 2"):
+        PPOSettings(advantage="sequence")
+    with pytest.raises(ConfigError, match="imitation_iterations must be > 0 with imitate"):
+        QueuePPO(log, imitate="sjf", validation=QueueValidation(sequences=2, sequence_length=48))

@@ -34,12 +34,14 @@ class QueueEnv(EnvBase):
         positions: (lowest, highest) start positions (inclusive) that resets draw from, or one such
             pair per log; default: every sequence of each log. Ignored with `starts`.
         device, seed: where the state lives; the seed of the start draws.
+        episodes_per_sequence: E; rows b*E .. b*E+E-1 replay the same fresh sequence (a policy's
+            episodes compared on one sequence, as DeepRM's baseline compares them on one jobset).
     """
 
     batch_locked = True
 
     def __init__(self, cfg: QueueConfig, log: QueueLog | Sequence[QueueLog], batch_size=(1,), starts=None,
-                 positions=None, device="cpu", seed: int | None = None):
+                 positions=None, device="cpu", seed: int | None = None, episodes_per_sequence: int = 1):
         batch_size = torch.Size(batch_size if not isinstance(batch_size, int) else [batch_size])
         if len(batch_size) != 1:
             raise ConfigError(f"QueueEnv batch_size must be [B], got {list(batch_size)}")
@@ -52,8 +54,12 @@ class QueueEnv(EnvBase):
                 raise ConfigError(f"QueueConfig cluster ({cfg.nodes} nodes x {cfg.processors_per_node}) is not the "
                                   f"log's ({one.nodes} x {one.processors_per_node}): {Path(one.path).name}")
         self.cfg = cfg
-        # row b replays log b % len(logs)
-        self.row_log = torch.arange(batch_size[0]) % len(self.logs)
+        e = episodes_per_sequence
+        if isinstance(e, bool) or not isinstance(e, int) or e < 1 or batch_size[0] % e:
+            raise ConfigError(f"episodes_per_sequence must be an integer >= 1 dividing B={batch_size[0]}, got {e!r}")
+        # rows b*E .. b*E+E-1 replay one sequence (fresh draws), of log b % len(logs)
+        self.row_group = torch.arange(batch_size[0]) // e
+        self.row_log = self.row_group % len(self.logs)
         self.generator = torch.Generator()
         self.generator.manual_seed(0 if seed is None else seed)
         if starts is not None:
@@ -106,9 +112,10 @@ class QueueEnv(EnvBase):
                 continue
             if self.starts is not None:
                 starts = self.starts[mine]
-            else:
+            else:  # one draw per sequence group, shared by its rows
                 lo, hi = self.positions[i]
-                starts = torch.randint(lo, hi + 1, (mine.numel(),), generator=self.generator)
+                groups, member = self.row_group[mine].unique(return_inverse=True)
+                starts = torch.randint(lo, hi + 1, (groups.numel(),), generator=self.generator)[member]
             parts[i] = (mine, one.sequences(starts, length, self.device))
         order = torch.cat([mine for mine, _ in parts.values()]).argsort()  # back to the order of `rows`
         jobs = {k: torch.cat([cols[k] for _, cols in parts.values()])[order.to(self.device)]
