@@ -17,9 +17,9 @@ from lightning_sched.config import ConfigError
 from lightning_sched.evaluation import evaluate
 from lightning_sched.heuristics import make_heuristic
 from lightning_sched.state import used_rows
-from lightning_sched.trace_files import TraceError, read_swf
-from lightning_sched.trace_synthesis import write_swf
-from lightning_sched.traces import TraceWorkload, fit_running, propose_cluster
+from lightning_sched.traces import TraceWorkload, fit_running, propose_cluster, read_trace
+from lightning_sched.traces.files import TraceError, read_swf
+from lightning_sched.traces.synthesis import write_swf
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -123,7 +123,7 @@ def test_the_proposed_cluster_keeps_all_but_under_one_percent_of_the_jobs_whole(
     lines = ["; MaxProcs: 64"] + [swf_line(j + 1, 60 * j, 0, 30 if j < 100 else 3000, 1 + j % 64)
                                   for j in range(199)] + [swf_line(200, 60 * 200, 0, 90000, 64)]
     path = write(tmp_path / "sizes.swf", lines)
-    proposal = propose_cluster(path=path, resources=("processors",))
+    proposal = propose_cluster(read_trace(path), resources=("processors",))
     c = proposal.cluster
     # 1 of 200 jobs may be clipped (fewer than 1%): the 3000 s jobs must fit; 15 s steps would need 200,
     # more than the 128-step horizon; 30 s steps need 100
@@ -132,7 +132,7 @@ def test_the_proposed_cluster_keeps_all_but_under_one_percent_of_the_jobs_whole(
     assert proposal.clipped_length == 1 and proposal.clipped_fraction < 0.01
     assert "--resource_units 64" in proposal.describe() and "--seconds_per_step 30" in proposal.describe()
     # a divisor: 16 units of 4 processors; a step length given is kept
-    other = propose_cluster(path=path, resources=("processors",), resource_units=16, seconds_per_step=60)
+    other = propose_cluster(read_trace(path), resources=("processors",), resource_units=16, seconds_per_step=60)
     assert other.unit == {"processors": 4.0} and other.cluster.max_job_len == 50
     # replaying at the proposal clips exactly what it said
     workload = TraceWorkload.for_cluster(c, path, proposal.seconds_per_step, resources=("processors",))
@@ -142,7 +142,7 @@ def test_the_proposed_cluster_keeps_all_but_under_one_percent_of_the_jobs_whole(
 def test_a_missing_capacity_names_the_command_line_flag(tmp_path):
     path = write(tmp_path / "bare.swf", [swf_line(1, 0, 0, 60, 4)])
     with pytest.raises(TraceError, match=r"--trace_capacity processors=N") as error:
-        propose_cluster(path=path, resources=("processors",))
+        propose_cluster(read_trace(path), resources=("processors",))
     assert "capacity={" not in str(error.value)
 
 
@@ -174,7 +174,7 @@ def test_the_recipe_on_a_tiny_log(tmp_path):
     trace = ["--trace", str(log), "--trace_capacity", f"memory={32 * 1024}", "--fit_cluster", "--max_horizon", "32",
              "--simu_len", "20", "--threads", "1"]
     # the cluster --fit_cluster proposes (each script prints it), spelt out in the training config
-    proposal = propose_cluster(path=log, capacity={"memory": 32 * 1024}, max_horizon=32, simu_len=20)
+    proposal = propose_cluster(read_trace(log), capacity={"memory": 32 * 1024}, max_horizon=32, simu_len=20)
     c = proposal.cluster
     sizes = {"--horizon": c.horizon, "--max_job_len": c.max_job_len, "--seconds_per_step": proposal.seconds_per_step}
     config = tmp_path / "tiny.yaml"
