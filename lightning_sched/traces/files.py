@@ -12,6 +12,7 @@ whitespace-separated numbers, -1 meaning unknown. A CSV trace has a header row n
 a column mapping says which column holds the submit time, the run time and each resource demand.
 
     read_swf(path)                 -> Trace with resources ("processors", "memory")
+    read_swf_table(path)           -> (header, float64 [N, 18] of the job lines, their line numbers)
     read_csv(path, submit, ...)    -> Trace with the named demand columns as resources
     trace_format(path, format)     -> "swf" or "csv"
     read_trace(path, format, ...)  -> either, parsed once per file version (cached, shared, never modified)
