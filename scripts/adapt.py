@@ -36,28 +36,20 @@ from pathlib import Path
 
 import torch
 
-from _common import (
-    OBJECTIVE_METRIC,
-    RUNS,
+from _common import OBJECTIVE_METRIC, RUNS, format_row, heuristic, run_main, set_threads, table_header, unused_path
+from lightning_sched import ClusterConfig, ConfigError, seeds
+from lightning_sched.adaptation import AdaptationSettings, acting_name, adapt, select_acting
+from lightning_sched.checkpoints import CHECKPOINT_KEY, load_network, policy_checkpoint, saved_acting
+from lightning_sched.cli import (
     ScriptParser,
     add_cluster_flags,
     add_trace_flags,
     add_workload_flags,
     at_least,
-    cluster_from_args,
-    format_row,
-    heuristic,
     reward_from_args,
-    run_main,
-    set_threads,
-    table_header,
-    trace_workload_from_args,
-    unused_path,
+    setup_from_args,
     workload_from_args,
 )
-from lightning_sched import ClusterConfig, ConfigError, seeds
-from lightning_sched.adaptation import AdaptationSettings, acting_name, adapt, select_acting
-from lightning_sched.checkpoints import CHECKPOINT_KEY, load_network, policy_checkpoint, saved_acting
 from lightning_sched.evaluation import compare, evaluate, make_jobsets
 from lightning_sched.files import atomic_torch_save
 from lightning_sched.policies import NetworkPolicy
@@ -120,16 +112,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     set_threads(args.threads)
     out, named = output_path(args)  # before adapting: a refused --out costs nothing
-    cluster, sized = cluster_from_args(args)
+    cluster, sized, trace = setup_from_args(args)
     net, cfg, saved = load_network(args.ckpt, args.device, cluster if sized else None)
     cfg = cfg.replace(**reward_from_args(args))
     settings = AdaptationSettings.from_checkpoint(
         saved, args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr, optimizer=args.optimizer,
         normalize_advantage=False if args.no_normalize else None)
-    if args.trace:
-        workload = trace_workload_from_args(args, cfg)
+    if trace:
+        workload = trace.workload(cfg)
         if args.trace_split == "test":  # adapt on the history before the held-out range
-            train = trace_workload_from_args(argparse.Namespace(**{**vars(args), "trace_split": "train"}), cfg)
+            train = trace.workload(cfg, split="train")
         else:
             train = workload
         train_desc, eval_desc = train.describe(), workload.describe()

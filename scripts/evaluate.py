@@ -29,23 +29,18 @@ import math
 import time
 from pathlib import Path
 
-from _common import (
+from _common import format_row, heuristic, run_main, set_threads, table_header
+from lightning_sched import ClusterConfig, ConfigError, JobSet, seeds
+from lightning_sched.cli import (
     ScriptParser,
     add_cluster_flags,
     add_trace_flags,
     add_workload_flags,
     at_least,
-    cluster_from_args,
-    format_row,
-    heuristic,
     positive_float,
-    run_main,
-    set_threads,
-    table_header,
-    trace_workload_from_args,
+    setup_from_args,
     workload_from_args,
 )
-from lightning_sched import ClusterConfig, ConfigError, JobSet, seeds
 from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.evaluation import evaluate, make_jobsets, paired_difference
 from lightning_sched.heuristics import HEURISTICS
@@ -104,7 +99,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="also print one JSON line per policy")
     args = ap.parse_args(argv)
     set_threads(args.threads)
-    cfg, sized = cluster_from_args(args)
+    cfg, sized, trace = setup_from_args(args)
     policies = [resolve_policy(p, cfg, args.device, args.greedy, args.seed, sized, args.idle_void, args.wait_rate)
                 for p in args.policy]
     reads_rate = any(getattr(policy, "idle_void", None) == "while_frequent" for _, policy, _ in policies)
@@ -117,13 +112,13 @@ def main(argv=None) -> int:
     for name, _, other in policies[1:]:
         cluster.require_same_cluster(other, policies[0][0], name, may_differ=REWARD_FIELDS)
     trace_counts = {}  # with --trace, every JSON line also says what the mapping dropped and clipped
-    if args.jobset_file and args.trace:
+    if args.jobset_file and trace:
         raise ConfigError("give --jobset_file or --trace, not both")
     if args.jobset_file:
         jobs = JobSet.load(args.jobset_file)
         workload_desc = args.jobset_file
-    elif args.trace:
-        workload = trace_workload_from_args(args, cluster)
+    elif trace:
+        workload = trace.workload(cluster)
         jobs = make_jobsets(workload, args.jobsets, args.seed)
         workload_desc = workload.describe()
         report = workload.report
@@ -131,7 +126,7 @@ def main(argv=None) -> int:
                         "trace_clipped": report.clipped, "trace_split_jobs": report.split_jobs,
                         "trace_load": max(report.split_load), "trace_start": report.start_state,
                         "trace_carried": report.carried}
-        print(f"trace {args.trace}: {report.job_lines} job lines, kept {report.kept}, dropped "
+        print(f"trace {trace.path}: {report.job_lines} job lines, kept {report.kept}, dropped "
               f"{sum(report.dropped.values())} {report.dropped}, clipped {report.clipped}; "
               f"{report.split} split: {report.split_jobs} jobs, steps {report.split_steps}; windows start "
               f"{'from the log' if report.start_state == 'log' else 'empty'}"

@@ -53,26 +53,22 @@ import argparse
 import copy
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from _common import (
-    ROOT,
-    RUNS,
+from _common import ROOT, RUNS, named_policies, run_main, set_threads
+from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, plots, seeds
+from lightning_sched.adaptation import AdaptationSettings, adapt
+from lightning_sched.cli import (
     ScriptParser,
     add_cluster_flags,
     add_trace_flags,
     at_least,
-    cluster_from_args,
-    named_policies,
     positive_float,
-    run_main,
-    set_threads,
-    trace_workload_from_args,
+    setup_from_args,
 )
-from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, plots, seeds
-from lightning_sched.adaptation import AdaptationSettings, adapt
 from lightning_sched.config import SIZE_FIELDS
 from lightning_sched.evaluation import compare, make_jobsets, mean_ci95
 
@@ -219,14 +215,14 @@ def recipes(args) -> None:
 def trace(args) -> None:
     """Heuristics (and any checkpoints) on a real trace's held-out time range, as recorded and time-compressed,
     on the cluster the size flags (or --fit_cluster) describe (checkpoints of slot policies run on it)."""
-    cfg, sized = cluster_from_args(args)
-    if args.seconds_per_step is None:
-        args.seconds_per_step = 600.0  # the NASA figure's step without --fit_cluster
+    cfg, sized, log = setup_from_args(args)
+    if log.seconds_per_step is None:
+        log = replace(log, seconds_per_step=600.0)  # the NASA figure's step without --fit_cluster
     policies = named_policies(cfg, args.heuristics, args.ckpt, args.device, resize=sized)
     metrics = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate")
     settings, values, cdf, mapping = {}, {}, None, None
     for compression in args.compressions:
-        workload = trace_workload_from_args(args, cfg, time_compression=compression)
+        workload = log.workload(cfg, time_compression=compression)
         report = workload.report
         jobs = make_jobsets(workload, args.jobsets, seeds.evaluation())
         case = compare(policies, cfg, jobs, args.device)
@@ -246,9 +242,9 @@ def trace(args) -> None:
         values[label] = {name: case.mean_ci(name) for name in policies}
         cdf = cdf or {name: result.job_slowdown.flatten() for name, result in case.results.items()}
         print("  ".join([label] + [f"{name} {pm(case.mean_ci(name))}" for name in policies]), flush=True)
-    name = Path(args.trace).name.split(".")[0]
+    name = Path(log.path).name.split(".")[0]
     fig = plots.trace_heuristics(values, cdf, title=f"{name}, {args.trace_split} split: {args.jobsets} windows of "
-                                 f"{args.simu_len} x {args.seconds_per_step:g} s (95% CI over windows)")
+                                 f"{args.simu_len} x {log.seconds_per_step:g} s (95% CI over windows)")
     save(fig, args, "trace_nasa.png",
          {"jobsets": args.jobsets, "seed": seeds.evaluation(), "split": args.trace_split,
           "test_fraction": args.test_fraction, "simu_len": args.simu_len, "oversize": args.oversize,
@@ -360,11 +356,10 @@ def held_out_workloads(cfg: ClusterConfig, args, metric: str):
     split and measured on its test split."""
     panels = [(label, cfg, DeepRMWorkload(**params), DeepRMWorkload(**params)) for label, params in HELD_OUT.items()]
     if getattr(args, "trace", None):
-        trace_cfg, _ = cluster_from_args(args)
+        trace_cfg, _, log = setup_from_args(args)
         trace_cfg = trace_cfg.replace(objective=cfg.objective)
-        panels.append((f"{Path(args.trace).name.split('.')[0]}, test split", trace_cfg,
-                       trace_workload_from_args(args, trace_cfg, split="train"),
-                       trace_workload_from_args(args, trace_cfg, split="test")))
+        panels.append((f"{Path(log.path).name.split('.')[0]}, test split", trace_cfg,
+                       log.workload(trace_cfg, split="train"), log.workload(trace_cfg, split="test")))
     for label, panel_cfg, workload, held_out in panels:
         eval_jobs = make_jobsets(held_out, args.eval_jobsets, seeds.evaluation())
         # heuristics made anew for each workload: random's line does not depend on the workloads before

@@ -1,5 +1,5 @@
 """Write a synthetic SWF log with a memory column and a greedy backfilling schedule
-(lightning_sched.trace_synthesis): a stand-in for a cluster's own log. Write it under runs/ or /tmp,
+(lightning_sched.traces.synthesis): a stand-in for a cluster's own log. Write it under runs/ or /tmp,
 never into the repository.
 
     python scripts/make_swf.py runs/synthetic_4096.swf.gz --jobs 300000 --processors 4096
@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from _common import ScriptParser, at_least, positive_float, run_main
-from lightning_sched.trace_synthesis import write_swf
+from _common import run_main
+from lightning_sched.cli import ScriptParser, at_least, positive_float
+from lightning_sched.traces.synthesis import write_swf
 
 
 def main(argv=None) -> int:

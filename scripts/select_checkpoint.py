@@ -20,9 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from _common import ScriptParser, at_least, run_main, set_threads
+from _common import run_main, set_threads
 from lightning_sched import ClusterConfig, DeepRMWorkload, seeds
 from lightning_sched.checkpoints import load_policy, with_acting_mode
+from lightning_sched.cli import ScriptParser, at_least
 from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.evaluation import compare, make_jobsets
 from lightning_sched.heuristics import make_heuristic

@@ -77,6 +77,14 @@ def test_library_imports_no_trainer_code():
             assert not [m for m in imports if m.split(".")[0] in ("tasks", "callbacks")], module
 
 
+def test_only_the_cli_module_parses_command_lines():
+    for path in (ROOT / "lightning_sched").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert "argparse" not in names or module_name(path) == "lightning_sched.cli", module_name(path)
+
+
 def test_scripts_do_not_import_each_other():
     scripts = {p.stem for p in (ROOT / "scripts").glob("*.py")} - {"_common"}
     for path in (ROOT / "scripts").glob("*.py"):

@@ -24,7 +24,7 @@ from lightning_sched.queue.heuristics import QueueHeuristic
 from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.state import init_state
 from lightning_sched.queue.step import advance
-from lightning_sched.trace_files import TraceError
+from lightning_sched.traces.files import TraceError
 
 ROOT = Path(__file__).resolve().parent.parent
 

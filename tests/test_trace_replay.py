@@ -2,6 +2,7 @@
 a log, and the recipe (fit, adapt, evaluate, figure) on a tiny log, as a user runs it."""
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -12,14 +13,15 @@ import torch
 
 from lightning_sched import ClusterConfig, JobSet
 from lightning_sched.adaptation import acting_name
+from lightning_sched.cli import add_cluster_flags, add_trace_flags, add_workload_flags, setup_from_args
 from lightning_sched.cluster import init_state
 from lightning_sched.config import ConfigError
 from lightning_sched.evaluation import evaluate
 from lightning_sched.heuristics import make_heuristic
 from lightning_sched.state import used_rows
-from lightning_sched.trace_files import TraceError, read_swf
-from lightning_sched.trace_synthesis import write_swf
-from lightning_sched.traces import TraceWorkload, fit_running, propose_cluster
+from lightning_sched.traces import JobRules, TraceWorkload, fit_running, propose_cluster, read_trace
+from lightning_sched.traces.files import TraceError, read_swf
+from lightning_sched.traces.synthesis import write_swf
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -123,7 +125,7 @@ def test_the_proposed_cluster_keeps_all_but_under_one_percent_of_the_jobs_whole(
     lines = ["; MaxProcs: 64"] + [swf_line(j + 1, 60 * j, 0, 30 if j < 100 else 3000, 1 + j % 64)
                                   for j in range(199)] + [swf_line(200, 60 * 200, 0, 90000, 64)]
     path = write(tmp_path / "sizes.swf", lines)
-    proposal = propose_cluster(path=path, resources=("processors",))
+    proposal = propose_cluster(read_trace(path), resources=("processors",))
     c = proposal.cluster
     # 1 of 200 jobs may be clipped (fewer than 1%): the 3000 s jobs must fit; 15 s steps would need 200,
     # more than the 128-step horizon; 30 s steps need 100
@@ -132,7 +134,7 @@ def test_the_proposed_cluster_keeps_all_but_under_one_percent_of_the_jobs_whole(
     assert proposal.clipped_length == 1 and proposal.clipped_fraction < 0.01
     assert "--resource_units 64" in proposal.describe() and "--seconds_per_step 30" in proposal.describe()
     # a divisor: 16 units of 4 processors; a step length given is kept
-    other = propose_cluster(path=path, resources=("processors",), resource_units=16, seconds_per_step=60)
+    other = propose_cluster(read_trace(path), resources=("processors",), resource_units=16, seconds_per_step=60)
     assert other.unit == {"processors": 4.0} and other.cluster.max_job_len == 50
     # replaying at the proposal clips exactly what it said
     workload = TraceWorkload.for_cluster(c, path, proposal.seconds_per_step, resources=("processors",))
@@ -142,8 +144,40 @@ def test_the_proposed_cluster_keeps_all_but_under_one_percent_of_the_jobs_whole(
 def test_a_missing_capacity_names_the_command_line_flag(tmp_path):
     path = write(tmp_path / "bare.swf", [swf_line(1, 0, 0, 60, 4)])
     with pytest.raises(TraceError, match=r"--trace_capacity processors=N") as error:
-        propose_cluster(path=path, resources=("processors",))
+        propose_cluster(read_trace(path), resources=("processors",))
     assert "capacity={" not in str(error.value)
+
+
+def test_the_proposal_sizes_the_cluster_by_the_jobs_the_rules_keep(tmp_path):
+    # 100 completed jobs of 60 s and a failed one (status 0) of 10 h
+    lines = ["; MaxProcs: 8"] + [swf_line(j + 1, 60 * j, 0, 60, 1) for j in range(100)]
+    lines.append("101 6000 0 36000 8 -1 -1 8 -1 -1 0 1 1 1 1 1 -1 -1")
+    trace = read_trace(write(tmp_path / "failed.swf", lines))
+    completed = propose_cluster(trace, resources=("processors",))  # JobRules(): completed jobs only
+    every = propose_cluster(trace, JobRules(statuses=None), resources=("processors",))
+    assert (completed.jobs, completed.clipped_length) == (100, 0)
+    assert (every.jobs, every.clipped_length) == (101, 1)  # 1 of 101 may be clipped: the same 1 s steps
+    assert completed.cluster == every.cluster and completed.seconds_per_step == every.seconds_per_step == 1
+
+
+def test_the_command_line_reads_proposes_and_builds_in_one_direction(tmp_path, capsys):
+    log = write_swf(tmp_path / "mem.swf", num_jobs=200, processors=32, memory_per_processor_kb=1024, seed=3)
+    ap = argparse.ArgumentParser()
+    for add in (add_workload_flags, add_trace_flags, add_cluster_flags):
+        add(ap)
+    # one cluster resource of a log with memory: the proposal needs no memory capacity
+    args = ap.parse_args(["--trace", str(log), "--fit_cluster", "--num_resources", "1", "--max_horizon", "32",
+                          "--simu_len", "20"])
+    given = dict(vars(args))
+    cfg, sized, trace = setup_from_args(args)
+    assert vars(args) == given  # what the proposal chose travels in the result, not in the flags
+    proposal = propose_cluster(read_trace(log), num_resources=1, max_horizon=32, simu_len=20)
+    assert proposal.describe() in capsys.readouterr().out
+    assert sized and (cfg.num_resources, cfg.resource_units, cfg.horizon) == (1, 32, proposal.cluster.horizon)
+    assert trace.seconds_per_step == proposal.seconds_per_step and trace.read() is read_trace(log)
+    workload = trace.workload(cfg, split="train")
+    assert workload.trace is trace.read() and workload.resources == ("processors",)
+    assert workload.split == "train" and workload.seconds_per_step == proposal.seconds_per_step
 
 
 def test_the_synthetic_log_has_memory_and_a_schedule_that_fits(tmp_path):
@@ -174,7 +208,7 @@ def test_the_recipe_on_a_tiny_log(tmp_path):
     trace = ["--trace", str(log), "--trace_capacity", f"memory={32 * 1024}", "--fit_cluster", "--max_horizon", "32",
              "--simu_len", "20", "--threads", "1"]
     # the cluster --fit_cluster proposes (each script prints it), spelt out in the training config
-    proposal = propose_cluster(path=log, capacity={"memory": 32 * 1024}, max_horizon=32, simu_len=20)
+    proposal = propose_cluster(read_trace(log), capacity={"memory": 32 * 1024}, max_horizon=32, simu_len=20)
     c = proposal.cluster
     sizes = {"--horizon": c.horizon, "--max_job_len": c.max_job_len, "--seconds_per_step": proposal.seconds_per_step}
     config = tmp_path / "tiny.yaml"

@@ -1,4 +1,4 @@
-"""Real traces as workloads (lightning_sched.trace_files parses, lightning_sched.traces maps): the
+"""Real traces as workloads (lightning_sched.traces: files parses, mapping and workload map): the
 mapping checked exactly on small SWF and CSV files the tests write, every bad input's error, a parser
 fuzz test, and a replay through scripts/evaluate.py --trace with every heuristic."""
 from __future__ import annotations
@@ -17,10 +17,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lightning_sched import ClusterConfig, ClusterEnv, ConfigError
+from lightning_sched.cli import parse_capacity
 from lightning_sched.evaluation import evaluate
 from lightning_sched.heuristics import HEURISTICS, make_heuristic
-from lightning_sched.trace_files import read_csv, read_swf, trace_format
-from lightning_sched.traces import TraceError, TraceWarning, TraceWorkload, parse_capacity
+from lightning_sched.traces import TraceError, TraceWarning, TraceWorkload
+from lightning_sched.traces.files import read_csv, read_swf, trace_format
 
 ROOT = Path(__file__).resolve().parent.parent
 CFG = ClusterConfig(observation="none")  # 2 resources of 10 units, max_job_len 15, max_job_units 10

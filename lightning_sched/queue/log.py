@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError
-from ..trace_files import TraceError, read_swf_table
+from ..traces.files import TraceError, read_swf_table
 from .config import QueueConfig
 
 NEGATIVE_RUN_TIME = 10  # seconds: what RLScheduler makes of a negative (unknown) run time

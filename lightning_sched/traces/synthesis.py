@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .trace_files import SWF_FIELDS
+from .files import SWF_FIELDS
 
 MIN_RUN_S, MAX_RUN_S = 10.0, 36 * 3600.0
 BACKFILL_WINDOW = 32  # waiting jobs the log's scheduler looks at
@@ -85,7 +85,7 @@ def write_swf(path: str | Path, num_jobs: int = 300_000, processors: int = 4096,
     and the machine's memory; returns the path."""
     path = Path(path)
     jobs = synthetic_jobs(num_jobs, processors, memory_per_processor_kb, load, seed)
-    header = ["; Version: 2.2", f"; Computer: synthetic cluster (lightning_sched.trace_synthesis, seed {seed})",
+    header = ["; Version: 2.2", f"; Computer: synthetic cluster (lightning_sched.traces.synthesis, seed {seed})",
               f"; MaxJobs: {num_jobs}", f"; MaxNodes: {processors}", f"; MaxProcs: {processors}",
               f"; Note: memory per processor {memory_per_processor_kb} KB, {memory_per_processor_kb * processors} "
               f"KB in all; greedy backfilling schedule, offered load {load}",

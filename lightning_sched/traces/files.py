@@ -2,8 +2,8 @@
 
 This is the parsing layer: it turns a file into the jobs as recorded (submit time, run time,
 demand per resource, status, file line), checks every used field and names the file, line and
-field of the first bad one. It knows nothing about clusters; `lightning_sched.traces` maps a
-`Trace` onto one (steps, units, windows).
+field of the first bad one. It knows nothing about clusters; the rest of `lightning_sched.traces`
+maps a `Trace` onto one (steps, units, windows).
 
 The Parallel Workloads Archive's Standard Workload Format (Feitelson et al.; see
 https://www.cs.huji.ac.il/labs/parallel/workload/swf.html) is a text file, optionally gzip-ed
@@ -12,12 +12,15 @@ whitespace-separated numbers, -1 meaning unknown. A CSV trace has a header row n
 a column mapping says which column holds the submit time, the run time and each resource demand.
 
     read_swf(path)                 -> Trace with resources ("processors", "memory")
+    read_swf_table(path)           -> (header, float64 [N, 18] of the job lines, their line numbers)
     read_csv(path, submit, ...)    -> Trace with the named demand columns as resources
     trace_format(path, format)     -> "swf" or "csv"
+    read_trace(path, format, ...)  -> either, parsed once per file version (cached, shared, never modified)
 """
 from __future__ import annotations
 
 import csv
+import functools
 import gzip
 import math
 import zlib
@@ -26,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import ConfigError
+from ..config import ConfigError
 
 # SWF's 18 fields, in order (1-based field k is SWF_FIELDS[k - 1])
 SWF_FIELDS = ("job number", "submit time", "wait time", "run time", "allocated processors", "average CPU time",
@@ -250,3 +253,31 @@ def trace_format(path: str | Path, format: str = "auto") -> str:
             return fmt
     raise TraceError(f"{path}: cannot tell the trace format from the name (expected .swf, .swf.gz, .csv or .csv.gz); "
                      "give format='swf' or 'csv'")
+
+
+@functools.lru_cache(maxsize=4)
+def _read_cached(reader, path: str, stamp: tuple, *args) -> Trace:
+    return reader(path, *args)
+
+
+def read_once(reader, path: str | Path, *args) -> Trace:
+    """reader(path, *args), parsed once per file version: a script that proposes a cluster and builds
+    its train and test workloads from one log reads it once. The Trace is shared: never modified."""
+    try:
+        info = Path(path).stat()
+        stamp = (info.st_mtime_ns, info.st_size)
+    except OSError:  # the reader names the file in its error
+        return reader(path, *args)
+    return _read_cached(reader, str(path), stamp, *args)
+
+
+def read_trace(path: str | Path, format: str = "auto", resources: tuple[str, ...] | None = None,
+               csv_submit: str = "submit_time", csv_run_time: str = "run_time", csv_status: str | None = None,
+               csv_wait: str | None = None) -> Trace:
+    """The trace file as a `Trace`, parsed once per file version (`read_once`): SWF, or CSV with the
+    demand columns `resources` (required) and the columns csv_* (TraceWorkload's fields of those names)."""
+    if trace_format(path, format) == "swf":
+        return read_once(read_swf, str(path))
+    if resources is None:
+        raise TraceError(f"{path}: a CSV trace needs resources=(demand column, ...)")
+    return read_once(read_csv, str(path), csv_submit, csv_run_time, tuple(resources), csv_status, csv_wait)

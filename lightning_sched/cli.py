@@ -1,0 +1,225 @@
+"""The command line shared by the scripts (and console commands): the argparse parser and types, the
+workload, cluster and trace flags, and what they describe. The rest of the library parses no command line.
+
+One direction, flags to episodes:
+
+    args --setup_from_args--> [trace flags --read_trace--> Trace --propose_cluster--> ClusterProposal]
+         --> Setup(cluster: ClusterConfig, sized, trace: TraceFlags) --TraceFlags.workload(cluster)--> TraceWorkload
+
+The parsed flags are never written to: what --fit_cluster proposes (sizes, the step length) travels
+in the returned `Setup`.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from .config import SIZE_FIELDS, ClusterConfig, ConfigError
+from .traces import JobRules, TraceError, TraceWorkload, propose_cluster, read_trace
+from .workloads import DeepRMWorkload
+
+
+class ScriptParser(argparse.ArgumentParser):
+    """argparse for the scripts: a bad flag ends in one line naming it (and --help), not the
+    usage of every flag."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the flags)\n")
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `minimum` (argparse's error names the flag and the value)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0 (a step size, a time scale)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value}")
+    return value
+
+
+def parse_capacity(items: list[str] | None) -> dict | tuple | None:
+    """Command-line capacities: ['processors=128', 'memory=4e6'] -> dict, ['128'] -> tuple."""
+    if not items:
+        return None
+    named = ["=" in item for item in items]
+    if any(named) and not all(named):
+        raise TraceError(f"capacities {items}: give all as NAME=VALUE or all as plain values")
+    try:
+        if all(named):
+            return {k.strip(): float(v) for k, v in (item.split("=", 1) for item in items)}
+        return tuple(float(item) for item in items)
+    except ValueError as exc:
+        raise TraceError(f"capacities {items}: not a number ({exc})") from None
+
+
+# ----- DeepRM's workload ---------------------------------------------------------------------------
+def add_workload_flags(parser: argparse.ArgumentParser) -> None:
+    """DeepRMWorkload's parameters as flags (defaults: DeepRM's)."""
+    w = DeepRMWorkload()
+    g = parser.add_argument_group("workload (DeepRMWorkload)")
+    g.add_argument("--load", type=float, default=w.load, help="offered load per resource")
+    g.add_argument("--simu_len", type=int, default=w.simu_len, help="steps with arrivals")
+    g.add_argument("--short_prob", type=float, default=w.short_prob, help="share of short jobs")
+    g.add_argument("--short_len", type=int, nargs=2, default=w.short_len, metavar=("LO", "HI"))
+    g.add_argument("--long_len", type=int, nargs=2, default=w.long_len, metavar=("LO", "HI"))
+    g.add_argument("--dominant_units", type=int, nargs=2, default=w.dominant_units, metavar=("LO", "HI"))
+    g.add_argument("--other_units", type=int, nargs=2, default=w.other_units, metavar=("LO", "HI"))
+    g.add_argument("--arrivals", choices=("auto", "bernoulli", "poisson"), default=w.arrivals)
+
+
+def workload_from_args(args, cfg: ClusterConfig) -> DeepRMWorkload:
+    """The DeepRMWorkload the workload flags describe, on cfg's resources and units."""
+    return DeepRMWorkload(load=args.load, simu_len=args.simu_len, short_prob=args.short_prob,
+                          short_len=tuple(args.short_len), long_len=tuple(args.long_len),
+                          dominant_units=tuple(args.dominant_units), other_units=tuple(args.other_units),
+                          arrivals=args.arrivals, num_resources=cfg.num_resources, resource_units=cfg.resource_units)
+
+
+# ----- the cluster ---------------------------------------------------------------------------------
+def add_cluster_flags(parser: argparse.ArgumentParser, reward_default: bool = True) -> None:
+    """ClusterConfig's fields as flags. The size fields default to None: a checkpoint's own cluster,
+    else DeepRM's; given, every policy runs on that cluster (a checkpoint of DeepRM's image network
+    only if it is its own size). Without `reward_default`, --objective and --slo_slowdown default
+    to None too (the checkpoint's)."""
+    g = parser.add_argument_group("cluster (ClusterConfig; default: the checkpoint's, else DeepRM's)")
+    for name in SIZE_FIELDS:
+        g.add_argument(f"--{name}", type=int, help=f"ClusterConfig.{name} (DeepRM: {getattr(ClusterConfig(), name)})")
+    g.add_argument("--objective", default="slowdown" if reward_default else None,
+                   help="ClusterConfig.objective (heuristics ignore it)")
+    g.add_argument("--slo_slowdown", type=float, default=2.0 if reward_default else None,
+                   help="default deadline a + floor(slo * d)")
+
+
+def reward_from_args(args) -> dict:
+    """The --objective and --slo_slowdown given (with reward_default=False, None means not given)."""
+    return {k: getattr(args, k) for k in ("objective", "slo_slowdown") if getattr(args, k) is not None}
+
+
+# ----- a real trace --------------------------------------------------------------------------------
+def add_trace_flags(ap: argparse.ArgumentParser) -> None:
+    """A real trace as the workload (lightning_sched.traces.TraceWorkload); --simu_len sets its windows."""
+    g = ap.add_argument_group("trace workload (TraceWorkload; replaces the DeepRM flags except --simu_len)")
+    g.add_argument("--trace", help="SWF (.swf, .swf.gz) or CSV trace file to cut jobsets from")
+    g.add_argument("--seconds_per_step", type=float, help="trace seconds in one time step (required with --trace)")
+    g.add_argument("--trace_format", choices=("auto", "swf", "csv"), default="auto")
+    g.add_argument("--trace_resources", nargs="+", metavar="NAME",
+                   help="trace resources in cluster order: SWF processors/memory (default both), CSV demand columns")
+    # --capacity and --split: shorter aliases, the names `figures.py trace` documents
+    g.add_argument("--trace_capacity", "--capacity", nargs="*", metavar="NAME=VALUE",
+                   help="virtual cluster capacity per trace resource (SWF processors default: the header's MaxProcs)")
+    g.add_argument("--oversize", choices=("clip", "drop"), default="clip",
+                   help="jobs longer than max_job_len or larger than max_job_units")
+    g.add_argument("--trace_statuses", type=int, nargs="*", default=[1],
+                   help="job statuses kept (default 1, completed; none given: all)")
+    g.add_argument("--drop_unknown_status", action="store_true", help="drop jobs whose status is -1 (default: keep)")
+    g.add_argument("--trace_split", "--split", choices=("train", "test", "all"), default="test",
+                   help="time-ordered split to cut windows from (default test: held out from training)")
+    g.add_argument("--test_fraction", type=float, default=0.25,
+                   help="share of the trace's time range in the test split")
+    g.add_argument("--trace_windows", choices=("random", "consecutive"), default="random")
+    g.add_argument("--target_load", type=float, help="compress the trace's time to reach this offered load")
+    g.add_argument("--time_compression", type=float, default=1.0,
+                   help="shrink the time between submits by this factor (the offered load grows by it)")
+    g.add_argument("--csv_submit", default="submit_time", help="CSV column of the submit time (seconds)")
+    g.add_argument("--csv_run_time", default="run_time", help="CSV column of the run time (seconds)")
+    g.add_argument("--csv_status", help="CSV column of the job status (default: none)")
+    g.add_argument("--csv_wait", help="CSV column of the wait from submit to start (default: none, jobs start "
+                   "when submitted)")
+    g.add_argument("--trace_start", choices=("log", "empty"), default="log",
+                   help="a window starts as the log was (running jobs hold their resources, waiting jobs queue) "
+                   "or with an idle cluster")
+    g.add_argument("--fit_cluster", action="store_true",
+                   help="propose the cluster for --trace at the log's own resolution (units = its processors or "
+                   "--resource_units, the step length and horizon that clip < 1%% of jobs) and use it; size flags "
+                   "given override it")
+    g.add_argument("--max_horizon", type=int, default=128, help="--fit_cluster: the longest horizon to propose")
+
+
+# the TraceWorkload fields that say how to read the log file (read_trace's arguments)
+READ_FIELDS = ("format", "resources", "csv_submit", "csv_run_time", "csv_status", "csv_wait")
+
+
+@dataclass(frozen=True)
+class TraceFlags:
+    """A trace as the trace flags give it: the file, the step length (--seconds_per_step, else the
+    proposal's; None: neither) and TraceWorkload's other fields, but for the cluster's."""
+
+    path: str
+    seconds_per_step: float | None
+    params: dict = field(default_factory=dict)
+
+    @property
+    def rules(self) -> JobRules:
+        """Which job lines are jobs, as the workloads built from these flags keep them."""
+        return JobRules(self.params["statuses"], self.params["keep_unknown_status"])
+
+    def read(self):
+        """The log as a `Trace` (parsed once per file version: the workloads reuse it)."""
+        return read_trace(self.path, **{k: self.params[k] for k in READ_FIELDS})
+
+    def workload(self, cluster: ClusterConfig, **params) -> TraceWorkload:
+        """The TraceWorkload on `cluster`; `params` override the flags' fields (split, time_compression, ...)."""
+        if self.seconds_per_step is None:
+            raise ConfigError("--trace needs --seconds_per_step (or --fit_cluster to propose one)")
+        return TraceWorkload.for_cluster(cluster, self.path, self.seconds_per_step, **{**self.params, **params})
+
+
+def trace_from_args(args) -> TraceFlags | None:
+    """The trace flags as a TraceFlags; None without --trace."""
+    if not getattr(args, "trace", None):
+        return None
+    return TraceFlags(args.trace, args.seconds_per_step, dict(
+        format=args.trace_format, capacity=parse_capacity(args.trace_capacity),
+        resources=None if args.trace_resources is None else tuple(args.trace_resources),
+        statuses=tuple(args.trace_statuses) if args.trace_statuses else None,
+        keep_unknown_status=not args.drop_unknown_status, csv_submit=args.csv_submit,
+        csv_run_time=args.csv_run_time, csv_status=args.csv_status, csv_wait=args.csv_wait,
+        oversize=args.oversize, split=args.trace_split, test_fraction=args.test_fraction,
+        windows=args.trace_windows, simu_len=args.simu_len, start_state=args.trace_start,
+        target_load=args.target_load, time_compression=args.time_compression))
+
+
+class Setup(NamedTuple):
+    """What the cluster and trace flags describe: the cluster, whether any size was given (or proposed),
+    and the trace (None without --trace)."""
+
+    cluster: ClusterConfig
+    sized: bool
+    trace: TraceFlags | None
+
+
+def setup_from_args(args) -> Setup:
+    """The cluster the flags describe and the trace to replay on it. With --fit_cluster, the cluster
+    `propose_cluster` proposes for --trace (printed), the size flags given overriding it, and the
+    trace's step length the proposal's when --seconds_per_step is not given."""
+    sizes = {name: getattr(args, name) for name in SIZE_FIELDS if getattr(args, name) is not None}
+    trace = trace_from_args(args)
+    if getattr(args, "fit_cluster", False):
+        if trace is None:
+            raise ConfigError("--fit_cluster proposes a cluster for a log: give --trace")
+        proposal = propose_cluster(
+            trace.read(), trace.rules, resources=trace.params["resources"], capacity=trace.params["capacity"],
+            num_resources=sizes.get("num_resources", ClusterConfig.num_resources),
+            resource_units=args.resource_units, seconds_per_step=args.seconds_per_step,
+            max_horizon=args.max_horizon, simu_len=args.simu_len)
+        print(proposal.describe(), flush=True)
+        sizes = {**{name: getattr(proposal.cluster, name) for name in SIZE_FIELDS}, **sizes}
+        trace = TraceFlags(trace.path, proposal.seconds_per_step, trace.params)
+    return Setup(ClusterConfig(observation="none", **reward_from_args(args), **sizes), bool(sizes), trace)
