@@ -25,6 +25,7 @@ import torch
 from lightning.pytorch import LightningModule
 from tensordict import TensorDict
 from torch.utils.data import DataLoader
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
@@ -232,7 +233,8 @@ class QueuePPO(LightningModule):
         td = env.reset()
         steps = []
         while not bool(td["done"].all()):
-            td = env.step((policy or self.actor)(td))
+            with set_exploration_type(ExplorationType.RANDOM):  # the actor's default is its mode
+                td = env.step((policy or self.actor)(td))
             steps.append(td.select(*DECISION_KEYS, "done", ("next", "reward"), ("next", "done"),
                                    ("next", "terminated"), strict=False))
             td = td["next"]

@@ -211,6 +211,8 @@ def test_imitation_warm_start_then_ppo_with_the_sequence_baseline(tmp_path):
                       enable_model_summary=False, default_root_dir=tmp_path)
     trainer.fit(model)
     assert teacher_picks and trainer.global_step == 4  # two imitation iterations, then two of PPO
+    data, _ = model.rollout()  # sampled: the episodes of one sequence differ, and so do their advantages
+    assert float(data["advantage"].abs().sum()) > 0
     metrics = {k: float(v) for k, v in trainer.logged_metrics.items()}
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
     with pytest.raises(ConfigError, match="episodes_per_sequence >= 2"):
