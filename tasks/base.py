@@ -20,12 +20,13 @@ from lightning.pytorch import LightningModule
 from torch.utils.data import DataLoader
 
 from lightning_sched import ClusterConfig, JobSet, seeds
+from lightning_sched.acting import Acting, NetworkPolicy
 from lightning_sched.baselines import Baseline, TimeIndexedBaseline
-from lightning_sched.checkpoints import CHECKPOINT_KEY, policy_checkpoint
+from lightning_sched.checkpoints import CHECKPOINT_KEY, PolicyRecord
 from lightning_sched.config import ConfigError
 from lightning_sched.evaluation import EvalResult, evaluate, make_jobsets
 from lightning_sched.objectives import METRICS
-from lightning_sched.policies import NetworkPolicy, PolicySpec, make_policy
+from lightning_sched.policies import PolicySpec, make_policy
 
 
 @dataclass
@@ -142,7 +143,7 @@ class SchedulerTask(LightningModule):
         """SPEC's episode metrics of the policy on fixed jobsets (sampled with the seed val_seed, or
         greedy), logged as `<prefix>/<metric>` and `<prefix>/<metric>_ci95`."""
         generator = torch.Generator(device=self.device).manual_seed(self.evaluation.val_seed)
-        policy = NetworkPolicy(self.net, greedy=self.evaluation.greedy, generator=generator)
+        policy = NetworkPolicy(self.net, Acting(greedy=self.evaluation.greedy), generator)
         result = evaluate(policy, self.cluster, jobs, device=self.device)
         s = result.summary
         values = {f"{prefix}/{m}": s[m] for m in METRICS}
@@ -167,13 +168,17 @@ class SchedulerTask(LightningModule):
                                      "stops here, the checkpoints written so far are kept (lower lr?)")
 
     # ----- checkpoints: the policy alone, readable without this module ---------------------------
+    def policy_record(self) -> PolicyRecord:
+        """The policy as a checkpoint holds it: acting as it is evaluated."""
+        return PolicyRecord.of(self.net, Acting(greedy=self.evaluation.greedy))
+
     def on_save_checkpoint(self, checkpoint):
-        checkpoint[CHECKPOINT_KEY] = policy_checkpoint(self.net, greedy=self.evaluation.greedy)
+        checkpoint[CHECKPOINT_KEY] = self.policy_record().to_dict()
         checkpoint["sampler_state"] = self.sampler.get_state()
 
     def on_load_checkpoint(self, checkpoint):
-        saved = checkpoint.get(CHECKPOINT_KEY, {}).get("cluster")
-        if saved is not None:
-            ClusterConfig(**saved).require_same_cluster(self.cluster, "checkpoint", "run")
+        if CHECKPOINT_KEY in checkpoint:
+            PolicyRecord.from_dict(checkpoint[CHECKPOINT_KEY]).cluster.require_same_cluster(self.cluster, "checkpoint",
+                                                                                              "run")
         if "sampler_state" in checkpoint and self.sampler.device.type == "cpu":
             self.sampler.set_state(checkpoint["sampler_state"])
