@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -45,6 +46,23 @@ class EvaluationSettings:
     greedy: bool = False
     """Evaluate the policy's argmax; default: sample its actions, as DeepRM's evaluation does (an
     unmasked policy's argmax can keep picking a slot whose job does not fit, wasting time steps)."""
+
+
+def plain_values(value):
+    """`value` as plain dicts, lists, tuples, strings, numbers and tensors, so that a checkpoint loads
+    with torch.load(weights_only=True): a dataclass as the dict of its constructor's fields, any
+    other object as its repr (hyperparameters record a run's arguments; nothing rebuilds the module
+    from them but LightningCLI, whose are plain)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain_values(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+    if isinstance(value, dict):
+        return {key: plain_values(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):  # a named tuple as a plain one
+        items = [plain_values(item) for item in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+        return value
+    return repr(value)
 
 
 def require_at_least(owner: str, low: int, **values: int) -> None:
@@ -175,6 +193,9 @@ class SchedulerTask(LightningModule):
     def on_save_checkpoint(self, checkpoint):
         checkpoint[CHECKPOINT_KEY] = self.policy_record().to_dict()
         checkpoint["sampler_state"] = self.sampler.get_state()
+        # LightningCLI's are plain already; a module built in Python holds its arguments as objects
+        if self.CHECKPOINT_HYPER_PARAMS_KEY in checkpoint:
+            checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY] = plain_values(checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY])
 
     def on_load_checkpoint(self, checkpoint):
         if CHECKPOINT_KEY in checkpoint:

@@ -108,7 +108,7 @@ def test_meta_sgd_learns_a_step_size_per_weight_and_adapt_uses_them(tmp_path):
     assert all(float(s.detach().abs().max()) > 0.04 for s in module.log_step_sizes)
     ckpt = tmp_path / "meta_sgd.ckpt"
     trainer.save_checkpoint(ckpt)
-    saved = torch.load(ckpt, weights_only=False)["lightning_sched"]["adaptation"]
+    saved = torch.load(ckpt, weights_only=True)["lightning_sched"]["adaptation"]
     assert {k: tuple(v.shape) for k, v in saved["step_sizes"].items()} == {
         k: tuple(p.shape) for k, p in module.net.named_parameters()}
     proc = subprocess.run([sys.executable, "scripts/adapt.py", "--ckpt", str(ckpt), "--steps", "3", "--load", "1.2",

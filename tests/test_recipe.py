@@ -200,7 +200,7 @@ trainer:
   logger: false
 """)
     fit("fit", "--config", str(config), "--checkpoint.dirpath", str(tmp_path / "ckpt"), tmp_path=tmp_path)
-    data = torch.load(tmp_path / "ckpt" / "last.ckpt", map_location="cpu", weights_only=False)
+    data = torch.load(tmp_path / "ckpt" / "last.ckpt", map_location="cpu", weights_only=True)
     assert data["global_step"] == 5
     rmsprop_steps = {int(s["step"]) for s in data["optimizer_states"][0]["state"].values()}
     assert rmsprop_steps == {2 * 1 + 3 * 3}  # 2 imitation iterations, 3 policy-gradient ones
