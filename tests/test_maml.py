@@ -163,14 +163,14 @@ def test_meta_sgd_settings_errors_name_the_field():
 
 
 def test_settings_from_a_checkpoint_keep_its_inner_loop_under_overrides():
-    saved = {"adaptation": {"jobsets": 10, "episodes": 10, "lr": 3.0, "optimizer": "sgd", "normalize_advantage": True,
-                            "step_sizes": {"w": torch.ones(2)}}}
+    saved = {"jobsets": 10, "episodes": 10, "lr": 3.0, "optimizer": "sgd", "normalize_advantage": True,
+             "step_sizes": {"w": torch.ones(2)}}  # a PolicyRecord's adaptation
     own = AdaptationSettings.from_checkpoint(saved, 5, jobsets=20, episodes=None)
     assert (own.lr, own.optimizer, own.jobsets, own.episodes, own.steps) == (3.0, "sgd", 20, 10, 5)
     assert own.step_sizes is not None
     adam = AdaptationSettings.from_checkpoint(saved, 5, optimizer="adam", lr=0.003)
     assert adam.step_sizes is None and adam.optimizer == "adam"  # learned sizes scale SGD only
-    plain = AdaptationSettings.from_checkpoint({}, 2)
+    plain = AdaptationSettings.from_checkpoint(None, 2)  # a checkpoint without an inner loop
     assert (plain.optimizer, plain.lr, plain.jobsets) == ("sgd", 0.05, 20)
 
 
