@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from .acting import IDLE_RULES, rule_name
 from .config import SIZE_FIELDS, ClusterConfig, ConfigError
 from .traces import JobRules, TraceError, TraceWorkload, propose_cluster, read_trace
 from .workloads import DeepRMWorkload
@@ -223,3 +224,11 @@ def setup_from_args(args) -> Setup:
         sizes = {**{name: getattr(proposal.cluster, name) for name in SIZE_FIELDS}, **sizes}
         trace = TraceFlags(trace.path, proposal.seconds_per_step, trace.params)
     return Setup(ClusterConfig(observation="none", **reward_from_args(args), **sizes), bool(sizes), trace)
+
+
+def idle_rule(text: str) -> str:
+    """An argparse type: an idle rule's name (acting.IDLE_RULES), an old name mapped to its rule."""
+    try:
+        return rule_name(text)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(IDLE_RULES)}, got {text!r}") from None

@@ -371,9 +371,9 @@ def headroom(args) -> None:
     """How far fine-tuning goes on each held-out workload: one checkpoint fine-tuned --steps steps
     (--optimizer/--lr, --jobsets x --episodes a step), measured every --every steps on the
     adaptation figures' unseen jobsets (same seeds, so its first steps are their curve)."""
-    from lightning_sched.checkpoints import load_network, saved_acting
+    from lightning_sched.checkpoints import load_network
 
-    net, cfg, saved = load_network(args.ckpt, args.device)
+    net, cfg, record = load_network(args.ckpt, args.device)
     settings = AdaptationSettings(steps=args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr,
                                   optimizer=args.optimizer)
     curves, lines = {}, {}
@@ -381,7 +381,7 @@ def headroom(args) -> None:
         start = net if panel_cfg == cfg else load_network(args.ckpt, args.device, cluster=panel_cfg)[0]
         summaries = adapt(copy.deepcopy(start), panel_cfg, workload, settings, eval_jobs, seed=args.seed,
                           device=args.device,
-                          **saved_acting(saved), eval_steps=set(range(0, args.steps + 1, args.every)))
+                          acting=record.acting, eval_steps=set(range(0, args.steps + 1, args.every)))
         curves[label] = {"fine-tuned": {s["step"]: (s["mean_slowdown"], s["mean_slowdown_ci95"]) for s in summaries}}
         print(f"{label:32s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curves[label]["fine-tuned"].items()),
               flush=True)
@@ -395,7 +395,7 @@ def headroom(args) -> None:
 def adaptation(args) -> None:
     """Adaptation curves on held-out workloads: the meta-policy, the mixture-trained REINFORCE policy
     and a fresh network, each fine-tuned with the same steps and episodes; heuristics as lines."""
-    from lightning_sched.checkpoints import load_network, saved_acting
+    from lightning_sched.checkpoints import PolicyRecord, load_network
     from lightning_sched.policies import make_policy
 
     if args.objective not in ("slowdown", "completion_time"):
@@ -405,7 +405,7 @@ def adaptation(args) -> None:
         raise ConfigError(f"{', '.join(sized)} size the --trace panel's cluster; without --trace they would do nothing")
     paths = checkpoints(args)
     starts = {name: load_network(path, args.device) for name, path in paths.items()}
-    net0, cfg, saved0 = next(iter(starts.values()))
+    net0, cfg, record0 = next(iter(starts.values()))
     cfg = cfg.replace(objective=args.objective)
 
     def starts_on(panel_cfg: ClusterConfig) -> dict:
@@ -414,23 +414,23 @@ def adaptation(args) -> None:
         on = starts if panel_cfg == cfg else {
             name: load_network(path, args.device, cluster=panel_cfg) for name, path in paths.items()}
         torch.manual_seed(args.seed)
-        return {**on, "scratch": (make_policy(net0.spec, panel_cfg).to(args.device), panel_cfg, saved0)}
+        return {**on, "scratch": (make_policy(net0.spec, panel_cfg).to(args.device), panel_cfg, record0)}
 
-    def settings_for(saved: dict) -> AdaptationSettings:
+    def settings_for(record: PolicyRecord) -> AdaptationSettings:
         """Same steps and samples for every method; a meta-policy adapts with the inner loop it was
         meta-trained for (optimizer, lr, learned step sizes), a policy with none with --optimizer/--lr."""
-        own = {} if saved.get("adaptation") else {"lr": args.lr, "optimizer": args.optimizer}
-        return AdaptationSettings.from_checkpoint(saved, args.steps, jobsets=args.jobsets, episodes=args.episodes,
-                                                  **own)
-    settings = {name: settings_for(saved) for name, (_, _, saved) in starts.items()}
-    settings["scratch"] = settings_for(saved0)  # the fresh network acts and adapts as the first checkpoint
+        own = {} if record.adaptation else {"lr": args.lr, "optimizer": args.optimizer}
+        return AdaptationSettings.from_checkpoint(record.adaptation, args.steps, jobsets=args.jobsets,
+                                                  episodes=args.episodes, **own)
+    settings = {name: settings_for(record) for name, (_, _, record) in starts.items()}
+    settings["scratch"] = settings_for(record0)  # the fresh network acts and adapts as the first checkpoint
     metric = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time"}[args.objective]
     curves, lines, table, clusters = {}, {}, {}, {}
     for label, panel_cfg, workload, eval_jobs, lines[label] in held_out_workloads(cfg, args, metric):
         curves[label], table[label], clusters[label] = {}, {}, panel_cfg.to_dict()
-        for name, (net, _, saved) in starts_on(panel_cfg).items():
+        for name, (net, _, record) in starts_on(panel_cfg).items():
             summaries = adapt(copy.deepcopy(net), panel_cfg, workload, settings[name], eval_jobs, seed=args.seed,
-                              device=args.device, **saved_acting(saved), eval_steps=ADAPT_EVAL_STEPS)
+                              device=args.device, acting=record.acting, eval_steps=ADAPT_EVAL_STEPS)
             curves[label][name] = {s["step"]: (s[metric], s[metric + "_ci95"]) for s in summaries}
             tetris = lines[label]["tetris"][0]
             beat = [s["step"] for s in summaries if s[metric] <= tetris]
