@@ -11,9 +11,9 @@ import torch
 from . import seeds
 from .baselines import Baseline, TimeIndexedBaseline
 from .config import ClusterConfig, ConfigError
-from .evaluation import compare, evaluate, make_jobsets
+from .evaluation import evaluate, make_jobsets
 from .jobs import JobSet
-from .policies import ACTING_MODES, WAIT_RATE, NetworkPolicy
+from .policies import WAIT_RATE, NetworkPolicy
 from .policy_gradient import policy_gradient
 from .rollout import collect
 
@@ -129,22 +129,3 @@ def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: Adaptati
 def acting_name(greedy: bool, idle_void: str) -> str:
     """How an acting mode is printed: "greedy, while_arriving", "sampled, always", ..."""
     return f"{'greedy' if greedy else 'sampled'}, {idle_void}"
-
-
-def select_acting(net: torch.nn.Module, cfg: ClusterConfig, jobs: JobSet, metric: str = "mean_slowdown",
-                  seed: int = 0, device="cpu",
-                  wait_rate: float = WAIT_RATE) -> tuple[tuple[bool, str], dict[str, float]]:
-    """The acting mode (greedy, idle_void) of ACTING_MODES under which `net` scores best by `metric`
-    on `jobs` (JobSet [N, L]; selection jobsets, never the ones it is then evaluated on), among the
-    modes that finish every job when any does; and each mode's mean score by `acting_name`.
-    "while_frequent" reads `wait_rate`.
-
-    Whether holding capacity idle pays depends on the load (it wins under contention and costs
-    where jobs rarely queue), so the mode is chosen on the workload the policy will serve."""
-    modes = {acting_name(greedy, rule): (greedy, rule) for greedy, rule in ACTING_MODES}
-    results = compare({name: NetworkPolicy(net, greedy=greedy, idle_void=rule, wait_rate=wait_rate,
-                                           generator=torch.Generator(device=device).manual_seed(seed))
-                       for name, (greedy, rule) in modes.items()}, cfg, jobs, device=device)
-    finishing = [name for name in modes if results.results[name].summary["unfinished_jobs"] == 0] or list(modes)
-    best = results.best(among=finishing, metric=metric)
-    return modes[best], {name: results.mean_ci(name, metric)[0] for name in modes}

@@ -56,7 +56,8 @@ from _common import (
     workload_from_args,
 )
 from lightning_sched import ClusterConfig, ConfigError, seeds
-from lightning_sched.adaptation import AdaptationSettings, acting_name, adapt, select_acting
+from lightning_sched.adaptation import AdaptationSettings, acting_name, adapt
+from lightning_sched.analysis import select_acting
 from lightning_sched.checkpoints import CHECKPOINT_KEY, load_network, policy_checkpoint, saved_acting
 from lightning_sched.evaluation import compare, evaluate, make_jobsets
 from lightning_sched.files import atomic_torch_save
