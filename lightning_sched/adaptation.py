@@ -9,11 +9,11 @@ from typing import Callable
 import torch
 
 from . import seeds
+from .acting import SAMPLED, Acting, NetworkPolicy
 from .baselines import Baseline, TimeIndexedBaseline
 from .config import ClusterConfig, ConfigError
 from .evaluation import evaluate, make_jobsets
 from .jobs import JobSet
-from .policies import WAIT_RATE, NetworkPolicy
 from .policy_gradient import policy_gradient
 from .rollout import collect
 
@@ -47,12 +47,13 @@ class AdaptationSettings:
                               f"got {self.optimizer!r}")
 
     @classmethod
-    def from_checkpoint(cls, saved: dict, steps: int, **overrides) -> "AdaptationSettings":
-        """The inner loop a checkpoint's policy was meta-trained with (`saved` = its lightning_sched
-        entry: optimizer, lr, jobsets, episodes, learned step sizes), with the `overrides` that are
-        not None on top; a checkpoint without an inner loop gets this class's defaults. Learned step
-        sizes are dropped when the optimizer is not SGD (they scale an SGD step only)."""
-        inner = {k: v for k, v in (saved.get("adaptation") or {}).items() if k != "steps"}
+    def from_checkpoint(cls, adaptation: dict | None, steps: int, **overrides) -> "AdaptationSettings":
+        """The inner loop a checkpoint's policy was meta-trained with (`adaptation`: its record's,
+        checkpoints.PolicyRecord: optimizer, lr, jobsets, episodes, learned step sizes), with the
+        `overrides` that are not None on top; a checkpoint without an inner loop gets this class's
+        defaults. Learned step sizes are dropped when the optimizer is not SGD (they scale an SGD
+        step only)."""
+        inner = {k: v for k, v in (adaptation or {}).items() if k != "steps"}
         inner.update({k: v for k, v in overrides.items() if v is not None})
         if inner.get("optimizer", cls.optimizer) != "sgd":
             inner.pop("step_sizes", None)
@@ -88,13 +89,11 @@ class AdaptationSettings:
 
 
 def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: AdaptationSettings, eval_jobs: JobSet,
-          seed: int = 0, device="cpu", baseline: Baseline | None = None, greedy: bool = False,
-          idle_void: str | None = None, wait_rate: float = WAIT_RATE,
+          seed: int = 0, device="cpu", baseline: Baseline | None = None, acting: Acting = SAMPLED,
           report: Callable[[int, dict], None] | None = None,
           eval_steps: set[int] | None = None) -> list[dict]:
     """Adapt `net` in place for `settings.steps` steps on `workload`; after step 0 (before any update) and each step,
-    evaluate it on `eval_jobs` (sampled actions with a fixed seed, or greedy; `idle_void` and `wait_rate` as in
-    NetworkPolicy).
+    evaluate it on `eval_jobs`, acting as `acting` says (draws with a fixed seed).
     Returns the evaluation summaries, one per step, each with the step's training figures; `report(step, summary)`
     sees each as it comes.
     `eval_steps`: evaluate only after these steps (default: all; the last step always)."""
@@ -106,8 +105,7 @@ def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: Adaptati
     def measure(step: int, extra: dict) -> None:
         if eval_steps is not None and step not in eval_steps and step != settings.steps:
             return
-        policy = NetworkPolicy(net, greedy=greedy, generator=torch.Generator(device=device).manual_seed(seed),
-                               idle_void=idle_void, wait_rate=wait_rate)
+        policy = NetworkPolicy(net, acting, torch.Generator(device=device).manual_seed(seed))
         summary = {"step": step, **evaluate(policy, cfg, eval_jobs, device=device).summary, **extra}
         summaries.append(summary)
         if report is not None:
@@ -124,8 +122,3 @@ def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: Adaptati
         optimizer.step()
         measure(step, {"train_mean_return": float(pg.mean_return), "train_decisions": pg.decisions})
     return summaries
-
-
-def acting_name(greedy: bool, idle_void: str) -> str:
-    """How an acting mode is printed: "greedy, while_arriving", "sampled, always", ..."""
-    return f"{'greedy' if greedy else 'sampled'}, {idle_void}"

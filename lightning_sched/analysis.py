@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 import torch
 
 from . import seeds
-from .adaptation import AdaptationSettings, acting_name, adapt
+from .acting import WAIT_RATE, Acting, NetworkPolicy, acting_modes
+from .adaptation import AdaptationSettings, adapt
 from .config import ClusterConfig
 from .evaluation import HIGHER_IS_BETTER, Comparison, EvalResult, compare, make_jobsets, mean_ci95
 from .heuristics import make_heuristic
 from .jobs import JobSet
-from .policies import ACTING_MODES, WAIT_RATE, NetworkPolicy
 from .rollout import Policy
 from .workloads import DeepRMWorkload
 
@@ -172,7 +172,7 @@ def adapt_on_held_out(panels: Iterable[HeldOut], starts: Callable[[ClusterConfig
                       device="cpu", reference: str | None = None,
                       report: Callable[[HeldOut, str, dict[int, MeanCI], int | None], None] | None = None
                       ) -> AdaptationRuns:
-    """Fine-tune a copy of each of `starts(panel.cfg)` ({name: (network, adapt's acting keywords)},
+    """Fine-tune a copy of each of `starts(panel.cfg)` ({name: (network, the Acting it is measured in)},
     networks on that cluster) on each panel's workload with `settings[name]`, measured on its
     eval_jobs after `eval_steps` (adaptation.adapt, `seed`); with `reference` (a heuristic of the
     panels) also the first step at or below its mean `metric`. `report(panel, name, curve, first
@@ -183,7 +183,7 @@ def adapt_on_held_out(panels: Iterable[HeldOut], starts: Callable[[ClusterConfig
         runs.curves[label], runs.clusters[label] = {}, panel.cfg.to_dict()
         for name, (net, acting) in starts(panel.cfg).items():
             summaries = adapt(copy.deepcopy(net), panel.cfg, panel.workload, settings[name], panel.eval_jobs,
-                              seed=seed, device=device, **acting, eval_steps=eval_steps)
+                              seed=seed, device=device, acting=acting, eval_steps=eval_steps)
             runs.curves[label][name] = curve(summaries, metric)
             first = None
             if reference is not None:
@@ -280,19 +280,16 @@ def finishers_first(scores: Mapping[str, float], unfinished: Mapping[str, int], 
 
 
 def select_acting(net: torch.nn.Module, cfg: ClusterConfig, jobs: JobSet, metric: str = "mean_slowdown",
-                  seed: int = 0, device="cpu",
-                  wait_rate: float = WAIT_RATE) -> tuple[tuple[bool, str], dict[str, float]]:
-    """The acting mode (greedy, idle_void) of ACTING_MODES under which `net` scores best by `metric`
-    on `jobs` (JobSet [N, L]; selection jobsets, never the ones it is then evaluated on), by
-    `finishers_first`; and each mode's mean score by `acting_name`. "while_frequent" reads
-    `wait_rate`.
+                  seed: int = 0, device="cpu", wait_rate: float = WAIT_RATE) -> tuple[Acting, dict[str, float]]:
+    """The acting mode of `acting_modes(wait_rate)` under which `net` scores best by `metric` on
+    `jobs` (JobSet [N, L]; selection jobsets, never the ones it is then evaluated on), by
+    `finishers_first`; and each mode's mean score by its name (str).
 
     Whether holding capacity idle pays depends on the load (it wins under contention and costs
     where jobs rarely queue), so the mode is chosen on the workload the policy will serve."""
-    modes = {acting_name(greedy, rule): (greedy, rule) for greedy, rule in ACTING_MODES}
-    results = compare({name: NetworkPolicy(net, greedy=greedy, idle_void=rule, wait_rate=wait_rate,
-                                           generator=torch.Generator(device=device).manual_seed(seed))
-                       for name, (greedy, rule) in modes.items()}, cfg, jobs, device=device)
+    modes = {str(mode): mode for mode in acting_modes(wait_rate)}
+    results = compare({name: NetworkPolicy(net, mode, torch.Generator(device=device).manual_seed(seed))
+                       for name, mode in modes.items()}, cfg, jobs, device=device)
     scores = {name: results.mean_ci(name, metric)[0] for name in modes}
     unfinished = {name: results.results[name].summary["unfinished_jobs"] for name in modes}
     return modes[finishers_first(scores, unfinished, metric in HIGHER_IS_BETTER)], scores

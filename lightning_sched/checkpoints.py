@@ -1,55 +1,131 @@
-"""Trained policies on disk: what a checkpoint of this project holds under CHECKPOINT_KEY, and reading
-it back without the training code (scripts/evaluate.py, scripts/adapt.py, warm starts)."""
+"""Trained policies on disk: the `PolicyRecord` a checkpoint of this project holds under
+CHECKPOINT_KEY, and reading it back without the training code (scripts/evaluate.py,
+scripts/adapt.py, warm starts).
+
+Files are read with `torch.load(weights_only=True)`: a record is stored as plain dicts, tensors,
+strings and numbers (as are the Lightning keys beside it), so loading a file never runs its code.
+"""
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from .acting import Acting, NetworkPolicy
 from .config import REWARD_FIELDS, SIZE_FIELDS, ClusterConfig, ConfigError
 from .files import atomic_torch_save, load_torch_file
-from .policies import WAIT_RATE, DeepRMNetwork, NetworkPolicy, PolicySpec, default_idle_void, make_policy
+from .policies import DeepRMNetwork, PolicySpec, make_policy
 
 CHECKPOINT_KEY = "lightning_sched"
+# 2: the record as written by `PolicyRecord.to_dict`. 1 (no "version" key): the entries written
+# before it, with the acting mode as loose "greedy", "idle_void" and "wait_rate" keys.
+RECORD_VERSION = 2
 
 
-def policy_checkpoint(net: DeepRMNetwork, greedy: bool = True, idle_void: str | None = None,
-                      wait_rate: float = WAIT_RATE) -> dict:
-    """What a checkpoint needs to rebuild the policy without the training code: plain dicts and
-    tensors, and how the policy is meant to act: greedily or by sampling, with its idle-void rule
-    (policies.IDLE_VOID; None: the mode's default) and that rule's arrival rate, if it reads one."""
-    idle_void = default_idle_void(greedy) if idle_void is None else idle_void
-    return {"cluster": net.cfg.to_dict(), "policy": net.spec.to_dict(), "greedy": greedy, "idle_void": idle_void,
-            "wait_rate": wait_rate, "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()}}
+@dataclass(frozen=True)
+class PolicyRecord:
+    """What a checkpoint needs to rebuild and run its policy without the training code, and how it
+    came to be. Written and read only through `to_dict` / `from_dict`."""
 
+    cluster: ClusterConfig
+    """The cluster (and reward) the network was trained on."""
+    policy: PolicySpec
+    """The network."""
+    state_dict: dict[str, torch.Tensor] = field(repr=False)
+    """The network's weights (on the CPU)."""
+    acting: Acting = Acting()
+    """How the policy is meant to act."""
+    adaptation: dict | None = None
+    """A meta-policy's inner loop (tasks.maml: jobsets, episodes, lr, optimizer, normalize_advantage,
+    step_sizes {weight name: tensor} when learned), or the steps scripts/adapt.py took (also steps)."""
+    adapted_from: str | None = None
+    """scripts/adapt.py: the checkpoint it adapted."""
+    adapted_on: str | None = None
+    """scripts/adapt.py: the workload it adapted on."""
+    acting_selected: dict | None = None
+    """scripts/adapt.py --acting select: how the acting mode was chosen (metric, jobsets, seed, scores)."""
+    selected: dict | None = None
+    """scripts/select_checkpoint.py --write: how this checkpoint and its mode were chosen."""
+    wait_rate_selected: dict | None = None
+    """How `acting.wait_rate` was chosen (scripts/experiments/idle_rules.py), while the rule reads it."""
+    provenance: str | None = None
+    """A note on how the file was made, where its commands do not say (older files)."""
+    version: int = RECORD_VERSION
+    """The layout this record was read from; `to_dict` writes RECORD_VERSION."""
 
-def saved_acting(saved: dict) -> dict:
-    """How a checkpoint's lightning_sched entry says its policy acts, as NetworkPolicy's arguments:
-    {"greedy", "idle_void", "wait_rate"}."""
-    greedy = saved.get("greedy", True)
-    return {"greedy": greedy, "idle_void": saved.get("idle_void", default_idle_void(greedy)),
-            "wait_rate": saved.get("wait_rate", WAIT_RATE)}
+    @classmethod
+    def of(cls, net: DeepRMNetwork, acting: Acting = Acting(), **notes) -> PolicyRecord:
+        """The record of network `net` (its cluster, spec and weights) acting as `acting`."""
+        return cls(net.cfg, net.spec, {k: v.detach().cpu() for k, v in net.state_dict().items()}, acting, **notes)
+
+    def save(self, path) -> None:
+        """A policy-only checkpoint file (no Lightning state), written atomically (files.atomic_torch_save)."""
+        atomic_torch_save({CHECKPOINT_KEY: self.to_dict()}, path)
+
+    def to_dict(self) -> dict:
+        """Plain dicts, tensors, strings and numbers (torch.load(weights_only=True) reads them)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**out, "cluster": self.cluster.to_dict(), "policy": self.policy.to_dict(),
+                "acting": self.acting.to_dict(), "version": RECORD_VERSION}
+
+    @classmethod
+    def from_dict(cls, entry: dict) -> PolicyRecord:
+        """From `to_dict`'s form, or from a version 1 entry (its loose acting keys; a rule under its
+        old name acts as it did). ConfigError naming the field when a field is unknown or bad."""
+        if "kind" in entry:  # lightning_sched.queue's policies share the key, not the record
+            raise ConfigError(f"not a cluster policy: its entry is of kind {entry['kind']!r} "
+                              "(lightning_sched.queue.policy.load_queue_policy reads it)")
+        entry = dict(entry)
+        version = entry.pop("version", 1)
+        if version == 1:  # every acting key optional: a missing rule is the mode's default
+            loose = {"greedy": entry.pop("greedy", True), "idle_rule": entry.pop("idle_void", None)}
+            if "wait_rate" in entry:
+                loose["wait_rate"] = entry.pop("wait_rate")
+            entry["acting"] = loose
+        elif version != RECORD_VERSION:
+            raise ConfigError(f"PolicyRecord.version must be 1 or {RECORD_VERSION}, got {version!r}")
+        names = {f.name for f in fields(cls)} - {"version"}
+        unknown = sorted(set(entry) - names)
+        missing = sorted({"cluster", "policy", "state_dict"} - set(entry))
+        if unknown or missing:
+            raise ConfigError(f"PolicyRecord has no field {unknown[0]!r}" if unknown
+                              else f"PolicyRecord.{missing[0]} is missing")
+        try:
+            cluster, policy = ClusterConfig(**entry["cluster"]), PolicySpec(**entry["policy"])
+        except TypeError as error:  # an unknown field of either
+            raise ConfigError(f"PolicyRecord.cluster/policy: {error}") from None
+        acting = Acting.from_dict(entry.get("acting", {}))
+        return cls(**{**entry, "cluster": cluster, "policy": policy, "acting": acting, "version": version})
 
 
 def read_checkpoint(path) -> dict:
-    """The whole checkpoint dict of a file written by this project, refused when it has no policy
-    entry. Checkpoints are pickles (as Lightning's): load only files you trust."""
-    data = load_torch_file(path, "lightning_sched checkpoint", weights_only=False)
+    """The whole checkpoint dict of a file written by this project (torch.load(weights_only=True):
+    a file with pickled objects is refused), refused when it has no policy entry."""
+    data = load_torch_file(path, "lightning_sched checkpoint", weights_only=True)
     if not isinstance(data, dict) or CHECKPOINT_KEY not in data:
         raise ConfigError(f"{path}: not a lightning_sched checkpoint (no '{CHECKPOINT_KEY}' entry)")
     return data
 
 
-def load_network(path, device="cpu", cluster: ClusterConfig | None = None) -> tuple[nn.Module, ClusterConfig, dict]:
-    """(network, its ClusterConfig, the checkpoint's lightning_sched entry) from a checkpoint written
-    by a task of this project. With `cluster`, the network runs on that cluster's size (its
-    ClusterConfig takes the cluster's size fields): a slot policy runs on any size, DeepRM's image
-    network only on its own, and another is refused naming the fields."""
-    saved = read_checkpoint(path)[CHECKPOINT_KEY]
-    cfg = ClusterConfig(**saved["cluster"])
-    spec = PolicySpec(**saved["policy"])
+def read_record(path, data: dict | None = None) -> PolicyRecord:
+    """The PolicyRecord of checkpoint `path` (of its already read dict `data`), errors naming the file."""
+    data = read_checkpoint(path) if data is None else data
+    try:
+        return PolicyRecord.from_dict(data[CHECKPOINT_KEY])
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
+
+
+def load_network(path, device="cpu", cluster: ClusterConfig | None = None) -> tuple[nn.Module, ClusterConfig,
+                                                                                      PolicyRecord]:
+    """(network, its ClusterConfig, the checkpoint's record) from a checkpoint written by this
+    project. With `cluster`, the network runs on that cluster's size (its ClusterConfig takes the
+    cluster's size fields): a slot policy runs on any size, DeepRM's image network only on its own,
+    and another is refused naming the fields."""
+    record = read_record(path)
+    cfg, spec = record.cluster, record.policy
     if cluster is not None:
         resized = {k: getattr(cluster, k) for k in SIZE_FIELDS if getattr(cluster, k) != getattr(cfg, k)}
         if resized and not spec.any_cluster:
@@ -61,33 +137,26 @@ def load_network(path, device="cpu", cluster: ClusterConfig | None = None) -> tu
         cfg = cfg.replace(**resized)
     net = make_policy(spec, cfg)
     try:
-        net.load_state_dict(saved["state_dict"])
+        net.load_state_dict(record.state_dict)
     except RuntimeError as error:  # missing or misshapen weights: a damaged or hand-edited file
         raise ConfigError(f"{path}: its weights do not fit its policy {spec!r} "
                           f"({str(error).strip().splitlines()[-1].strip()[:200]})") from error
-    return net.to(device), cfg, saved
+    return net.to(device), cfg, record
 
 
-def load_policy(path, device="cpu", greedy: bool | None = None, generator: torch.Generator | None = None,
-                cluster: ClusterConfig | None = None, idle_void: str | None = None, wait_rate: float | None = None):
-    """(NetworkPolicy, its ClusterConfig) from a checkpoint (see load_network). greedy=None acts as
-    the checkpoint says (argmax, or sampled as DeepRM evaluates), with its idle-void rule
-    (policies.IDLE_VOID); a mode given here gets `idle_void`, else that mode's default. `wait_rate`
-    (None: the checkpoint's) is the rate "while_frequent" reads. A sampled policy with no generator
-    gets one seeded with 0, so evaluations repeat."""
-    net, cfg, saved = load_network(path, device, cluster)
-    acting = saved_acting(saved)
-    if greedy is None:
-        greedy = acting["greedy"]
-        idle_void = acting["idle_void"] if idle_void is None else idle_void
-    wait_rate = acting["wait_rate"] if wait_rate is None else wait_rate
-    if not greedy and generator is None:
-        generator = torch.Generator(device=device).manual_seed(0)
+def load_policy(path, device="cpu", override: dict | None = None, generator: torch.Generator | None = None,
+                cluster: ClusterConfig | None = None) -> tuple[NetworkPolicy, ClusterConfig]:
+    """(NetworkPolicy, its ClusterConfig) from a checkpoint (see load_network), acting as the
+    checkpoint says with `override`'s flags on top (`Acting.override`: greedy, idle_rule,
+    wait_rate). A sampled policy with no generator gets one seeded with 0, so evaluations repeat."""
+    net, cfg, record = load_network(path, device, cluster)
     try:
-        policy = NetworkPolicy(net.eval(), greedy=greedy, generator=generator, idle_void=idle_void, wait_rate=wait_rate)
-    except ConfigError as error:  # a hand-edited acting entry: say which file
+        acting = record.acting.override(**(override or {}))
+    except ConfigError as error:  # a mode the flags ask for that cannot act
         raise ConfigError(f"{path}: {error}") from None
-    return policy, cfg
+    if not acting.greedy and generator is None:
+        generator = torch.Generator(device=device).manual_seed(0)
+    return NetworkPolicy(net.eval(), acting, generator), cfg
 
 
 def warm_start(net: DeepRMNetwork, path: str) -> None:
@@ -107,18 +176,14 @@ def warm_start(net: DeepRMNetwork, path: str) -> None:
     net.load_state_dict(source.state_dict(), strict=not added)
 
 
-def with_acting_mode(path, out, greedy: bool, idle_void: str | None = None, wait_rate: float | None = None,
-                     **record) -> Path:
-    """Copy checkpoint `path` to `out` with its policy set to act greedily or by sampling, with
-    the idle-void rule `idle_void` (None: the mode's default) and its `wait_rate` (None: the file's),
-    and `record` kept beside it (e.g. how the mode was chosen). Written to a temporary file first
-    and renamed, so `out` is never a partial file."""
+def with_acting(path, out, acting: Acting, **notes) -> Path:
+    """Copy checkpoint `path` to `out` (Lightning's keys kept) with its policy set to act as
+    `acting`, and the record's `notes` set (e.g. `selected`: how the mode was chosen). Written to a
+    temporary file first and renamed, so `out` is never a partial file."""
     data = read_checkpoint(path)
-    saved = dict(data[CHECKPOINT_KEY])
-    idle_void = default_idle_void(greedy) if idle_void is None else idle_void
-    wait_rate = saved_acting(saved)["wait_rate"] if wait_rate is None else wait_rate
-    if idle_void != "while_frequent":  # how the rate was chosen no longer describes how it acts
-        saved.pop("wait_rate_selected", None)
-    data[CHECKPOINT_KEY] = {**saved, "greedy": greedy, "idle_void": idle_void, "wait_rate": wait_rate, **record}
+    record = read_record(path, data)
+    if acting.idle_rule != "while_frequent":  # how the rate was chosen no longer describes how it acts
+        notes.setdefault("wait_rate_selected", None)
+    data[CHECKPOINT_KEY] = replace(record, acting=acting, **notes).to_dict()
     atomic_torch_save(data, out)
     return Path(out)

@@ -3,6 +3,7 @@ written so that a failure never leaves a truncated file."""
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
 
@@ -13,8 +14,9 @@ from .config import ConfigError
 
 def load_torch_file(path, what: str, weights_only: bool, map_location="cpu"):
     """torch.load of `path`, refused with a ConfigError that names the file and `what` it should
-    be when it is missing, a folder, or no torch file at all (truncated, random bytes, another
-    format). A file that cannot be opened (permissions) raises its OSError."""
+    be when it is missing, a folder, no torch file at all (truncated, random bytes, another
+    format), or, with `weights_only`, when it holds pickled Python objects (loading them could run
+    code). A file that cannot be opened (permissions) raises its OSError."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such file (expected a {what})")
@@ -25,6 +27,11 @@ def load_torch_file(path, what: str, weights_only: bool, map_location="cpu"):
     except PermissionError:
         raise
     except Exception as error:  # a damaged file fails in many ways: UnpicklingError, RuntimeError, OSError, EOFError
+        # weights_only refuses any class beyond plain containers, tensors, strings and numbers
+        pickled = re.search(r"Unsupported global: GLOBAL (\S+)", str(error)) if weights_only else None
+        if pickled:
+            raise ConfigError(f"{path}: holds a pickled {pickled.group(1)} object; a {what} is read with "
+                              "torch.load(weights_only=True), plain dicts, tensors, strings and numbers only") from None
         lines = str(error).strip().splitlines()
         # the first line names the fault when it is short; torch's long ones are advice, not the fault
         reason = f"{type(error).__name__}: {lines[0]}" if lines and len(lines[0]) <= 100 else type(error).__name__

@@ -99,6 +99,17 @@ def observe(state: ClusterState, cfg: ClusterConfig, job_start: bool = True) -> 
     return observation
 
 
+# The damping of `arrival_rate`: one early arrival does not read as a high rate. The slot network's
+# arrival inputs were trained with it, and "while_frequent"'s wait_rate (acting.WAIT_RATE) chosen
+# with it: changing it changes how the shipped checkpoints act.
+RATE_DAMPING_STEPS = 10
+
+
+def arrival_rate(obs, damping: float = RATE_DAMPING_STEPS) -> torch.Tensor:
+    """Jobs of the jobset arrived a step so far, arrived / (time + damping): DoubleTensor[B]."""
+    return obs["arrived"].view(-1).double() / (obs["time"].view(-1).double() + damping)
+
+
 @functools.lru_cache(maxsize=64)
 def _prefix_rows(width: int, device) -> torch.Tensor:
     """Row n holds 1.0 in its first n cells: FloatTensor[width + 1, width] (a constant, cached)."""

@@ -1,4 +1,5 @@
-"""Policy networks over the cluster state and the action head (checkpoints: checkpoints.py).
+"""Policy networks over the cluster state and the action head (how they act: acting.py; on disk:
+checkpoints.py).
 
 DeepRM's network (Mao et al., HotNets 2016, section 4.1): the image [T, W] flattened, one fully
 connected hidden layer of 20 ReLU units, a softmax over the M+1 actions. `PolicySpec` describes a
@@ -22,7 +23,7 @@ rows per state: the same function and the same gradients as multiplying the rend
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Callable, Protocol
 
 import torch
@@ -32,7 +33,7 @@ from torch.nn import functional as F
 from .config import ClusterConfig, ConfigError
 from .heuristics import EDF, SJF, Packer, Tetris
 from .limits import require_memory
-from .observations import render_image
+from .observations import arrival_rate, render_image
 
 PRIORS = {"tetris": Tetris, "sjf": SJF, "packer": Packer, "edf": EDF}
 
@@ -61,7 +62,7 @@ class PolicySpec:
     """The prior's weight at initialization (learned from there)."""
     arrival_inputs: bool = False
     """kind "slots": the context also reads how fast jobs have been arriving: the arrivals seen so
-    far per step, arrived / (time + 10), times horizon / num_slots (jobs expected
+    far per step (observations.arrival_rate), times horizon / num_slots (jobs expected
     within the horizon per slot), and time / horizon (how much that estimate has seen), each at
     most 4. Their weights start at zero, so a network without them warm-starts one with them."""
 
@@ -116,16 +117,6 @@ def action_logits(logits: torch.Tensor, mask: torch.Tensor, masked: bool) -> tor
     """The action head's logits [B, M+1]: with `masked`, invalid actions get -inf (never sampled);
     without, DeepRM's plain softmax (an invalid pick advances time like void)."""
     return logits.masked_fill(~mask, float("-inf")) if masked else logits
-
-
-def sample_actions(logits: torch.Tensor, greedy: bool, generator: torch.Generator | None = None) -> torch.Tensor:
-    """argmax, or a draw from softmax(logits) by inverting its CDF with one uniform a row (no host
-    sync; an action of probability 0 is never drawn): LongTensor[B]."""
-    if greedy:
-        return logits.argmax(-1)
-    cdf = torch.softmax(logits, -1).cumsum(-1)
-    u = torch.rand(cdf.shape[:-1] + (1,), device=cdf.device, dtype=cdf.dtype, generator=generator) * cdf[..., -1:]
-    return (cdf <= u).sum(-1).clamp(max=logits.shape[-1] - 1)
 
 
 class PolicyNetwork(Protocol):
@@ -291,8 +282,6 @@ class SlotNetwork(nn.Module):
     the scoring layers start at zero: the untrained policy acts like the heuristic.
     """
 
-    ARRIVAL_RATE_STEPS = 10  # damps the arrival-rate input's first steps; trained weights depend on it
-
     def __init__(self, cfg: ClusterConfig, spec: PolicySpec):
         super().__init__()
         self.cfg, self.spec = cfg, spec
@@ -351,8 +340,7 @@ class SlotNetwork(nn.Module):
         features = {"slots": slot, "present": present, "context": context, "mask": obs["action_mask"]}
         if self.spec.arrival_inputs:
             time = obs["time"].view(b).double()
-            rate = obs["arrived"].view(b).double() / (time + self.ARRIVAL_RATE_STEPS)
-            arrivals = torch.stack([rate * horizon / cfg.num_slots, time / horizon], -1)
+            arrivals = torch.stack([arrival_rate(obs) * horizon / cfg.num_slots, time / horizon], -1)
             features["arrivals"] = arrivals.clamp(max=4).float()
         if self.heuristic is not None:
             features["prior"] = self.prior_preference(obs, fits)
@@ -416,101 +404,3 @@ def make_policy(spec: PolicySpec, cfg: ClusterConfig) -> DeepRMNetwork | SlotNet
     require_memory(f"the policy network ({weights:,} weights)", 4 * (4 * weights + 3 * table),
                    {"PolicySpec.hidden": spec.hidden, **{f"ClusterConfig.{k}": getattr(cfg, k) for k in sizes}})
     return network(cfg, spec)
-
-
-# When may a network void while a slot job fits now (capacity stays idle on purpose)?
-# "always": the network decides. "while_arriving": on an idle cluster (nothing runs or is reserved)
-# only while jobs of the jobset are still to arrive (holding a long job back for the short ones to
-# come can pay at high load), not once none is left: then waiting changes nothing (no capacity
-# frees, no job comes), and an argmax that picks it would pick it forever. "never": never on an
-# idle cluster (the argmax's first guard). "work_conserving": never while any slot job fits now,
-# busy cluster or not; the network only chooses which job goes first (where waiting does not pay,
-# as on a lightly loaded log, this removes its cost). "while_frequent": as "while_arriving" while
-# jobs have been arriving at least `wait_rate` a step, and as "work_conserving" below that rate:
-# the waits win where short jobs keep coming and cost where almost nothing arrives to wait for.
-IDLE_VOID = ("always", "while_arriving", "never", "work_conserving", "while_frequent")
-
-# "while_frequent"'s rate: arrived jobs / (time + WAIT_RATE_STEPS), so that one early arrival does
-# not count as a high rate. Both were chosen on selection jobsets of DeepRM's workload (loads 0.1 to
-# 1.5; docs/select_wait_rate.txt, docs/slot_policy.md "The shipped slowdown policy"); the rate is in
-# jobs a step of that workload.
-WAIT_RATE = 0.11
-WAIT_RATE_STEPS = 10
-
-
-# every (greedy, idle_void) a NetworkPolicy accepts: the candidates when an acting mode is selected
-ACTING_MODES = tuple((greedy, rule) for greedy in (True, False) for rule in IDLE_VOID
-                     if not (greedy and rule == "always"))
-
-
-def default_idle_void(greedy: bool) -> str:
-    """The rule a checkpoint that names none acts by: "never" for the argmax, "always" for a draw."""
-    return "never" if greedy else "always"
-
-
-def choose_actions(logits: torch.Tensor, obs, greedy: bool, generator: torch.Generator | None = None,
-                   idle_void: str | None = None, wait_rate: float = WAIT_RATE) -> torch.Tensor:
-    """How a network acts on its logits [B, M+1]: the argmax or a draw from the softmax, with void
-    forbidden where `idle_void` (default: `default_idle_void(greedy)`; "while_frequent" reads
-    `wait_rate`) says: LongTensor[B]."""
-    idle_void = default_idle_void(greedy) if idle_void is None else idle_void
-    if idle_void != "always":
-        logits = forbid_idle_void(logits, obs, idle_void, wait_rate)
-    return sample_actions(logits, greedy, generator)
-
-
-def forbid_idle_void(logits: torch.Tensor, obs, rule: str = "never", wait_rate: float = WAIT_RATE) -> torch.Tensor:
-    """Void's logit set to -inf [B, M+1] in the rows where a slot job fits now and `rule`
-    (IDLE_VOID, not "always") forbids leaving capacity idle there."""
-    def idle() -> torch.Tensor:  # nothing runs or is reserved
-        return obs["used"].sum((1, 2)) == 0
-
-    def none_to_come() -> torch.Tensor:
-        return obs["to_arrive"].view(-1) == 0
-
-    fits = (obs["slot_offset"] == 0).any(-1)
-    if rule == "never":
-        stuck = idle()
-    elif rule == "while_arriving":
-        stuck = idle() & none_to_come()
-    elif rule == "work_conserving":
-        stuck = torch.ones_like(fits)
-    elif rule == "while_frequent":
-        rate = obs["arrived"].view(-1).double() / (obs["time"].view(-1).double() + WAIT_RATE_STEPS)
-        stuck = (idle() & none_to_come()) | (rate < wait_rate)
-    else:
-        rules = ", ".join(r for r in IDLE_VOID if r != "always")
-        raise ConfigError(f"forbid_idle_void: rule must be one of {rules}, got {rule!r}")
-    stuck = fits & stuck
-    return torch.cat([logits[:, :-1], logits[:, -1:].masked_fill(stuck.unsqueeze(1), float("-inf"))], -1)
-
-
-@dataclass
-class NetworkPolicy:
-    """A network as a rollout policy: obs -> obs with "action" (LongTensor[B]); greedy or sampled,
-    with void while a job fits now allowed where `idle_void` says (IDLE_VOID; None: the mode's
-    default) and, for "while_frequent", at or above `wait_rate` arrivals a step (> 0)."""
-
-    net: nn.Module
-    greedy: bool = True
-    generator: torch.Generator | None = field(default=None, repr=False)
-    idle_void: str | None = None
-    wait_rate: float = WAIT_RATE
-
-    def __post_init__(self) -> None:
-        self.idle_void = default_idle_void(self.greedy) if self.idle_void is None else self.idle_void
-        if self.idle_void not in IDLE_VOID:
-            raise ConfigError(f"idle_void must be one of {', '.join(IDLE_VOID)}, got {self.idle_void!r}")
-        if self.greedy and self.idle_void == "always":
-            raise ConfigError("idle_void='always' with greedy acting can wait forever on an idle cluster once no "
-                              "job is left to arrive: use 'while_arriving' or 'never'")
-        if isinstance(self.wait_rate, bool) or not isinstance(self.wait_rate, (int, float)) or not (
-                self.wait_rate > 0 and math.isfinite(self.wait_rate)):
-            raise ConfigError(f"wait_rate must be a finite number > 0 (jobs a step; 'while_arriving' waits at any "
-                              f"rate), got {self.wait_rate!r}")
-
-    @torch.no_grad()
-    def __call__(self, obs):
-        logits = self.net(self.net.encode(obs))
-        obs["action"] = choose_actions(logits, obs, self.greedy, self.generator, self.idle_void, self.wait_rate)
-        return obs

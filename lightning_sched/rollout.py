@@ -11,11 +11,12 @@ from typing import Callable
 
 import torch
 
+from .acting import SAMPLED, Acting
 from .cluster import init_state, step_state
 from .config import ClusterConfig
 from .jobs import JobSet
 from .observations import observe
-from .policies import PolicyNetwork, choose_actions
+from .policies import PolicyNetwork
 from .state import ClusterState
 
 Policy = Callable[[dict], dict]
@@ -96,11 +97,11 @@ class Trajectories:
 
 
 @torch.no_grad()
-def collect(net: PolicyNetwork, cfg: ClusterConfig, jobs: JobSet, greedy: bool = False,
+def collect(net: PolicyNetwork, cfg: ClusterConfig, jobs: JobSet, acting: Acting = SAMPLED,
             generator: torch.Generator | None = None, teacher: Policy | None = None) -> Trajectories:
     """Roll out a policy network on every row of `jobs`, recording each decision. `net` has
     `encode(obs) -> features` and `frozen() -> (features -> logits)` (policies.PolicyNetwork).
-    Actions are sampled from the policy (greedy: its argmax); with `teacher` (e.g. a heuristic)
+    The network acts as `acting` says (default: draws from its softmax); with `teacher` (e.g. a heuristic)
     the teacher acts instead and the network's features of the states it visits are recorded
     (imitation learning)."""
     features, actions, rewards, actives, times = [], [], [], [], []
@@ -108,7 +109,7 @@ def collect(net: PolicyNetwork, cfg: ClusterConfig, jobs: JobSet, greedy: bool =
 
     def policy(obs):
         f = net.encode(obs)
-        obs["action"] = teacher(obs)["action"] if teacher else choose_actions(logits(f), obs, greedy, generator)
+        obs["action"] = teacher(obs)["action"] if teacher else acting.choose(logits(f), obs, generator)
         features.append(f)
         actions.append(obs["action"])
         return obs

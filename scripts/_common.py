@@ -16,6 +16,7 @@ if str(ROOT) not in sys.path:  # the scripts work from a checkout without `pip i
 import torch  # noqa: E402
 
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload  # noqa: E402
+from lightning_sched.acting import IDLE_RULES, rule_name  # noqa: E402
 from lightning_sched.allocator import reuse_freed_memory  # noqa: E402
 from lightning_sched.config import SIZE_FIELDS  # noqa: E402
 from lightning_sched.heuristics import make_heuristic  # noqa: E402
@@ -83,6 +84,14 @@ def positive_float(text: str) -> float:
     if not (0 < value < float("inf")):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value}")
     return value
+
+
+def idle_rule(text: str) -> str:
+    """An argparse type: an idle rule's name (acting.IDLE_RULES), an old name mapped to its rule."""
+    try:
+        return rule_name(text)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(IDLE_RULES)}, got {text!r}") from None
 
 
 def unused_path(path: Path) -> Path:

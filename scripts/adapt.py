@@ -19,7 +19,7 @@ has one, with its learned per-weight step sizes if it was meta-trained with them
 else SGD, lr 0.05, 20 x 20.
 
 With --acting select, the adapted policy then acts in each mode (greedy or sampled, and each rule for
-voiding while a job fits: `lightning_sched.policies.IDLE_VOID`) on --select_jobsets jobsets of the
+voiding while a job fits: `lightning_sched.acting.IDLE_RULES`) on --select_jobsets jobsets of the
 workload it adapted on (the train split for a trace; selection seeds, never the evaluation ones),
 and the best mode is evaluated, printed as the last row and saved in the checkpoint. Whether
 leaving capacity idle pays depends on the load, so a light log may want a work-conserving mode.
@@ -56,12 +56,11 @@ from _common import (
     workload_from_args,
 )
 from lightning_sched import ClusterConfig, ConfigError, seeds
-from lightning_sched.adaptation import AdaptationSettings, acting_name, adapt
+from lightning_sched.acting import NetworkPolicy
+from lightning_sched.adaptation import AdaptationSettings, adapt
 from lightning_sched.analysis import select_acting
-from lightning_sched.checkpoints import CHECKPOINT_KEY, load_network, policy_checkpoint, saved_acting
+from lightning_sched.checkpoints import PolicyRecord, load_network
 from lightning_sched.evaluation import compare, evaluate, make_jobsets
-from lightning_sched.files import atomic_torch_save
-from lightning_sched.policies import NetworkPolicy
 
 # the heuristics the adapted policy is compared with (random left out: it repeats only with its seed)
 REFERENCE_HEURISTICS = ("tetris", "sjf", "packer", "edf")
@@ -122,10 +121,11 @@ def main(argv=None) -> int:
     set_threads(args.threads)
     out, named = output_path(args)  # before adapting: a refused --out costs nothing
     cluster, sized = cluster_from_args(args)
-    net, cfg, saved = load_network(args.ckpt, args.device, cluster if sized else None)
+    net, cfg, record = load_network(args.ckpt, args.device, cluster if sized else None)
     cfg = cfg.replace(**reward_from_args(args))
     settings = AdaptationSettings.from_checkpoint(
-        saved, args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr, optimizer=args.optimizer,
+        record.adaptation, args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr,
+        optimizer=args.optimizer,
         normalize_advantage=False if args.no_normalize else None)
     if args.trace:
         workload = trace_workload_from_args(args, cfg)
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
         train_desc = f"DeepRMWorkload({', '.join(f'{k}={v}' for k, v in workload.to_dict().items())})"
         eval_desc = "the same workload"
     eval_jobs = make_jobsets(workload, args.eval_jobsets, seeds.EVALUATION)
-    learned = (saved.get("adaptation") or {}).get("step_sizes") is not None
+    learned = (record.adaptation or {}).get("step_sizes") is not None
     print(f"adapting {args.ckpt} on {train_desc}: {settings}"
           + (" with learned per-weight step sizes" if settings.step_sizes is not None else "")
           + (" (the checkpoint's learned step sizes scale SGD only: not used)"
@@ -158,29 +158,24 @@ def main(argv=None) -> int:
             print(json.dumps({"policy": args.ckpt, **summary, "reference": {"heuristic": best, metric: reference}}),
                   flush=True)
 
-    greedy, idle_void, wait_rate = (saved_acting(saved)[k] for k in ("greedy", "idle_void", "wait_rate"))
-    adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, greedy=greedy,
-          idle_void=idle_void, wait_rate=wait_rate, report=report,
+    acting = record.acting
+    adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, acting=acting, report=report,
           eval_steps=set(range(0, args.steps + 1, args.eval_every)))
-    selected = {}
+    selected = None
     if args.acting == "select":
         select_jobs = make_jobsets(train, args.select_jobsets, seeds.SELECTION)
-        (greedy, idle_void), scores = select_acting(net, cfg, select_jobs, metric, seed=args.seed, device=args.device,
-                                                    wait_rate=wait_rate)
+        acting, scores = select_acting(net, cfg, select_jobs, metric, seed=args.seed, device=args.device,
+                                       wait_rate=acting.wait_rate)
         print(f"acting modes on {args.select_jobsets} selection jobsets of the adaptation workload, {metric}: "
               + ", ".join(f"{name} {value:.3f}" for name, value in scores.items()))
-        selected = {"acting_selected": {"metric": metric, "jobsets": args.select_jobsets, "seed": seeds.SELECTION,
-                                        "scores": scores}}
-        policy = NetworkPolicy(net, greedy=greedy, idle_void=idle_void, wait_rate=wait_rate,
-                               generator=torch.Generator(device=args.device).manual_seed(args.seed))
-        report(acting_name(greedy, idle_void),
-               {"step": args.steps, "acting": acting_name(greedy, idle_void),
-                **evaluate(policy, cfg, eval_jobs, device=args.device).summary})
+        selected = {"metric": metric, "jobsets": args.select_jobsets, "seed": seeds.SELECTION, "scores": scores}
+        policy = NetworkPolicy(net, acting, torch.Generator(device=args.device).manual_seed(args.seed))
+        report(str(acting), {"step": args.steps, "acting": str(acting),
+                             **evaluate(policy, cfg, eval_jobs, device=args.device).summary})
     if not named:  # another run may have taken the name meanwhile
         out = unused_path(out)
-    atomic_torch_save({CHECKPOINT_KEY: {**policy_checkpoint(net, greedy, idle_void, wait_rate),
-                                        "adapted_from": str(args.ckpt), "adapted_on": train_desc,
-                                        "adaptation": {k: v for k, v in vars(settings).items()}, **selected}}, out)
+    PolicyRecord.of(net, acting, adaptation=dict(vars(settings)), adapted_from=str(args.ckpt), adapted_on=train_desc,
+                    acting_selected=selected).save(out)
     print(f"saved {out}", file=sys.stderr)  # stdout's last line stays the final metrics (--json)
     return 0
 

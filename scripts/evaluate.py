@@ -38,6 +38,7 @@ from _common import (
     cluster_from_args,
     format_row,
     heuristic,
+    idle_rule,
     positive_float,
     run_main,
     set_threads,
@@ -46,23 +47,23 @@ from _common import (
     workload_from_args,
 )
 from lightning_sched import ClusterConfig, ConfigError, JobSet, seeds
+from lightning_sched.acting import IDLE_RULES, RENAMED_RULES, NetworkPolicy
 from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.evaluation import evaluate, make_jobsets, paired_difference
 from lightning_sched.heuristics import HEURISTICS
-from lightning_sched.policies import IDLE_VOID
 
 
-def resolve_policy(spec: str, cfg: ClusterConfig, device, greedy: bool | None, seed: int, resize: bool = False,
-                   idle_void: str | None = None, wait_rate: float | None = None):
+def resolve_policy(spec: str, cfg: ClusterConfig, device, seed: int, resize: bool = False,
+                   acting_flags: dict | None = None):
     """A heuristic name or a checkpoint path -> (display name, policy callable, its ClusterConfig);
-    with `resize` a checkpoint runs on `cfg`'s size; `greedy`/`idle_void`/`wait_rate` None: as the checkpoint says."""
+    with `resize` a checkpoint runs on `cfg`'s size; it acts as it says with `acting_flags` on top
+    (Acting.override: greedy, idle_rule, wait_rate)."""
     if spec in HEURISTICS:
         return spec, heuristic(spec, cfg, device, seed), cfg
     if spec.endswith(".ckpt"):
         from lightning_sched.checkpoints import load_policy
 
-        policy, ckpt_cfg = load_policy(spec, device=device, greedy=greedy, cluster=cfg if resize else None,
-                                       idle_void=idle_void, wait_rate=wait_rate)
+        policy, ckpt_cfg = load_policy(spec, device=device, override=acting_flags, cluster=cfg if resize else None)
         return spec, policy, ckpt_cfg
     raise ConfigError(f"--policy {spec!r} is neither a heuristic ({', '.join(sorted(HEURISTICS))}) nor a .ckpt file")
 
@@ -90,13 +91,14 @@ def main(argv=None) -> int:
     act.add_argument("--sample", dest="greedy", action="store_const", const=False,
                      help="sample network policies' actions (default: as the checkpoint says)")
     act.add_argument("--greedy", dest="greedy", action="store_const", const=True, help="act by the policy's argmax")
-    ap.add_argument("--idle_void", choices=IDLE_VOID,
-                    help="when a network may leave capacity idle while a job fits now (policies.IDLE_VOID): "
+    ap.add_argument("--idle_rule", "--idle_void", type=idle_rule, metavar="{" + ",".join(IDLE_RULES) + "}",
+                    help="when a network may leave capacity idle while a job fits now (acting.IDLE_RULES): "
                          "always (whenever it chooses); while_arriving (on an idle cluster only while jobs are "
-                         "still to arrive); never (never on an idle cluster); work_conserving (never at all); "
+                         "still to arrive); not_when_idle (never on an idle cluster); work_conserving (never at all); "
                          "while_frequent (as while_arriving while jobs arrive at least --wait_rate a step, else as "
                          "work_conserving). Default: as the checkpoint says, or the mode's default with "
-                         "--greedy/--sample: never / always")
+                         "--greedy/--sample: not_when_idle / always. Old names: "
+                         + ", ".join(f"{old} = {new}" for old, new in RENAMED_RULES.items()))
     ap.add_argument("--wait_rate", type=positive_float,
                     help="while_frequent's arrival rate, jobs a step (default: as the checkpoint says)")
     ap.add_argument("--device", default="cpu")
@@ -105,12 +107,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     set_threads(args.threads)
     cfg, sized = cluster_from_args(args)
-    policies = [resolve_policy(p, cfg, args.device, args.greedy, args.seed, sized, args.idle_void, args.wait_rate)
-                for p in args.policy]
-    reads_rate = any(getattr(policy, "idle_void", None) == "while_frequent" for _, policy, _ in policies)
+    flags = {"greedy": args.greedy, "idle_rule": args.idle_rule, "wait_rate": args.wait_rate}
+    policies = [resolve_policy(p, cfg, args.device, args.seed, sized, flags) for p in args.policy]
+    reads_rate = any(isinstance(policy, NetworkPolicy) and policy.acting.idle_rule == "while_frequent"
+                     for _, policy, _ in policies)
     if args.wait_rate is not None and not reads_rate:
-        raise ConfigError(f"--wait_rate {args.wait_rate} changes nothing: no policy here acts with idle_void "
-                          f"while_frequent (give --idle_void while_frequent, or a checkpoint that acts so)")
+        raise ConfigError(f"--wait_rate {args.wait_rate} changes nothing: no policy here acts with idle rule "
+                          f"while_frequent (give --idle_rule while_frequent, or a checkpoint that acts so)")
     # a checkpoint fixes the cluster; all policies in one table must share it (the reward they
     # were trained for may differ: the table measures every metric)
     cluster = policies[0][2]

@@ -280,15 +280,15 @@ def headroom(args) -> None:
     """How far fine-tuning goes on each held-out workload: one checkpoint fine-tuned --steps steps
     (--optimizer/--lr, --jobsets x --episodes a step), measured every --every steps on the
     adaptation figures' unseen jobsets (same seeds, so its first steps are their curve)."""
-    from lightning_sched.checkpoints import load_network, saved_acting
+    from lightning_sched.checkpoints import load_network
 
-    net, cfg, saved = load_network(args.ckpt, args.device)
+    net, cfg, record = load_network(args.ckpt, args.device)
     settings = AdaptationSettings(steps=args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr,
                                   optimizer=args.optimizer)
 
     def start(panel_cfg: ClusterConfig) -> dict:
         on = net if panel_cfg == cfg else load_network(args.ckpt, args.device, cluster=panel_cfg)[0]
-        return {"fine-tuned": (on, saved_acting(saved))}
+        return {"fine-tuned": (on, record.acting)}
 
     def report(panel, name, curve, first) -> None:
         print(f"{panel.label:32s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curve.items()), flush=True)
@@ -307,7 +307,7 @@ def headroom(args) -> None:
 def adaptation(args) -> None:
     """Adaptation curves on held-out workloads: the meta-policy, the mixture-trained REINFORCE policy
     and a fresh network, each fine-tuned with the same steps and episodes; heuristics as lines."""
-    from lightning_sched.checkpoints import load_network, saved_acting
+    from lightning_sched.checkpoints import PolicyRecord, load_network
     from lightning_sched.policies import make_policy
 
     if args.objective not in ("slowdown", "completion_time"):
@@ -317,7 +317,7 @@ def adaptation(args) -> None:
         raise ConfigError(f"{', '.join(sized)} size the --trace panel's cluster; without --trace they would do nothing")
     paths = checkpoints(args)
     starts = {name: load_network(path, args.device) for name, path in paths.items()}
-    net0, cfg, saved0 = next(iter(starts.values()))
+    net0, cfg, record0 = next(iter(starts.values()))
     cfg = cfg.replace(objective=args.objective)
 
     def starts_on(panel_cfg: ClusterConfig) -> dict:
@@ -326,17 +326,17 @@ def adaptation(args) -> None:
         on = starts if panel_cfg == cfg else {
             name: load_network(path, args.device, cluster=panel_cfg) for name, path in paths.items()}
         torch.manual_seed(args.seed)
-        on = {**on, "scratch": (make_policy(net0.spec, panel_cfg).to(args.device), panel_cfg, saved0)}
-        return {name: (net, saved_acting(saved)) for name, (net, _, saved) in on.items()}
+        on = {**on, "scratch": (make_policy(net0.spec, panel_cfg).to(args.device), panel_cfg, record0)}
+        return {name: (net, record.acting) for name, (net, _, record) in on.items()}
 
-    def settings_for(saved: dict) -> AdaptationSettings:
+    def settings_for(record: PolicyRecord) -> AdaptationSettings:
         """Same steps and samples for every method; a meta-policy adapts with the inner loop it was
         meta-trained for (optimizer, lr, learned step sizes), a policy with none with --optimizer/--lr."""
-        own = {} if saved.get("adaptation") else {"lr": args.lr, "optimizer": args.optimizer}
-        return AdaptationSettings.from_checkpoint(saved, args.steps, jobsets=args.jobsets, episodes=args.episodes,
-                                                  **own)
-    settings = {name: settings_for(saved) for name, (_, _, saved) in starts.items()}
-    settings["scratch"] = settings_for(saved0)  # the fresh network acts and adapts as the first checkpoint
+        own = {} if record.adaptation else {"lr": args.lr, "optimizer": args.optimizer}
+        return AdaptationSettings.from_checkpoint(record.adaptation, args.steps, jobsets=args.jobsets,
+                                                  episodes=args.episodes, **own)
+    settings = {name: settings_for(record) for name, (_, _, record) in starts.items()}
+    settings["scratch"] = settings_for(record0)  # the fresh network acts and adapts as the first checkpoint
     metric = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time"}[args.objective]
 
     def report(panel, name, curve, first) -> None:

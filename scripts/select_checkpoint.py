@@ -22,13 +22,15 @@ import json
 
 from _common import ScriptParser, at_least, run_main, set_threads
 from lightning_sched import ClusterConfig, seeds
+from lightning_sched.acting import acting_modes
 from lightning_sched.analysis import select_by_worst_load
-from lightning_sched.checkpoints import load_policy, with_acting_mode
+from lightning_sched.checkpoints import load_policy, read_record, with_acting
 from lightning_sched.config import REWARD_FIELDS
-from lightning_sched.policies import ACTING_MODES
 
-# --acting's candidate modes: (greedy, idle_void); "all" is every mode NetworkPolicy accepts
-ACTING = {"both": [(True, None), (False, None)], "all": list(ACTING_MODES)}
+# --acting's candidate modes, as Acting.override's flags on each checkpoint's own acting (its
+# wait_rate kept): both modes with their default rules, or every mode and rule
+ACTING = {"saved": [{}], "both": [{"greedy": True}, {"greedy": False}],
+          "all": [{"greedy": mode.greedy, "idle_rule": mode.idle_rule} for mode in acting_modes()]}
 
 
 def candidates_cluster(paths: list[str]) -> ClusterConfig:
@@ -51,7 +53,7 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=seeds.SELECTION)
     ap.add_argument("--acting", choices=("saved", "both", "all"), default="saved",
                     help="saved: each checkpoint acts as it says; both: each is a candidate twice, greedy and sampled "
-                         "(each with its default idle-void rule); all: every acting mode and idle-void rule")
+                         "(each with its default idle rule); all: every acting mode and idle rule")
     ap.add_argument("--write", help="copy the winner here, set to act in the mode it won with")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
@@ -60,16 +62,15 @@ def main(argv=None) -> None:
     changed = {k: v for k, (v, _) in cfg.differences(ClusterConfig(), ignore=("observation",)).items()}
     print("scoring on the candidates' cluster: "
           + (", ".join(f"{k}={v}" for k, v in changed.items()) if changed else "DeepRM's") + " (ClusterConfig)")
-    # candidate name -> (checkpoint, greedy, idle_void): None acts as the checkpoint says
-    if args.acting == "saved":
-        named = {path: (path, None, None) for path in args.ckpt}
-    else:
-        named = {f"{path}@{'greedy' if greedy else 'sampled'}" + (f",idle_void={rule}" if rule else ""):
-                 (path, greedy, rule) for path in args.ckpt for greedy, rule in ACTING[args.acting]}
+    # candidate name -> (checkpoint, Acting.override's flags); "saved" names the checkpoint alone
+    named = {}
+    for path in args.ckpt:
+        saved = read_record(path).acting
+        for flags in ACTING[args.acting]:
+            named[path if args.acting == "saved" else f"{path}@{saved.override(**flags)}"] = (path, flags)
 
     def candidates() -> dict:  # made anew at each load
-        return {name: load_policy(path, greedy=greedy, idle_void=rule)[0]
-                for name, (path, greedy, rule) in named.items()}
+        return {name: load_policy(path, override=flags)[0] for name, (path, flags) in named.items()}
 
     def report(load: float, best: float, scores: dict[str, float]) -> None:
         print(f"load {load:.1f} best heuristic {best:.3f} " + " ".join(f"{p}: {v:.3f}" for p, v in scores.items()),
@@ -86,13 +87,12 @@ def main(argv=None) -> None:
                       "worst": worst, "unfinished_jobs": unfinished, "winner": winner,
                       "scores": {p: {str(k): v for k, v in s.items()} for p, s in scores.items()}}))
     if args.write:
-        path, greedy, rule = named[winner]
-        policy = load_policy(path, greedy=greedy, idle_void=rule)[0]
-        greedy, rule = policy.greedy, policy.idle_void
+        path, flags = named[winner]
+        acting = read_record(path).acting.override(**flags)
         selected = {"metric": args.metric, "loads": args.loads, "jobsets": args.jobsets, "seed": args.seed,
                     "worst": worst[winner], "from": path}
-        out = with_acting_mode(path, args.write, greedy, rule, policy.wait_rate, selected=selected)
-        print(f"wrote {out} ({'greedy' if greedy else 'sampled'}, idle_void={rule})")
+        out = with_acting(path, args.write, acting, selected=selected)
+        print(f"wrote {out} ({acting})")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -20,12 +21,13 @@ from lightning.pytorch import LightningModule
 from torch.utils.data import DataLoader
 
 from lightning_sched import ClusterConfig, JobSet, seeds
+from lightning_sched.acting import Acting, NetworkPolicy
 from lightning_sched.baselines import Baseline, TimeIndexedBaseline
-from lightning_sched.checkpoints import CHECKPOINT_KEY, policy_checkpoint
+from lightning_sched.checkpoints import CHECKPOINT_KEY, PolicyRecord
 from lightning_sched.config import ConfigError
 from lightning_sched.evaluation import EvalResult, evaluate, make_jobsets
 from lightning_sched.objectives import METRICS
-from lightning_sched.policies import NetworkPolicy, PolicySpec, make_policy
+from lightning_sched.policies import PolicySpec, make_policy
 
 
 @dataclass
@@ -44,6 +46,23 @@ class EvaluationSettings:
     greedy: bool = False
     """Evaluate the policy's argmax; default: sample its actions, as DeepRM's evaluation does (an
     unmasked policy's argmax can keep picking a slot whose job does not fit, wasting time steps)."""
+
+
+def plain_values(value):
+    """`value` as plain dicts, lists, tuples, strings, numbers and tensors, so that a checkpoint loads
+    with torch.load(weights_only=True): a dataclass as the dict of its constructor's fields, any
+    other object as its repr (hyperparameters record a run's arguments; nothing rebuilds the module
+    from them but LightningCLI, whose are plain)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain_values(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+    if isinstance(value, dict):
+        return {key: plain_values(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):  # a named tuple as a plain one
+        items = [plain_values(item) for item in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+        return value
+    return repr(value)
 
 
 def require_at_least(owner: str, low: int, **values: int) -> None:
@@ -142,7 +161,7 @@ class SchedulerTask(LightningModule):
         """SPEC's episode metrics of the policy on fixed jobsets (sampled with the seed val_seed, or
         greedy), logged as `<prefix>/<metric>` and `<prefix>/<metric>_ci95`."""
         generator = torch.Generator(device=self.device).manual_seed(self.evaluation.val_seed)
-        policy = NetworkPolicy(self.net, greedy=self.evaluation.greedy, generator=generator)
+        policy = NetworkPolicy(self.net, Acting(greedy=self.evaluation.greedy), generator)
         result = evaluate(policy, self.cluster, jobs, device=self.device)
         s = result.summary
         values = {f"{prefix}/{m}": s[m] for m in METRICS}
@@ -167,13 +186,20 @@ class SchedulerTask(LightningModule):
                                      "stops here, the checkpoints written so far are kept (lower lr?)")
 
     # ----- checkpoints: the policy alone, readable without this module ---------------------------
+    def policy_record(self) -> PolicyRecord:
+        """The policy as a checkpoint holds it: acting as it is evaluated."""
+        return PolicyRecord.of(self.net, Acting(greedy=self.evaluation.greedy))
+
     def on_save_checkpoint(self, checkpoint):
-        checkpoint[CHECKPOINT_KEY] = policy_checkpoint(self.net, greedy=self.evaluation.greedy)
+        checkpoint[CHECKPOINT_KEY] = self.policy_record().to_dict()
         checkpoint["sampler_state"] = self.sampler.get_state()
+        # LightningCLI's are plain already; a module built in Python holds its arguments as objects
+        if self.CHECKPOINT_HYPER_PARAMS_KEY in checkpoint:
+            checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY] = plain_values(checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY])
 
     def on_load_checkpoint(self, checkpoint):
-        saved = checkpoint.get(CHECKPOINT_KEY, {}).get("cluster")
-        if saved is not None:
-            ClusterConfig(**saved).require_same_cluster(self.cluster, "checkpoint", "run")
+        if CHECKPOINT_KEY in checkpoint:
+            PolicyRecord.from_dict(checkpoint[CHECKPOINT_KEY]).cluster.require_same_cluster(self.cluster, "checkpoint",
+                                                                                              "run")
         if "sampler_state" in checkpoint and self.sampler.device.type == "cpu":
             self.sampler.set_state(checkpoint["sampler_state"])

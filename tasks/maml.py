@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from dataclasses import replace
 from typing import NamedTuple
 
 import higher
@@ -34,7 +35,7 @@ import torch
 from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily
 from lightning_sched.adaptation import AdaptationSettings
 from lightning_sched.baselines import Baseline
-from lightning_sched.checkpoints import CHECKPOINT_KEY, warm_start
+from lightning_sched.checkpoints import PolicyRecord, warm_start
 from lightning_sched.config import OBJECTIVES, ConfigError
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.objectives import episode_metrics
@@ -308,10 +309,9 @@ class MAML(SchedulerTask):
         tasks = self.family.draw(num_jobsets, torch.Generator().manual_seed(seed))
         return JobSet.cat([make_jobsets(t, 1, seed + i) for i, t in enumerate(tasks)])
 
-    def on_save_checkpoint(self, checkpoint):
-        super().on_save_checkpoint(checkpoint)
-        # scripts/adapt.py adapts with the inner loop the meta-policy was trained for
+    def policy_record(self) -> PolicyRecord:
+        """With the inner loop the meta-policy was trained for: scripts/adapt.py adapts with it."""
         inner = {k: v for k, v in vars(self.inner).items() if k not in ("steps", "step_sizes")}
         if self.log_step_sizes is not None:
             inner["step_sizes"] = {name: s.detach().exp().cpu() for name, s in self.named_log_step_sizes()}
-        checkpoint[CHECKPOINT_KEY]["adaptation"] = inner
+        return replace(super().policy_record(), adaptation=inner)

@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from lightning_sched import ClusterConfig, DeepRMWorkload, analysis, seeds
+from lightning_sched.acting import SAMPLED, Acting, acting_modes
 from lightning_sched.adaptation import AdaptationSettings
 from lightning_sched.evaluation import EvalResult, compare, make_jobsets
 from lightning_sched.heuristics import make_heuristic
 from lightning_sched.jobs import JobSet
-from lightning_sched.policies import ACTING_MODES, PolicySpec, make_policy
+from lightning_sched.policies import PolicySpec, make_policy
 
 CFG = ClusterConfig(observation="none")
 TINY = DeepRMWorkload(load=1.1, simu_len=10)
@@ -113,17 +114,16 @@ def test_adapt_on_held_out_records_curves_and_the_first_step_past_a_heuristic():
     net = make_policy(PolicySpec(hidden=(8,)), CFG)
     panel = analysis.HeldOut("tiny", CFG, TINY, make_jobsets(TINY, 2, 5), {"tetris": (1e9, 0.0), "never": (0.0, 0.0)})
     seen = []
-    settings = {"a": AdaptationSettings(steps=2, jobsets=1, episodes=2), "b": AdaptationSettings(steps=2, jobsets=1,
-                                                                                                  episodes=2)}
+    settings = dict.fromkeys("ab", AdaptationSettings(steps=2, jobsets=1, episodes=2))
     before = [p.detach().clone() for p in net.parameters()]
-    runs = analysis.adapt_on_held_out([panel], lambda c: {"a": (net, {}), "b": (net, {"greedy": True})}, settings,
-                                      "mean_slowdown", {0, 2}, reference="tetris",
+    starts = {"a": (net, SAMPLED), "b": (net, Acting(greedy=True))}
+    runs = analysis.adapt_on_held_out([panel], lambda c: starts, settings, "mean_slowdown", {0, 2}, reference="tetris",
                                       report=lambda p, name, curve, first: seen.append((p.label, name, first)))
     assert all(torch.equal(a, b) for a, b in zip(before, net.parameters()))  # a copy adapts, not the start
     assert list(runs.curves["tiny"]["a"]) == [0, 2] and runs.first_step["tiny"] == {"a": 0, "b": 0}
     assert runs.heuristics["tiny"] is panel.heuristics and runs.clusters["tiny"] == CFG.to_dict()
     assert seen == [("tiny", "a", 0), ("tiny", "b", 0)]
-    never = analysis.adapt_on_held_out([panel], lambda c: {"a": (net, {})}, settings, "mean_slowdown", {1},
+    never = analysis.adapt_on_held_out([panel], lambda c: {"a": (net, SAMPLED)}, settings, "mean_slowdown", {1},
                                        reference="never")
     assert list(never.curves["tiny"]["a"]) == [1, 2] and never.first_step["tiny"] == {"a": None}
     assert never.curves["tiny"]["a"][2] == runs.curves["tiny"]["a"][2]  # the same seed, the same adaptation
@@ -187,6 +187,6 @@ def test_select_by_worst_load_scores_against_the_best_heuristic(metric, score):
 def test_select_acting_picks_the_best_mode_that_finishes():
     torch.manual_seed(0)
     net = make_policy(PolicySpec(hidden=(8,)), CFG)
-    (greedy, rule), scores = analysis.select_acting(net, CFG, make_jobsets(TINY, 2, seeds.SELECTION))
-    assert (greedy, rule) in ACTING_MODES and len(scores) == len(ACTING_MODES)
-    assert scores[f"{'greedy' if greedy else 'sampled'}, {rule}"] == min(scores.values())  # every mode finishes here
+    acting, scores = analysis.select_acting(net, CFG, make_jobsets(TINY, 2, seeds.SELECTION))
+    assert acting in acting_modes() and list(scores) == [str(mode) for mode in acting_modes()]
+    assert scores[str(acting)] == min(scores.values())  # every mode finishes here

@@ -60,14 +60,14 @@ def test_last_checkpoint_is_the_latest_state_not_the_best(tmp_path):
         "--checkpoint.dirpath", str(tmp_path / "ck"), tmp_path=tmp_path)
     names = sorted(p.name for p in (tmp_path / "ck").iterdir())
     assert names == ["best-2.ckpt", "last.ckpt"], names
-    assert torch.load(tmp_path / "ck" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == 4
+    assert torch.load(tmp_path / "ck" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"] == 4
 
 
 def test_best_checkpoint_without_monitor_and_save_last(tmp_path):
     # no monitor on the best-checkpoint callback: it and the latest one keep distinct states
     fit("fit", "--config", SMOKE, "--trainer.logger", "false", "--checkpoint.monitor", "null",
         "--checkpoint.dirpath", str(tmp_path / "ck"), tmp_path=tmp_path)
-    assert torch.load(tmp_path / "ck" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == 4
+    assert torch.load(tmp_path / "ck" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"] == 4
     proc = fit("fit", "--config", SMOKE, "--checkpoint.save_last", "true", tmp_path=tmp_path, check=False)
     assert proc.returncode != 0 and "checkpoint.save_last=True" in proc.stderr + proc.stdout
 
@@ -75,7 +75,7 @@ def test_best_checkpoint_without_monitor_and_save_last(tmp_path):
 def test_checkpoint_reloads_for_evaluation(smoke_run):
     tmp, _ = smoke_run
     ckpt = next((tmp / "runs").rglob("last.ckpt"))
-    data = torch.load(ckpt, map_location="cpu", weights_only=False)
+    data = torch.load(ckpt, map_location="cpu", weights_only=True)
     assert data["global_step"] == 4
     from lightning_sched.checkpoints import load_policy
 
@@ -98,7 +98,7 @@ def test_fit_resumes_from_a_checkpoint_in_its_run_folder(smoke_run, tmp_path):
         tmp_path=tmp_path)
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["smoke"]
     resumed = torch.load(tmp_path / "runs" / "smoke" / "checkpoints" / "last.ckpt", map_location="cpu",
-                         weights_only=False)
+                         weights_only=True)
     assert resumed["global_step"] == 6
 
 
@@ -165,7 +165,7 @@ def test_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_p
                       enable_progress_bar=False, callbacks=[Poison(), checkpoint], num_sanity_val_steps=0)
     with pytest.raises(FloatingPointError, match="non-finite loss .* iteration 2"):
         trainer.fit(module)
-    last = torch.load(tmp_path / "last.ckpt", map_location="cpu", weights_only=False)
+    last = torch.load(tmp_path / "last.ckpt", map_location="cpu", weights_only=True)
     assert last["global_step"] == 2
     assert all(bool(torch.isfinite(v).all()) for v in last["state_dict"].values())
 
@@ -192,7 +192,7 @@ def test_warm_start_from_a_checkpoint_and_refusal_of_another_cluster(smoke_run):
 
     tmp, _ = smoke_run
     ckpt = next((tmp / "runs").rglob("last.ckpt"))
-    saved = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
+    saved = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
     module = Reinforce(init_from=str(ckpt))
     assert torch.equal(module.net.first.weight, saved["net.first.weight"])
     with pytest.raises(ConfigError, match=r"num_slots \(init_from=\S+ 10, run 5\)"):

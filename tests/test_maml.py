@@ -108,7 +108,7 @@ def test_meta_sgd_learns_a_step_size_per_weight_and_adapt_uses_them(tmp_path):
     assert all(float(s.detach().abs().max()) > 0.04 for s in module.log_step_sizes)
     ckpt = tmp_path / "meta_sgd.ckpt"
     trainer.save_checkpoint(ckpt)
-    saved = torch.load(ckpt, weights_only=False)["lightning_sched"]["adaptation"]
+    saved = torch.load(ckpt, weights_only=True)["lightning_sched"]["adaptation"]
     assert {k: tuple(v.shape) for k, v in saved["step_sizes"].items()} == {
         k: tuple(p.shape) for k, p in module.net.named_parameters()}
     proc = subprocess.run([sys.executable, "scripts/adapt.py", "--ckpt", str(ckpt), "--steps", "3", "--load", "1.2",
@@ -163,14 +163,14 @@ def test_meta_sgd_settings_errors_name_the_field():
 
 
 def test_settings_from_a_checkpoint_keep_its_inner_loop_under_overrides():
-    saved = {"adaptation": {"jobsets": 10, "episodes": 10, "lr": 3.0, "optimizer": "sgd", "normalize_advantage": True,
-                            "step_sizes": {"w": torch.ones(2)}}}
+    saved = {"jobsets": 10, "episodes": 10, "lr": 3.0, "optimizer": "sgd", "normalize_advantage": True,
+             "step_sizes": {"w": torch.ones(2)}}  # a PolicyRecord's adaptation
     own = AdaptationSettings.from_checkpoint(saved, 5, jobsets=20, episodes=None)
     assert (own.lr, own.optimizer, own.jobsets, own.episodes, own.steps) == (3.0, "sgd", 20, 10, 5)
     assert own.step_sizes is not None
     adam = AdaptationSettings.from_checkpoint(saved, 5, optimizer="adam", lr=0.003)
     assert adam.step_sizes is None and adam.optimizer == "adam"  # learned sizes scale SGD only
-    plain = AdaptationSettings.from_checkpoint({}, 2)
+    plain = AdaptationSettings.from_checkpoint(None, 2)  # a checkpoint without an inner loop
     assert (plain.optimizer, plain.lr, plain.jobsets) == ("sgd", 0.05, 20)
 
 

@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from lightning_sched import ClusterConfig, DeepRMWorkload
+from lightning_sched.acting import Acting, NetworkPolicy, sample_actions
 from lightning_sched.baselines import TimeIndexedBaseline
 from lightning_sched.cluster import init_state, step_state
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.observations import observe
-from lightning_sched.policies import NetworkPolicy, PolicySpec, make_policy, sample_actions
+from lightning_sched.policies import PolicySpec, make_policy
 from lightning_sched.policy_gradient import discounted_returns, policy_gradient
 from lightning_sched.rollout import collect
 
@@ -140,5 +141,5 @@ def test_network_policy_runs_in_evaluation():
 
     cfg = ClusterConfig(observation="none")
     net = make_policy(PolicySpec(masked=True), cfg)
-    result = evaluate(NetworkPolicy(net, greedy=True), cfg, make_jobsets(DeepRMWorkload(simu_len=15), 5, 0))
+    result = evaluate(NetworkPolicy(net, Acting(greedy=True)), cfg, make_jobsets(DeepRMWorkload(simu_len=15), 5, 0))
     assert result.summary["unfinished_jobs"] == 0 and result.summary["mean_slowdown"] >= 1

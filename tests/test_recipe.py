@@ -200,7 +200,7 @@ trainer:
   logger: false
 """)
     fit("fit", "--config", str(config), "--checkpoint.dirpath", str(tmp_path / "ckpt"), tmp_path=tmp_path)
-    data = torch.load(tmp_path / "ckpt" / "last.ckpt", map_location="cpu", weights_only=False)
+    data = torch.load(tmp_path / "ckpt" / "last.ckpt", map_location="cpu", weights_only=True)
     assert data["global_step"] == 5
     rmsprop_steps = {int(s["step"]) for s in data["optimizer_states"][0]["state"].values()}
     assert rmsprop_steps == {2 * 1 + 3 * 3}  # 2 imitation iterations, 3 policy-gradient ones
@@ -227,9 +227,9 @@ def test_deadline_inputs_read_each_slots_slack_and_warm_start_keeps_the_policy(t
     plain = make_policy(PolicySpec(masked=True), CFG)
     torch.nn.init.normal_(plain.first.weight, std=0.01)
     path = tmp_path / "plain.ckpt"
-    from lightning_sched.checkpoints import CHECKPOINT_KEY, policy_checkpoint
+    from lightning_sched.checkpoints import PolicyRecord
 
-    torch.save({CHECKPOINT_KEY: policy_checkpoint(plain)}, path)
+    PolicyRecord.of(plain).save(path)
     module = Reinforce(policy=PolicySpec(masked=True, deadline_inputs=True), init_from=str(path))
     with torch.no_grad():
         assert torch.allclose(module.net(module.net.encode(obs)), plain(plain.encode(obs)))

@@ -17,7 +17,7 @@ from test_fit import ROOT, SMOKE, fit
 
 
 def load(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def eval_rows(metrics: Path) -> dict[int, float]:

@@ -309,13 +309,13 @@ def test_select_checkpoint_scores_on_the_checkpoints_cluster(tmp_path):
     """A checkpoint of num_slots 5, max_time 60, slo_slowdown 5 is scored on that cluster (it
     crashed on DeepRM's); candidates of different clusters are refused naming the fields."""
     from lightning_sched import ClusterConfig
-    from lightning_sched.checkpoints import CHECKPOINT_KEY, policy_checkpoint
+    from lightning_sched.checkpoints import PolicyRecord
     from lightning_sched.policies import PolicySpec, make_policy
 
     ckpt = tmp_path / "small.ckpt"
     torch.manual_seed(0)
     net = make_policy(PolicySpec(), ClusterConfig(num_slots=5, max_time=60, slo_slowdown=5.0))
-    torch.save({CHECKPOINT_KEY: policy_checkpoint(net)}, ckpt)
+    PolicyRecord.of(net).save(ckpt)
     out = run("scripts/select_checkpoint.py", "--ckpt", str(ckpt), "--loads", "0.5", "--jobsets", "2",
               "--heuristics", "sjf", "--threads", "1").stdout
     assert json.loads(out.strip().splitlines()[-1])["cluster"] == {"num_slots": 5, "max_time": 60, "slo_slowdown": 5.0}

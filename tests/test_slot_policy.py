@@ -9,12 +9,13 @@ import pytest
 import torch
 
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, JobSet
-from lightning_sched.checkpoints import load_network, load_policy, policy_checkpoint, warm_start, with_acting_mode
+from lightning_sched.acting import Acting, NetworkPolicy
+from lightning_sched.checkpoints import PolicyRecord, load_network, load_policy, warm_start
 from lightning_sched.cluster import init_state, step_state
 from lightning_sched.evaluation import evaluate, make_jobsets
 from lightning_sched.heuristics import make_heuristic
 from lightning_sched.observations import observe
-from lightning_sched.policies import NetworkPolicy, PolicySpec, SlotNetwork, make_policy
+from lightning_sched.policies import PolicySpec, SlotNetwork, make_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOTS = PolicySpec(kind="slots", masked=True, hidden=(8,))
@@ -55,7 +56,7 @@ def test_the_same_weights_run_on_another_cluster_size():
     big.load_state_dict(small.state_dict())  # no weight depends on the cluster's size
     jobs = make_jobsets(DeepRMWorkload(load=0.9, resource_units=20, dominant_units=(10, 20), other_units=(1, 4),
                                        long_len=(10, 20)), 6, 1)
-    result = evaluate(NetworkPolicy(big, greedy=True), BIG, jobs)
+    result = evaluate(NetworkPolicy(big, Acting(greedy=True)), BIG, jobs)
     assert result.summary["unfinished_jobs"] == 0 and result.summary["num_jobs"] > 0
 
 
@@ -63,7 +64,7 @@ def test_with_the_prior_the_untrained_policy_acts_as_the_heuristic():
     jobs = make_jobsets(DeepRMWorkload(load=1.1), 20, 5)
     for prior in ("tetris", "sjf"):
         net = make_policy(PolicySpec(kind="slots", masked=True, hidden=(8,), prior=prior), CFG)
-        mine = evaluate(NetworkPolicy(net, greedy=True), CFG, jobs)
+        mine = evaluate(NetworkPolicy(net, Acting(greedy=True)), CFG, jobs)
         theirs = evaluate(make_heuristic(prior, CFG), CFG, jobs)
         assert torch.equal(mine.episodes["mean_slowdown"], theirs.episodes["mean_slowdown"])
     # and the prior's scale is a weight that training moves
@@ -77,7 +78,7 @@ def test_greedy_acting_never_stalls_on_an_idle_cluster():
     with torch.no_grad():
         net.void_out.bias.fill_(100.0)
     jobs = make_jobsets(DeepRMWorkload(load=0.5, simu_len=10), 4, 2)
-    greedy = evaluate(NetworkPolicy(net, greedy=True), CFG, jobs)
+    greedy = evaluate(NetworkPolicy(net, Acting(greedy=True)), CFG, jobs)
     assert greedy.summary["unfinished_jobs"] == 0
 
     def raw_argmax(obs):  # the same network without the guard
@@ -87,14 +88,14 @@ def test_greedy_acting_never_stalls_on_an_idle_cluster():
     assert evaluate(raw_argmax, CFG, jobs).summary["unfinished_jobs"] > 0
     # "while_arriving": the same network may wait while jobs are still to come, and still finishes
     # every job: once none is left to arrive, void on an idle cluster is forbidden
-    waits = evaluate(NetworkPolicy(net, greedy=True, idle_void="while_arriving"), CFG, jobs)
+    waits = evaluate(NetworkPolicy(net, Acting(greedy=True, idle_rule="while_arriving")), CFG, jobs)
     assert waits.summary["unfinished_jobs"] == 0
     assert waits.summary["mean_slowdown"] > greedy.summary["mean_slowdown"]  # it did hold jobs back
 
 
-def test_idle_void_rules_at_the_first_decision():
+def test_idle_rules_at_the_first_decision():
     """At time 0 on an empty cluster with a job in a slot, a void-loving network voids unless the
-    rule forbids it: "while_arriving" only where another job is still to come, "never" nowhere."""
+    rule forbids it: "while_arriving" only where another job is still to come, "not_when_idle" nowhere."""
     net = make_policy(SLOTS, CFG)
     with torch.no_grad():
         net.void_out.bias.fill_(100.0)
@@ -104,13 +105,13 @@ def test_idle_void_rules_at_the_first_decision():
     state = init_state(jobs.validate(CFG), CFG)
     assert observe(state, CFG)["to_arrive"].view(-1).tolist() == [1, 0]
     void = CFG.num_slots
-    rules = ("always", "while_arriving", "never", "work_conserving")
+    rules = ("always", "while_arriving", "not_when_idle", "work_conserving")
 
     def chosen(state):
-        return {rule: NetworkPolicy(net, greedy=False, idle_void=rule, generator=torch.Generator().manual_seed(0))(
+        return {rule: NetworkPolicy(net, Acting(greedy=False, idle_rule=rule), torch.Generator().manual_seed(0))(
             observe(state, CFG))["action"].tolist() for rule in rules}
 
-    assert chosen(state) == {"always": [void, void], "while_arriving": [void, 0], "never": [0, 0],
+    assert chosen(state) == {"always": [void, void], "while_arriving": [void, 0], "not_when_idle": [0, 0],
                              "work_conserving": [0, 0]}
     # a busy cluster with a slot job that fits now: only "work_conserving" forbids the wait
     busy = JobSet(arrival=torch.tensor([[0, 0]]), duration=torch.tensor([[3, 2]]),
@@ -119,14 +120,17 @@ def test_idle_void_rules_at_the_first_decision():
     step_state(state, torch.tensor([0]), CFG)
     obs = observe(state, CFG)
     assert obs["used"].sum() > 0 and bool((obs["slot_offset"] == 0).any())
-    assert chosen(state) == {"always": [void], "while_arriving": [void], "never": [void], "work_conserving": [0]}
-    with pytest.raises(ConfigError, match="idle_void"):
-        NetworkPolicy(net, greedy=True, idle_void="always")
+    assert chosen(state) == {"always": [void], "while_arriving": [void], "not_when_idle": [void],
+                             "work_conserving": [0]}
+    with pytest.raises(ConfigError, match="Acting.idle_rule 'always' with greedy"):
+        Acting(greedy=True, idle_rule="always")
+    with pytest.raises(ConfigError, match="Acting.idle_rule must be one of .*, got 'never'"):
+        Acting(greedy=True, idle_rule="never")  # an old name is read from files and flags only
 
 
 def test_while_frequent_waits_only_above_its_arrival_rate(tmp_path):
-    """"while_frequent" acts as "while_arriving" while arrived / (time + WAIT_RATE_STEPS) is at least
-    wait_rate, and as "work_conserving" below it; the rate travels in the checkpoint."""
+    """"while_frequent" acts as "while_arriving" while arrived / (time + RATE_DAMPING_STEPS) is at
+    least wait_rate, and as "work_conserving" below it; the rate travels in the checkpoint."""
     net = make_policy(SLOTS, CFG)
     with torch.no_grad():
         net.void_out.bias.fill_(100.0)
@@ -138,35 +142,32 @@ def test_while_frequent_waits_only_above_its_arrival_rate(tmp_path):
     assert obs["arrived"].view(-1).tolist() == [1, 3] and obs["time"].view(-1).tolist() == [0, 0]
 
     def chosen(wait_rate):
-        policy = NetworkPolicy(net, greedy=True, idle_void="while_frequent", wait_rate=wait_rate)
+        policy = NetworkPolicy(net, Acting(greedy=True, idle_rule="while_frequent", wait_rate=wait_rate))
         return policy(observe(init_state(jobs, CFG), CFG))["action"].tolist()
 
     # rates 1/10 and 3/10 jobs a step
     assert chosen(0.05) == [void, void] and chosen(0.2) == [0, void] and chosen(0.5) == [0, 0]
-    torch.save({"lightning_sched": policy_checkpoint(net, True, "while_frequent", 0.2)}, tmp_path / "f.ckpt")
+    PolicyRecord.of(net, Acting(True, "while_frequent", 0.2)).save(tmp_path / "f.ckpt")
     policy, _ = load_policy(tmp_path / "f.ckpt")
-    assert (policy.idle_void, policy.wait_rate) == ("while_frequent", 0.2)
-    assert load_policy(tmp_path / "f.ckpt", wait_rate=0.5)[0].wait_rate == 0.5
-    # a new acting mode keeps the file's rate unless given one
-    with_acting_mode(tmp_path / "f.ckpt", tmp_path / "g.ckpt", True, "while_frequent")
-    assert load_policy(tmp_path / "g.ckpt")[0].wait_rate == 0.2
+    assert policy.acting == Acting(True, "while_frequent", 0.2)
+    assert load_policy(tmp_path / "f.ckpt", override={"wait_rate": 0.5})[0].acting.wait_rate == 0.5
     # a rate that changes nothing is refused in one line
     proc = subprocess.run([sys.executable, "scripts/evaluate.py", "--policy", "tetris", "--wait_rate", "0.2",
                            "--jobsets", "2", "--threads", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "--wait_rate" in proc.stderr and "Traceback" not in proc.stderr
-    with pytest.raises(ConfigError, match="wait_rate"):
-        NetworkPolicy(net, greedy=True, idle_void="while_frequent", wait_rate=-1.0)
+    with pytest.raises(ConfigError, match="Acting.wait_rate must be a finite number > 0"):
+        Acting(greedy=True, idle_rule="while_frequent", wait_rate=-1.0)
 
 
 def test_checkpoints_across_cluster_sizes(tmp_path):
     slots = make_policy(SLOTS, CFG)
-    torch.save({"lightning_sched": policy_checkpoint(slots, greedy=True)}, tmp_path / "slots.ckpt")
+    PolicyRecord.of(slots, Acting(greedy=True)).save(tmp_path / "slots.ckpt")
     net, cfg, _ = load_network(tmp_path / "slots.ckpt", cluster=BIG)
     assert isinstance(net, SlotNetwork) and (cfg.num_slots, cfg.resource_units, cfg.horizon) == (20, 20, 30)
     policy, cfg = load_policy(tmp_path / "slots.ckpt")
     assert cfg.num_slots == 10  # no cluster given: its own
     image = make_policy(PolicySpec(), CFG)
-    torch.save({"lightning_sched": policy_checkpoint(image, greedy=False)}, tmp_path / "image.ckpt")
+    PolicyRecord.of(image, Acting(greedy=False)).save(tmp_path / "image.ckpt")
     with pytest.raises(ConfigError, match=r"image network runs only on the cluster .* num_slots \(10 -> 20\)"):
         load_network(tmp_path / "image.ckpt", cluster=BIG)
     load_network(tmp_path / "image.ckpt", cluster=CFG.replace(objective="completion_time"))  # same size: fine
@@ -184,7 +185,7 @@ def test_spec_errors_name_the_field():
 
 
 def test_evaluate_script_runs_a_slot_checkpoint_on_another_cluster(tmp_path):
-    torch.save({"lightning_sched": policy_checkpoint(make_policy(SLOTS, CFG), greedy=True)}, tmp_path / "s.ckpt")
+    PolicyRecord.of(make_policy(SLOTS, CFG), Acting(greedy=True)).save(tmp_path / "s.ckpt")
     proc = subprocess.run(
         [sys.executable, "scripts/evaluate.py", "--policy", str(tmp_path / "s.ckpt"), "tetris", "--num_slots", "5",
          "--resource_units", "20", "--max_job_units", "20", "--dominant_units", "10", "20", "--other_units", "1", "4",
@@ -197,7 +198,7 @@ def test_evaluate_script_runs_a_slot_checkpoint_on_another_cluster(tmp_path):
 
 
 def test_cluster_sizes_figure_runs_one_network_on_every_size(tmp_path):
-    torch.save({"lightning_sched": policy_checkpoint(make_policy(SLOTS, CFG), greedy=True)}, tmp_path / "s.ckpt")
+    PolicyRecord.of(make_policy(SLOTS, CFG), Acting(greedy=True)).save(tmp_path / "s.ckpt")
     proc = subprocess.run(
         [sys.executable, "scripts/figures.py", "cluster_sizes", "--ckpt", f"slots={tmp_path / 's.ckpt'}",
          "--heuristics", "tetris", "--loads", "0.9", "--jobsets", "2", "--threads", "1", "--out",
@@ -245,37 +246,34 @@ def test_select_checkpoint_ships_the_acting_mode_that_scores_best(tmp_path):
          "--write", str(tmp_path / "shipped.ckpt")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-2])
-    assert set(result["scores"]) == {"checkpoints/image_best_slowdown.ckpt@greedy",
-                                     "checkpoints/image_best_slowdown.ckpt@sampled"}
-    mode = result["winner"].rpartition("@")[2]
-    _, _, saved = load_network(tmp_path / "shipped.ckpt")
-    assert saved["greedy"] == (mode == "greedy") and saved["selected"]["from"] == "checkpoints/image_best_slowdown.ckpt"
+    modes = {"greedy, not_when_idle": Acting(greedy=True), "sampled, always": Acting(greedy=False)}
+    assert set(result["scores"]) == {f"checkpoints/image_best_slowdown.ckpt@{mode}" for mode in modes}
+    mode = modes[result["winner"].rpartition("@")[2]]
+    _, _, record = load_network(tmp_path / "shipped.ckpt")
+    assert record.acting == mode and record.selected["from"] == "checkpoints/image_best_slowdown.ckpt"
     assert not list(tmp_path.glob("*.partial")) and not list(tmp_path.glob(".*.tmp"))
-    policy, _ = load_policy(tmp_path / "shipped.ckpt")
-    assert policy.greedy == (mode == "greedy")
-    assert policy.idle_void == saved["idle_void"] == ("never" if mode == "greedy" else "always")
+    assert load_policy(tmp_path / "shipped.ckpt")[0].acting == mode
 
 
-def test_select_checkpoint_acting_all_records_the_idle_void_rule(tmp_path):
-    """--acting all also tries each idle-void rule; the winner's rule is written and read back."""
+def test_select_checkpoint_acting_all_records_the_idle_rule(tmp_path):
+    """--acting all also tries each idle rule; the winner's mode is written and read back."""
     proc = subprocess.run(
         [sys.executable, "scripts/select_checkpoint.py", "--ckpt", "checkpoints/slots_slowdown.ckpt", "--acting", "all",
          "--loads", "0.9", "--jobsets", "4", "--heuristics", "sjf", "--threads", "1",
          "--write", str(tmp_path / "shipped.ckpt")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-2])
-    # greedy x (while_arriving, never, work_conserving, while_frequent) + sampled x (those and always)
+    # greedy x (while_arriving, not_when_idle, work_conserving, while_frequent) + sampled x (those and always)
     assert len(result["scores"]) == 9
-    rule = result["winner"].rpartition("idle_void=")[2]
     policy, _ = load_policy(tmp_path / "shipped.ckpt")
-    assert policy.idle_void == rule and policy.greedy == ("@greedy" in result["winner"])
+    assert str(policy.acting) == result["winner"].rpartition("@")[2]
 
 
 def test_arrival_inputs_start_at_zero_and_then_change_the_void_score(tmp_path):
     """A slot network warm-started into one with arrival inputs acts exactly as before; once their
     weights move, the void logit depends on how fast jobs have arrived."""
     plain = make_policy(SLOTS, CFG)
-    torch.save({"lightning_sched": policy_checkpoint(plain)}, tmp_path / "plain.ckpt")
+    PolicyRecord.of(plain).save(tmp_path / "plain.ckpt")
     spec = PolicySpec(kind="slots", masked=True, hidden=SLOTS.hidden, arrival_inputs=True)
     net = make_policy(spec, CFG)
     warm_start(net, str(tmp_path / "plain.ckpt"))
@@ -300,7 +298,7 @@ def test_a_shipped_policy_drives_the_torchrl_env():
     from lightning_sched import ClusterEnv
 
     policy, policy_cfg = load_policy(ROOT / "checkpoints" / "best_slowdown.ckpt")
-    assert policy.idle_void == "while_frequent"
+    assert policy.acting == Acting(greedy=True, idle_rule="while_frequent", wait_rate=0.11)
     jobs = make_jobsets(DeepRMWorkload(load=0.9), 8, 3)
     env = ClusterEnv(ClusterConfig(observation="compact"), workload=jobs, batch_size=[8])
     td = env.rollout(1000, policy, break_when_all_done=True, trust_policy=True)

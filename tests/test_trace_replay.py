@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lightning_sched import ClusterConfig, JobSet
-from lightning_sched.adaptation import acting_name
+from lightning_sched.checkpoints import read_record
 from lightning_sched.cluster import init_state
 from lightning_sched.config import ConfigError
 from lightning_sched.evaluation import evaluate
@@ -204,9 +204,9 @@ trainer: {{max_steps: 2, val_check_interval: 2}}
                   "--acting", "select", "--select_jobsets", "3", cwd=tmp_path, env=env).strip().splitlines()[-1]
     assert json.loads(last)["step"] == 1 and adapted.exists()
     # the acting mode that scored best on the train split is the one saved, and the one evaluated last
-    saved = torch.load(adapted, weights_only=False)["lightning_sched"]
-    scores = saved["acting_selected"]["scores"]
-    chosen = acting_name(saved["greedy"], saved["idle_void"])
+    record = read_record(adapted)
+    scores = record.acting_selected["scores"]
+    chosen = str(record.acting)
     assert json.loads(last)["acting"] == chosen and scores[chosen] == min(scores.values())
     out = script(str(ROOT / "scripts/evaluate.py"), *trace, "--policy", "tetris", "sjf", str(adapted),
                  "--jobsets", "4", "--json", cwd=tmp_path, env=env)

@@ -402,7 +402,7 @@ def test_fit_and_adapt_take_a_trace_workload(tmp_path):
                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert fit.returncode == 0, fit.stderr[-3000:]
     ckpt = tmp_path / "ck" / "last.ckpt"
-    data = torch.load(ckpt, map_location="cpu", weights_only=False)
+    data = torch.load(ckpt, map_location="cpu", weights_only=True)
     assert str(trace) in str(data["hyper_parameters"]["workload"])  # trained on the trace's windows
     adapt = subprocess.run([sys.executable, "scripts/adapt.py", "--ckpt", str(ckpt), "--steps", "1",
                             "--trace", str(trace),

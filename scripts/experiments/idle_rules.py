@@ -3,10 +3,11 @@ removes it for the least gain given back (docs/slot_policy.md; docs/select_wait_
 
 The network of `checkpoints/best_slowdown.ckpt` acts greedily and may leave capacity idle on purpose.
 This compares, on DeepRM's workload at several loads, paired against the best of Tetris and SJF:
-  while_arriving, work_conserving, never   the plain rules (policies.IDLE_VOID)
+  while_arriving, work_conserving, not_when_idle   the plain rules (acting.IDLE_RULES)
   rate(tau, rho)          while_arriving while the arrival rate seen so far, arrived / (time + tau),
                           is at least rho jobs a step, work-conserving below (tau damps the first
-                          steps' estimate): the rule `while_frequent` at tau = WAIT_RATE_STEPS
+                          steps' estimate): the rule `while_frequent` at tau =
+                          observations.RATE_DAMPING_STEPS
   per_job(kappa)          waits while rate (tau 10) x the shortest waiting job's duration >= kappa
   load(tau, threshold)    waits while the offered load seen so far, the arrived jobs' work over
                           (time + 1 + tau) steps of capacity, is at least threshold; variants count
@@ -30,10 +31,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import set_threads  # noqa: E402
 from lightning_sched import DeepRMWorkload  # noqa: E402
+from lightning_sched.acting import Acting, NetworkPolicy, sample_actions  # noqa: E402
 from lightning_sched.checkpoints import load_policy  # noqa: E402
 from lightning_sched.evaluation import compare, make_jobsets  # noqa: E402
 from lightning_sched.heuristics import make_heuristic  # noqa: E402
-from lightning_sched.policies import NetworkPolicy, forbid_idle_void, sample_actions  # noqa: E402
+from lightning_sched.observations import arrival_rate  # noqa: E402
 
 SEED = 2_000_000
 
@@ -49,10 +51,9 @@ class GatedWaits(NetworkPolicy):
 
     @torch.no_grad()
     def __call__(self, obs):
-        logits = forbid_idle_void(self.net(self.net.encode(obs)), obs, "while_arriving")
+        logits = self.acting.mask(self.net(self.net.encode(obs)), obs)
         fits = (obs["slot_offset"] == 0).any(-1)
-        rate = obs["arrived"].view(-1).double() / (obs["time"].view(-1).double() + self.tau)
-        stuck = fits & self.no_waits(obs, rate)
+        stuck = fits & self.no_waits(obs, arrival_rate(obs, self.tau))
         logits = torch.cat([logits[:, :-1], logits[:, -1:].masked_fill(stuck.unsqueeze(1), float("-inf"))], -1)
         obs["action"] = sample_actions(logits, True, None)
         return obs
@@ -134,7 +135,7 @@ def main() -> None:
     network, cfg = load_policy(args.ckpt)
 
     def gated(kind, **settings):  # the network acting greedily with a gate's settings
-        policy = kind(network.net, greedy=True, idle_void="while_arriving")
+        policy = kind(network.net, Acting(greedy=True, idle_rule="while_arriving"))
         for name, value in settings.items():
             setattr(policy, name, value)
         return policy
@@ -142,8 +143,8 @@ def main() -> None:
     for load in args.loads:
         jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, args.seed + round(100 * load))
         policies = {"tetris": make_heuristic("tetris", cfg), "sjf": make_heuristic("sjf", cfg)}
-        for rule in ("while_arriving", "work_conserving", "never"):
-            policies[rule] = NetworkPolicy(network.net, greedy=True, idle_void=rule)
+        for rule in ("while_arriving", "work_conserving", "not_when_idle"):
+            policies[rule] = NetworkPolicy(network.net, Acting(greedy=True, idle_rule=rule))
         for tau in args.taus:
             for rho in args.rhos:
                 policies[f"rate(tau={tau:g}, rho={rho:g})"] = gated(RateGated, tau=tau, rho=rho)
