@@ -15,10 +15,12 @@ import torch
 from . import seeds
 from .acting import WAIT_RATE, Acting, NetworkPolicy, acting_modes
 from .adaptation import AdaptationSettings, adapt
+from .checkpoints import load_network
 from .config import ClusterConfig
 from .evaluation import HIGHER_IS_BETTER, Comparison, EvalResult, compare, make_jobsets, mean_ci95
 from .heuristics import make_heuristic
 from .jobs import JobSet
+from .policies import make_policy
 from .rollout import Policy
 from .workloads import DeepRMWorkload
 
@@ -154,6 +156,42 @@ def curve(summaries: Sequence[dict], metric: str) -> dict[int, MeanCI]:
 def first_step_at_or_below(summaries: Sequence[dict], metric: str, threshold: float) -> int | None:
     """The first step of adaptation.adapt's summaries whose mean `metric` is <= `threshold` (None: never)."""
     return next((s["step"] for s in summaries if s[metric] <= threshold), None)
+
+
+class AdaptationStarts:
+    """The networks an adaptation figure fine-tunes: checkpoints by name ({name: path}), each acting
+    as its record says, and with `fresh` a new network of the first one's spec (seeded with `seed`)
+    that acts and adapts as the first one. `cfg`: the first one's cluster, with `objective` if given."""
+
+    def __init__(self, paths: Mapping[str, str], device="cpu", objective: str | None = None,
+                 fresh: str | None = None, seed: int = 0):
+        self.paths, self.device, self.fresh, self.seed = dict(paths), device, fresh, seed
+        self.loaded = {name: load_network(path, device) for name, path in self.paths.items()}
+        self.first, cfg, self.first_record = next(iter(self.loaded.values()))
+        self.cfg = cfg if objective is None else cfg.replace(objective=objective)
+
+    def on(self, cfg: ClusterConfig) -> dict[str, tuple[torch.nn.Module, Acting]]:
+        """{name: (network on `cfg`'s cluster, its Acting)}: a slot policy runs on any size."""
+        on = self.loaded if cfg == self.cfg else {
+            name: load_network(path, self.device, cluster=cfg) for name, path in self.paths.items()}
+        starts = {name: (net, record.acting) for name, (net, _, record) in on.items()}
+        if self.fresh is not None:
+            torch.manual_seed(self.seed)
+            starts[self.fresh] = (make_policy(self.first.spec, cfg).to(self.device), self.first_record.acting)
+        return starts
+
+    def settings(self, steps: int, jobsets: int, episodes: int, lr: float, optimizer: str
+                 ) -> dict[str, AdaptationSettings]:
+        """{name: AdaptationSettings}: the same steps and samples for every start; a meta-policy adapts
+        with the inner loop it was meta-trained for (optimizer, lr, learned step sizes), a policy with
+        none with `optimizer` and `lr`; the fresh network as the first checkpoint."""
+        records = {name: record for name, (_, _, record) in self.loaded.items()}
+        if self.fresh is not None:
+            records[self.fresh] = self.first_record
+        return {name: AdaptationSettings.from_checkpoint(
+                    record.adaptation, steps, jobsets=jobsets, episodes=episodes,
+                    **({} if record.adaptation else {"lr": lr, "optimizer": optimizer}))
+                for name, record in records.items()}
 
 
 @dataclass

@@ -54,8 +54,6 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
 from _common import (
     ROOT,
     RUNS,
@@ -280,20 +278,14 @@ def headroom(args) -> None:
     """How far fine-tuning goes on each held-out workload: one checkpoint fine-tuned --steps steps
     (--optimizer/--lr, --jobsets x --episodes a step), measured every --every steps on the
     adaptation figures' unseen jobsets (same seeds, so its first steps are their curve)."""
-    from lightning_sched.checkpoints import load_network
-
-    net, cfg, record = load_network(args.ckpt, args.device)
+    starts = analysis.AdaptationStarts({"fine-tuned": args.ckpt}, args.device)
     settings = AdaptationSettings(steps=args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr,
                                   optimizer=args.optimizer)
-
-    def start(panel_cfg: ClusterConfig) -> dict:
-        on = net if panel_cfg == cfg else load_network(args.ckpt, args.device, cluster=panel_cfg)[0]
-        return {"fine-tuned": (on, record.acting)}
 
     def report(panel, name, curve, first) -> None:
         print(f"{panel.label:32s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curve.items()), flush=True)
 
-    runs = analysis.adapt_on_held_out(held_out_workloads(cfg, args, "mean_slowdown"), start,
+    runs = analysis.adapt_on_held_out(held_out_workloads(starts.cfg, args, "mean_slowdown"), starts.on,
                                       {"fine-tuned": settings}, "mean_slowdown",
                                       set(range(0, args.steps + 1, args.every)), args.seed, args.device, report=report)
     fig = plots.adaptation_curves(runs.curves, runs.heuristics, ylabel="mean slowdown",
@@ -306,44 +298,23 @@ def headroom(args) -> None:
 
 def adaptation(args) -> None:
     """Adaptation curves on held-out workloads: the meta-policy, the mixture-trained REINFORCE policy
-    and a fresh network, each fine-tuned with the same steps and episodes; heuristics as lines."""
-    from lightning_sched.checkpoints import PolicyRecord, load_network
-    from lightning_sched.policies import make_policy
-
+    and a fresh network ("scratch", acting and adapting as the first checkpoint), each fine-tuned with
+    the same steps and episodes (a meta-policy with its own inner loop, the others with --optimizer/--lr);
+    heuristics as lines."""
     if args.objective not in ("slowdown", "completion_time"):
         raise ConfigError(f"--objective must be slowdown or completion_time here, got {args.objective!r}")
     sized = [f"--{name}" for name in SIZE_FIELDS if getattr(args, name) is not None]
     if sized and not args.trace:
         raise ConfigError(f"{', '.join(sized)} size the --trace panel's cluster; without --trace they would do nothing")
-    paths = checkpoints(args)
-    starts = {name: load_network(path, args.device) for name, path in paths.items()}
-    net0, cfg, record0 = next(iter(starts.values()))
-    cfg = cfg.replace(objective=args.objective)
-
-    def starts_on(panel_cfg: ClusterConfig) -> dict:
-        """Each checkpoint's network on the panel's cluster (a slot policy runs on any size), and a fresh
-        one that acts as the first checkpoint acts."""
-        on = starts if panel_cfg == cfg else {
-            name: load_network(path, args.device, cluster=panel_cfg) for name, path in paths.items()}
-        torch.manual_seed(args.seed)
-        on = {**on, "scratch": (make_policy(net0.spec, panel_cfg).to(args.device), panel_cfg, record0)}
-        return {name: (net, record.acting) for name, (net, _, record) in on.items()}
-
-    def settings_for(record: PolicyRecord) -> AdaptationSettings:
-        """Same steps and samples for every method; a meta-policy adapts with the inner loop it was
-        meta-trained for (optimizer, lr, learned step sizes), a policy with none with --optimizer/--lr."""
-        own = {} if record.adaptation else {"lr": args.lr, "optimizer": args.optimizer}
-        return AdaptationSettings.from_checkpoint(record.adaptation, args.steps, jobsets=args.jobsets,
-                                                  episodes=args.episodes, **own)
-    settings = {name: settings_for(record) for name, (_, _, record) in starts.items()}
-    settings["scratch"] = settings_for(record0)  # the fresh network acts and adapts as the first checkpoint
+    starts = analysis.AdaptationStarts(checkpoints(args), args.device, args.objective, fresh="scratch", seed=args.seed)
+    settings = starts.settings(args.steps, args.jobsets, args.episodes, args.lr, args.optimizer)
     metric = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time"}[args.objective]
 
     def report(panel, name, curve, first) -> None:
         print(f"{panel.label:32s} {name:10s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curve.items())
               + f"   beats tetris ({panel.heuristics['tetris'][0]:.2f}) at step {first}", flush=True)
 
-    runs = analysis.adapt_on_held_out(held_out_workloads(cfg, args, metric), starts_on, settings, metric,
+    runs = analysis.adapt_on_held_out(held_out_workloads(starts.cfg, args, metric), starts.on, settings, metric,
                                       analysis.ADAPT_EVAL_STEPS, args.seed, args.device, "tetris", report)
     fig = plots.adaptation_curves(runs.curves, runs.heuristics, ylabel=metric.replace("_", " "),
                                   title=f"adaptation on held-out workloads ({args.objective}; {args.jobsets}x"

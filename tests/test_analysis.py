@@ -4,6 +4,7 @@ that picks a candidate (finishers first, then best)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +19,7 @@ from lightning_sched.jobs import JobSet
 from lightning_sched.policies import PolicySpec, make_policy
 
 CFG = ClusterConfig(observation="none")
+CKPTS = Path(__file__).resolve().parent.parent / "checkpoints"
 TINY = DeepRMWorkload(load=1.1, simu_len=10)
 
 
@@ -131,6 +133,26 @@ def test_adapt_on_held_out_records_curves_and_the_first_step_past_a_heuristic():
     assert analysis.curve(summaries, "m") == {0: (3.0, 0.1), 1: (2.0, 0.2)}
     assert analysis.first_step_at_or_below(summaries, "m", 2.5) == 1
     assert analysis.first_step_at_or_below(summaries, "m", 1.0) is None
+
+
+def test_adaptation_starts_put_checkpoints_and_a_fresh_network_on_any_cluster():
+    starts = analysis.AdaptationStarts({"meta": str(CKPTS / "maml.ckpt"), "slots": str(CKPTS / "slots_slowdown.ckpt")},
+                                       objective="completion_time", fresh="scratch", seed=3)
+    assert starts.cfg.objective == "completion_time"
+    home = starts.on(starts.cfg)
+    assert list(home) == ["meta", "slots", "scratch"] and home["meta"][0] is starts.loaded["meta"][0]
+    assert home["scratch"][1] == home["meta"][1] == starts.loaded["meta"][2].acting  # acts as the first one
+    again = starts.on(starts.cfg)["scratch"][0]
+    assert all(torch.equal(a, b) for a, b in zip(home["scratch"][0].parameters(), again.parameters()))  # seeded
+    settings = starts.settings(4, 2, 3, lr=0.5, optimizer="adam")
+    inner = starts.loaded["meta"][2].adaptation
+    assert settings["meta"].lr == inner["lr"] and settings["meta"].optimizer == inner["optimizer"]  # its own loop
+    assert (settings["slots"].lr, settings["slots"].optimizer) == (0.5, "adam")
+    assert settings["scratch"] == settings["meta"] and settings["slots"].steps == 4 and settings["slots"].episodes == 3
+    slots = analysis.AdaptationStarts({"slots": str(CKPTS / "slots_slowdown.ckpt")})
+    bigger = slots.cfg.replace(num_slots=5, resource_units=20, max_job_units=20)
+    net, acting = slots.on(bigger)["slots"]
+    assert net is not slots.loaded["slots"][0] and acting == slots.loaded["slots"][2].acting  # reloaded on its size
 
 
 def test_logged_curves_take_the_last_row_of_a_repeated_step(tmp_path):
