@@ -64,6 +64,37 @@ def versus_best(case: Comparison, name: str, heuristics: Sequence[str], slo: boo
     return row
 
 
+@dataclass
+class Sweep:
+    """A sweep over loads (`sweep`): every policy's metrics at each load, and each learned policy
+    against the best heuristic at each load."""
+
+    values: dict[str, dict[float, dict[str, MeanCI]]]  # {policy: {load: {metric: (mean, ci)}}}
+    versus_best: dict[str, dict[str, dict]]  # {learned policy: {str(load): versus_best's row}}
+
+    def metric(self, metric: str) -> dict[str, dict[float, MeanCI]]:
+        """{policy: {load: (mean, ci) of `metric`}}."""
+        return {name: {load: row[metric] for load, row in by_load.items()} for name, by_load in self.values.items()}
+
+
+def sweep(policies: Mapping[str, Policy], cfg: ClusterConfig, loads: Sequence[float], jobsets: int, offset: int,
+          metrics: Sequence[str] = ("mean_slowdown",), learned: Sequence[str] = (), heuristics: Sequence[str] = (),
+          slo: bool = False, scaled: bool = False, device="cpu",
+          report: Callable[[float, Comparison, dict[str, dict]], None] | None = None) -> Sweep:
+    """`by_load`'s cases as a Sweep: each policy's `metrics`, and each of `learned` against the best
+    of `heuristics` (`versus_best`, with `slo`); `report(load, case, {learned: row})` sees each load."""
+    result = Sweep({name: {} for name in policies}, {name: {} for name in learned})
+    for load, case in by_load(policies, cfg, loads, jobsets, offset, device, scaled):
+        for name, row in table(case, metrics).items():
+            result.values[name][load] = row
+        rows = {name: versus_best(case, name, heuristics, slo) for name in learned}
+        for name, row in rows.items():
+            result.versus_best[name][str(load)] = row
+        if report is not None:
+            report(load, case, rows)
+    return result
+
+
 def slowdown_quantiles(result: EvalResult) -> tuple[torch.Tensor, dict[str, float]]:
     """(every finished job's slowdown: DoubleTensor[jobs], {"jobs", "share_slowdown_le_2", "median",
     "p90", "p99", "mean_slowdown"}): the per-job slowdown distribution of one policy's evaluation."""

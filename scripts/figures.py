@@ -121,25 +121,21 @@ def load_sweep(args) -> None:
     """Mean slowdown and SLO hit rate vs load for heuristics and checkpoints; for each checkpoint,
     the paired difference to the best heuristic at each load."""
     cfg, policies = cluster_and_policies(args)
-    results = {m: {name: {} for name in policies} for m in ("mean_slowdown", "slo_hit_rate")}
-    versus_best: dict[str, dict[str, dict]] = {name: {} for name in checkpoints(args)}
-    for load, case in analysis.by_load(policies, cfg, args.loads, args.jobsets, 0, args.device):
-        line = [f"load {load:.1f}"]
-        for name in policies:
-            for metric, row in results.items():
-                row[name][load] = case.mean_ci(name, metric)
-            line.append(f"{name} {pm(case.mean_ci(name))} slo {case.mean_ci(name, 'slo_hit_rate')[0]:.3f}")
-        for name in versus_best:
-            versus_best[name][str(load)] = analysis.versus_best(case, name, args.heuristics, slo=True)
-            line.append(versus_text(name, versus_best[name][str(load)]))
-        print("  ".join(line), flush=True)
-    fig = plots.slowdown_vs_load(results["mean_slowdown"],
+
+    def report(load, case, versus) -> None:
+        print("  ".join([f"load {load:.1f}"] + [f"{name} {pm(case.mean_ci(name))} slo "
+                                                f"{case.mean_ci(name, 'slo_hit_rate')[0]:.3f}" for name in policies]
+                        + [versus_text(name, row) for name, row in versus.items()]), flush=True)
+
+    sweep = analysis.sweep(policies, cfg, args.loads, args.jobsets, 0, ("mean_slowdown", "slo_hit_rate"),
+                           list(checkpoints(args)), args.heuristics, slo=True, device=args.device, report=report)
+    fig = plots.slowdown_vs_load(sweep.metric("mean_slowdown"),
                                  f"Mean slowdown vs load ({args.jobsets} unseen jobsets a point)")
     out = save(fig, args, "slowdown_vs_load.png",
-               {"jobsets": args.jobsets, "seed": seeds.evaluation(), "results": str_keys(results["mean_slowdown"]),
-                "slo_hit_rate": str_keys(results["slo_hit_rate"]), "versus_best_heuristic": versus_best})
-    slo = plots.slowdown_vs_load(results["slo_hit_rate"], f"SLO hit rate (slowdown <= {cfg.slo_slowdown:g}) vs load, "
-                                 f"{args.jobsets} jobsets a point", ylabel="share of jobs meeting their deadline")
+               {"jobsets": args.jobsets, "seed": seeds.evaluation(), "results": str_keys(sweep.metric("mean_slowdown")),
+                "slo_hit_rate": str_keys(sweep.metric("slo_hit_rate")), "versus_best_heuristic": sweep.versus_best})
+    slo = plots.slowdown_vs_load(sweep.metric("slo_hit_rate"), f"SLO hit rate (slowdown <= {cfg.slo_slowdown:g}) vs "
+                                 f"load, {args.jobsets} jobsets a point", ylabel="share of jobs meeting their deadline")
     slo_name = out.stem.replace("slowdown", "slo")
     slo_out = out.with_name((slo_name if slo_name != out.stem else out.stem + "_slo") + ".png")  # never over `out`
     slo.savefig(slo_out, dpi=120)  # its numbers are in the JSON above
@@ -150,15 +146,16 @@ def ablation(args) -> None:
     """Mean slowdown and SLO hit rate of each recipe's checkpoint (and heuristics) at a few loads."""
     cfg, policies = cluster_and_policies(args)
     metrics = {"mean_slowdown": "mean slowdown", "slo_hit_rate": f"SLO hit rate (slowdown <= {cfg.slo_slowdown:g})"}
-    values = {name: {} for name in policies}
-    for load, case in analysis.by_load(policies, cfg, args.loads, args.jobsets, 100, args.device):
-        for name, row in analysis.table(case, metrics).items():
-            values[name][load] = row
-            print(f"load {load:.1f} {name:28s} slowdown {pm(row['mean_slowdown'])}  slo {pm(row['slo_hit_rate'])}",
-                  flush=True)
-    fig = plots.ablation(values, metrics, title=f"{args.title} ({args.jobsets} unseen jobsets a load, 95% CI)")
+
+    def report(load, case, versus) -> None:
+        for name in policies:
+            print(f"load {load:.1f} {name:28s} slowdown {pm(case.mean_ci(name))}  "
+                  f"slo {pm(case.mean_ci(name, 'slo_hit_rate'))}", flush=True)
+
+    sweep = analysis.sweep(policies, cfg, args.loads, args.jobsets, 100, metrics, device=args.device, report=report)
+    fig = plots.ablation(sweep.values, metrics, title=f"{args.title} ({args.jobsets} unseen jobsets a load, 95% CI)")
     save(fig, args, "ablation.png", {"jobsets": args.jobsets, "seeds": analysis.sweep_seeds(100, len(args.loads)),
-                                     "results": str_keys(values)})
+                                     "results": str_keys(sweep.values)})
 
 
 def cdf(args) -> None:
@@ -336,18 +333,16 @@ def cluster_sizes(args) -> None:
         cfg = ClusterConfig(observation="none", num_slots=slots, resource_units=units, max_job_units=units)
         policies = named_policies(cfg, args.heuristics, args.ckpt, args.device, resize=True)
         label = f"{slots} slots, {units} units"
-        panels[label] = {name: {} for name in policies}
-        for load, case in analysis.by_load(policies, cfg, args.loads, args.jobsets, 300 + 10 * k, args.device,
-                                           scaled=True):
-            line = [f"{label}, load {load:.1f}"]
-            for name in policies:
-                panels[label][name][load] = case.mean_ci(name)
-                line.append(f"{name} {pm(case.mean_ci(name))}")
-            for name in checkpoints(args):
-                row = versus_best.setdefault(name, {}).setdefault(label, {})[str(load)] = analysis.versus_best(
-                    case, name, args.heuristics)
-                line.append(versus_text(name, row))
-            print("  ".join(line), flush=True)
+
+        def report(load, case, versus) -> None:
+            print("  ".join([f"{label}, load {load:.1f}"] + [f"{name} {pm(case.mean_ci(name))}" for name in policies]
+                            + [versus_text(name, row) for name, row in versus.items()]), flush=True)
+
+        sweep = analysis.sweep(policies, cfg, args.loads, args.jobsets, 300 + 10 * k, learned=list(checkpoints(args)),
+                               heuristics=args.heuristics, scaled=True, device=args.device, report=report)
+        panels[label] = sweep.metric("mean_slowdown")
+        for name, rows in sweep.versus_best.items():
+            versus_best.setdefault(name, {})[label] = rows
     fig = plots.by_cluster_size(panels, f"One network on clusters of other sizes ({args.jobsets} unseen jobsets a "
                                         "point, 95% CI)")
     save(fig, args, "cluster_sizes.png", {"jobsets": args.jobsets, "sizes": SIZES, "loads": args.loads,

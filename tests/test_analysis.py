@@ -66,6 +66,19 @@ def test_versus_best_pairs_a_policy_with_the_best_heuristic():
     assert analysis.table(case, ["mean_slowdown"])["RL"] == {"mean_slowdown": case.mean_ci("RL")}
 
 
+def test_sweep_tables_every_policy_and_a_learned_one_against_the_best_heuristic():
+    policies, seen = {**heuristics(CFG), "RL": make_heuristic("edf", CFG)}, []
+    metrics = ("mean_slowdown", "slo_hit_rate")
+    sweep = analysis.sweep(policies, CFG, [0.5, 1.3], 2, 100, metrics, learned=["RL"], heuristics=["tetris", "sjf"],
+                           report=lambda load, case, rows: seen.append((load, rows)))
+    cases = dict(analysis.by_load(policies, CFG, [0.5, 1.3], 2, 100))
+    assert list(sweep.values) == list(policies) and sweep.values["RL"][1.3] == analysis.table(cases[1.3], metrics)["RL"]
+    assert sweep.metric("slo_hit_rate")["sjf"] == {load: case.mean_ci("sjf", "slo_hit_rate") for load, case in
+                                                   cases.items()}
+    assert sweep.versus_best["RL"]["1.3"] == analysis.versus_best(cases[1.3], "RL", ["tetris", "sjf"])
+    assert seen == [(0.5, {"RL": sweep.versus_best["RL"]["0.5"]}), (1.3, {"RL": sweep.versus_best["RL"]["1.3"]})]
+
+
 def test_slowdown_quantiles_and_by_length_of_known_jobs():
     r = result([[1.0, 3.0, 2.0], [2.0, 4.0, math.nan]], [[1, 1, 5], [1, 5, 0]], mean_slowdown=2.5)
     values, stats = analysis.slowdown_quantiles(r)
