@@ -1,8 +1,8 @@
 """The analysis behind the figures and the selection scripts, each step once: sweeps over loads,
 tables against the best heuristic, slowdown by job length, held-out workloads for adaptation, a
-run's logged curves, and the rule that picks a candidate (those that finish every job first, then
-the best). Values in, plain values out (lists, dicts, (mean, 95% CI half-width) pairs): no
-plotting and no command-line flags here."""
+trace's held-out range, a run's logged curves, and the rule that picks a candidate (those that
+finish every job first, then the best). Values in, plain values out (lists, dicts, (mean, 95% CI
+half-width) pairs): no plotting and no command-line flags here."""
 from __future__ import annotations
 
 import copy
