@@ -9,10 +9,10 @@ from typing import Callable
 import torch
 
 from . import seeds
-from .acting import SAMPLED, WAIT_RATE, Acting, NetworkPolicy, acting_modes
+from .acting import SAMPLED, Acting, NetworkPolicy
 from .baselines import Baseline, TimeIndexedBaseline
 from .config import ClusterConfig, ConfigError
-from .evaluation import compare, evaluate, make_jobsets
+from .evaluation import evaluate, make_jobsets
 from .jobs import JobSet
 from .policy_gradient import policy_gradient
 from .rollout import collect
@@ -122,19 +122,3 @@ def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: Adaptati
         optimizer.step()
         measure(step, {"train_mean_return": float(pg.mean_return), "train_decisions": pg.decisions})
     return summaries
-
-
-def select_acting(net: torch.nn.Module, cfg: ClusterConfig, jobs: JobSet, metric: str = "mean_slowdown",
-                  seed: int = 0, device="cpu", wait_rate: float = WAIT_RATE) -> tuple[Acting, dict[str, float]]:
-    """The acting mode of `acting_modes(wait_rate)` under which `net` scores best by `metric` on
-    `jobs` (JobSet [N, L]; selection jobsets, never the ones it is then evaluated on), among the
-    modes that finish every job when any does; and each mode's mean score by its name (str).
-
-    Whether holding capacity idle pays depends on the load (it wins under contention and costs
-    where jobs rarely queue), so the mode is chosen on the workload the policy will serve."""
-    modes = {str(mode): mode for mode in acting_modes(wait_rate)}
-    results = compare({name: NetworkPolicy(net, mode, torch.Generator(device=device).manual_seed(seed))
-                       for name, mode in modes.items()}, cfg, jobs, device=device)
-    finishing = [name for name in modes if results.results[name].summary["unfinished_jobs"] == 0] or list(modes)
-    best = results.best(among=finishing, metric=metric)
-    return modes[best], {name: results.mean_ci(name, metric)[0] for name in modes}

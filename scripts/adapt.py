@@ -39,7 +39,8 @@ import torch
 from _common import OBJECTIVE_METRIC, RUNS, format_row, heuristic, run_main, set_threads, table_header, unused_path
 from lightning_sched import ClusterConfig, ConfigError, seeds
 from lightning_sched.acting import NetworkPolicy
-from lightning_sched.adaptation import AdaptationSettings, adapt, select_acting
+from lightning_sched.adaptation import AdaptationSettings, adapt
+from lightning_sched.analysis import select_acting
 from lightning_sched.checkpoints import PolicyRecord, load_network
 from lightning_sched.cli import (
     ScriptParser,

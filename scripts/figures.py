@@ -50,17 +50,14 @@ fine-tuning goes at all).
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
 from _common import ROOT, RUNS, named_policies, run_main, set_threads
-from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, plots, seeds
-from lightning_sched.adaptation import AdaptationSettings, adapt
+from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, analysis, plots, seeds
+from lightning_sched.adaptation import AdaptationSettings
 from lightning_sched.cli import (
     ScriptParser,
     add_cluster_flags,
@@ -70,22 +67,13 @@ from lightning_sched.cli import (
     setup_from_args,
 )
 from lightning_sched.config import SIZE_FIELDS
-from lightning_sched.evaluation import compare, make_jobsets, mean_ci95
+from lightning_sched.evaluation import compare, make_jobsets
 
 FIGURES = RUNS / "figures"  # without --out: the repository's docs/figures stay as committed
 LOADS = [0.1, 0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5, 1.7, 1.9]
 HEURISTICS = ["tetris", "sjf", "packer", "edf", "random"]
 NASA_TRACE = ROOT.parent / "shared" / "traces" / "NASA-iPSC-1993-3.1-cln.swf.gz"  # never copied into the repo
 CKPT_HELP = "NAME=PATH.ckpt (acting as the checkpoint says: greedy or sampled)"
-
-
-def by_load(args, cfg: ClusterConfig, policies: dict, offset: int):
-    """(load, Comparison of `policies` on --jobsets unseen jobsets of DeepRM's workload at that load)
-    for each of --loads; the i-th load's jobsets are seeded with evaluation(offset + i), so every load
-    of a figure has jobsets of its own."""
-    for i, load in enumerate(args.loads):
-        jobs = make_jobsets(DeepRMWorkload(load=load), args.jobsets, seeds.evaluation(offset + i))
-        yield load, compare(policies, cfg, jobs, args.device)
 
 
 def checkpoints(args) -> dict[str, str]:
@@ -101,6 +89,11 @@ def cluster_and_policies(args) -> tuple[ClusterConfig, dict]:
 
 def pm(mean_ci: tuple[float, float]) -> str:
     return f"{mean_ci[0]:.3f}±{mean_ci[1]:.3f}"
+
+
+def versus_text(name: str, row: dict) -> str:
+    """analysis.versus_best's row as printed: "NAME-BEST diff±ci"."""
+    return f"{name}-{row['best_heuristic']} {row['slowdown_minus_best']:+.3f}±{row['ci95']:.3f}"
 
 
 def str_keys(table: dict[str, dict]) -> dict[str, dict]:
@@ -124,32 +117,21 @@ def load_sweep(args) -> None:
     """Mean slowdown and SLO hit rate vs load for heuristics and checkpoints; for each checkpoint,
     the paired difference to the best heuristic at each load."""
     cfg, policies = cluster_and_policies(args)
-    results = {m: {name: {} for name in policies} for m in ("mean_slowdown", "slo_hit_rate")}
-    versus_best: dict[str, dict[str, dict]] = {name: {} for name in checkpoints(args)}
-    for load, case in by_load(args, cfg, policies, 0):
-        line = [f"load {load:.1f}"]
-        for name in policies:
-            for metric, row in results.items():
-                row[name][load] = case.mean_ci(name, metric)
-            line.append(f"{name} {pm(case.mean_ci(name))} slo {case.mean_ci(name, 'slo_hit_rate')[0]:.3f}")
-        best = case.best(args.heuristics)
-        for name in versus_best:
-            diff, ci = case.minus(name, best)
-            versus_best[name][str(load)] = {
-                "best_heuristic": best, "slowdown_minus_best": diff, "ci95": ci,
-                "ratio_to_best": case.mean_ci(name)[0] / case.mean_ci(best)[0],
-                # SLO hit rate minus each heuristic's, paired over jobsets
-                **{f"slo_minus_{h}": case.minus(name, h, "slo_hit_rate") for h in args.heuristics},
-                "best_slo_heuristic": case.best(args.heuristics, "slo_hit_rate")}
-            line.append(f"{name}-{best} {diff:+.3f}±{ci:.3f}")
-        print("  ".join(line), flush=True)
-    fig = plots.slowdown_vs_load(results["mean_slowdown"],
+
+    def report(load, case, versus) -> None:
+        print("  ".join([f"load {load:.1f}"] + [f"{name} {pm(case.mean_ci(name))} slo "
+                                                f"{case.mean_ci(name, 'slo_hit_rate')[0]:.3f}" for name in policies]
+                        + [versus_text(name, row) for name, row in versus.items()]), flush=True)
+
+    sweep = analysis.sweep(policies, cfg, args.loads, args.jobsets, 0, ("mean_slowdown", "slo_hit_rate"),
+                           list(checkpoints(args)), args.heuristics, slo=True, device=args.device, report=report)
+    fig = plots.slowdown_vs_load(sweep.metric("mean_slowdown"),
                                  f"Mean slowdown vs load ({args.jobsets} unseen jobsets a point)")
     out = save(fig, args, "slowdown_vs_load.png",
-               {"jobsets": args.jobsets, "seed": seeds.evaluation(), "results": str_keys(results["mean_slowdown"]),
-                "slo_hit_rate": str_keys(results["slo_hit_rate"]), "versus_best_heuristic": versus_best})
-    slo = plots.slowdown_vs_load(results["slo_hit_rate"], f"SLO hit rate (slowdown <= {cfg.slo_slowdown:g}) vs load, "
-                                 f"{args.jobsets} jobsets a point", ylabel="share of jobs meeting their deadline")
+               {"jobsets": args.jobsets, "seed": seeds.evaluation(), "results": str_keys(sweep.metric("mean_slowdown")),
+                "slo_hit_rate": str_keys(sweep.metric("slo_hit_rate")), "versus_best_heuristic": sweep.versus_best})
+    slo = plots.slowdown_vs_load(sweep.metric("slo_hit_rate"), f"SLO hit rate (slowdown <= {cfg.slo_slowdown:g}) vs "
+                                 f"load, {args.jobsets} jobsets a point", ylabel="share of jobs meeting their deadline")
     slo_name = out.stem.replace("slowdown", "slo")
     slo_out = out.with_name((slo_name if slo_name != out.stem else out.stem + "_slo") + ".png")  # never over `out`
     slo.savefig(slo_out, dpi=120)  # its numbers are in the JSON above
@@ -160,37 +142,31 @@ def ablation(args) -> None:
     """Mean slowdown and SLO hit rate of each recipe's checkpoint (and heuristics) at a few loads."""
     cfg, policies = cluster_and_policies(args)
     metrics = {"mean_slowdown": "mean slowdown", "slo_hit_rate": f"SLO hit rate (slowdown <= {cfg.slo_slowdown:g})"}
-    values = {name: {} for name in policies}
-    for load, case in by_load(args, cfg, policies, 100):
+
+    def report(load, case, versus) -> None:
         for name in policies:
-            values[name][load] = {m: case.mean_ci(name, m) for m in metrics}
             print(f"load {load:.1f} {name:28s} slowdown {pm(case.mean_ci(name))}  "
                   f"slo {pm(case.mean_ci(name, 'slo_hit_rate'))}", flush=True)
-    fig = plots.ablation(values, metrics, title=f"{args.title} ({args.jobsets} unseen jobsets a load, 95% CI)")
-    save(fig, args, "ablation.png", {"jobsets": args.jobsets, "seeds": [seeds.evaluation(100 + i)
-                                                                         for i in range(len(args.loads))],
-                                     "results": str_keys(values)})
+
+    sweep = analysis.sweep(policies, cfg, args.loads, args.jobsets, 100, metrics, device=args.device, report=report)
+    fig = plots.ablation(sweep.values, metrics, title=f"{args.title} ({args.jobsets} unseen jobsets a load, 95% CI)")
+    save(fig, args, "ablation.png", {"jobsets": args.jobsets, "seeds": analysis.sweep_seeds(100, len(args.loads)),
+                                     "results": str_keys(sweep.values)})
 
 
 def cdf(args) -> None:
     """Per-job slowdown CDF per scheme at a few loads (DeepRM's code's slow_down_cdf)."""
     cfg, policies = cluster_and_policies(args)
     panels, data = {}, {}
-    for load, case in by_load(args, cfg, policies, 200):
+    for load, case in analysis.by_load(policies, cfg, args.loads, args.jobsets, 200, args.device):
         panel, data[str(load)] = {}, {}
         for name, result in case.results.items():
-            values = panel[name] = result.job_slowdown[~torch.isnan(result.job_slowdown)]
-            q = torch.quantile(values, torch.tensor([0.5, 0.9, 0.99], dtype=values.dtype))
-            data[str(load)][name] = {"jobs": values.numel(),
-                                     "share_slowdown_le_2": float((values <= 2).double().mean()),
-                                     "median": float(q[0]), "p90": float(q[1]), "p99": float(q[2]),
-                                     "mean_slowdown": result.summary["mean_slowdown"]}
+            panel[name], data[str(load)][name] = analysis.slowdown_quantiles(result)
             print(f"load {load:.1f} {name:24s} " + " ".join(f"{k} {v:.3f}" for k, v in data[str(load)][name].items()),
                   flush=True)
         panels[f"load {load:g} ({args.jobsets} unseen jobsets)"] = panel
     save(plots.cdf_panels(panels, "Per-job slowdown CDF (dotted: the SLO, slowdown 2)"), args, "slowdown_cdf.png",
-         {"jobsets": args.jobsets, "seeds": [seeds.evaluation(200 + i) for i in range(len(args.loads))],
-          "results": data})
+         {"jobsets": args.jobsets, "seeds": analysis.sweep_seeds(200, len(args.loads)), "results": data})
 
 
 def recipes(args) -> None:
@@ -198,15 +174,9 @@ def recipes(args) -> None:
     curves, reference = {}, {}
     for item in args.runs:
         name, _, path = item.partition("=")
-        rows = read_metrics(path.split(","))
-        seconds = {int(r["step"]): float(r["perf/iteration_s"]) for r in last_per_step(rows, "perf/iteration_s")}
-        evals = last_per_step(rows, "eval/mean_slowdown")
-        wall = [sum(v for k, v in seconds.items() if k <= int(r["step"])) for r in evals]
-        curves[name] = {"iteration": [int(r["step"]) + 1 for r in evals], "wall_s": wall,
-                        "slowdown": [float(r["eval/mean_slowdown"]) for r in evals],
-                        "slo_hit_rate": [float(r["eval/slo_hit_rate"]) for r in evals],
-                        "median_iteration_s": sorted(seconds.values())[len(seconds) // 2], "metrics": path}
-        reference.update(heuristic_lines(evals, args.heuristics))
+        rows = analysis.read_metrics(path.split(","))
+        curves[name] = {**analysis.validation_curve(rows), "metrics": path}
+        reference.update(analysis.heuristic_lines(rows, args.heuristics))
         print(name, "best", min(curves[name]["slowdown"]), "median s/iteration", curves[name]["median_iteration_s"])
     save(plots.recipe_curves(curves, reference, args.title), args, "recipe_learning_curves.png",
          {"curves": curves, "heuristics": reference})
@@ -219,26 +189,15 @@ def trace(args) -> None:
     if log.seconds_per_step is None:
         log = replace(log, seconds_per_step=600.0)  # the NASA figure's step without --fit_cluster
     policies = named_policies(cfg, args.heuristics, args.ckpt, args.device, resize=sized)
-    metrics = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate")
     settings, values, cdf, mapping = {}, {}, None, None
     for compression in args.compressions:
         workload = log.workload(cfg, time_compression=compression)
-        report = workload.report
         jobs = make_jobsets(workload, args.jobsets, seeds.evaluation())
         case = compare(policies, cfg, jobs, args.device)
-        load = max(report.split_load)
+        load = max(workload.report.split_load)
         label = f"x{compression:g} (load {load:.2f})" if compression != 1 else f"as recorded (load {load:.2f})"
-        settings[label] = {
-            "time_compression": compression,
-            **{k: getattr(report, k) for k in ("split_load", "split_steps", "split_seconds", "split_jobs",
-                                               "window_starts", "max_jobs")},
-            "jobs_in_jobsets": int(jobs.num_jobs.sum()),
-            "results": {name: {**{m: list(case.mean_ci(name, m)) for m in metrics},
-                               "unfinished_jobs": result.summary["unfinished_jobs"]}
-                        for name, result in case.results.items()}}
-        mapping = mapping or {k: getattr(report, k) for k in (
-            "path", "format", "job_lines", "kept", "dropped", "clipped", "resources", "zero_demand_resources",
-            "capacity", "seconds_per_step", "natural_load")}
+        settings[label] = {"time_compression": compression, **analysis.trace_case(workload.report, jobs, case)}
+        mapping = mapping or analysis.trace_mapping(workload.report)
         values[label] = {name: case.mean_ci(name) for name in policies}
         cdf = cdf or {name: result.job_slowdown.flatten() for name, result in case.results.items()}
         print("  ".join([label] + [f"{name} {pm(case.mean_ci(name))}" for name in policies]), flush=True)
@@ -257,7 +216,7 @@ def objectives(args) -> None:
     case = compare(policies, cfg, make_jobsets(DeepRMWorkload(load=args.load), args.jobsets, seeds.evaluation()),
                    args.device)
     metrics = {"mean_slowdown": "mean slowdown", "mean_completion_time": "mean completion time"}
-    values = {name: {m: case.mean_ci(name, m) for m in metrics} for name in policies}
+    values = analysis.table(case, metrics)
     for name, row in values.items():
         print(name, "  ".join(f"{m} {pm(row[m])}" for m in metrics), flush=True)
     fig = plots.bars(values, metrics, title=f"load {args.load}: {args.jobsets} unseen jobsets (95% CI)")
@@ -265,38 +224,11 @@ def objectives(args) -> None:
                                        "results": values})
 
 
-def read_metrics(paths) -> list[dict]:
-    """The rows of CSVLogger metrics files, in order (a resumed run has several)."""
-    import csv
-
-    return [row for path in paths for row in csv.DictReader(open(path))]
-
-
-def last_per_step(rows: list[dict], key: str) -> list[dict]:
-    """Rows holding `key`, one per step, by step; the last wins (a resumed run repeats the steps
-    after its checkpoint)."""
-    return sorted({int(r["step"]): r for r in rows if r.get(key)}.values(), key=lambda r: int(r["step"]))
-
-
-def heuristic_lines(evals: list[dict], heuristics: list[str]) -> dict[str, float]:
-    """Each heuristic's validation slowdown, from the last evaluation row that logged it."""
-    return {h: float(evals[-1][f"eval/{h}/mean_slowdown"]) for h in heuristics
-            if evals and evals[-1].get(f"eval/{h}/mean_slowdown")}
-
-
 def learning_curve(args) -> None:
     """Validation slowdown per iteration (heuristic lines) and the training episodes' total reward."""
-    rows = read_metrics(args.metrics)
-    evals = last_per_step(rows, "eval/mean_slowdown")
-    train = last_per_step(rows, "train/mean_return")
-    curve = {"eval_step": [int(r["step"]) for r in evals],
-             "eval_mean_slowdown": [float(r["eval/mean_slowdown"]) for r in evals],
-             "train_step": [int(r["step"]) for r in train],
-             "train_mean_slowdown": [float(r["train/mean_slowdown"]) for r in train],
-             "mean_return": [float(r["train/mean_return"]) for r in train],
-             "max_return": [float(r["train/max_return"]) for r in train],
-             "iteration_s": [float(r["perf/iteration_s"]) for r in last_per_step(rows, "perf/iteration_s")]}
-    reference = heuristic_lines(evals, args.heuristics)
+    rows = analysis.read_metrics(args.metrics)
+    curve = analysis.learning_curve(rows)
+    reference = analysis.heuristic_lines(rows, args.heuristics)
     fig = plots.learning_curve(curve["eval_step"], curve["eval_mean_slowdown"], reference, curve["mean_return"],
                                curve["max_return"], title=args.title,
                                train=(curve["train_step"], curve["train_mean_slowdown"]),
@@ -310,140 +242,79 @@ def gains(args) -> None:
     cfg, policies = cluster_and_policies(args)
     name = next(iter(checkpoints(args)))
     jobs = make_jobsets(DeepRMWorkload(load=args.load), args.jobsets, seeds.evaluation())
-    withheld: dict[int, int] = {}
-
-    def watching(obs):
-        obs = policies[name](obs)
-        void = obs["action"] == cfg.num_slots
-        fits = (obs["slot_offset"] == 0) & void.unsqueeze(1)
-        for length, count in zip(*torch.unique(obs["slot_duration"][fits], return_counts=True)):
-            withheld[int(length)] = withheld.get(int(length), 0) + int(count)
-        return obs
-
-    by_length = {}
+    watching = analysis.Withholding(policies[name], cfg)
     case = compare({name: watching, **{h: policies[h] for h in args.heuristics}}, cfg, jobs, args.device)
-    for scheme, result in case.results.items():
-        by_length[scheme] = {}
-        for length in sorted(set(result.job_duration[result.job_duration > 0].tolist())):
-            # per jobset, the mean slowdown of its jobs of this length; CI over jobsets
-            per_jobset = torch.stack([row[d == length].mean() if bool((d == length).any())
-                                      else torch.tensor(float("nan"))
-                                      for row, d in zip(result.job_slowdown, result.job_duration)])
-            by_length[scheme][length] = mean_ci95(per_jobset)
-    offered = {}
-    for length in jobs.duration[jobs.duration > 0].tolist():
-        offered[length] = offered.get(length, 0) + 1
-    fig = plots.gains(withheld, offered, by_length, title=f"{name} at load {args.load}, {args.jobsets} unseen jobsets")
+    by_length = {scheme: analysis.slowdown_by_length(result) for scheme, result in case.results.items()}
+    offered = analysis.offered_lengths(jobs)
+    fig = plots.gains(watching.counts, offered, by_length,
+                      title=f"{name} at load {args.load}, {args.jobsets} unseen jobsets")
     save(fig, args, "gains.png", {"load": args.load, "jobsets": args.jobsets, "seed": seeds.evaluation(),
-                                  "withheld": withheld, "offered": offered, "slowdown_by_length": by_length})
-
-
-# Held-out workloads for the adaptation curves: each outside configs/base/maml.yaml's meta-training ranges
-# (load 0.4..1.0, short_prob 0.7..0.9, short jobs 1..(2-3), long (10-11)..(12-15), dominant 4-5..8-10).
-HELD_OUT = {
-    "heavy load 1.5": dict(load=1.5),
-    "long-job mix (short_prob 0.5)": dict(load=0.9, short_prob=0.5),
-    "small demands (dominant 2..4)": dict(load=0.9, dominant_units=(2, 4)),
-    "medium jobs (long 5..8)": dict(load=0.9, long_len=(5, 8)),
-}
-ADAPT_EVAL_STEPS = {0, 1, 2, 3, 4, 5, 7, 10, 15, 20, 30, 40, 50}
+                                  "withheld": watching.counts, "offered": offered, "slowdown_by_length": by_length})
 
 
 def held_out_workloads(cfg: ClusterConfig, args, metric: str):
-    """(label, cluster, workload to adapt on, its --eval_jobsets unseen jobsets, {heuristic: (mean, ci) of
-    `metric`}) for each held-out workload of the adaptation figures: DeepRM's job mixes on `cfg`, and
-    with --trace the log on its own cluster (--fit_cluster or the size flags), adapted on its train
-    split and measured on its test split."""
-    panels = [(label, cfg, DeepRMWorkload(**params), DeepRMWorkload(**params)) for label, params in HELD_OUT.items()]
+    """analysis.held_out_workloads of the adaptation figures (--eval_jobsets, --heuristics); with
+    --trace the log is one more, on its own cluster (--fit_cluster or the size flags), adapted on its
+    train split and measured on its test split."""
+    extra = []
     if getattr(args, "trace", None):
         trace_cfg, _, log = setup_from_args(args)
         trace_cfg = trace_cfg.replace(objective=cfg.objective)
-        panels.append((f"{Path(log.path).name.split('.')[0]}, test split", trace_cfg,
-                       log.workload(trace_cfg, split="train"), log.workload(trace_cfg, split="test")))
-    for label, panel_cfg, workload, held_out in panels:
-        eval_jobs = make_jobsets(held_out, args.eval_jobsets, seeds.evaluation())
-        # heuristics made anew for each workload: random's line does not depend on the workloads before
-        case = compare(named_policies(panel_cfg, args.heuristics, [], args.device), panel_cfg, eval_jobs, args.device)
-        yield label, panel_cfg, workload, eval_jobs, {h: case.mean_ci(h, metric) for h in args.heuristics}
+        extra.append((f"{Path(log.path).name.split('.')[0]}, test split", trace_cfg,
+                      log.workload(trace_cfg, split="train"), log.workload(trace_cfg, split="test")))
+    return analysis.held_out_workloads(cfg, lambda c: named_policies(c, args.heuristics, [], args.device),
+                                       args.eval_jobsets, metric, args.device, extra)
 
 
 def headroom(args) -> None:
     """How far fine-tuning goes on each held-out workload: one checkpoint fine-tuned --steps steps
     (--optimizer/--lr, --jobsets x --episodes a step), measured every --every steps on the
     adaptation figures' unseen jobsets (same seeds, so its first steps are their curve)."""
-    from lightning_sched.checkpoints import load_network
-
-    net, cfg, record = load_network(args.ckpt, args.device)
+    starts = analysis.AdaptationStarts({"fine-tuned": args.ckpt}, args.device)
     settings = AdaptationSettings(steps=args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr,
                                   optimizer=args.optimizer)
-    curves, lines = {}, {}
-    for label, panel_cfg, workload, eval_jobs, lines[label] in held_out_workloads(cfg, args, "mean_slowdown"):
-        start = net if panel_cfg == cfg else load_network(args.ckpt, args.device, cluster=panel_cfg)[0]
-        summaries = adapt(copy.deepcopy(start), panel_cfg, workload, settings, eval_jobs, seed=args.seed,
-                          device=args.device,
-                          acting=record.acting, eval_steps=set(range(0, args.steps + 1, args.every)))
-        curves[label] = {"fine-tuned": {s["step"]: (s["mean_slowdown"], s["mean_slowdown_ci95"]) for s in summaries}}
-        print(f"{label:32s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curves[label]["fine-tuned"].items()),
-              flush=True)
-    fig = plots.adaptation_curves(curves, lines, ylabel="mean slowdown",
+
+    def report(panel, name, curve, first) -> None:
+        print(f"{panel.label:32s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curve.items()), flush=True)
+
+    runs = analysis.adapt_on_held_out(held_out_workloads(starts.cfg, args, "mean_slowdown"), starts.on,
+                                      {"fine-tuned": settings}, "mean_slowdown",
+                                      set(range(0, args.steps + 1, args.every)), args.seed, args.device, report=report)
+    fig = plots.adaptation_curves(runs.curves, runs.heuristics, ylabel="mean slowdown",
                                   title=f"{args.ckpt} fine-tuned on the held-out workloads ({args.jobsets}x"
                                         f"{args.episodes} episodes a step, {args.eval_jobsets} unseen jobsets, 95% CI)")
-    save(fig, args, "headroom.png", {"checkpoint": args.ckpt, "settings": settings.describe(), "held_out": HELD_OUT,
-                                     "curves": curves, "heuristics": lines})
+    save(fig, args, "headroom.png", {"checkpoint": args.ckpt, "settings": settings.describe(),
+                                     "held_out": analysis.HELD_OUT, "curves": runs.curves,
+                                     "heuristics": runs.heuristics})
 
 
 def adaptation(args) -> None:
     """Adaptation curves on held-out workloads: the meta-policy, the mixture-trained REINFORCE policy
-    and a fresh network, each fine-tuned with the same steps and episodes; heuristics as lines."""
-    from lightning_sched.checkpoints import PolicyRecord, load_network
-    from lightning_sched.policies import make_policy
-
+    and a fresh network ("scratch", acting and adapting as the first checkpoint), each fine-tuned with
+    the same steps and episodes (a meta-policy with its own inner loop, the others with --optimizer/--lr);
+    heuristics as lines."""
     if args.objective not in ("slowdown", "completion_time"):
         raise ConfigError(f"--objective must be slowdown or completion_time here, got {args.objective!r}")
     sized = [f"--{name}" for name in SIZE_FIELDS if getattr(args, name) is not None]
     if sized and not args.trace:
         raise ConfigError(f"{', '.join(sized)} size the --trace panel's cluster; without --trace they would do nothing")
-    paths = checkpoints(args)
-    starts = {name: load_network(path, args.device) for name, path in paths.items()}
-    net0, cfg, record0 = next(iter(starts.values()))
-    cfg = cfg.replace(objective=args.objective)
-
-    def starts_on(panel_cfg: ClusterConfig) -> dict:
-        """Each checkpoint's network on the panel's cluster (a slot policy runs on any size), and a fresh
-        one that acts as the first checkpoint acts."""
-        on = starts if panel_cfg == cfg else {
-            name: load_network(path, args.device, cluster=panel_cfg) for name, path in paths.items()}
-        torch.manual_seed(args.seed)
-        return {**on, "scratch": (make_policy(net0.spec, panel_cfg).to(args.device), panel_cfg, record0)}
-
-    def settings_for(record: PolicyRecord) -> AdaptationSettings:
-        """Same steps and samples for every method; a meta-policy adapts with the inner loop it was
-        meta-trained for (optimizer, lr, learned step sizes), a policy with none with --optimizer/--lr."""
-        own = {} if record.adaptation else {"lr": args.lr, "optimizer": args.optimizer}
-        return AdaptationSettings.from_checkpoint(record.adaptation, args.steps, jobsets=args.jobsets,
-                                                  episodes=args.episodes, **own)
-    settings = {name: settings_for(record) for name, (_, _, record) in starts.items()}
-    settings["scratch"] = settings_for(record0)  # the fresh network acts and adapts as the first checkpoint
+    starts = analysis.AdaptationStarts(checkpoints(args), args.device, args.objective, fresh="scratch", seed=args.seed)
+    settings = starts.settings(args.steps, args.jobsets, args.episodes, args.lr, args.optimizer)
     metric = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time"}[args.objective]
-    curves, lines, table, clusters = {}, {}, {}, {}
-    for label, panel_cfg, workload, eval_jobs, lines[label] in held_out_workloads(cfg, args, metric):
-        curves[label], table[label], clusters[label] = {}, {}, panel_cfg.to_dict()
-        for name, (net, _, record) in starts_on(panel_cfg).items():
-            summaries = adapt(copy.deepcopy(net), panel_cfg, workload, settings[name], eval_jobs, seed=args.seed,
-                              device=args.device, acting=record.acting, eval_steps=ADAPT_EVAL_STEPS)
-            curves[label][name] = {s["step"]: (s[metric], s[metric + "_ci95"]) for s in summaries}
-            tetris = lines[label]["tetris"][0]
-            beat = [s["step"] for s in summaries if s[metric] <= tetris]
-            table[label][name] = beat[0] if beat else None
-            print(f"{label:32s} {name:10s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curves[label][name].items())
-                  + f"   beats tetris ({tetris:.2f}) at step {table[label][name]}", flush=True)
-    fig = plots.adaptation_curves(curves, lines, ylabel=metric.replace("_", " "),
+
+    def report(panel, name, curve, first) -> None:
+        print(f"{panel.label:32s} {name:10s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curve.items())
+              + f"   beats tetris ({panel.heuristics['tetris'][0]:.2f}) at step {first}", flush=True)
+
+    runs = analysis.adapt_on_held_out(held_out_workloads(starts.cfg, args, metric), starts.on, settings, metric,
+                                      analysis.ADAPT_EVAL_STEPS, args.seed, args.device, "tetris", report)
+    fig = plots.adaptation_curves(runs.curves, runs.heuristics, ylabel=metric.replace("_", " "),
                                   title=f"adaptation on held-out workloads ({args.objective}; {args.jobsets}x"
                                         f"{args.episodes} episodes a step, {args.eval_jobsets} unseen jobsets, 95% CI)")
     save(fig, args, f"adaptation_{args.objective}.png",
          {"objective": args.objective, "settings": {name: st.describe() for name, st in settings.items()},
-          "held_out": HELD_OUT, "trace": getattr(args, "trace", None), "clusters": clusters, "curves": curves,
-          "heuristics": lines, "first_step_at_or_below_tetris": table})
+          "held_out": analysis.HELD_OUT, "trace": getattr(args, "trace", None), "clusters": runs.clusters,
+          "curves": runs.curves, "heuristics": runs.heuristics, "first_step_at_or_below_tetris": runs.first_step})
 
 
 SIZES = [(5, 10), (20, 20), (50, 40)]  # (num_slots, resource_units = max_job_units)
@@ -457,22 +328,16 @@ def cluster_sizes(args) -> None:
         cfg = ClusterConfig(observation="none", num_slots=slots, resource_units=units, max_job_units=units)
         policies = named_policies(cfg, args.heuristics, args.ckpt, args.device, resize=True)
         label = f"{slots} slots, {units} units"
-        panels[label] = {name: {} for name in policies}
-        for i, load in enumerate(args.loads):
-            workload = DeepRMWorkload.for_cluster(cfg, load=load)
-            case = compare(policies, cfg, make_jobsets(workload, args.jobsets, seeds.evaluation(300 + 10 * k + i)),
-                           args.device)
-            best = case.best(args.heuristics)
-            line = [f"{label}, load {load:.1f}"]
-            for name in policies:
-                panels[label][name][load] = case.mean_ci(name)
-                line.append(f"{name} {pm(case.mean_ci(name))}")
-            for name in checkpoints(args):
-                diff, ci = case.minus(name, best)
-                versus_best.setdefault(name, {}).setdefault(label, {})[str(load)] = {
-                    "best_heuristic": best, "slowdown_minus_best": diff, "ci95": ci}
-                line.append(f"{name}-{best} {diff:+.3f}±{ci:.3f}")
-            print("  ".join(line), flush=True)
+
+        def report(load, case, versus) -> None:
+            print("  ".join([f"{label}, load {load:.1f}"] + [f"{name} {pm(case.mean_ci(name))}" for name in policies]
+                            + [versus_text(name, row) for name, row in versus.items()]), flush=True)
+
+        sweep = analysis.sweep(policies, cfg, args.loads, args.jobsets, 300 + 10 * k, learned=list(checkpoints(args)),
+                               heuristics=args.heuristics, scaled=True, device=args.device, report=report)
+        panels[label] = sweep.metric("mean_slowdown")
+        for name, rows in sweep.versus_best.items():
+            versus_best.setdefault(name, {})[label] = rows
     fig = plots.by_cluster_size(panels, f"One network on clusters of other sizes ({args.jobsets} unseen jobsets a "
                                         "point, 95% CI)")
     save(fig, args, "cluster_sizes.png", {"jobsets": args.jobsets, "sizes": SIZES, "loads": args.loads,

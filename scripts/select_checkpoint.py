@@ -21,13 +21,12 @@ import argparse
 import json
 
 from _common import run_main, set_threads
-from lightning_sched import ClusterConfig, DeepRMWorkload, seeds
+from lightning_sched import ClusterConfig, seeds
 from lightning_sched.acting import acting_modes
+from lightning_sched.analysis import select_by_worst_load
 from lightning_sched.checkpoints import load_policy, read_record, with_acting
 from lightning_sched.cli import ScriptParser, at_least
 from lightning_sched.config import REWARD_FIELDS
-from lightning_sched.evaluation import compare, make_jobsets
-from lightning_sched.heuristics import make_heuristic
 
 # --acting's candidate modes, as Acting.override's flags on each checkpoint's own acting (its
 # wait_rate kept): both modes with their default rules, or every mode and rule
@@ -64,36 +63,23 @@ def main(argv=None) -> None:
     changed = {k: v for k, (v, _) in cfg.differences(ClusterConfig(), ignore=("observation",)).items()}
     print("scoring on the candidates' cluster: "
           + (", ".join(f"{k}={v}" for k, v in changed.items()) if changed else "DeepRM's") + " (ClusterConfig)")
-    lower_is_better = args.metric == "mean_slowdown"
     # candidate name -> (checkpoint, Acting.override's flags); "saved" names the checkpoint alone
     named = {}
     for path in args.ckpt:
         saved = read_record(path).acting
         for flags in ACTING[args.acting]:
             named[path if args.acting == "saved" else f"{path}@{saved.override(**flags)}"] = (path, flags)
-    scores: dict[str, dict[float, float]] = {name: {} for name in named}
-    unfinished = dict.fromkeys(named, 0)  # jobs left waiting at max_time, over all loads
-    for load in args.loads:
-        # the seed follows the load, so a subset of the loads sees the same jobsets
-        workload = DeepRMWorkload.for_cluster(cfg, load=load)
-        workload.validate(cfg)
-        jobs = make_jobsets(workload, args.jobsets, seeds.selection(load, args.seed))
-        # policies made anew at each load: a sampled checkpoint's actions at one load do not depend
-        # on the loads before it
-        heuristics = compare({h: make_heuristic(h, cfg) for h in args.heuristics}, cfg, jobs)
-        best, _ = heuristics.mean_ci(heuristics.best(metric=args.metric), args.metric)
-        candidates = compare({name: load_policy(path, override=flags)[0] for name, (path, flags) in named.items()},
-                             cfg, jobs)
-        for path, result in candidates.results.items():
-            value = result.summary[args.metric]
-            scores[path][load] = value / best if lower_is_better else 100 * (value - best)
-            unfinished[path] += result.summary["unfinished_jobs"]
-        print(f"load {load:.1f} best heuristic {best:.3f} "
-              + " ".join(f"{p}: {scores[p][load]:.3f}" for p in named), flush=True)
-    worst = {p: (max if lower_is_better else min)(s.values()) for p, s in scores.items()}
-    # a policy that leaves jobs waiting until max_time wins only when every candidate does
-    eligible = [p for p in named if not unfinished[p]] or list(named)
-    winner = (min if lower_is_better else max)(eligible, key=worst.get)
+
+    def candidates() -> dict:  # made anew at each load
+        return {name: load_policy(path, override=flags)[0] for name, (path, flags) in named.items()}
+
+    def report(load: float, best: float, scores: dict[str, float]) -> None:
+        print(f"load {load:.1f} best heuristic {best:.3f} " + " ".join(f"{p}: {v:.3f}" for p, v in scores.items()),
+              flush=True)
+
+    selection = select_by_worst_load(candidates, cfg, args.heuristics, args.loads, args.jobsets, args.seed,
+                                     args.metric, report)
+    scores, unfinished, worst, winner = selection.scores, selection.unfinished, selection.worst, selection.winner
     if any(unfinished.values()):
         print("unfinished jobs (not eligible while a candidate finishes all): "
               + " ".join(f"{p}: {n}" for p, n in unfinished.items() if n))

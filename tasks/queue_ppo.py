@@ -43,6 +43,7 @@ from lightning_sched.queue.policy import (
     QueueNetwork,
     QueuePolicy,
     QueuePolicySpec,
+    load_queue_policy,
     make_actor,
     make_critic,
     queue_policy_checkpoint,
@@ -138,6 +139,8 @@ class QueuePPO(LightningModule):
         imitate: a rule of lightning_sched.queue.heuristics (ranking the window, as the network
             sees it) that the first `imitation_iterations` iterations imitate; None: PPO throughout.
         imitation_iterations: how many.
+        init_from: a queue policy checkpoint whose network (its sizes and weights) this run starts
+            from, e.g. to go on with longer sequences; the run's own settings stay.
         seed: seeds the training sequences and the action sampling.
     """
 
@@ -145,7 +148,8 @@ class QueuePPO(LightningModule):
                  sequence_length: int = 256, bsld_threshold: float = 10.0, reward: str = "per_job",
                  policy: QueuePolicySpec = QueuePolicySpec(), batch_size: int = 16, ppo: PPOSettings = PPOSettings(),
                  validation: QueueValidation = QueueValidation(), iterations_per_epoch: int = 100,
-                 imitate: str | None = None, imitation_iterations: int = 0, seed: int = 0):
+                 imitate: str | None = None, imitation_iterations: int = 0, init_from: str | None = None,
+                 seed: int = 0):
         super().__init__()
         self.save_hyperparameters()
         # plain values in the checkpoint's hyperparameters, so that torch.load(weights_only=True) reads it
@@ -174,7 +178,12 @@ class QueuePPO(LightningModule):
         if imitation_iterations < 0 or (imitation_iterations > 0) != (imitate is not None):
             raise ConfigError(f"QueuePPO.imitation_iterations must be > 0 with imitate and 0 without, got "
                               f"{imitation_iterations} with imitate={imitate!r}")
-        self.net = QueueNetwork(policy)
+        if init_from is None:
+            self.net = QueueNetwork(policy)
+        else:  # the checkpoint's network, sizes and weights: `policy` does not apply
+            self.net, _ = load_queue_policy(init_from)
+            self.net.train()
+            self.hparams["policy"] = self.net.spec.to_dict()
         # functional=False: the loss calls the network's own modules (no parameter copies, DDP works);
         # the state_dict names the shared weights twice, under net. and loss.
         self.loss = ClipPPOLoss(make_actor(self.net), make_critic(self.net), clip_epsilon=ppo.clip,
