@@ -154,6 +154,23 @@ def queue_rate(cfg, log, batch: int, steps: int, device, generator, picks: str, 
         return int(decisions) / (time.perf_counter() - t0)
 
 
+def queue_iteration(trace: str, backfill: str) -> dict[str, float]:
+    """Seconds of one PPO iteration of the shipped queue recipe's first stage (configs/queue_bsld*.yaml:
+    32 episodes of 256 jobs, 4 epochs), the second of two, through Lightning: its rollout and the whole."""
+    from lightning.pytorch import Trainer
+
+    from tasks.queue_ppo import PPOSettings, QueuePPO, QueueValidation
+
+    model = QueuePPO(trace, backfill=backfill, batch_size=32, validation=QueueValidation(sequences=2),
+                     ppo=PPOSettings(advantage="sequence", episodes_per_sequence=4))
+    trainer = Trainer(max_steps=2, logger=False, enable_checkpointing=False, num_sanity_val_steps=0,
+                      limit_val_batches=0, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model)
+    m = trainer.logged_metrics
+    return {"rollout_s": round(float(m["perf/rollout_s"]), 3), "iteration_s": round(float(m["perf/iteration_s"]), 3),
+            "decisions": int(m["train/decisions"])}
+
+
 def queue_table(args, device, generator, result) -> None:
     from lightning_sched.queue.log import read_queue_log
 
@@ -170,6 +187,13 @@ def queue_table(args, device, generator, result) -> None:
                     step = "torch" if torch_step or device.type != "cpu" else "native"
                     result["decisions_per_s"][f"queue/{backfill}/{picks}/{step}/{b}"] = round(rate)
                     print(f"{backfill:8s} {picks:7s} {step:6s} {b:6d} {rate:14,.0f}", flush=True)
+        if device.type == "cpu":
+            iteration = queue_iteration(args.trace, backfill)
+            result[f"queue/{backfill}/ppo_iteration"] = iteration
+            print(f"one PPO iteration (backfill {backfill}, 32 episodes of 256 jobs, {iteration['decisions']} "
+                  "decisions, "
+                  f"4 epochs): {iteration['iteration_s']:.2f} s, of which the rollout {iteration['rollout_s']:.2f} s",
+                  flush=True)
 
 
 SIZES = [(10, 10, 20), (100, 10, 20), (1024, 10, 20), (10, 64, 20), (10, 256, 20), (10, 10, 256), (1024, 64, 256)]
