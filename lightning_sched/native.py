@@ -106,22 +106,28 @@ def build(compiler: str, flags: tuple[str, ...], sources: tuple[Path, ...] = C_S
     return library
 
 
+def build_and_load(compiler: str, flags: tuple[str, ...], sources: tuple[Path, ...] = C_SOURCES,
+                   headers: tuple[Path, ...] = C_HEADERS, name: str = "native_step", what: str = "native CPU step"):
+    """`build` then load the library, with OpenMP where the compiler has it, else without; None (with
+    one warning naming `what`) when neither can be built or loaded."""
+    failure = None
+    for extra in (OPENMP, ()):
+        try:
+            return ctypes.CDLL(str(build(compiler, flags + extra, sources, headers, name)))
+        except (OSError, subprocess.SubprocessError) as error:
+            failure = error
+    detail = getattr(failure, "stderr", None) or b""
+    warnings.warn(f"the {what} could not be built with {compiler!r} ({type(failure).__name__}: "
+                  f"{failure} {detail.decode(errors='replace')[-500:]}); stepping with torch ops instead", stacklevel=4)
+    return None
+
+
 @functools.lru_cache(maxsize=None)
 def load(compiler: str, flags: tuple[str, ...]):
     """The kernels' library with their argument types, or None (with one warning) when it cannot be
     built or loaded. Built with OpenMP where the compiler has it (`library.openmp`), else without."""
-    library = None
-    for extra in (OPENMP, ()):
-        try:
-            library = ctypes.CDLL(str(build(compiler, flags + extra)))
-            break
-        except (OSError, subprocess.SubprocessError) as error:
-            failure = error
+    library = build_and_load(compiler, flags)
     if library is None:
-        detail = getattr(failure, "stderr", None) or b""
-        warnings.warn(f"the native CPU step could not be built with {compiler!r} ({type(failure).__name__}: "
-                      f"{failure} {detail.decode(errors='replace')[-500:]}); stepping with torch ops instead",
-                      stacklevel=3)
         return None
     for name, scalars in (("step", [ctypes.c_double]), ("render", [])):
         rows, every = getattr(library, f"lightning_sched_{name}_rows"), getattr(library, f"lightning_sched_{name}_all")

@@ -10,8 +10,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import subprocess
-import warnings
 from pathlib import Path
 
 import torch
@@ -40,19 +38,8 @@ DTYPES = {"submit": torch.int64, "run": torch.int64, "requested": torch.int64, "
 @functools.lru_cache(maxsize=None)
 def load(compiler: str, flags: tuple[str, ...]):
     """The kernel's library, or None (with one warning) when it cannot be built or loaded."""
-    library, failure = None, None
-    for extra in (deeprm_native.OPENMP, ()):
-        try:
-            path = deeprm_native.build(compiler, flags + extra, SOURCES, HEADERS, name="native_queue")
-            library = ctypes.CDLL(str(path))
-            break
-        except (OSError, subprocess.SubprocessError) as error:
-            failure = error
+    library = deeprm_native.build_and_load(compiler, flags, SOURCES, HEADERS, "native_queue", "native queue step")
     if library is None:
-        detail = getattr(failure, "stderr", None) or b""
-        warnings.warn(f"the native queue step could not be built with {compiler!r} ({type(failure).__name__}: "
-                      f"{failure} {detail.decode(errors='replace')[-500:]}); stepping with torch ops instead",
-                      stacklevel=3)
         return None
     for name in ("lightning_sched_queue_rows", "lightning_sched_queue_all"):
         getattr(library, name).argtypes = [ctypes.c_void_p, ctypes.c_double, ctypes.c_int64, ctypes.c_int64]
