@@ -87,7 +87,7 @@ class QueueEnv(EnvBase):
         spec = {"job_features": Unbounded(shape=(*b, w, 4), dtype=torch.float32, device=dev),
                 "cluster_features": Unbounded(shape=(*b, 2), dtype=torch.float32, device=dev),
                 "action_mask": Binary(n=w, shape=(*b, w), dtype=torch.bool, device=dev),
-                "window_job": Unbounded(shape=(*b, w), dtype=torch.int64, device=dev),
+                "window_job": Unbounded(shape=(*b, w), dtype=torch.int32, device=dev),
                 "time": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev),
                 "queue_length": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev),
                 "free_nodes": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev)}
@@ -135,7 +135,7 @@ class QueueEnv(EnvBase):
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         slot = tensordict["action"].reshape(-1, 1).to(torch.int64)
-        job = self.window_job.gather(1, slot.clamp(0, self.cfg.window - 1)).squeeze(1)
+        job = self.window_job.gather(1, slot.clamp(0, self.cfg.window - 1)).squeeze(1).long()
         active = ~self.state.done
         bad = active & ((slot.squeeze(1) < 0) | (slot.squeeze(1) >= self.cfg.window) | (job < 0))
         if bool(bad.any()):

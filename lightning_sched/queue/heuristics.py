@@ -34,7 +34,7 @@ def priority(name: str, td: TensorDictBase) -> torch.Tensor:
     highest): double, or for sjf an exact int64 key (requested time, then submit time)."""
     job = td["window_job"]
     filled = job >= 0
-    k = job.clamp(min=0)
+    k = job.clamp(min=0).long()
     submit = td["job_submit"].gather(1, k).double()
     requested = td["job_requested"].gather(1, k).double()
     processors = td["job_processors"].gather(1, k).double()

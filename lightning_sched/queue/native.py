@@ -68,7 +68,7 @@ def supports(state: QueueState) -> bool:
 def step(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str, torch.Tensor] | None:
     """One decision per row (job: LongTensor[B], the picked job's index; -1 builds the observation
     only) through the kernel, mutating the state in place; the outputs: "bsld_added" DoubleTensor[B],
-    "window_job" LongTensor[B, W], "job_features" FloatTensor[B, W, 4], "cluster_features"
+    "window_job" IntTensor[B, W], "job_features" FloatTensor[B, W, 4], "cluster_features"
     FloatTensor[B, 2], "action_mask" BoolTensor[B, W], "queue_length" LongTensor[B]. None where the
     kernel does not apply (nothing changed)."""
     library = kernel()
@@ -76,7 +76,7 @@ def step(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str, to
         return None
     b, length, w = state.batch, state.length, cfg.window
     job = job.reshape(-1).to(torch.int64).contiguous()
-    out = {"bsld_added": torch.empty(b, dtype=torch.float64), "window_job": torch.empty(b, w, dtype=torch.int64),
+    out = {"bsld_added": torch.empty(b, dtype=torch.float64), "window_job": torch.empty(b, w, dtype=torch.int32),
            "job_features": torch.empty(b, w, FEATURES, dtype=torch.float32),
            "cluster_features": torch.empty(b, CLUSTER_FEATURES, dtype=torch.float32),
            "action_mask": torch.empty(b, w, dtype=torch.bool), "queue_length": torch.empty(b, dtype=torch.int64)}

@@ -36,7 +36,7 @@ typedef struct {
     double *bsld_sum;
     /* fresh outputs */
     double *bsld_added;                 /* [B] */
-    int64_t *window_job;                /* [B, W], -1 for an empty slot */
+    int32_t *window_job;                /* [B, W], -1 for an empty slot (int32: a quarter of the step's writes) */
     float *job_features;                /* [B, W, FEATURES] */
     float *cluster_features;            /* [B, CLUSTER_FEATURES] */
     uint8_t *action_mask;               /* [B, W] */
@@ -229,8 +229,9 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
     uint64_t *keys = malloc(sizeof(uint64_t) * 2 * (size_t)L);
     Running *running = malloc(sizeof(Running) * (size_t)L);
     uint8_t *seen = malloc((size_t)L);
-    if (!ends || !keys || !running || !seen) {
-        free(ends), free(keys), free(running), free(seen);
+    int64_t *window = malloc(sizeof(int64_t) * (size_t)W);
+    if (!ends || !keys || !running || !seen || !window) {
+        free(ends), free(keys), free(running), free(seen), free(window);
         return 1;
     }
     double queue_scale = log1p(4.0 * (double)W); /* divisions, not reciprocals: torch's rounding */
@@ -251,8 +252,9 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
             a->time[b] = r.time, a->free_nodes[b] = r.free, a->next_arrival[b] = r.na;
         }
         a->bsld_added[b] = r.bsld;
-        int64_t *window = a->window_job + b * W;
         build_window(&r, window, keys, keys + L, seen);
+        int32_t *window_out = a->window_job + b * W;
+        for (int64_t i = 0; i < W; i++) window_out[i] = (int32_t)window[i];
         float *features = a->job_features + b * W * FEATURES;
         uint8_t *mask = a->action_mask + b * W;
         for (int64_t i = 0; i < W; i++, features += FEATURES) {
@@ -272,7 +274,7 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
         a->cluster_features[b * CLUSTER_FEATURES + 1] = (float)(log1p((double)r.q) / queue_scale);
         a->queue_length[b] = r.q;
     }
-    free(ends), free(keys), free(running), free(seen);
+    free(ends), free(keys), free(running), free(seen), free(window);
     return 0;
 }
 

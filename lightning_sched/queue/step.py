@@ -34,7 +34,7 @@ def observe(state: QueueState, window_job: torch.Tensor, cfg: QueueConfig) -> di
     writes it: per slot [wait / max_wait, requested / max_requested, processors / cluster
     processors, fits now], per row [free nodes share, log1p(queue length) / log1p(4 W)]."""
     filled = window_job >= 0
-    k = window_job.clamp(min=0)
+    k = window_job.clamp(min=0).long()
     time = state.time.unsqueeze(1)
 
     def slot(column: torch.Tensor) -> torch.Tensor:
@@ -50,5 +50,5 @@ def observe(state: QueueState, window_job: torch.Tensor, cfg: QueueConfig) -> di
     mask[:, 0] |= state.done  # a done row takes (and ignores) slot 0, so a masked draw stays defined
     cluster = torch.stack([state.free_nodes.double() / cfg.nodes,
                            torch.log1p(queue.double()) / math.log1p(4.0 * cfg.window)], -1).float()
-    return {"window_job": window_job, "job_features": features, "cluster_features": cluster, "action_mask": mask,
-            "queue_length": queue}
+    return {"window_job": window_job.to(torch.int32), "job_features": features, "cluster_features": cluster,
+            "action_mask": mask, "queue_length": queue}
