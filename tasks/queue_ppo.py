@@ -42,11 +42,11 @@ from lightning_sched.queue.policy import (
     IN_KEYS,
     QueueNetwork,
     QueuePolicy,
+    QueuePolicyRecord,
     QueuePolicySpec,
     load_queue_policy,
     make_actor,
     make_critic,
-    queue_policy_checkpoint,
 )
 
 from .base import SchedulerTask, require_at_least, require_positive
@@ -332,8 +332,8 @@ class QueuePPO(LightningModule):
 
     # ----- checkpoints: the policy alone, readable without this module ---------------------------
     def on_save_checkpoint(self, checkpoint):
-        checkpoint[CHECKPOINT_KEY] = queue_policy_checkpoint(self.net, self.cfg, log=[one.path for one in self.logs],
-                                                             train_fraction=float(self.hparams.train_fraction))
+        checkpoint[CHECKPOINT_KEY] = QueuePolicyRecord.of(self.net, self.cfg, [one.path for one in self.logs],
+                                                          self.hparams.train_fraction).to_dict()
         checkpoint["rng_state"] = torch.get_rng_state()  # the actor samples from torch's generator
 
     def on_load_checkpoint(self, checkpoint):

@@ -21,11 +21,11 @@ from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.policy import (
     QueueNetwork,
     QueuePolicy,
+    QueuePolicyRecord,
     QueuePolicySpec,
     load_queue_policy,
     make_actor,
     make_critic,
-    queue_policy_checkpoint,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +106,7 @@ def test_checkpoint_round_trip_with_weights_only(tmp_path):
     cfg = log.config(window=8, sequence_length=16)
     net = QueueNetwork(QueuePolicySpec(hidden=(8, 4)))
     path = tmp_path / "policy.ckpt"
-    torch.save({"lightning_sched": queue_policy_checkpoint(net, cfg, log="tiny.swf")}, path)
+    torch.save({"lightning_sched": QueuePolicyRecord.of(net, cfg, log="tiny.swf").to_dict()}, path)
     loaded, saved_cfg = load_queue_policy(path)
     assert saved_cfg == cfg and loaded.spec == net.spec and not loaded.training
     td = observation(4, 8)
@@ -115,6 +115,13 @@ def test_checkpoint_round_trip_with_weights_only(tmp_path):
     torch.save({"something": 1}, tmp_path / "other.ckpt")
     with pytest.raises(ConfigError, match="not a queue policy checkpoint"):
         load_queue_policy(tmp_path / "other.ckpt")
+    entry = QueuePolicyRecord.of(net, cfg).to_dict()
+    assert entry["version"] == 1 and QueuePolicyRecord.from_dict(entry).queue == cfg
+    for bad, message in (({**entry, "version": 7}, "version must be 1, got 7"),
+                         ({**entry, "colour": "red"}, "unknown field.s. colour")):
+        torch.save({"lightning_sched": bad}, tmp_path / "bad.ckpt")
+        with pytest.raises(ConfigError, match=message):
+            load_queue_policy(tmp_path / "bad.ckpt")
 
 
 # ----- training ------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ The network reads the env's observation keys (/work/notes/queue_semantics.md):
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 from tensordict.nn import TensorDictModule
@@ -196,27 +196,73 @@ class QueuePolicy:
         return td
 
 
-def queue_policy_checkpoint(net: QueueNetwork, cfg: QueueConfig, **record) -> dict:
-    """What rebuilds the policy without training code: plain dicts and tensors only, so the file
-    loads with torch.load(weights_only=True). `record`: more plain values kept beside (e.g. the
-    log it trained on)."""
-    return {"kind": POLICY_KIND, "queue": cfg.to_dict(), "policy": net.spec.to_dict(), "greedy": True,
-            "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()}, **record}
+QUEUE_RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class QueuePolicyRecord:
+    """What a checkpoint needs to rebuild and run a queue policy without the training code, and what
+    it trained on; kept under the checkpoint's "lightning_sched" entry with `kind: queue`, written
+    and read only through `to_dict` / `from_dict` (plain values: torch.load(weights_only=True))."""
+
+    queue: QueueConfig
+    """The queue it trained on: its window and feature scales are what the network reads."""
+    policy: QueuePolicySpec
+    """The network."""
+    state_dict: dict = field(repr=False)
+    """The network's weights (on the CPU)."""
+    log: tuple[str, ...] = ()
+    """The logs it trained on."""
+    train_fraction: float = 1.0
+    """The share of each log's jobs (in submit order, from the first) its training drew from."""
+    version: int = QUEUE_RECORD_VERSION
+
+    @classmethod
+    def of(cls, net: QueueNetwork, cfg: QueueConfig, log=(), train_fraction: float = 1.0) -> QueuePolicyRecord:
+        return cls(cfg, net.spec, {k: v.detach().cpu() for k, v in net.state_dict().items()},
+                   tuple([log] if isinstance(log, str) else log), float(train_fraction))
+
+    def to_dict(self) -> dict:
+        return {"kind": POLICY_KIND, "queue": self.queue.to_dict(), "policy": self.policy.to_dict(),
+                "state_dict": self.state_dict, "log": list(self.log), "train_fraction": self.train_fraction,
+                "version": QUEUE_RECORD_VERSION}
+
+    @classmethod
+    def from_dict(cls, entry: dict) -> QueuePolicyRecord:
+        """ConfigError naming the field when one is unknown, or the version is."""
+        entry = dict(entry)
+        if entry.pop("kind", None) != POLICY_KIND:
+            raise ConfigError(f"not a queue policy: no 'kind: {POLICY_KIND}' (a cluster policy is read by "
+                              "lightning_sched.checkpoints.load_policy)")
+        entry.pop("greedy", None)  # the first files wrote it; a queue policy always acts by its argmax
+        version = entry.pop("version", QUEUE_RECORD_VERSION)
+        if version != QUEUE_RECORD_VERSION:
+            raise ConfigError(f"QueuePolicyRecord.version must be {QUEUE_RECORD_VERSION}, got {version!r}")
+        unknown = sorted(set(entry) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ConfigError(f"QueuePolicyRecord: unknown field(s) {', '.join(unknown)}")
+        log = entry.get("log", ())
+        return cls(QueueConfig.from_dict(entry["queue"]), QueuePolicySpec.from_dict(entry["policy"]),
+                   entry["state_dict"], tuple([log] if isinstance(log, str) else log),
+                   float(entry.get("train_fraction", 1.0)))
 
 
 def load_queue_policy(path, device="cpu") -> tuple[QueueNetwork, QueueConfig]:
     """(network in eval mode, the QueueConfig it trained on) from a checkpoint written by
-    tasks.queue_ppo (or `queue_policy_checkpoint` itself), read with weights_only=True."""
+    tasks.queue_ppo (or a `QueuePolicyRecord` saved under "lightning_sched"), read with weights_only=True."""
     data = load_torch_file(path, "queue policy checkpoint", weights_only=True)
     saved = data.get(CHECKPOINT_KEY, data) if isinstance(data, dict) else None
     if not isinstance(saved, dict) or saved.get("kind") != POLICY_KIND:
         raise ConfigError(f"{path}: not a queue policy checkpoint (no '{CHECKPOINT_KEY}' entry of kind "
                           f"'{POLICY_KIND}'; a cluster policy is read by lightning_sched.checkpoints.load_policy)")
-    net = QueueNetwork(QueuePolicySpec.from_dict(saved["policy"]))
     try:
-        net.load_state_dict(saved["state_dict"])
+        record = QueuePolicyRecord.from_dict(saved)
+    except (ConfigError, KeyError, TypeError) as error:
+        raise ConfigError(f"{path}: {error}") from None
+    net = QueueNetwork(record.policy)
+    try:
+        net.load_state_dict(record.state_dict)
     except RuntimeError as error:  # missing or misshapen weights: a damaged or hand-edited file
         raise ConfigError(f"{path}: its weights do not fit its policy {net.spec!r} "
                           f"({str(error).strip().splitlines()[-1].strip()[:200]})") from error
-    return net.to(device).eval(), QueueConfig.from_dict(saved["queue"])
-
+    return net.to(device).eval(), record.queue
