@@ -7,9 +7,9 @@ import torch
 from lightning.pytorch import Callback
 from lightning.pytorch.loggers import WandbLogger
 
+from lightning_sched.deeprm.objectives import METRICS
 from lightning_sched.evaluation import evaluate
 from lightning_sched.heuristics import make_heuristic
-from lightning_sched.objectives import METRICS
 
 
 class HeuristicComparison(Callback):

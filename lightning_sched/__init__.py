@@ -1,6 +1,6 @@
 """lightning_sched: learning cluster schedulers (DeepRM's formulation) with batched TorchRL envs."""
 from .config import ClusterConfig, ConfigError
-from .env import ClusterEnv
+from .deeprm.env import ClusterEnv
 from .jobs import JobSet
 from .workloads import DeepRMWorkload, WorkloadFamily
 

@@ -12,10 +12,10 @@ from . import seeds
 from .acting import SAMPLED, Acting, NetworkPolicy
 from .baselines import Baseline, TimeIndexedBaseline
 from .config import ClusterConfig, ConfigError
+from .deeprm.rollout import collect
 from .evaluation import evaluate, make_jobsets
 from .jobs import JobSet
 from .policy_gradient import policy_gradient
-from .rollout import collect
 
 
 @dataclass

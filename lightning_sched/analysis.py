@@ -17,11 +17,11 @@ from .acting import WAIT_RATE, Acting, NetworkPolicy, acting_modes
 from .adaptation import AdaptationSettings, adapt
 from .checkpoints import load_network
 from .config import ClusterConfig
+from .deeprm.rollout import Policy
 from .evaluation import HIGHER_IS_BETTER, Comparison, EvalResult, compare, make_jobsets, mean_ci95
 from .heuristics import make_heuristic
 from .jobs import JobSet
 from .policies import make_policy
-from .rollout import Policy
 from .workloads import DeepRMWorkload
 
 MeanCI = tuple[float, float]  # (mean over jobsets, 95% CI half-width)

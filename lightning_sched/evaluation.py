@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 import torch
 
 from .config import ClusterConfig
+from .deeprm.objectives import METRICS, episode_metrics
+from .deeprm.rollout import Policy, play
 from .jobs import JobSet
-from .objectives import METRICS, episode_metrics
-from .rollout import Policy, play
 
 # two-sided 95% Student-t quantiles for df = 1..30; beyond, the normal 1.96 is within 2%
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,

@@ -31,9 +31,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from .config import ClusterConfig, ConfigError
+from .deeprm.observations import arrival_rate, render_image
 from .heuristics import EDF, SJF, Packer, Tetris
 from .limits import require_memory
-from .observations import arrival_rate, render_image
 
 PRIORS = {"tetris": Tetris, "sjf": SJF, "packer": Packer, "edf": EDF}
 

@@ -15,7 +15,7 @@ With --sizes instead: decisions/s on the hot path and through `ClusterEnv.step` 
 dominant demand U/2..U, the others 1..U/5), with the ratio to (10, 10, 20) in the same run and
 the state's bytes per episode.
 
-On the CPU the step is the native kernel where it applies (lightning_sched.native); --torch_step
+On the CPU the step is the native kernel where it applies (lightning_sched.deeprm.native); --torch_step
 also measures every rate with the torch step (LIGHTNING_SCHED_NATIVE=0) in the same run, rows
 "hot/torch" and "torchrl/torch" (keys hot_torch, torchrl_torch).
 
@@ -42,13 +42,14 @@ import time
 import torch
 
 from _common import set_threads
-from lightning_sched import ClusterConfig, ClusterEnv, DeepRMWorkload, native
-from lightning_sched.cluster import compiled_step, init_state, step_state
+from lightning_sched import ClusterConfig, ClusterEnv, DeepRMWorkload
+from lightning_sched.deeprm import native
+from lightning_sched.deeprm.cluster import compiled_step, init_state, step_state
+from lightning_sched.deeprm.observations import observe
+from lightning_sched.deeprm.rollout import play
+from lightning_sched.deeprm.state import ClusterState
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.heuristics import make_heuristic
-from lightning_sched.observations import observe
-from lightning_sched.rollout import play
-from lightning_sched.state import ClusterState
 
 
 def sync(device):

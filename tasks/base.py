@@ -25,8 +25,8 @@ from lightning_sched.acting import Acting, NetworkPolicy
 from lightning_sched.baselines import Baseline, TimeIndexedBaseline
 from lightning_sched.checkpoints import CHECKPOINT_KEY, PolicyRecord
 from lightning_sched.config import ConfigError
+from lightning_sched.deeprm.objectives import METRICS
 from lightning_sched.evaluation import EvalResult, evaluate, make_jobsets
-from lightning_sched.objectives import METRICS
 from lightning_sched.policies import PolicySpec, make_policy
 
 

@@ -37,11 +37,11 @@ from lightning_sched.adaptation import AdaptationSettings
 from lightning_sched.baselines import Baseline
 from lightning_sched.checkpoints import PolicyRecord, warm_start
 from lightning_sched.config import OBJECTIVES, ConfigError
+from lightning_sched.deeprm.objectives import episode_metrics
+from lightning_sched.deeprm.rollout import Trajectories, collect
 from lightning_sched.evaluation import make_jobsets
-from lightning_sched.objectives import episode_metrics
 from lightning_sched.policies import PolicySpec, make_policy
 from lightning_sched.policy_gradient import PolicyGradient, policy_gradient
-from lightning_sched.rollout import Trajectories, collect
 
 from .base import EvaluationSettings, SchedulerTask, require_at_least, require_positive
 

@@ -30,12 +30,12 @@ from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamil
 from lightning_sched.baselines import Baseline
 from lightning_sched.checkpoints import load_policy, warm_start
 from lightning_sched.config import REWARD_FIELDS, ConfigError
+from lightning_sched.deeprm.objectives import METRICS, episode_metrics
+from lightning_sched.deeprm.rollout import collect
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.heuristics import HEURISTICS, make_heuristic
-from lightning_sched.objectives import METRICS, episode_metrics
 from lightning_sched.policies import PolicySpec
 from lightning_sched.policy_gradient import clipped_surrogate, imitation_loss, policy_gradient
-from lightning_sched.rollout import collect
 from lightning_sched.traces import TraceWorkload
 
 from .base import EvaluationSettings, SchedulerTask, require_at_least, require_positive

@@ -7,11 +7,11 @@ import torch
 from torchrl.envs.utils import check_env_specs
 
 from lightning_sched import ClusterConfig, ClusterEnv, ConfigError, DeepRMWorkload, JobSet
-from lightning_sched.cluster import compiled_step, init_state, step_state
+from lightning_sched.deeprm.cluster import compiled_step, init_state, step_state
+from lightning_sched.deeprm.objectives import episode_metrics
+from lightning_sched.deeprm.state import ClusterState
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.heuristics import Tetris, make_heuristic
-from lightning_sched.objectives import episode_metrics
-from lightning_sched.state import ClusterState
 
 SMALL = ClusterConfig(num_resources=2, resource_units=6, horizon=10, num_slots=4, backlog_size=12, max_job_len=8,
                       max_job_units=6, max_time=120)
@@ -258,7 +258,7 @@ def test_time_frozen_until_void_or_invalid_action():
 
 def test_out_of_range_actions_act_as_void():
     """Any invalid action advances time, including an empty slot and (hot path) numbers outside 0..M."""
-    from lightning_sched.cluster import init_state, step_state
+    from lightning_sched.deeprm.cluster import init_state, step_state
 
     jobs = JobSet(torch.tensor([[0, 0]] * 3), torch.tensor([[2, 2]] * 3), torch.tensor([[[1], [1]]] * 3))
     state = init_state(jobs, TINY)

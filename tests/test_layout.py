@@ -61,13 +61,13 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_no_import_cycle():
     graph = project_graph()
-    assert "lightning_sched.objectives" in graph["lightning_sched.cluster"]  # the walk sees imports at all
+    assert "lightning_sched.deeprm.objectives" in graph["lightning_sched.deeprm.cluster"]  # the walk sees imports
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
 
 
 def test_cycle_finder_finds_a_planted_cycle():
     graph = project_graph()
-    graph["lightning_sched.state"] = graph["lightning_sched.state"] | {"lightning_sched.cluster"}
+    graph["lightning_sched.deeprm.state"] = graph["lightning_sched.deeprm.state"] | {"lightning_sched.deeprm.cluster"}
     assert find_cycle(graph) is not None
 
 

@@ -177,7 +177,7 @@ def test_settings_from_a_checkpoint_keep_its_inner_loop_under_overrides():
 def test_tasks_with_objectives_each_roll_out_under_their_own_reward():
     """With `objectives` every task draws one; each task's rewards follow its objective (SPEC's
     return identities on the finished episodes), though tasks of one objective share an env."""
-    from lightning_sched.objectives import episode_metrics
+    from lightning_sched.deeprm.objectives import episode_metrics
 
     module = MAML(family=WorkloadFamily(simu_len=10, load=(1.0, 1.5)), objectives=["slowdown", "deadline"],
                   meta_batch=8, policy=PolicySpec(masked=True), seed=1)
@@ -238,8 +238,8 @@ def test_entropy_bonus_keeps_the_outer_policy_stochastic():
         Trainer(max_steps=3, logger=False, enable_progress_bar=False, enable_checkpointing=False, limit_val_batches=0,
                 enable_model_summary=False).fit(module)
         jobs = make_jobsets(DeepRMWorkload(load=1.0, simu_len=10), 4, 7)
+        from lightning_sched.deeprm.rollout import collect
         from lightning_sched.policy_gradient import policy_gradient
-        from lightning_sched.rollout import collect
         traj = collect(module.net, module.cluster, jobs, generator=torch.Generator().manual_seed(1))
         return float(policy_gradient(module.net, traj, module.baseline, 1).entropy)
 
@@ -270,7 +270,7 @@ def test_tasks_with_cluster_sizes_roll_out_on_their_own_cluster_and_train():
     import pytest
 
     from lightning_sched import ConfigError
-    from lightning_sched.objectives import episode_metrics
+    from lightning_sched.deeprm.objectives import episode_metrics
 
     spec = PolicySpec(kind="slots", hidden=[8], masked=True)
     module = MAML(family=WorkloadFamily(simu_len=10, load=(0.8, 1.2)), cluster_sizes=[[5, 10], [3, 40]],

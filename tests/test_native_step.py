@@ -9,11 +9,12 @@ from dataclasses import fields
 import pytest
 import torch
 
-from lightning_sched import ClusterConfig, JobSet, native
-from lightning_sched.cluster import init_state, step_state, step_state_torch
+from lightning_sched import ClusterConfig, JobSet
 from lightning_sched.config import OBJECTIVES
-from lightning_sched.observations import observe, render_image
-from lightning_sched.state import used_rows
+from lightning_sched.deeprm import native
+from lightning_sched.deeprm.cluster import init_state, step_state, step_state_torch
+from lightning_sched.deeprm.observations import observe, render_image
+from lightning_sched.deeprm.state import used_rows
 
 UNARY_UNITS = [1, 2, 3, 10, 17, 40, 61, 62]  # level planes
 BINARY_UNITS = [63, 64, 100, 1000, 1024, 2048]  # binary digit planes (state.UNARY_MAX_UNITS)

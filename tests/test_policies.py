@@ -8,12 +8,12 @@ import torch
 from lightning_sched import ClusterConfig, DeepRMWorkload
 from lightning_sched.acting import Acting, NetworkPolicy, sample_actions
 from lightning_sched.baselines import TimeIndexedBaseline
-from lightning_sched.cluster import init_state, step_state
+from lightning_sched.deeprm.cluster import init_state, step_state
+from lightning_sched.deeprm.observations import observe
+from lightning_sched.deeprm.rollout import collect
 from lightning_sched.evaluation import make_jobsets
-from lightning_sched.observations import observe
 from lightning_sched.policies import PolicySpec, make_policy
 from lightning_sched.policy_gradient import discounted_returns, policy_gradient
-from lightning_sched.rollout import collect
 
 
 def states_along_episodes(cfg, rows=48, steps=25, seed=0):
@@ -106,7 +106,7 @@ def test_collect_records_every_decision_of_every_episode():
     traj = collect(net, cfg, jobs, generator=torch.Generator().manual_seed(0))
     assert bool(traj.state.terminated.all())
     # the return of each episode is the episode's reward sum: -(sum of slowdowns) (SPEC identity)
-    from lightning_sched.objectives import episode_metrics
+    from lightning_sched.deeprm.objectives import episode_metrics
 
     m = episode_metrics(traj.state)
     total = traj.reward.double().sum(0)

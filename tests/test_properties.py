@@ -20,10 +20,10 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from lightning_sched import ClusterConfig, ClusterEnv, DeepRMWorkload, JobSet, WorkloadFamily
-from lightning_sched.cluster import init_state, step_state
 from lightning_sched.config import OBJECTIVES, OBSERVATIONS
-from lightning_sched.objectives import episode_metrics, interval_reward
-from lightning_sched.observations import observe
+from lightning_sched.deeprm.cluster import init_state, step_state
+from lightning_sched.deeprm.objectives import episode_metrics, interval_reward
+from lightning_sched.deeprm.observations import observe
 
 INF = math.inf
 
@@ -403,8 +403,8 @@ def test_invariants_hold_at_real_cluster_sizes(driver, episode):
 @given(cfg=cluster_configs(observations=("none",)), seed=st.integers(0, 2**16), objective=st.sampled_from(OBJECTIVES))
 def test_return_identity_on_terminated_heuristic_episodes(cfg, seed, objective):
     """Work-conserving SJF on DeepRM-like jobsets terminates; the identity must hold on every row."""
+    from lightning_sched.deeprm.rollout import play
     from lightning_sched.heuristics import make_heuristic
-    from lightning_sched.rollout import play
 
     cfg = cfg.replace(objective=objective, max_time=400)
     workload = DeepRMWorkload.for_cluster(cfg, load=0.6, simu_len=15)
@@ -444,8 +444,8 @@ def test_return_identity_on_terminated_heuristic_episodes(cfg, seed, objective):
 def test_tardiness_weight_charges_total_tardiness(seed, objective, weight, load, heuristic):
     """Beyond SPEC: with tardiness_weight w the return is the objective's identity minus
     w * sum_j max(0, f_j - deadline_j), and w = 0 pays exactly SPEC's reward (same decisions)."""
+    from lightning_sched.deeprm.rollout import play
     from lightning_sched.heuristics import make_heuristic
-    from lightning_sched.rollout import play
 
     base = ClusterConfig(objective=objective, max_time=400, observation="none")
     jobs = DeepRMWorkload.for_cluster(base, load=load, simu_len=15).sample(6, torch.Generator().manual_seed(seed))

@@ -10,14 +10,14 @@ import torch
 
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, WorkloadFamily
 from lightning_sched.baselines import ClusterTimeBaseline, TimeIndexedBaseline
-from lightning_sched.cluster import init_state, step_state
+from lightning_sched.deeprm.cluster import init_state, step_state
+from lightning_sched.deeprm.objectives import interval_reward
+from lightning_sched.deeprm.observations import observe
+from lightning_sched.deeprm.rollout import collect
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.heuristics import make_heuristic
-from lightning_sched.objectives import interval_reward
-from lightning_sched.observations import observe
 from lightning_sched.policies import PolicySpec, make_policy
 from lightning_sched.policy_gradient import clipped_surrogate, discounted_returns, imitation_loss, policy_gradient
-from lightning_sched.rollout import collect
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).parent))

@@ -1,5 +1,5 @@
 """The queue step and its observation on the CPU as one native call (native_queue.c), built and
-loaded as DeepRM's kernels are (lightning_sched/native.py: compiled at first use with the system
+loaded as DeepRM's kernels are (lightning_sched/deeprm/native.py: compiled at first use with the system
 compiler, cached, rows split over torch's own OpenMP threads). `step` returns None wherever the
 kernel does not apply (no compiler, LIGHTNING_SCHED_NATIVE=0, a state off the CPU or not laid out as
 `init_state` makes it) and the caller steps with torch ops (step_torch.py), which give the same
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .. import native as deeprm_native
+from ..deeprm import native as deeprm_native
 from .config import QueueConfig
 from .state import QueueState
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from .config import ClusterConfig
-from .limits import require_memory
+from ..config import ClusterConfig
+from ..limits import require_memory
 
 NEVER = 1 << 40  # arrival / finish time of what never happens (padding jobs, unscheduled jobs)
 

@@ -5,7 +5,7 @@
  * IMAGE_SIZES, IMAGE_READ, then the two outputs); rows [row_begin, row_end). */
 #include <stdint.h>
 
-#include "native_rows.h"
+#include "../native_rows.h"
 
 typedef struct {
     int64_t batch, horizon, num_resources, resource_units, num_slots, max_job_units, num_planes, num_words,

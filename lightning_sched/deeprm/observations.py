@@ -6,8 +6,8 @@ import math
 
 import torch
 
+from ..config import ClusterConfig
 from . import native
-from .config import ClusterConfig
 from .state import ClusterState, used_now, used_rows
 
 

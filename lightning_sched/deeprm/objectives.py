@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .config import ClusterConfig
+from ..config import ClusterConfig
 from .state import NEVER, ClusterState, utilization_now
 
 METRICS = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate")

@@ -11,12 +11,12 @@ from typing import Callable
 
 import torch
 
-from .acting import SAMPLED, Acting
+from ..acting import SAMPLED, Acting
+from ..config import ClusterConfig
+from ..jobs import JobSet
+from ..policies import PolicyNetwork
 from .cluster import init_state, step_state
-from .config import ClusterConfig
-from .jobs import JobSet
 from .observations import observe
-from .policies import PolicyNetwork
 from .state import ClusterState
 
 Policy = Callable[[dict], dict]

@@ -11,9 +11,9 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
+from ..config import ClusterConfig, ConfigError
+from ..jobs import JobSet
 from .cluster import compiled_step, init_state, step_state
-from .config import ClusterConfig, ConfigError
-from .jobs import JobSet
 from .objectives import episode_metrics
 from .observations import observe
 from .state import ClusterState, require_state_fits

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "native_rows.h"
+#include "../native_rows.h"
 
 enum { SLOWDOWN, COMPLETION_TIME, MAKESPAN, UTILIZATION, DEADLINE }; /* the order of config.OBJECTIVES */
 #define NEVER (((int64_t)1) << 40) /* state.NEVER */

@@ -26,12 +26,12 @@ from pathlib import Path
 
 import torch
 
-from .config import OBJECTIVES, ClusterConfig
+from ..config import OBJECTIVES, ClusterConfig
 from .state import ClusterState, num_planes, num_words, unary, word_dtype
 
 # one library: the step and the image render
 C_SOURCES = (Path(__file__).with_name("native_step.c"), Path(__file__).with_name("native_image.c"))
-C_HEADERS = (Path(__file__).with_name("native_rows.h"),)  # part of what the cached library is keyed by
+C_HEADERS = (Path(__file__).parent.parent / "native_rows.h",)  # part of what the cached library is keyed by
 COMPILER = os.environ.get("CC", "cc")
 # no -march=native: the cache may be shared by machines with different CPUs, and the kernel is
 # scalar code; no fused multiply-adds, which would round rewards differently from torch

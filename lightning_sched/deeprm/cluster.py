@@ -25,9 +25,9 @@ import warnings
 
 import torch
 
+from ..config import ClusterConfig
+from ..jobs import JobSet
 from . import native
-from .config import ClusterConfig
-from .jobs import JobSet
 from .objectives import interval_reward
 from .state import (
     NEVER,
