@@ -109,8 +109,10 @@ def _hot_path_rate(cfg, jobs, steps, device, generator, compile_step=False) -> f
     return int(decisions) / (time.perf_counter() - t0)
 
 
-def _torchrl_rate(cfg, jobs, steps, device, generator, compile_step=False) -> float:
-    env = ClusterEnv(cfg, jobs, batch_size=[jobs.batch_size], device=device, compile_step=compile_step)
+def torchrl_decisions_per_s(env, steps: int, device, pick) -> float:
+    """Decisions/s of rows not done through `env.step`, `pick(td)` choosing the actions; after 10
+    warm-up steps, over `steps`. As a collector does, the done rows start again every 16 steps
+    (TorchRL's partial reset)."""
     td = env.reset()
     decisions = torch.zeros((), dtype=torch.long, device=device)
     for i in range(steps + 10):
@@ -119,40 +121,33 @@ def _torchrl_rate(cfg, jobs, steps, device, generator, compile_step=False) -> fl
             decisions.zero_()
             t0 = time.perf_counter()
         decisions += (~td["done"]).sum()
-        td["action"] = random_valid(td["action_mask"], generator)
+        td["action"] = pick(td)
         td = env.step(td)["next"]
-        if i % 16 == 15:  # as a collector does: the done rows start their jobset again (TorchRL's partial reset)
+        if i % 16 == 15:
             td["_reset"] = td["done"].clone()
             td = env.reset(td)
     sync(device)
     return int(decisions) / (time.perf_counter() - t0)
 
 
+def _torchrl_rate(cfg, jobs, steps, device, generator, compile_step=False) -> float:
+    env = ClusterEnv(cfg, jobs, batch_size=[jobs.batch_size], device=device, compile_step=compile_step)
+    return torchrl_decisions_per_s(env, steps, device, lambda td: random_valid(td["action_mask"], generator))
+
+
 def queue_rate(cfg, log, batch: int, steps: int, device, generator, picks: str, torch_step=False) -> float:
     """Decisions/s of the queue env through TorchRL (module docstring)."""
     from lightning_sched.queue.env import QueueEnv
 
+    def pick(td):
+        if picks == "random":  # the visible jobs fill the first slots
+            visible = td["action_mask"].sum(-1)
+            return (torch.rand(batch, device=device, generator=generator) * visible).long()
+        return torch.zeros(batch, dtype=torch.long, device=device)
+
     with stepping_with_torch(torch_step):
         env = QueueEnv(cfg, log, batch_size=[batch], device=device, seed=batch)
-        td = env.reset()
-        decisions = torch.zeros((), dtype=torch.long, device=device)
-        for i in range(steps + 10):
-            if i == 10:
-                sync(device)
-                decisions.zero_()
-                t0 = time.perf_counter()
-            decisions += (~td["done"]).sum()
-            if picks == "random":  # the visible jobs fill the first slots
-                visible = td["action_mask"].sum(-1)
-                td["action"] = (torch.rand(batch, device=device, generator=generator) * visible).long()
-            else:
-                td["action"] = torch.zeros(batch, dtype=torch.long, device=device)
-            td = env.step(td)["next"]
-            if i % 16 == 15:
-                td["_reset"] = td["done"].clone()
-                td = env.reset(td)
-        sync(device)
-        return int(decisions) / (time.perf_counter() - t0)
+        return torchrl_decisions_per_s(env, steps, device, pick)
 
 
 def queue_iteration(trace: str, backfill: str) -> dict[str, float]:

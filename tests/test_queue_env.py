@@ -194,3 +194,16 @@ def test_evaluate_script_on_a_log(tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "scripts/evaluate.py"), "--env", "queue", "--trace", str(log),
                           "--policy", "lifo"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'lifo'" in bad.stderr
+
+
+def test_bench_env_queue_prints_rates_and_an_iteration(tmp_path):
+    log = write_log(tmp_path / "log.swf", jobs=3000)
+    out = subprocess.run([sys.executable, str(ROOT / "scripts/bench_env.py"), "--env", "queue", "--trace", str(log),
+                          "--batch_sizes", "8", "--steps", "3", "--repeats", "1", "--threads", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(result["decisions_per_s"]) == {f"queue/{b}/{p}/native/8" if native.kernel() else f"queue/{b}/{p}/torch/8"
+                                               for b in ("off", "easy") for p in ("random", "fcfs")}
+    assert all(v > 0 for v in result["decisions_per_s"].values())
+    assert result["queue/easy/ppo_iteration"]["iteration_s"] > 0
