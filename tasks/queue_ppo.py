@@ -117,6 +117,10 @@ class QueueValidation:
     sequence_length: int = 1024
     """Jobs per sequence (RLScheduler's evaluation: 1024)."""
     seed: int = seeds.VALIDATION
+    start_fraction: float = 0.0
+    """Validation sequences start at or after this share of each log's jobs (and end inside the
+    training range): 0.0, anywhere in it; e.g. 0.6, only its most recent quarter, nearer in time to
+    what a held-out test of the log's end measures."""
 
 
 class QueuePPO(LightningModule):
@@ -160,6 +164,9 @@ class QueuePPO(LightningModule):
         self.automatic_optimization = False  # several optimizer steps an iteration
         require_at_least("QueuePPO", 1, batch_size=batch_size, iterations_per_epoch=iterations_per_epoch,
                          **{f"validation.{k}": getattr(validation, k) for k in ("sequences", "sequence_length")})
+        if not 0 <= validation.start_fraction < train_fraction:
+            raise ConfigError(f"QueuePPO.validation.start_fraction must be in [0, train_fraction={train_fraction}), "
+                              f"got {validation.start_fraction}")
         if not 0 < train_fraction <= 1:
             raise ConfigError(f"QueuePPO.train_fraction must be in (0, 1], got {train_fraction}")
         self.logs: list[QueueLog] = [read_queue_log(path) for path in ([log] if isinstance(log, str) else log)]
@@ -171,7 +178,8 @@ class QueuePPO(LightningModule):
             train_jobs = int(round(train_fraction * one.num_jobs))
             self.positions.append(one.positions(0, train_jobs, sequence_length))
             try:
-                self.val_positions.append(one.positions(0, train_jobs, validation.sequence_length))
+                first = int(round(validation.start_fraction * one.num_jobs))
+                self.val_positions.append(one.positions(first, train_jobs, validation.sequence_length))
             except ConfigError as error:
                 raise ConfigError(f"QueuePPO.validation.sequence_length: {error}") from None
         self.teacher = None if imitate is None else QueueHeuristic(imitate, window_only=True)

@@ -224,5 +224,11 @@ def test_imitation_warm_start_then_ppo_with_the_sequence_baseline(tmp_path):
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
     with pytest.raises(ConfigError, match="episodes_per_sequence >= 2"):
         PPOSettings(advantage="sequence")
+    with pytest.raises(ConfigError, match="validation.start_fraction must be in"):
+        QueuePPO(log, validation=QueueValidation(sequences=2, sequence_length=48, start_fraction=0.9),
+                 train_fraction=0.8)
+    recent = QueuePPO(log, train_fraction=0.8, validation=QueueValidation(sequences=2, sequence_length=48,
+                                                                         start_fraction=0.6))
+    assert recent.val_positions[0] == (360, 480 - 48)  # the most recent part of the first 80% of 600 jobs
     with pytest.raises(ConfigError, match="imitation_iterations must be > 0 with imitate"):
         QueuePPO(log, imitate="sjf", validation=QueueValidation(sequences=2, sequence_length=48))
