@@ -76,7 +76,7 @@ class PolicyRecord:
         old name acts as it did). ConfigError naming the field when a field is unknown or bad."""
         if "kind" in entry:  # lightning_sched.queue's policies share the key, not the record
             raise ConfigError(f"not a cluster policy: its entry is of kind {entry['kind']!r} "
-                              "(lightning_sched.queue.policy.load_queue_policy reads it)")
+                              "(a queue policy: scripts/evaluate.py --env queue reads it)")
         entry = dict(entry)
         version = entry.pop("version", 1)
         if version == 1:  # every acting key optional: a missing rule is the mode's default

@@ -1,4 +1,4 @@
-/* How native_step.c and native_image.c spread their rows over threads. */
+/* How the native kernels (deeprm/native_step.c, deeprm/native_image.c, queue/native_queue.c) spread their rows over threads. */
 #ifndef LIGHTNING_SCHED_NATIVE_ROWS_H
 #define LIGHTNING_SCHED_NATIVE_ROWS_H
 #include <stdint.h>
@@ -27,5 +27,14 @@ static int over_rows(rows_kernel kernel, const void *args, double scalar, int64_
     failed = kernel(args, scalar, 0, batch);
 #endif
     return failed;
+}
+
+/* 1 when built with OpenMP: the caller then leaves the splitting to the kernel's *_all entry point. */
+static inline int built_with_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
 }
 #endif

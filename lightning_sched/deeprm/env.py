@@ -11,6 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
+from ..batched import rows_to_reset
 from ..config import ClusterConfig, ConfigError
 from ..jobs import JobSet
 from .cluster import compiled_step, init_state, step_state
@@ -114,11 +115,10 @@ class ClusterEnv(EnvBase):
 
     # ----- EnvBase hooks -----------------------------------------------------------------------
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
-        rows = None if tensordict is None else tensordict.get("_reset", None)
-        if rows is None or self.state is None:
+        index = rows_to_reset(tensordict, self.state is not None)
+        if index is None:
             self.state = self.initial_state()
         else:  # only the rows asked for start again
-            index = rows.reshape(-1).nonzero().squeeze(1)
             self.state = self.state.put_rows(index, self.initial_state(index))
         if self._step_state is None:
             self._step_state = compiled_step(self.state, self.cfg) if self.compile_step else step_state

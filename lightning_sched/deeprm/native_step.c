@@ -377,11 +377,4 @@ int lightning_sched_step_all(const StepArgs *a, double tardiness_weight, int64_t
     return over_rows(step_rows, a, tardiness_weight, batch, min_rows);
 }
 
-/* 1 when built with OpenMP: the caller then leaves the splitting to lightning_sched_step_all */
-int lightning_sched_openmp(void) {
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
-#endif
-}
+int lightning_sched_openmp(void) { return built_with_openmp(); }

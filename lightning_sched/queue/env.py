@@ -16,6 +16,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
+from ..batched import rows_to_reset
 from ..config import ConfigError
 from .config import QueueConfig
 from .log import QueueLog
@@ -123,13 +124,11 @@ class QueueEnv(EnvBase):
         return init_state(jobs, self.cfg.nodes, self.cfg.processors_per_node)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
-        rows = None if tensordict is None else tensordict.get("_reset", None)
-        if rows is None or self.state is None:
+        index = rows_to_reset(tensordict, self.state is not None)
+        if index is None:
             self.state = self.initial_state()
-        else:  # only the rows asked for start again
-            index = rows.reshape(-1).nonzero().squeeze(1)
-            if index.numel():
-                self.state.put_rows(index, self.initial_state(index))
+        elif index.numel():  # only the rows asked for start again
+            self.state.put_rows(index, self.initial_state(index))
         none = torch.full((self.batch_size[0],), -1, dtype=torch.int64, device=self.device)
         return self._output(advance(self.state, none, self.cfg), reward=None)
 

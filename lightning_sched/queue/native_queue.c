@@ -287,12 +287,6 @@ int lightning_sched_queue_all(const QueueArgs *a, double unused, int64_t batch, 
     return over_rows(queue_rows, a, unused, batch, min_rows);
 }
 
-int lightning_sched_queue_openmp(void) {
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
-#endif
-}
+int lightning_sched_queue_openmp(void) { return built_with_openmp(); }
 
 int64_t lightning_sched_queue_args(void) { return (int64_t)(sizeof(QueueArgs) / sizeof(int64_t)); }
