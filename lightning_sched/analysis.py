@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 import torch
 
 from . import seeds
-from .acting import WAIT_RATE, Acting, NetworkPolicy, acting_modes
-from .adaptation import AdaptationSettings, adapt
-from .checkpoints import load_network
 from .config import ClusterConfig
 from .deeprm.rollout import Policy
 from .evaluation import HIGHER_IS_BETTER, Comparison, EvalResult, compare, make_jobsets, mean_ci95
 from .heuristics import make_heuristic
 from .jobs import JobSet
-from .policies import make_policy
+from .learning.adaptation import AdaptationSettings, adapt
+from .policies.acting import WAIT_RATE, Acting, NetworkPolicy, acting_modes
+from .policies.checkpoints import load_network
+from .policies.networks import make_policy
 from .workloads import DeepRMWorkload
 
 MeanCI = tuple[float, float]  # (mean over jobsets, 95% CI half-width)

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .acting import IDLE_RULES, rule_name
 from .config import SIZE_FIELDS, ClusterConfig, ConfigError
+from .policies.acting import IDLE_RULES, rule_name
 from .traces import JobRules, TraceError, TraceWorkload, propose_cluster, read_trace
 from .workloads import DeepRMWorkload
 

@@ -71,7 +71,7 @@ def named_policies(cfg: ClusterConfig, heuristics: list[str], ckpts: list[str], 
                    resize: bool = False) -> dict:
     """{name: policy}: the heuristics by name, then each NAME=PATH.ckpt checkpoint under NAME
     (acting as the checkpoint says: greedy or sampled); with `resize`, on `cfg`'s cluster size."""
-    from lightning_sched.checkpoints import load_policy
+    from lightning_sched.policies.checkpoints import load_policy
 
     policies = {h: heuristic(h, cfg, device) for h in heuristics}
     for item in ckpts:

@@ -19,7 +19,7 @@ has one, with its learned per-weight step sizes if it was meta-trained with them
 else SGD, lr 0.05, 20 x 20.
 
 With --acting select, the adapted policy then acts in each mode (greedy or sampled, and each rule for
-voiding while a job fits: `lightning_sched.acting.IDLE_RULES`) on --select_jobsets jobsets of the
+voiding while a job fits: `lightning_sched.policies.acting.IDLE_RULES`) on --select_jobsets jobsets of the
 workload it adapted on (the train split for a trace; selection seeds, never the evaluation ones),
 and the best mode is evaluated, printed as the last row and saved in the checkpoint. Whether
 leaving capacity idle pays depends on the load, so a light log may want a work-conserving mode.
@@ -38,10 +38,7 @@ import torch
 
 from _common import OBJECTIVE_METRIC, RUNS, format_row, heuristic, run_main, set_threads, table_header, unused_path
 from lightning_sched import ClusterConfig, ConfigError, seeds
-from lightning_sched.acting import NetworkPolicy
-from lightning_sched.adaptation import AdaptationSettings, adapt
 from lightning_sched.analysis import select_acting
-from lightning_sched.checkpoints import PolicyRecord, load_network
 from lightning_sched.cli import (
     ScriptParser,
     add_cluster_flags,
@@ -53,6 +50,9 @@ from lightning_sched.cli import (
     workload_from_args,
 )
 from lightning_sched.evaluation import compare, evaluate, make_jobsets
+from lightning_sched.learning.adaptation import AdaptationSettings, adapt
+from lightning_sched.policies.acting import NetworkPolicy
+from lightning_sched.policies.checkpoints import PolicyRecord, load_network
 
 # the heuristics the adapted policy is compared with (random left out: it repeats only with its seed)
 REFERENCE_HEURISTICS = ("tetris", "sjf", "packer", "edf")

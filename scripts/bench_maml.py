@@ -22,7 +22,7 @@ from lightning.pytorch import Callback, Trainer
 
 from _common import ROOT, set_threads
 from lightning_sched import ClusterConfig, WorkloadFamily
-from lightning_sched.policies import PolicySpec
+from lightning_sched.policies.networks import PolicySpec
 from tasks.base import EvaluationSettings
 from tasks.maml import MAML
 

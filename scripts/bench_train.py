@@ -16,11 +16,11 @@ import torch
 
 from _common import set_threads
 from lightning_sched import ClusterConfig, DeepRMWorkload
-from lightning_sched.baselines import TimeIndexedBaseline
 from lightning_sched.deeprm.rollout import collect
 from lightning_sched.evaluation import make_jobsets
-from lightning_sched.policies import PolicySpec, make_policy
-from lightning_sched.policy_gradient import policy_gradient
+from lightning_sched.learning.baselines import TimeIndexedBaseline
+from lightning_sched.learning.policy_gradient import policy_gradient
+from lightning_sched.policies.networks import PolicySpec, make_policy
 
 
 def sync(device) -> None:

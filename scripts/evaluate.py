@@ -31,7 +31,6 @@ from pathlib import Path
 
 from _common import format_row, heuristic, run_main, set_threads, table_header
 from lightning_sched import ClusterConfig, ConfigError, JobSet, seeds
-from lightning_sched.acting import IDLE_RULES, RENAMED_RULES, NetworkPolicy
 from lightning_sched.cli import (
     ScriptParser,
     add_cluster_flags,
@@ -46,6 +45,7 @@ from lightning_sched.cli import (
 from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.evaluation import evaluate, make_jobsets, paired_difference
 from lightning_sched.heuristics import HEURISTICS
+from lightning_sched.policies.acting import IDLE_RULES, RENAMED_RULES, NetworkPolicy
 
 
 def resolve_policy(spec: str, cfg: ClusterConfig, device, seed: int, resize: bool = False,
@@ -56,7 +56,7 @@ def resolve_policy(spec: str, cfg: ClusterConfig, device, seed: int, resize: boo
     if spec in HEURISTICS:
         return spec, heuristic(spec, cfg, device, seed), cfg
     if spec.endswith(".ckpt"):
-        from lightning_sched.checkpoints import load_policy
+        from lightning_sched.policies.checkpoints import load_policy
 
         policy, ckpt_cfg = load_policy(spec, device=device, override=acting_flags, cluster=cfg if resize else None)
         return spec, policy, ckpt_cfg

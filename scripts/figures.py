@@ -57,7 +57,6 @@ from pathlib import Path
 
 from _common import ROOT, RUNS, named_policies, run_main, set_threads
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, analysis, plots, seeds
-from lightning_sched.adaptation import AdaptationSettings
 from lightning_sched.cli import (
     ScriptParser,
     add_cluster_flags,
@@ -68,6 +67,7 @@ from lightning_sched.cli import (
 )
 from lightning_sched.config import SIZE_FIELDS
 from lightning_sched.evaluation import compare, make_jobsets
+from lightning_sched.learning.adaptation import AdaptationSettings
 
 FIGURES = RUNS / "figures"  # without --out: the repository's docs/figures stay as committed
 LOADS = [0.1, 0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5, 1.7, 1.9]

@@ -22,11 +22,11 @@ import json
 
 from _common import run_main, set_threads
 from lightning_sched import ClusterConfig, seeds
-from lightning_sched.acting import acting_modes
 from lightning_sched.analysis import select_by_worst_load
-from lightning_sched.checkpoints import load_policy, read_record, with_acting
 from lightning_sched.cli import ScriptParser, at_least
 from lightning_sched.config import REWARD_FIELDS
+from lightning_sched.policies.acting import acting_modes
+from lightning_sched.policies.checkpoints import load_policy, read_record, with_acting
 
 # --acting's candidate modes, as Acting.override's flags on each checkpoint's own acting (its
 # wait_rate kept): both modes with their default rules, or every mode and rule

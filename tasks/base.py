@@ -21,13 +21,13 @@ from lightning.pytorch import LightningModule
 from torch.utils.data import DataLoader
 
 from lightning_sched import ClusterConfig, JobSet, seeds
-from lightning_sched.acting import Acting, NetworkPolicy
-from lightning_sched.baselines import Baseline, TimeIndexedBaseline
-from lightning_sched.checkpoints import CHECKPOINT_KEY, PolicyRecord
 from lightning_sched.config import ConfigError
 from lightning_sched.deeprm.objectives import METRICS
 from lightning_sched.evaluation import EvalResult, evaluate, make_jobsets
-from lightning_sched.policies import PolicySpec, make_policy
+from lightning_sched.learning.baselines import Baseline, TimeIndexedBaseline
+from lightning_sched.policies.acting import Acting, NetworkPolicy
+from lightning_sched.policies.checkpoints import CHECKPOINT_KEY, PolicyRecord
+from lightning_sched.policies.networks import PolicySpec, make_policy
 
 
 @dataclass

@@ -33,15 +33,15 @@ import higher
 import torch
 
 from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily
-from lightning_sched.adaptation import AdaptationSettings
-from lightning_sched.baselines import Baseline
-from lightning_sched.checkpoints import PolicyRecord, warm_start
 from lightning_sched.config import OBJECTIVES, ConfigError
 from lightning_sched.deeprm.objectives import episode_metrics
 from lightning_sched.deeprm.rollout import Trajectories, collect
 from lightning_sched.evaluation import make_jobsets
-from lightning_sched.policies import PolicySpec, make_policy
-from lightning_sched.policy_gradient import PolicyGradient, policy_gradient
+from lightning_sched.learning.adaptation import AdaptationSettings
+from lightning_sched.learning.baselines import Baseline
+from lightning_sched.learning.policy_gradient import PolicyGradient, policy_gradient
+from lightning_sched.policies.checkpoints import PolicyRecord, warm_start
+from lightning_sched.policies.networks import PolicySpec, make_policy
 
 from .base import EvaluationSettings, SchedulerTask, require_at_least, require_positive
 

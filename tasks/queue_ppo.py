@@ -30,9 +30,9 @@ from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
 from lightning_sched import seeds
-from lightning_sched.baselines import TimeIndexedBaseline
 from lightning_sched.config import ConfigError
-from lightning_sched.policy_gradient import discounted_returns
+from lightning_sched.learning.baselines import TimeIndexedBaseline
+from lightning_sched.learning.policy_gradient import discounted_returns
 from lightning_sched.queue.config import QueueConfig
 from lightning_sched.queue.env import QueueEnv
 from lightning_sched.queue.heuristics import QueueHeuristic

@@ -27,15 +27,15 @@ from typing import Literal
 import torch
 
 from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily
-from lightning_sched.baselines import Baseline
-from lightning_sched.checkpoints import load_policy, warm_start
 from lightning_sched.config import REWARD_FIELDS, ConfigError
 from lightning_sched.deeprm.objectives import METRICS, episode_metrics
 from lightning_sched.deeprm.rollout import collect
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.heuristics import HEURISTICS, make_heuristic
-from lightning_sched.policies import PolicySpec
-from lightning_sched.policy_gradient import clipped_surrogate, imitation_loss, policy_gradient
+from lightning_sched.learning.baselines import Baseline
+from lightning_sched.learning.policy_gradient import clipped_surrogate, imitation_loss, policy_gradient
+from lightning_sched.policies.checkpoints import load_policy, warm_start
+from lightning_sched.policies.networks import PolicySpec
 from lightning_sched.traces import TraceWorkload
 
 from .base import EvaluationSettings, SchedulerTask, require_at_least, require_positive

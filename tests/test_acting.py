@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from lightning_sched import ClusterConfig, ConfigError
-from lightning_sched.acting import RENAMED_RULES, Acting, acting_modes
-from lightning_sched.checkpoints import (
+from lightning_sched.policies.acting import RENAMED_RULES, Acting, acting_modes
+from lightning_sched.policies.checkpoints import (
     CHECKPOINT_KEY,
     RECORD_VERSION,
     PolicyRecord,
@@ -21,7 +21,7 @@ from lightning_sched.checkpoints import (
     read_record,
     with_acting,
 )
-from lightning_sched.policies import PolicySpec, make_policy
+from lightning_sched.policies.networks import PolicySpec, make_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 CFG = ClusterConfig(observation="none")

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from lightning_sched import ClusterConfig, DeepRMWorkload, analysis, seeds
-from lightning_sched.acting import SAMPLED, Acting, acting_modes
-from lightning_sched.adaptation import AdaptationSettings
 from lightning_sched.evaluation import EvalResult, compare, make_jobsets
 from lightning_sched.heuristics import make_heuristic
 from lightning_sched.jobs import JobSet
-from lightning_sched.policies import PolicySpec, make_policy
+from lightning_sched.learning.adaptation import AdaptationSettings
+from lightning_sched.policies.acting import SAMPLED, Acting, acting_modes
+from lightning_sched.policies.networks import PolicySpec, make_policy
 
 CFG = ClusterConfig(observation="none")
 CKPTS = Path(__file__).resolve().parent.parent / "checkpoints"

@@ -212,7 +212,7 @@ def test_simu_len_beyond_max_time_is_refused_naming_both():
 
 # ----- sizes that would not fit in memory ------------------------------------------------------------
 def test_a_network_too_large_is_refused_before_it_is_built(monkeypatch):
-    from lightning_sched.policies import PolicySpec, make_policy
+    from lightning_sched.policies.networks import PolicySpec, make_policy
 
     monkeypatch.setenv("LIGHTNING_SCHED_MEMORY_BYTES", str(100 << 20))
     # about 8M weights at resource_units 10000: built in 32 MiB, but training it needs about 220 MiB
@@ -296,7 +296,7 @@ def test_damaged_jobset_files_are_refused_naming_the_file(tmp_path):
 def test_damaged_checkpoints_are_refused_naming_the_file(tmp_path):
     from pathlib import Path
 
-    from lightning_sched.checkpoints import load_policy
+    from lightning_sched.policies.checkpoints import load_policy
 
     source = Path(__file__).resolve().parent.parent / "checkpoints" / "reinforce_slowdown.ckpt"
     for path in damaged_files(tmp_path, source).values():

@@ -77,7 +77,7 @@ def test_checkpoint_reloads_for_evaluation(smoke_run):
     ckpt = next((tmp / "runs").rglob("last.ckpt"))
     data = torch.load(ckpt, map_location="cpu", weights_only=True)
     assert data["global_step"] == 4
-    from lightning_sched.checkpoints import load_policy
+    from lightning_sched.policies.checkpoints import load_policy
 
     policy, cfg = load_policy(ckpt)
     assert cfg.objective == "slowdown"

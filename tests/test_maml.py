@@ -11,9 +11,9 @@ import torch
 from lightning.pytorch import Callback, Trainer
 
 from lightning_sched import ClusterConfig, DeepRMWorkload, WorkloadFamily
-from lightning_sched.adaptation import AdaptationSettings, adapt
 from lightning_sched.evaluation import make_jobsets
-from lightning_sched.policies import PolicySpec, make_policy
+from lightning_sched.learning.adaptation import AdaptationSettings, adapt
+from lightning_sched.policies.networks import PolicySpec, make_policy
 from tasks.base import EvaluationSettings
 from tasks.maml import MAML
 
@@ -90,7 +90,7 @@ def test_adapt_script_on_a_maml_checkpoint(tmp_path):
     for key in ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate"):
         assert isinstance(lines[-1][key], float) and lines[-1][key + "_ci95"] >= 0
     assert "lr=0.07" in proc.stdout and "jobsets=2" in proc.stdout  # the meta-policy's inner loop
-    from lightning_sched.checkpoints import load_policy
+    from lightning_sched.policies.checkpoints import load_policy
 
     policy, cfg = load_policy(out)
     assert cfg.objective == "slowdown"
@@ -239,7 +239,7 @@ def test_entropy_bonus_keeps_the_outer_policy_stochastic():
                 enable_model_summary=False).fit(module)
         jobs = make_jobsets(DeepRMWorkload(load=1.0, simu_len=10), 4, 7)
         from lightning_sched.deeprm.rollout import collect
-        from lightning_sched.policy_gradient import policy_gradient
+        from lightning_sched.learning.policy_gradient import policy_gradient
         traj = collect(module.net, module.cluster, jobs, generator=torch.Generator().manual_seed(1))
         return float(policy_gradient(module.net, traj, module.baseline, 1).entropy)
 
@@ -249,8 +249,8 @@ def test_entropy_bonus_keeps_the_outer_policy_stochastic():
 def test_a_meta_policy_starts_from_a_trained_slot_policy_and_refuses_another_network():
     import pytest
 
-    from lightning_sched.checkpoints import load_network
     from lightning_sched.config import ConfigError
+    from lightning_sched.policies.checkpoints import load_network
 
     root = Path(__file__).resolve().parent.parent
     shipped = str(root / "checkpoints" / "slots_slowdown.ckpt")

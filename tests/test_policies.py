@@ -6,14 +6,14 @@ import pytest
 import torch
 
 from lightning_sched import ClusterConfig, DeepRMWorkload
-from lightning_sched.acting import Acting, NetworkPolicy, sample_actions
-from lightning_sched.baselines import TimeIndexedBaseline
 from lightning_sched.deeprm.cluster import init_state, step_state
 from lightning_sched.deeprm.observations import observe
 from lightning_sched.deeprm.rollout import collect
 from lightning_sched.evaluation import make_jobsets
-from lightning_sched.policies import PolicySpec, make_policy
-from lightning_sched.policy_gradient import discounted_returns, policy_gradient
+from lightning_sched.learning.baselines import TimeIndexedBaseline
+from lightning_sched.learning.policy_gradient import discounted_returns, policy_gradient
+from lightning_sched.policies.acting import Acting, NetworkPolicy, sample_actions
+from lightning_sched.policies.networks import PolicySpec, make_policy
 
 
 def states_along_episodes(cfg, rows=48, steps=25, seed=0):

@@ -9,15 +9,20 @@ import pytest
 import torch
 
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, WorkloadFamily
-from lightning_sched.baselines import ClusterTimeBaseline, TimeIndexedBaseline
 from lightning_sched.deeprm.cluster import init_state, step_state
 from lightning_sched.deeprm.objectives import interval_reward
 from lightning_sched.deeprm.observations import observe
 from lightning_sched.deeprm.rollout import collect
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.heuristics import make_heuristic
-from lightning_sched.policies import PolicySpec, make_policy
-from lightning_sched.policy_gradient import clipped_surrogate, discounted_returns, imitation_loss, policy_gradient
+from lightning_sched.learning.baselines import ClusterTimeBaseline, TimeIndexedBaseline
+from lightning_sched.learning.policy_gradient import (
+    clipped_surrogate,
+    discounted_returns,
+    imitation_loss,
+    policy_gradient,
+)
+from lightning_sched.policies.networks import PolicySpec, make_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).parent))
@@ -64,7 +69,7 @@ def test_baselines_give_zero_advantage_when_every_episode_is_the_same():
 
 
 def test_jobset_normalisation_gives_every_jobset_unit_spread():
-    from lightning_sched.policy_gradient import jobset_std
+    from lightning_sched.learning.policy_gradient import jobset_std
 
     net, traj = rollout(episodes=4, jobsets=3)
     returns = discounted_returns(traj.reward, 1.0)
@@ -176,7 +181,7 @@ model:
         other_units: [[1, 1], [2, 2]]
         simu_len: 10
     policy: {hidden: [16, 16], masked: true}
-    baseline: {class_path: lightning_sched.baselines.ClusterTimeBaseline}
+    baseline: {class_path: lightning_sched.learning.baselines.ClusterTimeBaseline}
     normalize_advantage: true
     entropy:
       weight: 0.01
@@ -227,7 +232,7 @@ def test_deadline_inputs_read_each_slots_slack_and_warm_start_keeps_the_policy(t
     plain = make_policy(PolicySpec(masked=True), CFG)
     torch.nn.init.normal_(plain.first.weight, std=0.01)
     path = tmp_path / "plain.ckpt"
-    from lightning_sched.checkpoints import PolicyRecord
+    from lightning_sched.policies.checkpoints import PolicyRecord
 
     PolicyRecord.of(plain).save(path)
     module = Reinforce(policy=PolicySpec(masked=True, deadline_inputs=True), init_from=str(path))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lightning_sched import JobSet
-from lightning_sched.checkpoints import load_policy
+from lightning_sched.policies.checkpoints import load_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate")
@@ -309,8 +309,8 @@ def test_select_checkpoint_scores_on_the_checkpoints_cluster(tmp_path):
     """A checkpoint of num_slots 5, max_time 60, slo_slowdown 5 is scored on that cluster (it
     crashed on DeepRM's); candidates of different clusters are refused naming the fields."""
     from lightning_sched import ClusterConfig
-    from lightning_sched.checkpoints import PolicyRecord
-    from lightning_sched.policies import PolicySpec, make_policy
+    from lightning_sched.policies.checkpoints import PolicyRecord
+    from lightning_sched.policies.networks import PolicySpec, make_policy
 
     ckpt = tmp_path / "small.ckpt"
     torch.manual_seed(0)

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, JobSet
-from lightning_sched.acting import Acting, NetworkPolicy
-from lightning_sched.checkpoints import PolicyRecord, load_network, load_policy, warm_start
 from lightning_sched.deeprm.cluster import init_state, step_state
 from lightning_sched.deeprm.observations import observe
 from lightning_sched.evaluation import evaluate, make_jobsets
 from lightning_sched.heuristics import make_heuristic
-from lightning_sched.policies import PolicySpec, SlotNetwork, make_policy
+from lightning_sched.policies.acting import Acting, NetworkPolicy
+from lightning_sched.policies.checkpoints import PolicyRecord, load_network, load_policy, warm_start
+from lightning_sched.policies.networks import PolicySpec, SlotNetwork, make_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOTS = PolicySpec(kind="slots", masked=True, hidden=(8,))

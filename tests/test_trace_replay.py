@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from lightning_sched import ClusterConfig, JobSet
-from lightning_sched.checkpoints import read_record
 from lightning_sched.cli import add_cluster_flags, add_trace_flags, add_workload_flags, setup_from_args
 from lightning_sched.config import ConfigError
 from lightning_sched.deeprm.cluster import init_state
 from lightning_sched.deeprm.state import used_rows
 from lightning_sched.evaluation import evaluate
 from lightning_sched.heuristics import make_heuristic
+from lightning_sched.policies.checkpoints import read_record
 from lightning_sched.traces import JobRules, TraceWorkload, fit_running, propose_cluster, read_trace
 from lightning_sched.traces.files import TraceError, read_swf
 from lightning_sched.traces.synthesis import write_swf

@@ -11,10 +11,10 @@ from typing import Callable
 
 import torch
 
-from ..acting import SAMPLED, Acting
 from ..config import ClusterConfig
 from ..jobs import JobSet
-from ..policies import PolicyNetwork
+from ..policies.acting import SAMPLED, Acting
+from ..policies.networks import PolicyNetwork
 from .cluster import init_state, step_state
 from .observations import observe
 from .state import ClusterState

@@ -24,7 +24,7 @@ from .config import QueueConfig
 
 JOB_FEATURES, CLUSTER_FEATURES = 4, 2
 IN_KEYS = ("job_features", "cluster_features")
-CHECKPOINT_KEY = "lightning_sched"  # the same entry name as the cluster policies' (lightning_sched.checkpoints)
+CHECKPOINT_KEY = "lightning_sched"  # the same entry name as the cluster policies' (policies.checkpoints)
 POLICY_KIND = "queue"  # tells a queue policy's entry from a cluster policy's
 
 
@@ -233,7 +233,7 @@ class QueuePolicyRecord:
         entry = dict(entry)
         if entry.pop("kind", None) != POLICY_KIND:
             raise ConfigError(f"not a queue policy: no 'kind: {POLICY_KIND}' (a cluster policy is read by "
-                              "lightning_sched.checkpoints.load_policy)")
+                              "lightning_sched.policies.checkpoints.load_policy)")
         entry.pop("greedy", None)  # the first files wrote it; a queue policy always acts by its argmax
         version = entry.pop("version", QUEUE_RECORD_VERSION)
         if version != QUEUE_RECORD_VERSION:
@@ -254,7 +254,8 @@ def load_queue_policy(path, device="cpu") -> tuple[QueueNetwork, QueueConfig]:
     saved = data.get(CHECKPOINT_KEY, data) if isinstance(data, dict) else None
     if not isinstance(saved, dict) or saved.get("kind") != POLICY_KIND:
         raise ConfigError(f"{path}: not a queue policy checkpoint (no '{CHECKPOINT_KEY}' entry of kind "
-                          f"'{POLICY_KIND}'; a cluster policy is read by lightning_sched.checkpoints.load_policy)")
+                          f"'{POLICY_KIND}'; a cluster policy is read by "
+                          "lightning_sched.policies.checkpoints.load_policy)")
     try:
         record = QueuePolicyRecord.from_dict(saved)
     except (ConfigError, KeyError, TypeError) as error:

@@ -31,11 +31,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import set_threads  # noqa: E402
 from lightning_sched import DeepRMWorkload  # noqa: E402
-from lightning_sched.acting import Acting, NetworkPolicy, sample_actions  # noqa: E402
-from lightning_sched.checkpoints import load_policy  # noqa: E402
 from lightning_sched.deeprm.observations import arrival_rate  # noqa: E402
 from lightning_sched.evaluation import compare, make_jobsets  # noqa: E402
 from lightning_sched.heuristics import make_heuristic  # noqa: E402
+from lightning_sched.policies.acting import Acting, NetworkPolicy, sample_actions  # noqa: E402
+from lightning_sched.policies.checkpoints import load_policy  # noqa: E402
 
 SEED = 2_000_000
 

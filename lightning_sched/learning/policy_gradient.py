@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..deeprm.rollout import Trajectories
+from ..policies.networks import log_prob as policy_log_prob
 from .baselines import Baseline
-from .deeprm.rollout import Trajectories
-from .policies import log_prob as policy_log_prob
 
 
 def discounted_returns(reward: torch.Tensor, gamma: float) -> torch.Tensor:

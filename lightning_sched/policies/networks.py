@@ -30,10 +30,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .config import ClusterConfig, ConfigError
-from .deeprm.observations import arrival_rate, render_image
-from .heuristics import EDF, SJF, Packer, Tetris
-from .limits import require_memory
+from ..config import ClusterConfig, ConfigError
+from ..deeprm.observations import arrival_rate, render_image
+from ..heuristics import EDF, SJF, Packer, Tetris
+from ..limits import require_memory
 
 PRIORS = {"tetris": Tetris, "sjf": SJF, "packer": Packer, "edf": EDF}
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..config import REWARD_FIELDS, SIZE_FIELDS, ClusterConfig, ConfigError
+from ..files import atomic_torch_save, load_torch_file
 from .acting import Acting, NetworkPolicy
-from .config import REWARD_FIELDS, SIZE_FIELDS, ClusterConfig, ConfigError
-from .files import atomic_torch_save, load_torch_file
-from .policies import DeepRMNetwork, PolicySpec, make_policy
+from .networks import DeepRMNetwork, PolicySpec, make_policy
 
 CHECKPOINT_KEY = "lightning_sched"
 # 2: the record as written by `PolicyRecord.to_dict`. 1 (no "version" key): the entries written

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .config import ConfigError
-from .deeprm.observations import arrival_rate
+from ..config import ConfigError
+from ..deeprm.observations import arrival_rate
 
 # When may a network void while a slot job fits now (capacity stays idle on purpose)?
 # "always": the network decides. "while_arriving": on an idle cluster (nothing runs or is reserved)

@@ -8,13 +8,13 @@ from typing import Callable
 
 import torch
 
-from . import seeds
-from .acting import SAMPLED, Acting, NetworkPolicy
+from .. import seeds
+from ..config import ClusterConfig, ConfigError
+from ..deeprm.rollout import collect
+from ..evaluation import evaluate, make_jobsets
+from ..jobs import JobSet
+from ..policies.acting import SAMPLED, Acting, NetworkPolicy
 from .baselines import Baseline, TimeIndexedBaseline
-from .config import ClusterConfig, ConfigError
-from .deeprm.rollout import collect
-from .evaluation import evaluate, make_jobsets
-from .jobs import JobSet
 from .policy_gradient import policy_gradient
 
 
