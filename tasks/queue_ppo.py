@@ -19,7 +19,7 @@ checkpoint monitors (configs/base/queue.yaml). Checkpoints hold the policy alone
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from lightning.pytorch import LightningModule
@@ -49,7 +49,7 @@ from lightning_sched.queue.policy import (
     make_critic,
 )
 
-from .base import SchedulerTask, require_at_least, require_positive
+from .base import SchedulerTask, plain_values, require_at_least, require_positive
 
 # what a decision keeps for the update: the observation the network reads, and the action's record
 DECISION_KEYS = (*IN_KEYS, "action_mask", "action", "action_log_prob")
@@ -156,11 +156,6 @@ class QueuePPO(LightningModule):
                  seed: int = 0):
         super().__init__()
         self.save_hyperparameters()
-        # plain values in the checkpoint's hyperparameters, so that torch.load(weights_only=True) reads it
-        for name in ("policy", "ppo", "validation"):
-            value = self.hparams[name]
-            if not isinstance(value, dict):  # built in Python, not by LightningCLI (which stores dicts)
-                self.hparams[name] = value.to_dict() if isinstance(value, QueuePolicySpec) else asdict(value)
         self.automatic_optimization = False  # several optimizer steps an iteration
         require_at_least("QueuePPO", 1, batch_size=batch_size, iterations_per_epoch=iterations_per_epoch,
                          **{f"validation.{k}": getattr(validation, k) for k in ("sequences", "sequence_length")})
@@ -175,10 +170,10 @@ class QueuePPO(LightningModule):
         self.val_cfg = QueueConfig.from_dict({**self.cfg.to_dict(), "sequence_length": validation.sequence_length})
         self.positions, self.val_positions = [], []
         for one in self.logs:
-            train_jobs = int(round(train_fraction * one.num_jobs))
+            train_jobs = one.jobs_before(train_fraction)
             self.positions.append(one.positions(0, train_jobs, sequence_length))
             try:
-                first = int(round(validation.start_fraction * one.num_jobs))
+                first = one.jobs_before(validation.start_fraction)
                 self.val_positions.append(one.positions(first, train_jobs, validation.sequence_length))
             except ConfigError as error:
                 raise ConfigError(f"QueuePPO.validation.sequence_length: {error}") from None
@@ -343,6 +338,9 @@ class QueuePPO(LightningModule):
         checkpoint[CHECKPOINT_KEY] = QueuePolicyRecord.of(self.net, self.cfg, [one.path for one in self.logs],
                                                           self.hparams.train_fraction).to_dict()
         checkpoint["rng_state"] = torch.get_rng_state()  # the actor samples from torch's generator
+        # LightningCLI's are plain already; a module built in Python holds its arguments as objects
+        if self.CHECKPOINT_HYPER_PARAMS_KEY in checkpoint:
+            checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY] = plain_values(checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY])
 
     def on_load_checkpoint(self, checkpoint):
         saved = checkpoint.get(CHECKPOINT_KEY, {}).get("queue")

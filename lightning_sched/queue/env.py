@@ -141,13 +141,12 @@ class QueueEnv(EnvBase):
             row = int(bad.nonzero()[0])
             raise ValueError(f"QueueEnv: row {row}: action {int(slot[row])} is not a waiting job's slot "
                              f"(window {self.cfg.window}, {int((self.window_job[row] >= 0).sum())} jobs visible)")
-        finished_before = self.state.done.clone()
-        out = advance(self.state, torch.where(active, job, torch.full_like(job, -1)), self.cfg)
         length = self.cfg.sequence_length
+        out = advance(self.state, torch.where(active, job, torch.full_like(job, -1)), self.cfg)
         if self.cfg.reward == "per_job":
             reward = -out["bsld_added"] / length
-        else:  # all at the step that ends the episode
-            reward = torch.where(self.state.done & ~finished_before, -self.state.bsld_sum / length, 0.0)
+        else:  # all at the step that ends the episode: the rows active before it and done after it
+            reward = torch.where(self.state.done & active, -self.state.bsld_sum / length, 0.0)
         return self._output(out, reward=reward.float())
 
     def _set_seed(self, seed: int | None) -> None:

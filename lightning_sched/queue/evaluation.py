@@ -37,11 +37,6 @@ TRAIN_FRACTION = 0.8  # heldout: training sees jobs [0, 80%), evaluation starts 
 METRICS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "utilization", "makespan")
 
 
-def train_positions(log: QueueLog, length: int, fraction: float = TRAIN_FRACTION) -> tuple[int, int]:
-    """Start positions of training sequences of `length` jobs inside the first `fraction` of the log."""
-    return log.positions(0, int(log.num_jobs * fraction), length)
-
-
 def protocol_starts(log: QueueLog, protocol: str, num_sequences: int = 100) -> torch.Tensor:
     """The evaluation sequences' start positions (LongTensor[N]) of `protocol` on `log`."""
     if protocol == "rlscheduler":
@@ -51,7 +46,7 @@ def protocol_starts(log: QueueLog, protocol: str, num_sequences: int = 100) -> t
                               f"{log.num_jobs} (the protocol is defined on the Lublin logs; try --protocol heldout)")
         return torch.tensor(RLSCHEDULER_STARTS)
     if protocol == "heldout":
-        lo, hi = log.positions(int(log.num_jobs * TRAIN_FRACTION), log.num_jobs, EVAL_LENGTH)
+        lo, hi = log.positions(log.jobs_before(TRAIN_FRACTION), log.num_jobs, EVAL_LENGTH)
         return torch.from_numpy(np.unique(np.linspace(lo, hi, num_sequences).round().astype(np.int64)))
     raise ConfigError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
 

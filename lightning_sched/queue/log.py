@@ -74,6 +74,11 @@ class QueueLog:
         submit = first + np.round((self.submit - first) * factor).astype(np.int64)
         return replace(self, submit=submit, counts={**self.counts, "submit_scaled_by": factor})
 
+    def jobs_before(self, fraction: float) -> int:
+        """How many jobs (in arrival order) lie in the first `fraction` of the log: the boundary
+        between a training range and the held-out jobs after it."""
+        return int(self.num_jobs * fraction)
+
     def positions(self, first: int, last: int, length: int) -> tuple[int, int]:
         """The start positions of sequences of `length` jobs inside jobs [first, last): (lowest,
         highest) inclusive; refused when the range is shorter than one sequence."""
