@@ -36,7 +36,7 @@ COMPILER = os.environ.get("CC", "cc")
 # no -march=native: the cache may be shared by machines with different CPUs, and the kernel is
 # scalar code; no fused multiply-adds, which would round rewards differently from torch
 FLAGS = ("-O3", "-shared", "-fPIC", "-std=c11", "-ffp-contract=off")
-OPENMP = ("-fopenmp",)  # tried first: rows split over torch's own OpenMP threads (see _run)
+OPENMP = ("-fopenmp",)  # tried first: rows split over torch's own OpenMP threads (see run_rows)
 SWITCH = "LIGHTNING_SCHED_NATIVE"  # "0" runs the torch step (benchmarks side by side, tests)
 MIN_CHUNK_ROWS = 256  # rows per thread below which handing rows to another thread costs more than it saves
 
@@ -177,17 +177,17 @@ def supports(state: ClusterState, cfg: ClusterConfig) -> bool:
     return all(getattr(state, name).is_contiguous() for name in IN_PLACE)
 
 
-def _run(library, kernel: str, args, batch: int, *scalars) -> None:
-    """Kernel `kernel` ("step" or "render") over rows 0..B-1: spread over torch's OpenMP threads in
-    chunks of at least MIN_CHUNK_ROWS where the library has OpenMP, else on this thread alone (a
-    pool of threads of our own competes with torch's spinning workers for the cores)."""
+def run_rows(library, kernel: str, args, batch: int, *scalars, min_rows: int = MIN_CHUNK_ROWS) -> None:
+    """Kernel `kernel` ("step", "render", "queue") over rows 0..B-1: spread over torch's OpenMP
+    threads in chunks of at least `min_rows` where the library has OpenMP, else on this thread alone
+    (a pool of threads of our own competes with torch's spinning workers for the cores)."""
     pointer = ctypes.addressof(args)
     if library.openmp:
-        failed = getattr(library, f"lightning_sched_{kernel}_all")(pointer, *scalars, batch, MIN_CHUNK_ROWS)
+        failed = getattr(library, f"lightning_sched_{kernel}_all")(pointer, *scalars, batch, min_rows)
     else:
         failed = getattr(library, f"lightning_sched_{kernel}_rows")(pointer, *scalars, 0, batch)
     if failed:
-        raise MemoryError("the native CPU step could not allocate its scratch memory")
+        raise MemoryError(f"the native {kernel} kernel could not allocate its scratch memory")
 
 
 def step(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) -> torch.Tensor | None:
@@ -213,7 +213,7 @@ def step(state: ClusterState, action: torch.Tensor, cfg: ClusterConfig) -> torch
                 + [fresh[name].data_ptr() for name in REPLACED] + [reward.data_ptr()]
                 + [tensor.data_ptr() for tensor in keys.values()])
     args = (ctypes.c_int64 * NUM_ARGS)(*sizes, *pointers)
-    _run(library, "step", args, batch, float(cfg.tardiness_weight))
+    run_rows(library, "step", args, batch, float(cfg.tardiness_weight))
     for name, tensor in fresh.items():
         setattr(state, name, tensor)
     # not a dataclass field: rows() and merge() leave it behind, and observed_keys checks its sources
@@ -257,5 +257,5 @@ def render(state: ClusterState, cfg: ClusterConfig,
              cfg.image_width)
     args = (ctypes.c_int64 * (len(IMAGE_SIZES) + len(IMAGE_READ) + 2))(
         *sizes, *(t.data_ptr() for t in read), image.data_ptr(), used.data_ptr())
-    _run(library, "render", args, batch)
+    run_rows(library, "render", args, batch)
     return image, used

@@ -86,13 +86,7 @@ def step(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str, to
     pointers = [t.data_ptr() for t in read] + [getattr(state, k).data_ptr() for k in IN_PLACE] + \
         [out[k].data_ptr() for k in OUT]
     args = (ctypes.c_int64 * NUM_ARGS)(*sizes, *[_double_bits(x) for x in scalars], *pointers)
-    pointer = ctypes.addressof(args)
-    if library.openmp:
-        failed = library.lightning_sched_queue_all(pointer, 0.0, b, MIN_CHUNK_ROWS)
-    else:
-        failed = library.lightning_sched_queue_rows(pointer, 0.0, 0, b)
-    if failed:
-        raise MemoryError("the native queue step could not allocate its scratch memory")
+    deeprm_native.run_rows(library, "queue", args, b, 0.0, min_rows=MIN_CHUNK_ROWS)
     return out
 
 
