@@ -1,0 +1,140 @@
+"""One decision on one snapshot, under the queue environment's own rules (docs/hpc_queue.md), so that
+a policy makes the same choices in a scheduler's hook as in training:
+
+1. If the snapshot carries a held pick that now fits, it starts.
+2. While jobs wait and nothing is held: the policy scores the jobs of the window it was trained with
+   (the whole queue up to `window` jobs; past that, RLScheduler's alternation of shortest-requested
+   and smallest jobs) and picks the highest score. A pick that fits starts now and the next pick
+   follows at once; one that does not fit is held: nothing else starts before it (backfilling off),
+   or EASY backfilling starts the waiting jobs, in FCFS order, that fit now and whose requested
+   time ends before the held job's reserved start (its shadow time).
+3. A held pick not yet fitting: under EASY one backfilling pass with its shadow, else nothing.
+
+The answer also ranks every waiting job by its score ("order"): a priority list for schedulers
+that start jobs themselves. With more than `window` jobs waiting, the first of "order" may lie
+outside the window, and the pick is the best-scored job of the window.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from .snapshot import Snapshot, SnapshotError, read_snapshot
+
+BACKFILL = ("off", "easy")
+
+
+class Scorer(Protocol):
+    """A policy as decide() uses it: scores (float [N], higher first) of N jobs' features."""
+
+    config: dict
+    """The QueueConfig fields the policy trained with (window, max_wait, max_requested, backfill)."""
+
+    def __call__(self, job_features: np.ndarray, cluster_features: np.ndarray) -> np.ndarray:
+        """job_features float32 [N, 4] (wait / max_wait, requested / max_requested, processor share,
+        fits now), cluster_features float32 [2] (free node share, log1p(queue) / log1p(4 window))."""
+
+
+def window_of(waiting: np.ndarray, snap: Snapshot, width: int) -> np.ndarray:
+    """The jobs the policy sees, in slot order, from `waiting` (int64 [Q], FCFS order): all of them
+    up to `width`; past it the `width` smallest keys min(2 * SJF rank, 2 * smallest rank + 1), as
+    the environment's window (step_torch.window_torch)."""
+    if len(waiting) <= width:
+        return waiting
+
+    def rank(key: np.ndarray) -> np.ndarray:
+        order = np.argsort(key, kind="stable")  # ties in FCFS order
+        ranks = np.empty_like(order)
+        ranks[order] = np.arange(len(order))
+        return ranks
+
+    key = np.minimum(2 * rank(snap.requested[waiting]), 2 * rank(snap.processors[waiting]) + 1)
+    return waiting[np.argsort(key, kind="stable")[:width]]
+
+
+def features(jobs: np.ndarray, snap: Snapshot, free_nodes: int, queue: int, cfg: dict) -> tuple[np.ndarray, ...]:
+    """What the policy reads (the environment's observation, step.observe): float32 [N, 4] and [2]."""
+    job_features = np.stack([(snap.now - snap.submit[jobs]) / cfg["max_wait"],
+                             snap.requested[jobs] / cfg["max_requested"],
+                             snap.processors[jobs] / float(snap.capacity),
+                             (snap.nodes_needed[jobs] <= free_nodes).astype(np.float64)], -1).astype(np.float32)
+    cluster = np.array([free_nodes / snap.nodes, np.log1p(float(queue)) / np.log1p(4.0 * cfg["window"])],
+                       dtype=np.float32)
+    return job_features, cluster
+
+
+def decide(snapshot: dict | Snapshot, scorer: Scorer, backfill: str | None = None,
+           window: int | None = None) -> dict:
+    """The decision on one snapshot (a dict as docs/deploy.md shows, or a read `Snapshot`):
+
+        {"order": [waiting ids, highest score first], "scores": [their scores],
+         "start_now": [ids to start now, in start order], "backfilled": [those of them backfilled],
+         "held": {"id": the pick waiting for nodes, "shadow": its reserved start} or None}
+
+    `backfill` ('off' / 'easy') and `window` default to the policy's own. Pass "held" back in the next
+    snapshot: the policy keeps its pick until it fits, as in the environment. SnapshotError (one line
+    naming the field) for a bad snapshot."""
+    snap = snapshot if isinstance(snapshot, Snapshot) else read_snapshot(snapshot)
+    cfg = dict(scorer.config)
+    backfill = cfg.get("backfill", "off") if backfill is None else backfill
+    if backfill not in BACKFILL:
+        raise SnapshotError(f"backfill: must be one of {', '.join(BACKFILL)}, got {backfill!r}")
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise SnapshotError(f"window: must be an integer >= 1, got {window!r}")
+        cfg["window"] = window
+    waiting = np.ones(len(snap.waiting_id), dtype=bool)
+    free = snap.free_nodes
+    ends, holding = list(snap.running_end), list(snap.running_nodes)  # for shadow times
+    started, backfilled = [], []
+
+    def start(job: int) -> None:
+        nonlocal free
+        waiting[job] = False
+        free -= int(snap.nodes_needed[job])
+        ends.append(snap.now + snap.requested[job])
+        holding.append(int(snap.nodes_needed[job]))
+        started.append(job)
+
+    def backfill_pass(held: int, shadow: float) -> None:
+        for job in np.flatnonzero(waiting):  # FCFS order; free nodes only shrink, so one pass suffices
+            if job != held and snap.nodes_needed[job] <= free and snap.now + snap.requested[job] < shadow:
+                start(int(job))
+                backfilled.append(int(job))
+
+    everyone = np.arange(len(snap.waiting_id))
+    all_scores = scorer(*features(everyone, snap, free, len(everyone), cfg)) if len(everyone) else np.zeros(0)
+    held, shadow = snap.held, snap.shadow
+    if held is not None and snap.nodes_needed[held] <= free:
+        start(held)
+        held = None
+    while held is None and waiting.any():
+        queue = np.flatnonzero(waiting)
+        slots = window_of(queue, snap, cfg["window"])
+        if len(started) == 0 and len(slots) == len(everyone):  # the first view of a queue within the window
+            scores = all_scores
+        else:
+            scores = scorer(*features(slots, snap, free, len(queue), cfg))
+        pick = int(slots[int(np.argmax(scores))])  # the first best, as the environment's argmax
+        if snap.nodes_needed[pick] <= free:
+            start(pick)
+            continue
+        held, shadow = pick, _shadow(ends, holding, free, int(snap.nodes_needed[pick]))
+    if held is not None and backfill == "easy":
+        backfill_pass(held, shadow)
+    order = np.argsort(-all_scores.astype(np.float64), kind="stable")  # ties in FCFS order
+    ids = snap.waiting_id
+    return {"order": [ids[k] for k in order], "scores": [float(all_scores[k]) for k in order],
+            "start_now": [ids[k] for k in started], "backfilled": [ids[k] for k in backfilled],
+            "held": None if held is None else {"id": ids[held], "shadow": shadow}}
+
+
+def _shadow(ends: list, holding: list, free: int, need: int) -> float:
+    """EASY's reserved start of a job of `need` nodes: the expected end of the running job at which,
+    counting running jobs by expected end, enough nodes are free."""
+    for k in np.argsort(np.asarray(ends, dtype=np.float64), kind="stable"):
+        free += holding[k]
+        if free >= need:
+            return float(ends[k])
+    raise SnapshotError(f"processors: a job needs {need} nodes, more than the cluster frees")

@@ -1,0 +1,133 @@
+"""Policies as decide() calls them (`rules.Scorer`): a queue-policy checkpoint run by torch, or its
+ONNX export run by onnxruntime (a graph, not code: no torch and no project code needed to run it).
+
+The exported graph is the policy's per-job scorer:
+
+    inputs   job_features float32 [N, 4], cluster_features float32 [1, 2]
+    output   scores float32 [N]
+    metadata "lightning_sched": JSON {"kind": "queue", "queue": the QueueConfig fields, "source": file name}
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .snapshot import SnapshotError
+
+METADATA_KEY = "lightning_sched"
+POLICY_KIND = "queue"
+
+
+class TorchScorer:
+    """A queue-policy checkpoint (tasks.queue_ppo's, or a QueuePolicyRecord file) as a Scorer; its
+    network runs exactly as in the environment (the window's jobs as one row)."""
+
+    def __init__(self, path):
+        import torch
+
+        from ..queue.policy import load_queue_policy
+
+        self.torch = torch
+        self.net, cfg = load_queue_policy(path)
+        self.config = cfg.to_dict()
+
+    def __call__(self, job_features: np.ndarray, cluster_features: np.ndarray) -> np.ndarray:
+        torch = self.torch
+        jobs = torch.from_numpy(job_features).unsqueeze(0)
+        with torch.no_grad():
+            logits = self.net.scorer(jobs, torch.from_numpy(cluster_features).unsqueeze(0),
+                                     torch.ones(jobs.shape[:2], dtype=torch.bool))
+        return logits[0].numpy()
+
+
+class OnnxScorer:
+    """An exported policy (`export_onnx`) as a Scorer, run by onnxruntime on `threads` threads."""
+
+    def __init__(self, path, threads: int = 1):
+        try:
+            import onnxruntime
+        except ImportError:
+            raise SnapshotError(f"{path}: an .onnx policy runs on onnxruntime (pip install onnxruntime)") from None
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = threads
+        try:
+            self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as error:  # onnxruntime's own exception types: a missing, damaged or foreign file
+            first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+            raise SnapshotError(f"{path}: not an ONNX policy ({first})") from None
+        meta = self.session.get_modelmeta().custom_metadata_map.get(METADATA_KEY)
+        entry = json.loads(meta) if meta else {}
+        if entry.get("kind") != POLICY_KIND:
+            raise SnapshotError(f"{path}: an ONNX graph without lightning_sched's queue-policy metadata")
+        self.config = entry["queue"]
+
+    def __call__(self, job_features: np.ndarray, cluster_features: np.ndarray) -> np.ndarray:
+        return self.session.run(None, {"job_features": job_features,
+                                       "cluster_features": cluster_features.reshape(1, 2)})[0]
+
+
+def load_scorer(path, threads: int = 1):
+    """The Scorer of a policy file: .onnx -> OnnxScorer, anything else a checkpoint -> TorchScorer."""
+    if Path(path).suffix == ".onnx":
+        return OnnxScorer(path, threads)
+    return TorchScorer(path)
+
+
+def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
+    """Write the queue policy of `checkpoint` as one ONNX file `out` (refused when it exists, unless
+    `overwrite`); written whole or not at all. Returns `out`."""
+    import io
+
+    import onnx
+    import torch
+    from torch import nn
+
+    from ..queue.policy import job_inputs, load_queue_policy
+
+    net, cfg = load_queue_policy(checkpoint)
+    slot_mlp = net.scorer.mlp
+
+    class JobScores(nn.Module):
+        """The scorer's layers on N jobs of one queue (SlotMLP without the window's mask)."""
+
+        def __init__(self):
+            super().__init__()
+            self.job_in, self.cluster_in, self.rest = slot_mlp.job_in, slot_mlp.cluster_in, slot_mlp.rest
+
+        def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor) -> torch.Tensor:
+            first = self.job_in(job_inputs(job_features)) + self.cluster_in(cluster_features)
+            return self.rest(first).squeeze(-1)
+
+    buffer = io.BytesIO()
+    example = (torch.zeros(3, 4), torch.zeros(1, 2))
+    torch.onnx.export(JobScores().eval(), example, buffer, input_names=["job_features", "cluster_features"],
+                      output_names=["scores"], dynamic_axes={"job_features": {0: "jobs"}, "scores": {0: "jobs"}},
+                      dynamo=False)
+    model = onnx.load_from_string(buffer.getvalue())
+    entry = {"kind": POLICY_KIND, "queue": cfg.to_dict(), "source": Path(checkpoint).name}
+    onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(entry)})
+    return write_new_file(out, model.SerializeToString(), overwrite)
+
+
+def write_new_file(path, data: bytes, overwrite: bool = False) -> Path:
+    """`data` into `path` through a temporary file in its folder: a failure leaves no partial file,
+    and an existing `path` (even one created meanwhile) is kept unless `overwrite`."""
+    path = Path(path)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temp, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    try:
+        if overwrite:
+            os.replace(temp, path)
+        else:
+            os.link(temp, path)  # fails when path exists: the check and the write are one step
+    except FileExistsError:
+        raise SnapshotError(f"{path}: exists; give --overwrite to replace it") from None
+    finally:
+        temp.unlink(missing_ok=True)
+    return path

@@ -1,0 +1,177 @@
+"""A queue snapshot, as a scheduler's hook sends it (docs/deploy.md), read into arrays and checked.
+
+    {"now": 86400,
+     "capacity": {"processors": 256},                        # or {"nodes": 64, "processors_per_node": 4}
+     "running": [{"id": "a1", "processors": 16, "expected_end": 90000}],
+     "waiting": [{"id": "b7", "submit": 86000, "requested_time": 3600, "processors": 32,
+                  "memory": 2048, "user": "u3"}],           # memory and user: optional, not read
+     "held": {"id": "b7", "shadow": 90000}}                  # optional: the policy's held pick (see rules.py)
+
+Every fault is a `SnapshotError` whose one-line message names the field (e.g.
+`waiting[3].processors: 300 is more than the cluster's 256 processors`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import ConfigError
+
+MAX_JOBS = 100_000
+"""Running plus waiting jobs one snapshot may hold: a bound on the time and memory of one decision."""
+
+
+class SnapshotError(ConfigError):
+    """A snapshot that cannot be decided on; the message names the field and the value."""
+
+
+@dataclass
+class Snapshot:
+    """One snapshot's jobs as arrays. Waiting jobs are in the queue's FCFS order: by submit time, then
+    by their place in the snapshot's list (the order the environment replays a log in).
+
+    now:              float   seconds
+    nodes, processors_per_node: the cluster (capacity in processors: nodes * processors_per_node)
+    running_id:       list[str]         [R]
+    running_nodes:    int64 [R]         nodes each running job holds
+    running_end:      float64 [R]       expected end (start + requested time), seconds
+    waiting_id:       list[str]         [Q]
+    submit, requested: float64 [Q]      seconds
+    processors, nodes_needed: int64 [Q]
+    held:             index into the waiting jobs of the held pick, or None; shadow: its reserved start
+    """
+
+    now: float
+    nodes: int
+    processors_per_node: int
+    running_id: list
+    running_nodes: np.ndarray
+    running_end: np.ndarray
+    waiting_id: list
+    submit: np.ndarray
+    requested: np.ndarray
+    processors: np.ndarray
+    nodes_needed: np.ndarray
+    held: int | None = None
+    shadow: float | None = None
+
+    @property
+    def capacity(self) -> int:
+        return self.nodes * self.processors_per_node
+
+    @property
+    def free_nodes(self) -> int:
+        return self.nodes - int(self.running_nodes.sum())
+
+
+def _number(value, field: str, low: float = 0.0, strict: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SnapshotError(f"{field}: {value!r} is not a finite number")
+    if value < low or (strict and value == low):
+        raise SnapshotError(f"{field}: {value!r} must be {'>' if strict else '>='} {low:g}")
+    return float(value)
+
+
+def _count(value, field: str, low: int = 1) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SnapshotError(f"{field}: {value!r} is not an integer")
+    if value < low:
+        raise SnapshotError(f"{field}: {value} must be >= {low}")
+    return value
+
+
+def _entry(item, field: str, required: tuple[str, ...]) -> dict:
+    if not isinstance(item, dict):
+        raise SnapshotError(f"{field}: expected an object with {', '.join(required)}, got {type(item).__name__}")
+    missing = [k for k in required if k not in item]
+    if missing:
+        raise SnapshotError(f"{field}.{missing[0]}: missing")
+    return item
+
+
+def _job_id(value, field: str, seen: set) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        raise SnapshotError(f"{field}: {value!r} is not a job id (a non-empty string or an integer)")
+    key = str(value)
+    if key in seen:
+        raise SnapshotError(f"{field}: {key!r} is a duplicate job id")
+    seen.add(key)
+    return key
+
+
+def _jobs(snapshot: dict, name: str) -> list:
+    jobs = snapshot.get(name, [])
+    if not isinstance(jobs, list):
+        raise SnapshotError(f"{name}: expected a list of jobs, got {type(jobs).__name__}")
+    return jobs
+
+
+def read_snapshot(snapshot) -> Snapshot:
+    """The checked arrays of a snapshot (a dict parsed from JSON). SnapshotError naming the field for
+    a missing or non-numeric field, a negative time or size, a job larger than the cluster, more
+    processors running than it has, a waiting job submitted after `now`, a duplicate id, more than
+    MAX_JOBS jobs, or a held job that is not waiting."""
+    if not isinstance(snapshot, dict):
+        raise SnapshotError(f"snapshot: expected a JSON object, got {type(snapshot).__name__}")
+    now = _number(_entry(snapshot, "snapshot", ("now", "capacity", "waiting"))["now"], "now")
+    capacity = snapshot["capacity"]
+    if not isinstance(capacity, dict) or not ({"processors", "nodes"} & set(capacity)):
+        raise SnapshotError(f"capacity: expected {{\"processors\": P}} or {{\"nodes\": N, \"processors_per_node\": "
+                            f"K}}, got {capacity!r}")
+    if "nodes" in capacity:
+        nodes = _count(capacity["nodes"], "capacity.nodes")
+        per_node = _count(capacity.get("processors_per_node", 1), "capacity.processors_per_node")
+        if "processors" in capacity and _count(capacity["processors"], "capacity.processors") != nodes * per_node:
+            raise SnapshotError(f"capacity.processors: {capacity['processors']} is not nodes x processors_per_node "
+                                f"= {nodes * per_node}")
+    else:
+        nodes, per_node = _count(capacity["processors"], "capacity.processors"), 1
+    running, waiting = _jobs(snapshot, "running"), _jobs(snapshot, "waiting")
+    if len(running) + len(waiting) > MAX_JOBS:
+        raise SnapshotError(f"running + waiting: {len(running) + len(waiting)} jobs, more than the cap of {MAX_JOBS}")
+    seen: set = set()
+
+    def nodes_of(processors: int, field: str) -> int:
+        if processors > nodes * per_node:
+            raise SnapshotError(f"{field}: {processors} is more than the cluster's {nodes * per_node} processors")
+        return -(-processors // per_node)
+
+    running_id, running_nodes, running_end = [], [], []
+    for i, job in enumerate(running):
+        field = f"running[{i}]"
+        job = _entry(job, field, ("id", "processors", "expected_end"))
+        running_id.append(_job_id(job["id"], f"{field}.id", seen))
+        running_nodes.append(nodes_of(_count(job["processors"], f"{field}.processors"), f"{field}.processors"))
+        running_end.append(_number(job["expected_end"], f"{field}.expected_end"))
+    if sum(running_nodes) > nodes:
+        raise SnapshotError(f"running: the running jobs hold {sum(running_nodes)} nodes, the cluster has {nodes}")
+    waiting_id, submit, requested, processors = [], [], [], []
+    for i, job in enumerate(waiting):
+        field = f"waiting[{i}]"
+        job = _entry(job, field, ("id", "submit", "requested_time", "processors"))
+        waiting_id.append(_job_id(job["id"], f"{field}.id", seen))
+        submit.append(_number(job["submit"], f"{field}.submit"))
+        if submit[-1] > now:
+            raise SnapshotError(f"{field}.submit: {job['submit']!r} is after now ({snapshot['now']!r})")
+        requested.append(_number(job["requested_time"], f"{field}.requested_time", strict=True))
+        processors.append(_count(job["processors"], f"{field}.processors"))
+        nodes_of(processors[-1], f"{field}.processors")
+    order = sorted(range(len(waiting)), key=lambda k: submit[k])  # stable: list order breaks ties
+    processors_q = np.asarray([processors[k] for k in order], dtype=np.int64)
+    out = Snapshot(now, nodes, per_node, running_id, np.asarray(running_nodes, dtype=np.int64),
+                   np.asarray(running_end, dtype=np.float64), [waiting_id[k] for k in order],
+                   np.asarray([submit[k] for k in order], dtype=np.float64),
+                   np.asarray([requested[k] for k in order], dtype=np.float64), processors_q,
+                   -(-processors_q // per_node))
+    held = snapshot.get("held")
+    if held is not None:
+        held = _entry(held, "held", ("id", "shadow"))
+        if str(held["id"]) not in out.waiting_id:
+            raise SnapshotError(f"held.id: {held['id']!r} is not a waiting job")
+        out.held = out.waiting_id.index(str(held["id"]))
+        out.shadow = _number(held["shadow"], "held.shadow")
+    return out

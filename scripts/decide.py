@@ -1,0 +1,93 @@
+"""A trained queue policy's decision on a snapshot of a real queue (docs/deploy.md).
+
+    python scripts/decide.py --policy checkpoints/queue_bsld_easy.ckpt --snapshot queue.json
+    cat queue.json | python scripts/decide.py --policy checkpoints/queue_bsld_easy.ckpt
+    python scripts/decide.py --policy policy.onnx --serve            # one snapshot per line, one answer per line
+    python scripts/decide.py --policy checkpoints/queue_bsld_easy.ckpt --export policy.onnx
+
+The answer is one JSON line: {"order": [...], "scores": [...], "start_now": [...], "backfilled": [...],
+"held": ...}. A bad snapshot gets {"error": "..."} on stdout and the message on stderr: exit 2, or,
+with --serve, the next line is served.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+# run as a file from a checkout; no torch import here, so an .onnx policy starts in a fraction of a second
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from lightning_sched.config import ConfigError  # noqa: E402
+from lightning_sched.decide import SnapshotError, decide, export_onnx, load_scorer  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--policy", required=True, help="a queue-policy checkpoint (.ckpt) or its ONNX export (.onnx)")
+    p.add_argument("--snapshot", help="a JSON snapshot file (default: read one from stdin)")
+    p.add_argument("--serve", action="store_true", help="answer one snapshot per stdin line until end of input")
+    p.add_argument("--backfill", choices=("off", "easy"), help="default: the policy's own (what it trained with)")
+    p.add_argument("--window", type=int, help="jobs the policy sees when more wait (default: its own, 128)")
+    p.add_argument("--threads", type=int, default=1, help="threads of the network (default 1)")
+    p.add_argument("--export", metavar="OUT.onnx", help="write the checkpoint's policy as ONNX and exit")
+    p.add_argument("--overwrite", action="store_true", help="let --export replace an existing file")
+    args = p.parse_args(argv)
+    if args.threads < 1:
+        p.error(f"--threads must be >= 1, got {args.threads}")
+    if args.window is not None and args.window < 1:
+        p.error(f"--window must be >= 1, got {args.window}")
+    return args
+
+
+def answer(text: str, scorer, args) -> tuple[str, bool]:
+    """(the JSON answer line, whether it is an error) of one snapshot's text."""
+    try:
+        snapshot = json.loads(text)
+    except json.JSONDecodeError as error:
+        return json.dumps({"error": f"snapshot: not JSON ({error})"}), True
+    try:
+        return json.dumps(decide(snapshot, scorer, args.backfill, args.window)), False
+    except SnapshotError as error:
+        return json.dumps({"error": str(error)}), True
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        if args.export:
+            print(f"wrote {export_onnx(args.policy, args.export, args.overwrite)}")
+            return 0
+        scorer = load_scorer(args.policy, args.threads)
+        if getattr(scorer, "torch", None) is not None:  # one thread by default: the hook shares the machine
+            scorer.torch.set_num_threads(args.threads)
+    except (ConfigError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.serve:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            out, failed = answer(line, scorer, args)
+            print(out, flush=True)
+            if failed:
+                print(json.loads(out)["error"], file=sys.stderr, flush=True)
+        return 0
+    try:
+        text = Path(args.snapshot).read_text() if args.snapshot else sys.stdin.read()
+    except OSError as error:
+        print(f"error: --snapshot: {error}", file=sys.stderr)
+        return 2
+    out, failed = answer(text, scorer, args)
+    print(out)
+    if failed:
+        print(f"error: {json.loads(out)['error']}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
