@@ -1,9 +1,9 @@
 """A trained queue policy as a decision service (docs/deploy.md): a snapshot of a real queue in, the
 policy's decision out. Reading snapshots and the decision rules need numpy only; a checkpoint runs
 on torch, an exported .onnx policy on onnxruntime alone."""
-from .rules import decide, window_of
+from .rules import Window, decide
 from .scorers import OnnxScorer, TorchScorer, export_onnx, load_scorer
 from .snapshot import MAX_JOBS, Snapshot, SnapshotError, read_snapshot
 
 __all__ = ["MAX_JOBS", "OnnxScorer", "Snapshot", "SnapshotError", "TorchScorer", "decide", "export_onnx",
-           "load_scorer", "read_snapshot", "window_of"]
+           "load_scorer", "read_snapshot", "Window"]

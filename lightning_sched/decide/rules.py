@@ -36,21 +36,28 @@ class Scorer(Protocol):
         fits now), cluster_features float32 [2] (free node share, log1p(queue) / log1p(4 window))."""
 
 
-def window_of(waiting: np.ndarray, snap: Snapshot, width: int) -> np.ndarray:
-    """The jobs the policy sees, in slot order, from `waiting` (int64 [Q], FCFS order): all of them
-    up to `width`; past it the `width` smallest keys min(2 * SJF rank, 2 * smallest rank + 1), as
-    the environment's window (step_torch.window_torch)."""
-    if len(waiting) <= width:
-        return waiting
+class Window:
+    """The jobs the policy sees, in slot order, as the environment's window (step_torch.window_torch):
+    every waiting job up to `width`, in FCFS order; past it the `width` smallest keys
+    min(2 * SJF rank, 2 * smallest rank + 1) among the waiting jobs (ranks by requested time, and by
+    processors, ties in FCFS order). Both orders are sorted once a snapshot; a view costs O(Q)."""
 
-    def rank(key: np.ndarray) -> np.ndarray:
-        order = np.argsort(key, kind="stable")  # ties in FCFS order
-        ranks = np.empty_like(order)
-        ranks[order] = np.arange(len(order))
-        return ranks
+    def __init__(self, snap: Snapshot, width: int):
+        self.width = width
+        self.orders = [np.argsort(snap.requested, kind="stable"), np.argsort(snap.processors, kind="stable")]
 
-    key = np.minimum(2 * rank(snap.requested[waiting]), 2 * rank(snap.processors[waiting]) + 1)
-    return waiting[np.argsort(key, kind="stable")[:width]]
+    def __call__(self, waiting: np.ndarray) -> np.ndarray:
+        """Slot order of the window, int64 [<= width], from `waiting` (bool [Q], the jobs still waiting)."""
+        queue = np.flatnonzero(waiting)
+        if len(queue) <= self.width:
+            return queue
+        key = np.full(len(waiting), np.iinfo(np.int64).max)
+        for parity, order in enumerate(self.orders):
+            jobs = order[waiting[order]]  # the waiting jobs in this order
+            key[jobs] = np.minimum(key[jobs], 2 * np.arange(len(jobs)) + parity)
+        slots = np.full(2 * len(waiting), -1)
+        slots[key[queue]] = queue  # keys are distinct: even ones from one order, odd ones from the other
+        return slots[slots >= 0][:self.width]
 
 
 def features(jobs: np.ndarray, snap: Snapshot, free_nodes: int, queue: int, cfg: dict) -> tuple[np.ndarray, ...]:
@@ -97,32 +104,31 @@ def decide(snapshot: dict | Snapshot, scorer: Scorer, backfill: str | None = Non
         holding.append(int(snap.nodes_needed[job]))
         started.append(job)
 
-    def backfill_pass(held: int, shadow: float) -> None:
-        for job in np.flatnonzero(waiting):  # FCFS order; free nodes only shrink, so one pass suffices
-            if job != held and snap.nodes_needed[job] <= free and snap.now + snap.requested[job] < shadow:
-                start(int(job))
-                backfilled.append(int(job))
-
     everyone = np.arange(len(snap.waiting_id))
     all_scores = scorer(*features(everyone, snap, free, len(everyone), cfg)) if len(everyone) else np.zeros(0)
+    window = Window(snap, cfg["window"])
     held, shadow = snap.held, snap.shadow
     if held is not None and snap.nodes_needed[held] <= free:
         start(held)
         held = None
     while held is None and waiting.any():
-        queue = np.flatnonzero(waiting)
-        slots = window_of(queue, snap, cfg["window"])
+        slots = window(waiting)
         if len(started) == 0 and len(slots) == len(everyone):  # the first view of a queue within the window
             scores = all_scores
         else:
-            scores = scorer(*features(slots, snap, free, len(queue), cfg))
+            scores = scorer(*features(slots, snap, free, int(waiting.sum()), cfg))
         pick = int(slots[int(np.argmax(scores))])  # the first best, as the environment's argmax
         if snap.nodes_needed[pick] <= free:
             start(pick)
             continue
         held, shadow = pick, _shadow(ends, holding, free, int(snap.nodes_needed[pick]))
-    if held is not None and backfill == "easy":
-        backfill_pass(held, shadow)
+    if held is not None and backfill == "easy":  # FCFS order; free nodes only shrink, so one pass suffices
+        ends_in_time = waiting & (snap.now + snap.requested < shadow)
+        ends_in_time[held] = False
+        for job in np.flatnonzero(ends_in_time):
+            if snap.nodes_needed[job] <= free:
+                start(int(job))
+                backfilled.append(int(job))
     order = np.argsort(-all_scores.astype(np.float64), kind="stable")  # ties in FCFS order
     ids = snap.waiting_id
     return {"order": [ids[k] for k in order], "scores": [float(all_scores[k]) for k in order],

@@ -110,6 +110,51 @@ def _jobs(snapshot: dict, name: str) -> list:
     return jobs
 
 
+def _ids(jobs: list, name: str, seen: set) -> list:
+    """The jobs' ids as strings; SnapshotError naming the first job that is not an object with an
+    id, or whose id is not one or repeats one seen before."""
+    try:
+        ids = [job["id"] for job in jobs]
+    except (KeyError, TypeError):
+        ids = None
+    if ids is not None and all(type(v) is str and v or type(v) is int for v in ids):
+        keys = list(map(str, ids))
+        if len(set(keys)) == len(keys) and seen.isdisjoint(keys):
+            seen.update(keys)
+            return keys
+    for i, job in enumerate(jobs):  # the slow path names the first fault
+        _job_id(_entry(job, f"{name}[{i}]", ("id",))["id"], f"{name}[{i}].id", seen)
+    raise AssertionError("unreachable: a fault found above")
+
+
+def _column(jobs: list, name: str, key: str, integer: bool, positive: bool = False) -> np.ndarray:
+    """jobs[*][key] as an array: counts >= 1 (int64) when `integer`, else finite times >= 0 (> 0 when
+    `positive`, float64). The job-by-job checks run only to name the first fault."""
+    try:
+        values = [job[key] for job in jobs]
+    except (KeyError, TypeError):
+        values = None
+    if values is not None and all(type(v) is int or (type(v) is float and not integer) for v in values):
+        array = np.asarray(values, dtype=np.int64 if integer else np.float64)
+        low_enough = array >= 1 if integer else (array > 0 if positive else array >= 0)
+        if np.all(low_enough) and (integer or np.all(np.isfinite(array))):
+            return array
+
+    def check(value, field: str):
+        return _count(value, field) if integer else _number(value, field, strict=positive)
+
+    checked = [check(_entry(job, f"{name}[{i}]", (key,))[key], f"{name}[{i}].{key}") for i, job in enumerate(jobs)]
+    return np.asarray(checked, dtype=np.int64 if integer else np.float64)
+
+
+def _first_fault(bad: np.ndarray, jobs: list, name: str, key: str, check) -> None:
+    """check(value, field) on the first job flagged `bad` (it raises, naming the field)."""
+    flagged = np.flatnonzero(bad)
+    if len(flagged):
+        i = int(flagged[0])
+        check(jobs[i][key], f"{name}[{i}].{key}")
+
+
 def read_snapshot(snapshot) -> Snapshot:
     """The checked arrays of a snapshot (a dict parsed from JSON). SnapshotError naming the field for
     a missing or non-numeric field, a negative time or size, a job larger than the cluster, more
@@ -140,33 +185,25 @@ def read_snapshot(snapshot) -> Snapshot:
             raise SnapshotError(f"{field}: {processors} is more than the cluster's {nodes * per_node} processors")
         return -(-processors // per_node)
 
-    running_id, running_nodes, running_end = [], [], []
-    for i, job in enumerate(running):
-        field = f"running[{i}]"
-        job = _entry(job, field, ("id", "processors", "expected_end"))
-        running_id.append(_job_id(job["id"], f"{field}.id", seen))
-        running_nodes.append(nodes_of(_count(job["processors"], f"{field}.processors"), f"{field}.processors"))
-        running_end.append(_number(job["expected_end"], f"{field}.expected_end"))
-    if sum(running_nodes) > nodes:
-        raise SnapshotError(f"running: the running jobs hold {sum(running_nodes)} nodes, the cluster has {nodes}")
-    waiting_id, submit, requested, processors = [], [], [], []
-    for i, job in enumerate(waiting):
-        field = f"waiting[{i}]"
-        job = _entry(job, field, ("id", "submit", "requested_time", "processors"))
-        waiting_id.append(_job_id(job["id"], f"{field}.id", seen))
-        submit.append(_number(job["submit"], f"{field}.submit"))
-        if submit[-1] > now:
-            raise SnapshotError(f"{field}.submit: {job['submit']!r} is after now ({snapshot['now']!r})")
-        requested.append(_number(job["requested_time"], f"{field}.requested_time", strict=True))
-        processors.append(_count(job["processors"], f"{field}.processors"))
-        nodes_of(processors[-1], f"{field}.processors")
-    order = sorted(range(len(waiting)), key=lambda k: submit[k])  # stable: list order breaks ties
-    processors_q = np.asarray([processors[k] for k in order], dtype=np.int64)
-    out = Snapshot(now, nodes, per_node, running_id, np.asarray(running_nodes, dtype=np.int64),
-                   np.asarray(running_end, dtype=np.float64), [waiting_id[k] for k in order],
-                   np.asarray([submit[k] for k in order], dtype=np.float64),
-                   np.asarray([requested[k] for k in order], dtype=np.float64), processors_q,
-                   -(-processors_q // per_node))
+    running_id = _ids(running, "running", seen)
+    running_processors = _column(running, "running", "processors", integer=True)
+    running_end = _column(running, "running", "expected_end", integer=False)
+    running_nodes = -(-running_processors // per_node)
+    _first_fault(running_processors > nodes * per_node, running, "running", "processors", nodes_of)
+    if running_nodes.sum() > nodes:
+        raise SnapshotError(f"running: the running jobs hold {running_nodes.sum()} nodes, the cluster has {nodes}")
+    waiting_id = _ids(waiting, "waiting", seen)
+    submit = _column(waiting, "waiting", "submit", integer=False)
+    requested = _column(waiting, "waiting", "requested_time", integer=False, positive=True)
+    processors = _column(waiting, "waiting", "processors", integer=True)
+    _first_fault(processors > nodes * per_node, waiting, "waiting", "processors", nodes_of)
+    late = np.flatnonzero(submit > now)
+    if len(late):
+        raise SnapshotError(f"waiting[{late[0]}].submit: {waiting[late[0]]['submit']!r} is after now "
+                            f"({snapshot['now']!r})")
+    order = np.argsort(submit, kind="stable")  # list order breaks ties
+    out = Snapshot(now, nodes, per_node, running_id, running_nodes, running_end, [waiting_id[k] for k in order],
+                   submit[order], requested[order], processors[order], -(-processors[order] // per_node))
     held = snapshot.get("held")
     if held is not None:
         held = _entry(held, "held", ("id", "shadow"))

@@ -1,0 +1,115 @@
+"""Latency of one decision through the decision service (docs/deploy.md), as `decide.py --serve` pays
+it with the policy loaded: JSON text in, decide(), JSON text out; median and 99th percentile over
+repeated snapshots, per policy file (checkpoint on torch, its ONNX export on onnxruntime), on
+--threads threads. With --check N it also replays --trace through decide() until N snapshots are
+recorded and counts the snapshots where the ONNX export's answer equals the checkpoint's.
+
+    python scripts/bench_decide.py --threads 1
+    python scripts/bench_decide.py --threads 1 --check 10000 --trace ../shared/traces/lublin_256.swf.gz
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import _common  # noqa: F401  (the checkout on sys.path)
+import numpy as np
+import torch
+
+from lightning_sched.decide import decide, export_onnx, load_scorer
+from lightning_sched.decide.replay import replay
+
+CASES = {  # name: (waiting jobs, running jobs, share of the cluster the running jobs hold)
+    "128 waiting, 256 running, cluster full": (128, 256, 1.0),
+    "128 waiting, 128 running, half free": (128, 128, 0.5),
+    "5000 waiting, 256 running, cluster full": (5000, 256, 1.0),
+    "5000 waiting, 128 running, half free": (5000, 128, 0.5),
+}
+
+
+def snapshot(waiting: int, running: int, busy: float, processors: int, rng: np.random.Generator) -> dict:
+    """A queue of `waiting` jobs (sizes and times of a batch site: 1-64 processors, 1 min - 1 day)
+    and `running` jobs holding `busy` of the cluster's `processors`."""
+    now = 10 * 86400
+    each = max(1, int(processors * busy) // running)
+    return {"now": now, "capacity": {"processors": processors},
+            "running": [{"id": f"r{i}", "processors": each, "expected_end": now + int(rng.integers(60, 86400))}
+                        for i in range(running)],
+            "waiting": [{"id": f"w{i}", "submit": now - int(rng.integers(0, 86400)),
+                         "requested_time": int(np.exp(rng.uniform(np.log(60), np.log(86400)))),
+                         "processors": int(2 ** rng.integers(0, 7))} for i in range(waiting)]}
+
+
+def latency(text: str, scorer, repeats: int) -> tuple[float, float]:
+    """(median, 99th percentile) milliseconds of json.loads -> decide -> json.dumps."""
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        json.dumps(decide(json.loads(text), scorer))
+        times.append(1e3 * (time.perf_counter() - t))
+    return statistics.median(times), float(np.percentile(times, 99))
+
+
+def check(policy: str, onnx_path: Path, trace: str, count: int, window: int) -> None:
+    """Replay `trace` through the checkpoint until `count` snapshots are recorded; compare the ONNX
+    export's answers on each."""
+    from lightning_sched.queue.log import read_queue_log
+
+    log = read_queue_log(trace)
+    torch_scorer, onnx_scorer = load_scorer(policy), load_scorer(onnx_path)
+    recorded = []
+    for k, first in enumerate(range(0, log.num_jobs - 1024, 1024)):
+        jobs = {key: v[0].numpy() for key, v in log.sequences(torch.tensor([first]), 1024).items()}
+        backfill = ("off", "easy")[k % 2]
+        replay(jobs, log.nodes, log.processors_per_node, torch_scorer, backfill, window,
+               on_decision=lambda s, a, b=backfill: recorded.append((s, a, b)))
+        if len(recorded) >= count:
+            break
+    recorded = recorded[:count]
+    same_decision = same_order = 0
+    for s, a, backfill in recorded:
+        b = decide(s, onnx_scorer, backfill, window)
+        same_decision += (a["start_now"], a["held"]) == (b["start_now"], b["held"])
+        same_order += a["order"] == b["order"]
+    print(f"ONNX vs checkpoint on {len(recorded)} snapshots of {Path(trace).name} (window {window}, backfilling "
+          f"off and EASY): decisions equal on {same_decision}, whole order equal on {same_order}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--policy", default="checkpoints/queue_bsld_easy.ckpt")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=200)
+    p.add_argument("--processors", type=int, default=256)
+    p.add_argument("--check", type=int, default=0, metavar="N", help="also compare ONNX and checkpoint on N snapshots")
+    p.add_argument("--trace", default="../shared/traces/lublin_256.swf.gz", help="the log --check replays")
+    p.add_argument("--window", type=int, default=16, help="--check's window: small, so that it is often crowded")
+    args = p.parse_args()
+    for name, value in (("--threads", args.threads), ("--repeats", args.repeats), ("--processors", args.processors)):
+        if value < 1:
+            p.error(f"{name} must be >= 1, got {value}")
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as folder:
+        onnx_path = export_onnx(args.policy, Path(folder) / "policy.onnx")
+        scorers = {"checkpoint (torch)": load_scorer(args.policy), "ONNX (onnxruntime)": load_scorer(onnx_path,
+                                                                                                  args.threads)}
+        print(f"decision latency, ms (median / p99 of {args.repeats}), {args.threads} thread(s), "
+              f"{Path(args.policy).name}, {args.processors} processors")
+        rng = np.random.default_rng(0)
+        for case, (waiting, running, busy) in CASES.items():
+            text = json.dumps(snapshot(waiting, running, busy, args.processors, rng))
+            cells = []
+            for label, scorer in scorers.items():
+                median, p99 = latency(text, scorer, args.repeats)
+                cells.append(f"{label} {median:6.2f} / {p99:6.2f}")
+            print(f"  {case:42s} " + "   ".join(cells))
+        if args.check:
+            check(args.policy, onnx_path, args.trace, args.check, args.window)
+
+
+if __name__ == "__main__":
+    main()
