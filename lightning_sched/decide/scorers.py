@@ -9,8 +9,11 @@ The exported graph is the policy's per-job scorer:
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -79,8 +82,6 @@ def load_scorer(path, threads: int = 1):
 def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
     """Write the queue policy of `checkpoint` as one ONNX file `out` (refused when it exists, unless
     `overwrite`); written whole or not at all. Returns `out`."""
-    import io
-
     import onnx
     import torch
     from torch import nn
@@ -101,15 +102,28 @@ def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
             first = self.job_in(job_inputs(job_features)) + self.cluster_in(cluster_features)
             return self.rest(first).squeeze(-1)
 
-    buffer = io.BytesIO()
-    example = (torch.zeros(3, 4), torch.zeros(1, 2))
-    torch.onnx.export(JobScores().eval(), example, buffer, input_names=["job_features", "cluster_features"],
-                      output_names=["scores"], dynamic_axes={"job_features": {0: "jobs"}, "scores": {0: "jobs"}},
-                      dynamo=False)
-    model = onnx.load_from_string(buffer.getvalue())
+    jobs = torch.export.Dim("jobs", min=1)
+    with warnings.catch_warnings(), _quiet("torch.onnx"):  # the exporter's progress lines and notes
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(JobScores().eval(), (torch.zeros(3, 4), torch.zeros(1, 2)), dynamo=True,
+                                    input_names=["job_features", "cluster_features"], output_names=["scores"],
+                                    dynamic_shapes=({0: jobs}, None), verbose=False)
+    model = program.model_proto
     entry = {"kind": POLICY_KIND, "queue": cfg.to_dict(), "source": Path(checkpoint).name}
     onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(entry)})
     return write_new_file(out, model.SerializeToString(), overwrite)
+
+
+@contextlib.contextmanager
+def _quiet(logger: str):
+    """`logger` (and its children) silenced below errors for the block."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def write_new_file(path, data: bytes, overwrite: bool = False) -> Path:

@@ -1,0 +1,202 @@
+"""The decision service (lightning_sched.decide, scripts/decide.py): snapshots in, decisions out, the
+same schedule as the queue environment, an ONNX export that decides as its checkpoint, one-line errors."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_queue_env import swf_line
+
+from lightning_sched.decide import MAX_JOBS, SnapshotError, decide, export_onnx, load_scorer, read_snapshot
+from lightning_sched.decide.replay import replay
+from lightning_sched.queue.env import QueueEnv
+from lightning_sched.queue.log import read_queue_log
+from lightning_sched.queue.policy import QueuePolicy, load_queue_policy
+
+ROOT = Path(__file__).resolve().parent.parent
+POLICY = ROOT / "checkpoints" / "queue_bsld_easy.ckpt"
+MINIMAL = {"now": 86400, "capacity": {"processors": 256},
+           "running": [{"id": "a1", "processors": 16, "expected_end": 90000}],
+           "waiting": [{"id": "b7", "submit": 86000, "requested_time": 3600, "processors": 32}]}
+
+
+@pytest.fixture(scope="module")
+def scorer():
+    return load_scorer(POLICY)
+
+
+@pytest.fixture(scope="module")
+def onnx_policy(tmp_path_factory):
+    return export_onnx(POLICY, tmp_path_factory.mktemp("onnx") / "policy.onnx")
+
+
+def site_log(path: Path, jobs: int, nodes: int, seed: int) -> Path:
+    """A busy log whose requested times overstate run times (so EASY's estimates differ from the
+    actual ends), with ties in submit times and identical jobs."""
+    rng = np.random.default_rng(seed)
+    submit = np.cumsum(rng.exponential(25, jobs).astype(np.int64) * rng.integers(0, 2, jobs))
+    run = np.exp(rng.uniform(0, 8, jobs)).astype(np.int64) + 1
+    requested = run * rng.choice([1, 2, 10], jobs)
+    procs = 2 ** rng.integers(0, 6, jobs)
+    lines = [f"; MaxNodes: {nodes}", f"; MaxProcs: {nodes}"]
+    lines += [swf_line(i + 1, int(submit[i]), int(run[i]), int(procs[i]), requested=int(requested[i]))
+              for i in range(jobs)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def env_starts(log, backfill: str, window: int, start: int, length: int) -> np.ndarray:
+    net, _ = load_queue_policy(POLICY)
+    cfg = log.config(window=window, backfill=backfill, sequence_length=length)
+    env = QueueEnv(cfg, log, batch_size=[1], starts=[start])
+    td, policy = env.reset(), QueuePolicy(net)
+    while not bool(td["done"].all()):
+        td = env.step(policy(td))["next"]
+    return env.state.start[0].numpy()
+
+
+def sequence(log, start: int, length: int) -> dict:
+    return {k: v[0].numpy() for k, v in log.sequences(torch.tensor([start]), length).items()}
+
+
+def test_minimal_snapshot_gets_the_minimal_answer(scorer):
+    answer = decide(MINIMAL, scorer)
+    assert answer["order"] == ["b7"] and answer["start_now"] == ["b7"] and answer["held"] is None
+    assert len(answer["scores"]) == 1 and np.isfinite(answer["scores"][0])
+
+
+@pytest.mark.parametrize("backfill", ["off", "easy"])
+@pytest.mark.parametrize("window", [128, 6])  # 6: a crowded window, RLScheduler's alternation
+def test_replay_through_decide_gives_the_environments_schedule(tmp_path, scorer, backfill, window):
+    log = read_queue_log(site_log(tmp_path / "site.swf", jobs=700, nodes=64, seed=window))
+    for start in (0, 300):
+        snapshots = []
+        ours = replay(sequence(log, start, 400), log.nodes, log.processors_per_node, scorer, backfill, window,
+                      on_decision=lambda s, a: snapshots.append((s, a)))
+        np.testing.assert_array_equal(ours, env_starts(log, backfill, window, start, 400))
+        assert (ours >= 0).all()
+        assert any(len(s["waiting"]) > window for s, _ in snapshots) or window == 128
+        assert any(a["held"] for _, a in snapshots)
+        assert any(a["backfilled"] for _, a in snapshots) == (backfill == "easy")
+
+
+def test_onnx_export_decides_as_its_checkpoint_on_10000_snapshots(tmp_path, scorer, onnx_policy):
+    recorded = []
+    for seed, (backfill, window) in enumerate([("easy", 8), ("off", 8), ("easy", 128), ("off", 32)] * 3):
+        log = read_queue_log(site_log(tmp_path / f"site{seed}.swf", jobs=1200, nodes=64, seed=seed))
+        replay(sequence(log, 0, 1200), log.nodes, log.processors_per_node, scorer, backfill, window,
+               on_decision=lambda s, a, b=backfill, w=window: recorded.append((s, a, b, w)))
+        if len(recorded) >= 10_000:
+            break
+    assert len(recorded) >= 10_000
+    exported = load_scorer(onnx_policy)
+    for snapshot, answer, backfill, window in recorded[:10_000]:
+        theirs = decide(snapshot, exported, backfill, window)
+        assert (theirs["start_now"], theirs["held"]) == (answer["start_now"], answer["held"])
+        # the ranking may swap jobs whose scores differ in the last float digits, nothing more
+        np.testing.assert_allclose(theirs["scores"], answer["scores"], rtol=1e-5, atol=1e-5)
+
+
+class Widest:
+    """A scorer that prefers the widest job (the processor share feature): a fixed rule to test decide()'s rules."""
+
+    config = {"window": 128, "max_wait": 43200.0, "max_requested": 43200.0, "backfill": "off"}
+
+    def __call__(self, job_features, cluster_features):
+        return job_features[:, 2].copy()
+
+
+def test_held_pick_waits_and_easy_backfills_around_it():
+    now = 1000
+    crowded = {"now": now, "capacity": {"processors": 8},
+               "running": [{"id": "r", "processors": 6, "expected_end": now + 500}],
+               "waiting": [{"id": "short", "submit": 10, "requested_time": 50, "processors": 2},
+                           {"id": "wide", "submit": 0, "requested_time": 100, "processors": 8},
+                           {"id": "long", "submit": 20, "requested_time": 5000, "processors": 2}]}
+    first = decide(crowded, Widest(), backfill="easy")
+    assert first["order"] == ["wide", "short", "long"]  # ties in FCFS (submit) order, not list order
+    assert first["held"] == {"id": "wide", "shadow": now + 500}
+    assert first["backfilled"] == ["short"] and first["start_now"] == ["short"]  # "long" would delay "wide"
+    assert decide(crowded, Widest(), backfill="off")["start_now"] == []
+    still_busy = decide({**crowded, "now": now + 100, "held": first["held"]}, Widest(), backfill="off")
+    assert still_busy["start_now"] == [] and still_busy["held"] == first["held"]
+    freed = decide({**crowded, "now": now + 500, "running": [], "held": first["held"]}, Widest(), backfill="easy")
+    assert freed["start_now"] == ["wide"] and freed["held"] == {"id": "short", "shadow": now + 500 + 100}
+    assert freed["backfilled"] == []  # "long" (5000 s) would end after the held job's reserved start
+
+
+BAD = [
+    ({"now": -1}, "now: -1 must be >= 0"),
+    ({"now": "soon"}, "now: 'soon' is not a finite number"),
+    ({"capacity": {"processors": 0}}, "capacity.processors: 0 must be >= 1"),
+    ({"capacity": {}}, "capacity: expected"),
+    ({"waiting": [{"id": "x", "submit": 1, "processors": 1}]}, "waiting[0].requested_time: missing"),
+    ({"waiting": [{"id": "x", "submit": 1, "requested_time": -5, "processors": 1}]},
+     "waiting[0].requested_time: -5 must be > 0"),
+    ({"waiting": [{"id": "x", "submit": 1, "requested_time": 5, "processors": 300}]},
+     "waiting[0].processors: 300 is more than the cluster's 256 processors"),
+    ({"waiting": [{"id": "b7", "submit": 1, "requested_time": 5, "processors": 1}] * 2},
+     "waiting[1].id: 'b7' is a duplicate job id"),
+    ({"waiting": [{"id": "a1", "submit": 1, "requested_time": 5, "processors": 1}]},
+     "waiting[0].id: 'a1' is a duplicate job id"),
+    ({"waiting": [{"id": "x", "submit": 99999, "requested_time": 5, "processors": 1}]},
+     "waiting[0].submit: 99999 is after now (86400)"),
+    ({"running": [{"id": "r", "processors": 250, "expected_end": 1}, {"id": "s", "processors": 20, "expected_end": 1}]},
+     "running: the running jobs hold 270 nodes, the cluster has 256"),
+    ({"running": [{"id": "r", "processors": 1.5, "expected_end": 1}]}, "running[0].processors: 1.5 is not an integer"),
+    ({"waiting": [{"id": "x", "submit": float("nan"), "requested_time": 5, "processors": 1}]},
+     "waiting[0].submit: nan is not a finite number"),
+    ({"held": {"id": "zz", "shadow": 5}}, "held.id: 'zz' is not a waiting job"),
+    ({"waiting": [{"id": str(i), "submit": 0, "requested_time": 1, "processors": 1} for i in range(MAX_JOBS + 1)]},
+     f"more than the cap of {MAX_JOBS}"),
+]
+
+
+@pytest.mark.parametrize("change,message", BAD, ids=[m[:30] for _, m in BAD])
+def test_bad_snapshots_name_the_field(change, message):
+    with pytest.raises(SnapshotError) as error:
+        read_snapshot({**MINIMAL, **change})
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def run_decide(*args, stdin: str | None = None):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "decide.py"), *map(str, args)], input=stdin,
+                           capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+
+
+def test_cli_file_stdin_and_serve(tmp_path, onnx_policy):
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(MINIMAL))
+    from_file = run_decide("--policy", POLICY, "--snapshot", path)
+    assert from_file.returncode == 0, from_file.stderr
+    assert json.loads(from_file.stdout)["start_now"] == ["b7"]
+    bad = run_decide("--policy", onnx_policy, stdin=json.dumps({**MINIMAL, "now": -3}))
+    assert bad.returncode == 2 and json.loads(bad.stdout) == {"error": "now: -3 must be >= 0"}
+    assert bad.stderr.strip() == "error: now: -3 must be >= 0"
+    lines = [json.dumps(MINIMAL), "not json", json.dumps({**MINIMAL, "waiting": [{"id": 1}]}), json.dumps(MINIMAL)]
+    served = run_decide("--policy", onnx_policy, "--serve", stdin="\n".join(lines) + "\n")
+    assert served.returncode == 0, served.stderr
+    answers = [json.loads(line) for line in served.stdout.splitlines()]
+    assert [("error" in a) for a in answers] == [False, True, True, False]
+    assert answers[0] == answers[3] and answers[0]["start_now"] == ["b7"]
+    assert answers[2]["error"] == "waiting[0].submit: missing" and len(served.stderr.strip().splitlines()) == 2
+
+
+def test_export_refuses_to_replace_a_file_and_the_onnx_path_needs_no_torch(tmp_path, onnx_policy):
+    keep = tmp_path / "keep.onnx"
+    keep.write_text("mine")
+    refused = run_decide("--policy", POLICY, "--export", keep)
+    assert refused.returncode == 2 and "exists; give --overwrite" in refused.stderr and keep.read_text() == "mine"
+    code = ("import json, sys; from lightning_sched.decide import decide, load_scorer; "
+            f"a = decide(json.loads(sys.argv[1]), load_scorer({str(onnx_policy)!r})); "
+            "assert 'torch' not in sys.modules, 'torch imported'; print(a['start_now'])")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(MINIMAL)], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0 and out.stdout.strip() == "['b7']", out.stderr
