@@ -200,3 +200,35 @@ def test_export_refuses_to_replace_a_file_and_the_onnx_path_needs_no_torch(tmp_p
     out = subprocess.run([sys.executable, "-c", code, json.dumps(MINIMAL)], capture_output=True, text=True,
                          timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0 and out.stdout.strip() == "['b7']", out.stderr
+
+
+def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
+    now = 1_700_000_000
+
+    def slurm(n):  # Slurm 23.11's integer form; the plain form below
+        return {"set": True, "infinite": False, "number": n}
+
+    jobs = [{"job_id": 11, "job_state": ["RUNNING"], "cpus": slurm(200), "end_time": slurm(now + 3600)},
+            {"job_id": 12, "job_state": ["PENDING"], "cpus": slurm(128), "submit_time": slurm(now - 600),
+             "time_limit": slurm(60), "user_name": "ada"},
+            {"job_id": 13, "job_state": "PENDING", "cpus": 16, "submit_time": now - 60, "time_limit": 30},
+            {"job_id": 14, "job_state": "PENDING", "cpus": 4, "submit_time": now - 30,
+             "time_limit": {"set": True, "infinite": True, "number": 0}},
+            {"job_id": 15, "job_state": "COMPLETED", "cpus": 8}]
+    path = tmp_path / "squeue.json"
+    path.write_text(json.dumps({"jobs": jobs}))
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "squeue_hook.py"), "--policy", str(onnx_policy),
+                          "--processors", "256", "--input", str(path), "--now", str(now)],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert sorted(line.split()[2] for line in lines) == ["JobId=12", "JobId=13", "JobId=14"]
+    assert [int(line.split("Priority=")[1]) for line in lines] == [1_000_000, 999_999, 999_998]
+    assert "would start now" in out.stderr
+    path.write_text(json.dumps({"jobs": [{"job_id": 12, "job_state": "PENDING", "cpus": 300, "submit_time": now,
+                                          "time_limit": 5}]}))
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "squeue_hook.py"), "--policy", str(onnx_policy),
+                          "--processors", "256", "--input", str(path), "--now", str(now)],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert bad.returncode == 2 and bad.stderr.strip() == ("error: waiting[0].processors: 300 is more than the "
+                                                          "cluster's 256 processors")
