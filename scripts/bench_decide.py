@@ -2,10 +2,12 @@
 it with the policy loaded: JSON text in, decide(), JSON text out; median and 99th percentile over
 repeated snapshots, per policy file (checkpoint on torch, its ONNX export on onnxruntime), on
 --threads threads. With --check N it also replays --trace through decide() until N snapshots are
-recorded and counts the snapshots where the ONNX export's answer equals the checkpoint's.
+recorded and counts the snapshots where the ONNX export's answer equals the checkpoint's; with
+--schedules N it compares decide()'s schedules with the queue environment's on random sequences.
 
     python scripts/bench_decide.py --threads 1
     python scripts/bench_decide.py --threads 1 --check 10000 --trace ../shared/traces/lublin_256.swf.gz
+    python scripts/bench_decide.py --threads 1 --repeats 1 --schedules 4 --schedule_traces ../shared/traces/*.swf.gz
 """
 from __future__ import annotations
 
@@ -16,10 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import _common  # noqa: F401  (the checkout on sys.path)
 import numpy as np
 import torch
 
+import _common  # noqa: F401  (the checkout on sys.path)
 from lightning_sched.decide import decide, export_onnx, load_scorer
 from lightning_sched.decide.replay import replay
 
@@ -79,6 +81,36 @@ def check(policy: str, onnx_path: Path, trace: str, count: int, window: int) -> 
           f"off and EASY): decisions equal on {same_decision}, whole order equal on {same_order}")
 
 
+def schedules(policies: list[str], traces: list[str], count: int, windows=(128, 16), seed: int = 0) -> None:
+    """Replay `count` random sequences of 1024 jobs of each trace through decide() and through the queue
+    environment, per policy (its own backfilling) and window; count the sequences scheduled identically."""
+    from lightning_sched.queue.env import QueueEnv
+    from lightning_sched.queue.log import read_queue_log
+    from lightning_sched.queue.policy import QueuePolicy, load_queue_policy
+
+    rng = np.random.default_rng(seed)
+    same = total = 0
+    for trace in traces:
+        log = read_queue_log(trace)
+        for policy in policies:
+            net, cfg = load_queue_policy(policy)
+            scorer = load_scorer(policy)
+            for window in windows:
+                starts = rng.integers(0, log.num_jobs - 1024, count)
+                env = QueueEnv(log.config(window=window, backfill=cfg.backfill, sequence_length=1024), log,
+                               batch_size=[count], starts=torch.as_tensor(starts))
+                td, act = env.reset(), QueuePolicy(net)
+                while not bool(td["done"].all()):
+                    td = env.step(act(td))["next"]
+                for row, first in enumerate(starts):
+                    jobs = {k: v[0].numpy() for k, v in log.sequences(torch.tensor([first]), 1024).items()}
+                    ours = replay(jobs, log.nodes, log.processors_per_node, scorer, cfg.backfill, window)
+                    same += bool((ours == env.state.start[row].numpy()).all())
+                    total += 1
+    print(f"replay through decide() gives the environment's schedule on {same} of {total} sequences of 1024 jobs "
+          f"({len(traces)} logs x {len(policies)} policies x windows {list(windows)} x {count})")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", default="checkpoints/queue_bsld_easy.ckpt")
@@ -88,6 +120,11 @@ def main() -> None:
     p.add_argument("--check", type=int, default=0, metavar="N", help="also compare ONNX and checkpoint on N snapshots")
     p.add_argument("--trace", default="../shared/traces/lublin_256.swf.gz", help="the log --check replays")
     p.add_argument("--window", type=int, default=16, help="--check's window: small, so that it is often crowded")
+    p.add_argument("--schedules", type=int, default=0, metavar="N",
+                   help="compare decide()'s and the environment's schedules on N sequences per log, policy, window")
+    p.add_argument("--schedule_traces", nargs="+", default=["../shared/traces/lublin_256.swf.gz"])
+    p.add_argument("--schedule_policies", nargs="+",
+                   default=["checkpoints/queue_bsld.ckpt", "checkpoints/queue_bsld_easy.ckpt"])
     args = p.parse_args()
     for name, value in (("--threads", args.threads), ("--repeats", args.repeats), ("--processors", args.processors)):
         if value < 1:
@@ -109,6 +146,8 @@ def main() -> None:
             print(f"  {case:42s} " + "   ".join(cells))
         if args.check:
             check(args.policy, onnx_path, args.trace, args.check, args.window)
+    if args.schedules:
+        schedules(args.schedule_policies, args.schedule_traces, args.schedules)
 
 
 if __name__ == "__main__":
