@@ -215,16 +215,21 @@ class QueuePolicyRecord:
     """The logs it trained on."""
     train_fraction: float = 1.0
     """The share of each log's jobs (in submit order, from the first) its training drew from."""
+    adaptation: dict | None = None
+    """A meta-policy's inner loop (steps, lr, sequences, episodes: what scripts/adapt.py defaults to);
+    None for a policy trained to act as it is."""
     version: int = QUEUE_RECORD_VERSION
 
     @classmethod
-    def of(cls, net: QueueNetwork, cfg: QueueConfig, log=(), train_fraction: float = 1.0) -> QueuePolicyRecord:
+    def of(cls, net: QueueNetwork, cfg: QueueConfig, log=(), train_fraction: float = 1.0,
+           adaptation: dict | None = None) -> QueuePolicyRecord:
         return cls(cfg, net.spec, {k: v.detach().cpu() for k, v in net.state_dict().items()},
-                   tuple([log] if isinstance(log, str) else log), float(train_fraction))
+                   tuple([log] if isinstance(log, str) else log), float(train_fraction), adaptation)
 
     def to_dict(self) -> dict:
         return {"kind": POLICY_KIND, "queue": self.queue.to_dict(), "policy": self.policy.to_dict(),
                 "state_dict": self.state_dict, "log": list(self.log), "train_fraction": self.train_fraction,
+                **({} if self.adaptation is None else {"adaptation": dict(self.adaptation)}),
                 "version": QUEUE_RECORD_VERSION}
 
     @classmethod
@@ -244,7 +249,7 @@ class QueuePolicyRecord:
         log = entry.get("log", ())
         return cls(QueueConfig.from_dict(entry["queue"]), QueuePolicySpec.from_dict(entry["policy"]),
                    entry["state_dict"], tuple([log] if isinstance(log, str) else log),
-                   float(entry.get("train_fraction", 1.0)))
+                   float(entry.get("train_fraction", 1.0)), entry.get("adaptation"))
 
 
 def load_queue_policy(path, device="cpu") -> tuple[QueueNetwork, QueueConfig]:

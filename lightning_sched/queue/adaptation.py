@@ -1,0 +1,101 @@
+"""Adapting a queue policy to a site in a few policy-gradient steps: the inner loop of queue MAML
+(tasks/queue_maml.py) and what `scripts/adapt.py --env queue` runs.
+
+    for each step:
+        roll out N sequences x E episodes of the site's own history with pi_theta (sampled)
+        A_t = return from decision t - its mean over the E episodes of the sequence   (DeepRM's baseline)
+        theta <- theta - lr * grad( -mean_t log pi_theta(a_t | s_t) A_t / std(A) )   (REINFORCE)
+
+The rollout runs without gradients; the loss recomputes the log-probabilities of the recorded
+decisions with the network given, so a `higher` fast-weight network differentiates through it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..learning.baselines import TimeIndexedBaseline
+from ..learning.policy_gradient import discounted_returns
+from .env import QueueEnv
+
+
+@dataclass
+class QueueRollout:
+    """T decisions of B episodes, rows b*E..b*E+E-1 replaying one sequence.
+
+    job_features: FloatTensor[T, B, W, 4]; cluster_features: FloatTensor[T, B, 2]
+    action_mask: BoolTensor[T, B, W]; action: LongTensor[T, B]; reward: FloatTensor[T, B]
+    active: BoolTensor[T, B]  the row was not finished before decision t (its action counted)
+    metrics: the episodes' metrics (QueueEnv.episode_metrics), DoubleTensor[B] each
+    """
+
+    job_features: torch.Tensor
+    cluster_features: torch.Tensor
+    action_mask: torch.Tensor
+    action: torch.Tensor
+    reward: torch.Tensor
+    active: torch.Tensor
+    metrics: dict
+
+
+@torch.no_grad()
+def rollout(env: QueueEnv, net, generator: torch.Generator | None = None, greedy: bool = False) -> QueueRollout:
+    """Every row of `env` from its reset to its end with `net` (a QueueNetwork or a functional copy):
+    actions drawn from the softmax of its masked scores with `generator`, or its argmax."""
+    td = env.reset()
+    steps = []
+    while not bool(td["done"].all()):
+        logits = net(td["job_features"], td["cluster_features"], td["action_mask"])
+        if greedy:
+            action = logits.argmax(-1)
+        else:
+            action = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1)
+        td["action"] = action
+        active = ~td["done"].squeeze(-1)
+        steps.append((td["job_features"], td["cluster_features"], td["action_mask"], action, active))
+        td = env.step(td)["next"]
+        steps[-1] += (td["reward"].squeeze(-1),)
+    fields = [torch.stack(column) for column in zip(*steps)]
+    return QueueRollout(*fields[:4], reward=fields[5], active=fields[4], metrics=env.episode_metrics())
+
+
+def reinforce_loss(net, traj: QueueRollout, episodes: int) -> torch.Tensor:
+    """DeepRM's REINFORCE loss of `net` on the decisions of `traj`: -mean over active decisions of
+    log pi(a_t | s_t) x A_t, A_t the return from t minus its mean over the `episodes` episodes of the
+    sequence (TimeIndexedBaseline), divided by the advantages' standard deviation (so one step size
+    serves sites whose bounded slowdowns differ by orders of magnitude)."""
+    reward = torch.where(traj.active, traj.reward, 0.0)
+    advantage = TimeIndexedBaseline().advantages(discounted_returns(reward, 1.0), traj.active, None, episodes)
+    advantage = (advantage / (advantage[traj.active].std() + 1e-8))[traj.active]
+    active = traj.active
+    logits = net(traj.job_features[active], traj.cluster_features[active], traj.action_mask[active])  # [D, W]
+    log_prob = torch.log_softmax(logits, -1).gather(1, traj.action[active].unsqueeze(1)).squeeze(1)
+    return -(log_prob * advantage.detach()).mean()
+
+
+
+def site_env(log, cfg, sequences: int, episodes: int, positions: tuple[int, int], seed: int) -> QueueEnv:
+    """The training env of one site: `sequences` fresh sequences a reset, drawn from `positions`, each
+    played `episodes` times."""
+    return QueueEnv(cfg, log, batch_size=[sequences * episodes], positions=positions, seed=seed,
+                    episodes_per_sequence=episodes)
+
+
+def adapt(net, env: QueueEnv, steps: int, lr: float, episodes: int, generator: torch.Generator | None = None,
+          optimizer: str = "sgd") -> list[float]:
+    """`steps` REINFORCE steps of `net` (in place) on rollouts of `env` (rows b*E..b*E+E-1 one
+    sequence, E = `episodes`) with SGD (MAML's inner step) or Adam. Returns each step's rollout mean
+    bounded slowdown (sampled actions)."""
+    opt = torch.optim.SGD(net.parameters(), lr=lr) if optimizer == "sgd" else torch.optim.Adam(net.parameters(), lr=lr)
+    seen = []
+    for _ in range(steps):
+        traj = rollout(env, net, generator)
+        seen.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
+        opt.zero_grad()
+        reinforce_loss(net, traj, episodes).backward()
+        bad = [name for name, p in net.named_parameters() if p.grad is not None and not bool(p.grad.isfinite().all())]
+        if bad:
+            raise FloatingPointError(f"adaptation: a non-finite gradient in {bad[0]}; no step taken")
+        opt.step()
+    return seen

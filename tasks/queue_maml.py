@@ -1,0 +1,185 @@
+"""MAML (Finn et al., ICML 2017) over queue sites (lightning_sched.queue.sites): a per-job queue policy
+that adapts to a site's hidden parameters (how its users' requests overstate run times, its load,
+how job size goes with length) in a few REINFORCE steps on the site's own history.
+
+    for each meta-iteration:                                      (training_step)
+        draw `meta_batch` training sites
+        for each site k:
+            theta_k = theta                                       (higher.innerloop_ctx, copy_initial_weights=False)
+            repeat inner_steps times:
+                roll out theta_k: `sequences` sequences x `episodes` episodes of the site's training range
+                theta_k <- theta_k - inner_lr grad L_k(theta_k)   (REINFORCE, DeepRM's time-indexed
+                                                                   baseline: queue.adaptation)
+            roll out theta_k on fresh sequences of the site; meta-loss += L_k(theta_k) / meta_batch
+        theta <- Adam(grad meta-loss)                             (through the inner steps, or first order)
+
+The inner loop is REINFORCE, not the PPO loss QueuePPO trains with: one clipped-surrogate step at
+ratio 1 is the same gradient, and a REINFORCE step is what `higher` differentiates cheaply. The
+mixture baseline is the same module with inner_steps 0 and `rollouts_per_site` = the MAML run's
+inner_steps + 1: the same sites, the same number of episodes, no adaptation inside training.
+Validation adapts as training does (inner_steps steps) on fixed sequences of each training site
+and logs the greedy policy's mean bounded slowdown; the best checkpoint monitors it.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import higher
+import torch
+from lightning.pytorch import LightningModule
+from torch.utils.data import DataLoader
+
+from lightning_sched import seeds
+from lightning_sched.config import ConfigError
+from lightning_sched.queue.adaptation import adapt, reinforce_loss, rollout, site_env
+from lightning_sched.queue.config import QueueConfig
+from lightning_sched.queue.env import QueueEnv
+from lightning_sched.queue.log import read_queue_log
+from lightning_sched.queue.policy import CHECKPOINT_KEY, QueuePolicyRecord, load_queue_policy
+from lightning_sched.queue.sites import TRAINING_SITES
+
+from .base import SchedulerTask, plain_values, require_at_least, require_positive
+
+
+class QueueMAML(LightningModule):
+    """Args:
+        init_from: a queue policy checkpoint the meta-policy starts from (its network and weights).
+        traces: the folder of the training sites' logs (lightning_sched.queue.sites.TRAINING_SITES).
+        train_fraction: each site's sequences come from the first this share of its log.
+        backfill, window, sequence_length: the QueueConfig (the cluster comes from the logs).
+        meta_batch: sites per meta-iteration (drawn without replacement).
+        inner_steps: REINFORCE steps inside a meta-iteration; 0 trains the mixture baseline.
+        inner_lr: the inner SGD step (advantages are normalised, so it is a step in log-probabilities).
+        sequences, episodes: each rollout's N sequences x E episodes.
+        rollouts_per_site: rollouts of the meta-parameters per site when inner_steps is 0 (the mixture
+            baseline's samples match a MAML run with inner_steps = this - 1).
+        meta_lr: Adam's step on the meta-parameters.
+        first_order: the meta-gradient taken at the adapted weights (no gradient through the inner steps).
+        validation_length: jobs of each site's validation sequence.
+        iterations_per_epoch: pacing only.
+        seed: seeds the sites drawn, the sequences and the actions.
+    """
+
+    def __init__(self, init_from: str, traces: str = "../shared/traces", train_fraction: float = 0.8,
+                 backfill: str = "off", window: int = 128, sequence_length: int = 256, meta_batch: int = 5,
+                 inner_steps: int = 1, inner_lr: float = 0.1, sequences: int = 4, episodes: int = 4,
+                 rollouts_per_site: int = 1, meta_lr: float = 1e-4, first_order: bool = False,
+                 validation_length: int = 1024, iterations_per_epoch: int = 50, seed: int = 0):
+        super().__init__()
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        require_at_least("QueueMAML", 1, meta_batch=meta_batch, sequences=sequences, episodes=episodes,
+                         rollouts_per_site=rollouts_per_site, iterations_per_epoch=iterations_per_epoch,
+                         validation_length=validation_length)
+        require_at_least("QueueMAML", 0, inner_steps=inner_steps)
+        require_positive("QueueMAML", inner_lr=inner_lr, meta_lr=meta_lr)
+        if inner_steps > 0 and rollouts_per_site != 1:
+            raise ConfigError("QueueMAML.rollouts_per_site is for the mixture baseline (inner_steps 0) only")
+        if meta_batch > len(TRAINING_SITES):
+            raise ConfigError(f"QueueMAML.meta_batch must be at most the {len(TRAINING_SITES)} training sites, "
+                              f"got {meta_batch}")
+        self.net, _ = load_queue_policy(init_from)
+        self.net.train()
+        self.sites = [(name, model, model.apply(read_queue_log(Path(traces) / name))) for name, model in TRAINING_SITES]
+        first = self.sites[0][2]
+        self.cfg = first.config(backfill=backfill, window=window, sequence_length=sequence_length)
+        self.val_cfg = QueueConfig.from_dict({**self.cfg.to_dict(), "sequence_length": validation_length})
+        self.positions = [log.positions(0, log.jobs_before(train_fraction), sequence_length) for *_, log in self.sites]
+        self._envs: dict = {}
+
+    def train_dataloader(self):
+        return DataLoader(range(self.hparams.iterations_per_epoch), batch_size=None, shuffle=False)
+
+    def val_dataloader(self):
+        return DataLoader([0], batch_size=None)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.net.scorer.parameters(), lr=self.hparams.meta_lr)
+
+    def env(self, site: int) -> QueueEnv:
+        """Site `site`'s training env (fresh sequences at every reset), built once."""
+        if site not in self._envs:
+            hp = self.hparams
+            self._envs[site] = site_env(self.sites[site][2], self.cfg, hp.sequences, hp.episodes,
+                                        self.positions[site], seed=seeds.training(hp.seed, 0, stream=site))
+        return self._envs[site]
+
+    def training_step(self, batch, batch_idx):
+        hp = self.hparams
+        generator = torch.Generator().manual_seed(seeds.training(hp.seed, self.global_step, 0))
+        chosen = torch.randperm(len(self.sites), generator=generator)[:hp.meta_batch].tolist()
+        inner = torch.optim.SGD(self.net.scorer.parameters(), lr=hp.inner_lr)
+        optimizer = self.optimizers()
+        optimizer.zero_grad()
+        bsld, meta_loss = [], 0.0
+        for site in chosen:
+            env = self.env(site)
+            if hp.inner_steps == 0:  # the mixture baseline: the meta-parameters' own loss, as many samples
+                for _ in range(hp.rollouts_per_site):
+                    traj = rollout(env, self.net.scorer, generator)
+                    loss = reinforce_loss(self.net.scorer, traj, hp.episodes) / (hp.meta_batch * hp.rollouts_per_site)
+                    self.manual_backward(loss)
+                    meta_loss += float(loss.detach())
+                    bsld.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
+                continue
+            with higher.innerloop_ctx(self.net.scorer, inner, copy_initial_weights=False,
+                                      track_higher_grads=not hp.first_order) as (fnet, diffopt):
+                for _ in range(hp.inner_steps):
+                    diffopt.step(reinforce_loss(fnet, rollout(env, fnet, generator), hp.episodes))
+                traj = rollout(env, fnet, generator)
+                loss = reinforce_loss(fnet, traj, hp.episodes) / hp.meta_batch
+                self.meta_backward(loss, fnet)
+            meta_loss += float(loss.detach())
+            bsld.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
+        torch.nn.utils.clip_grad_norm_(self.net.scorer.parameters(), 1.0)
+        SchedulerTask.check_loss(self, torch.tensor(meta_loss))
+        optimizer.step()
+        self.log_dict({"train/meta_loss": meta_loss, "train/mean_bounded_slowdown": sum(bsld) / len(bsld)},
+                      on_step=True, on_epoch=False)
+        self.log("bsld", sum(bsld) / len(bsld), prog_bar=True, on_step=True, on_epoch=False, logger=False)
+
+    def meta_backward(self, loss: torch.Tensor, fnet) -> None:
+        """The meta-gradient of a site's loss: through the inner steps, or (first order) the gradient
+        at the adapted weights added to the meta-parameters'."""
+        if not self.hparams.first_order:
+            self.manual_backward(loss)
+            return
+        grads = torch.autograd.grad(loss, list(fnet.parameters()), allow_unused=True)
+        for p, g in zip(self.net.scorer.parameters(), grads, strict=True):
+            if g is not None:
+                p.grad = g if p.grad is None else p.grad + g
+
+    on_train_batch_end = SchedulerTask.on_train_batch_end
+
+    # ----- validation: adapt as training does, then the greedy policy on fixed sequences ----------
+    @torch.inference_mode(False)  # Lightning validates under inference mode; adapting needs gradients
+    @torch.enable_grad()
+    def validation_step(self, batch, batch_idx):
+        hp = self.hparams
+        results = []
+        for site, (_, _, log) in enumerate(self.sites):
+            net = copy.deepcopy(self.net)  # adapted here, the meta-policy untouched
+            generator = torch.Generator().manual_seed(seeds.VALIDATION + site)
+            if hp.inner_steps:
+                adapt(net.scorer, site_env(log, self.cfg, hp.sequences, hp.episodes, self.positions[site],
+                                           seed=seeds.VALIDATION + site), hp.inner_steps, hp.inner_lr, hp.episodes,
+                      generator)
+            lo, hi = self.positions[site][0], self.positions[site][1] + hp.sequence_length - hp.validation_length
+            start = torch.randint(lo, hi + 1, (1,), generator=generator)
+            env = QueueEnv(self.val_cfg, log, batch_size=[1], starts=start)
+            with torch.no_grad():
+                results.append(float(rollout(env, net.scorer, greedy=True).metrics["mean_bounded_slowdown"][0]))
+        value = sum(results) / len(results)
+        self.log("eval/mean_bounded_slowdown", value, on_step=False, on_epoch=True, batch_size=1)
+        self.log("val_bsld", value, prog_bar=True, logger=False, on_epoch=True, batch_size=1)
+
+    def on_save_checkpoint(self, checkpoint):
+        hp = self.hparams
+        inner = {"steps": hp.inner_steps, "lr": hp.inner_lr, "sequences": hp.sequences, "episodes": hp.episodes}
+        sites = [f"{name}:{model.name}" for name, model, _ in self.sites]  # log:site model (queue.sites)
+        checkpoint[CHECKPOINT_KEY] = QueuePolicyRecord.of(self.net, self.cfg, sites, hp.train_fraction,
+                                                          adaptation=inner).to_dict()
+        if self.CHECKPOINT_HYPER_PARAMS_KEY in checkpoint:
+            checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY] = plain_values(checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY])
+
