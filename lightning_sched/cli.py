@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from .config import SIZE_FIELDS, ClusterConfig, ConfigError
@@ -232,3 +232,49 @@ def idle_rule(text: str) -> str:
         return rule_name(text)
     except ConfigError:
         raise argparse.ArgumentTypeError(f"must be one of {', '.join(IDLE_RULES)}, got {text!r}") from None
+
+
+def add_site_flags(ap: argparse.ArgumentParser) -> None:
+    """The queue env's site flags (lightning_sched.queue.sites): a declared site, or a log rewritten
+    with hidden parameters given here."""
+    g = ap.add_argument_group("site (queue env): what differs between clusters and the state cannot show")
+    g.add_argument("--site", help="a declared site by name (lightning_sched.queue.sites: TRAINING_SITES, "
+                                  "HELDOUT_SITES); its log, from --traces_dir, unless --trace is given")
+    g.add_argument("--traces_dir", default="../shared/traces", help="where declared sites' logs are")
+    g.add_argument("--request_factors", nargs="+", metavar="P:LOW:HIGH",
+                   help="requested = actual x a factor: with probability P log-uniform in [LOW, HIGH]")
+    g.add_argument("--max_request", type=at_least(1), help="seconds: no request above this")
+    g.add_argument("--size_length_correlation", type=float,
+                   help="re-pair processors with run times to this rank correlation, in [-1, 1]")
+    g.add_argument("--site_seed", type=int, default=0, help="seed of the site's draws")
+
+
+def site_from_args(args):
+    """(the declared site's log path or None, the SiteModel or None) of the site flags; --load, when
+    the parser has it, is the site's arrival load. ConfigError naming the flag."""
+    from pathlib import Path
+
+    from .queue.sites import HELDOUT_SITES, TRAINING_SITES, SiteModel
+
+    custom = [f for f in ("request_factors", "max_request", "size_length_correlation") if getattr(args, f) is not None]
+    load = getattr(args, "load", None)
+    if args.site is not None:
+        declared = {model.name: (name, model) for name, model in (*TRAINING_SITES, *HELDOUT_SITES)}
+        if args.site not in declared:
+            raise ConfigError(f"--site must be one of {', '.join(declared)}, got {args.site!r}")
+        if custom or (load is not None and declared[args.site][1].load is not None):
+            flag = (custom or ['load'])[0]
+            raise ConfigError(f"--site {args.site} fixes its parameters; --{flag} cannot change them")
+        name, model = declared[args.site]
+        return str(Path(args.traces_dir) / name), model if load is None else replace(model, load=load)
+    if not custom:
+        return None, None if load is None else SiteModel("load", load=load)
+    buckets = []
+    for item in args.request_factors or ():
+        try:
+            p, low, high = (float(x) for x in item.split(":"))
+        except ValueError:
+            raise ConfigError(f"--request_factors: {item!r} is not P:LOW:HIGH") from None
+        buckets.append((p, low, high))
+    return None, SiteModel("custom", tuple(buckets), args.max_request, load, args.size_length_correlation,
+                           args.site_seed)

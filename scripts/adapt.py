@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -42,11 +43,14 @@ from lightning_sched.analysis import select_acting
 from lightning_sched.cli import (
     ScriptParser,
     add_cluster_flags,
+    add_site_flags,
     add_trace_flags,
     add_workload_flags,
     at_least,
+    positive_float,
     reward_from_args,
     setup_from_args,
+    site_from_args,
     workload_from_args,
 )
 from lightning_sched.evaluation import compare, evaluate, make_jobsets
@@ -81,6 +85,14 @@ def heuristic_reference(cfg: ClusterConfig, eval_jobs, metric: str, device) -> t
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--env" in argv:  # the queue env has flags of its own (--env queue --help lists them)
+        at = argv.index("--env")
+        if argv[at + 1:at + 2] == ["queue"]:
+            return queue_main(argv[:at] + argv[at + 2:])
+        if argv[at + 1:at + 2] != ["deeprm"]:
+            raise ConfigError(f"--env must be deeprm or queue, got {' '.join(argv[at + 1:at + 2]) or 'nothing'}")
+        argv = argv[:at] + argv[at + 2:]
     ap = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ckpt", required=True, help="checkpoint to adapt")
     ap.add_argument("--steps", type=int, default=5, help="adaptation steps K")
@@ -169,6 +181,125 @@ def main(argv=None) -> int:
     PolicyRecord.of(net, acting, adaptation=dict(vars(settings)), adapted_from=str(args.ckpt), adapted_on=train_desc,
                     acting_selected=selected).save(out)
     print(f"saved {out}", file=sys.stderr)  # stdout's last line stays the final metrics (--json)
+    return 0
+
+
+def queue_main(argv) -> int:
+    """adapt.py --env queue: queue policies adapted to a site in a few REINFORCE steps on its own
+    history (its first 80%), each measured greedily after every step on sequences of 1024 jobs from
+    the rest (docs/hpc_queue.md, "Sites"), with the rules and paired differences on the same sequences."""
+    from lightning_sched.evaluation import mean_ci95
+    from lightning_sched.files import atomic_torch_save
+    from lightning_sched.plots import adaptation_curves
+    from lightning_sched.queue.adaptation import adaptation_curve
+    from lightning_sched.queue.evaluation import (
+        EVAL_LENGTH,
+        RULES,
+        TRAIN_FRACTION,
+        evaluate_queue,
+        heuristic_policies,
+        protocol_starts,
+    )
+    from lightning_sched.queue.log import read_queue_log
+    from lightning_sched.queue.policy import (
+        QueueNetwork,
+        QueuePolicyRecord,
+        QueuePolicySpec,
+        load_queue_policy,
+        read_queue_record,
+    )
+
+    ap = ScriptParser(prog="adapt.py --env queue", description=queue_main.__doc__)
+    ap.add_argument("--policy", nargs="+", required=True,
+                    help="queue checkpoints, and/or 'scratch' (a fresh network seeded by --seed)")
+    ap.add_argument("--reference", help="one of --policy that every other is compared with after the same steps "
+                                        "(e.g. the mixture baseline)")
+    ap.add_argument("--trace", help="an SWF log (default: --site's)")
+    ap.add_argument("--load", type=positive_float, help="scale the log's arrivals to this offered load")
+    add_site_flags(ap)
+    ap.add_argument("--steps", type=at_least(0), default=5, help="adaptation steps")
+    ap.add_argument("--measure", type=at_least(0), nargs="+", help="steps after which to measure (default 0..steps)")
+    ap.add_argument("--lr", type=positive_float, help="step size (default: the checkpoint's inner lr, else 0.1)")
+    ap.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
+    ap.add_argument("--sequences", type=at_least(1), help="sequences of 256 jobs a step (default: its inner loop's, "
+                                                          "else 4)")
+    ap.add_argument("--episodes", type=at_least(2), help="episodes of each (default: inner loop's, else 4)")
+    ap.add_argument("--eval_sequences", type=at_least(2), default=50, help="test sequences from the last 20%%")
+    ap.add_argument("--backfill", choices=("off", "easy"), default="off")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the adaptation sequences and actions")
+    ap.add_argument("--out", help="save the first --policy, adapted, to this new file")
+    ap.add_argument("--figure", help="draw the curves to this new file")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", action="store_true", help="also print one JSON line per policy and step")
+    args = ap.parse_args(argv)
+    for path in (args.out, args.figure):
+        if path and Path(path).exists():
+            raise ConfigError(f"{path}: exists (outputs are never overwritten)")
+    if args.reference is not None and args.reference not in args.policy:
+        raise ConfigError(f"--reference {args.reference!r} must be one of --policy")
+    site_log, site = site_from_args(args)
+    trace = args.trace or site_log
+    if trace is None:
+        raise ConfigError("--trace: give an SWF log (or a declared --site)")
+    set_threads(args.threads)
+    log = read_queue_log(trace)
+    log = site.apply(log) if site is not None else log
+    cfg = log.config(sequence_length=EVAL_LENGTH, backfill=args.backfill)
+    starts = protocol_starts(log, "heldout", args.eval_sequences)
+    train_jobs = log.jobs_before(TRAIN_FRACTION)
+    print(f"{Path(trace).name}: {log.summary()}")
+    print(f"adapting on its first {train_jobs} jobs; measured on {len(starts)} sequences of {EVAL_LENGTH} jobs after "
+          f"them, backfill {args.backfill}; mean bounded slowdown ± 95% CI over sequences, differences paired")
+    rules = {name: evaluate_queue(policy, rule_cfg, log, starts).sequences["mean_bounded_slowdown"]
+             for name, (policy, rule_cfg) in heuristic_policies(RULES, cfg).items()}
+    best = min(rules, key=lambda n: float(rules[n].mean()))
+    for name, values in rules.items():
+        mean, ci = mean_ci95(values)
+        print(f"  {name:8s} {mean:9.2f} ± {ci:7.2f}" + ("  (best rule)" if name == best else ""))
+    curves, adapted_first = {}, None
+    for spec in args.policy:
+        if spec == "scratch":
+            torch.manual_seed(args.seed)
+            net, inner, trained = QueueNetwork(QueuePolicySpec()), {}, cfg
+        else:
+            net, trained = load_queue_policy(spec)
+            inner = read_queue_record(spec).adaptation or {}
+        policy_cfg = replace(cfg, window=trained.window, max_wait=trained.max_wait, max_requested=trained.max_requested)
+        lr = args.lr or inner.get("lr", 0.1)
+        curves[spec], net = adaptation_curve(net, log, policy_cfg, starts, args.steps, lr,
+                                             args.sequences or inner.get("sequences", 4),
+                                             args.episodes or inner.get("episodes", 4), train_jobs, args.seed,
+                                             args.optimizer, measure_at=args.measure)
+        adapted_first = adapted_first or (net, policy_cfg)
+    for spec, curve in curves.items():
+        for step, values in curve.items():
+            mean, ci = mean_ci95(values)
+            text = f"{spec:40s} step {step:3d}  {mean:9.2f} ± {ci:7.2f}"
+            line = {"policy": spec, "step": step, "site": log.summary(), "mean_bounded_slowdown": mean,
+                    "mean_bounded_slowdown_ci95": ci, "sequences": len(starts), "best_rule": best}
+            line["minus_best_rule"], line["minus_best_rule_ci95"] = mean_ci95(values - rules[best])
+            text += f"  minus {best}: {line['minus_best_rule']:+8.2f} ± {line['minus_best_rule_ci95']:6.2f}"
+            if args.reference and spec != args.reference and step in curves[args.reference]:
+                diff, diff_ci = mean_ci95(values - curves[args.reference][step])
+                line.update(reference=args.reference, minus_reference=diff, minus_reference_ci95=diff_ci)
+                text += f"  minus reference: {diff:+8.2f} ± {diff_ci:6.2f}"
+            print(text + f"  ({len(starts)} sequences)")
+            if args.json:
+                print(json.dumps(line))
+    if args.figure:
+        site_name = site.name if site is not None else Path(trace).name
+        fig = adaptation_curves({site_name: {Path(s).stem: {k: mean_ci95(v) for k, v in c.items()}
+                                             for s, c in curves.items()}},
+                                {site_name: {f"{best} (best rule)": mean_ci95(rules[best])}},
+                                ylabel="mean bounded slowdown", title="adapted to the site's first 80%")
+        fig.savefig(args.figure, dpi=120)
+        print(f"figure: {args.figure}", file=sys.stderr)
+    if args.out:
+        net, policy_cfg = adapted_first
+        record = QueuePolicyRecord.of(net, replace(policy_cfg, sequence_length=256), [log.summary()["log"]],
+                                      TRAIN_FRACTION)
+        atomic_torch_save({"lightning_sched": record.to_dict()}, args.out)
+        print(f"saved {args.out}", file=sys.stderr)
     return 0
 
 

@@ -34,12 +34,14 @@ from lightning_sched import ClusterConfig, ConfigError, JobSet, seeds
 from lightning_sched.cli import (
     ScriptParser,
     add_cluster_flags,
+    add_site_flags,
     add_trace_flags,
     add_workload_flags,
     at_least,
     idle_rule,
     positive_float,
     setup_from_args,
+    site_from_args,
     workload_from_args,
 )
 from lightning_sched.config import REWARD_FIELDS
@@ -177,7 +179,7 @@ def queue_main(argv) -> int:
     from lightning_sched.queue.heuristics import HEURISTICS as QUEUE_HEURISTICS
 
     ap = ScriptParser(prog="evaluate.py --env queue", description=queue_main.__doc__)
-    ap.add_argument("--trace", required=True, nargs="+", help="SWF logs (.swf or .swf.gz): one case each")
+    ap.add_argument("--trace", nargs="+", help="SWF logs (.swf or .swf.gz): one case each (default: --site's log)")
     ap.add_argument("--protocol", choices=PROTOCOLS, default="rlscheduler",
                     help="rlscheduler: its 10 sequences of 1024 jobs; heldout: --sequences sequences of 1024 jobs "
                          "from the log's last 20%%")
@@ -188,6 +190,7 @@ def queue_main(argv) -> int:
     ap.add_argument("--load", type=positive_float,
                     help="scale the log's inter-arrival times to this offered load (default: as recorded)")
     ap.add_argument("--bsld_threshold", type=positive_float, default=10.0, help="seconds (bounded slowdown)")
+    add_site_flags(ap)
     ap.add_argument("--figure", help="also draw every case's per-sequence values to this file (never overwritten)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
@@ -195,12 +198,16 @@ def queue_main(argv) -> int:
     args = ap.parse_args(argv)
     if args.figure and Path(args.figure).exists():
         raise ConfigError(f"--figure {args.figure}: the file exists (outputs are never overwritten)")
+    site_log, site = site_from_args(args)
+    traces = args.trace or ([site_log] if site_log else None)
+    if not traces:
+        raise ConfigError("--trace: give one or more SWF logs (or a declared --site)")
     set_threads(args.threads)
     lines, panels, reference = [], {}, {}
-    for trace in args.trace:
+    for trace in traces:
         for backfill in args.backfill:
             case, per_sequence = run_protocol(trace, args.protocol, args.policy, backfill=backfill,
-                                              sequences=args.sequences, load=args.load,
+                                              sequences=args.sequences, site=site,
                                               bsld_threshold=args.bsld_threshold, device=args.device, echo=print)
             lines += case
             label = f"{Path(trace).name}, backfill {backfill}"

@@ -84,10 +84,10 @@ def site_env(log, cfg, sequences: int, episodes: int, positions: tuple[int, int]
 
 
 def adapt(net, env: QueueEnv, steps: int, lr: float, episodes: int, generator: torch.Generator | None = None,
-          optimizer: str = "sgd") -> list[float]:
+          optimizer: str = "sgd", after_step=None) -> list[float]:
     """`steps` REINFORCE steps of `net` (in place) on rollouts of `env` (rows b*E..b*E+E-1 one
-    sequence, E = `episodes`) with SGD (MAML's inner step) or Adam. Returns each step's rollout mean
-    bounded slowdown (sampled actions)."""
+    sequence, E = `episodes`) with SGD (MAML's inner step) or Adam; `after_step(k)` is called after
+    step k (1-based). Returns each step's rollout mean bounded slowdown (sampled actions)."""
     opt = torch.optim.SGD(net.parameters(), lr=lr) if optimizer == "sgd" else torch.optim.Adam(net.parameters(), lr=lr)
     seen = []
     for _ in range(steps):
@@ -99,23 +99,29 @@ def adapt(net, env: QueueEnv, steps: int, lr: float, episodes: int, generator: t
         if bad:
             raise FloatingPointError(f"adaptation: a non-finite gradient in {bad[0]}; no step taken")
         opt.step()
+        if after_step is not None:
+            after_step(len(seen))
     return seen
 
 
 def adaptation_curve(net, log, cfg, starts: torch.Tensor, steps: int, lr: float, sequences: int, episodes: int,
-                     train_jobs: int, seed: int, optimizer: str = "sgd", train_length: int = 256) -> list[torch.Tensor]:
+                     train_jobs: int, seed: int, optimizer: str = "sgd", train_length: int = 256,
+                     measure_at=None) -> tuple[dict[int, torch.Tensor], torch.nn.Module]:
     """A copy of `net` adapted `steps` times to `log` (rollouts of `train_length` jobs from its first
-    `train_jobs` jobs, seeded by `seed`), measured greedily before the first step and after each on
-    the sequences of `cfg` starting at `starts`: steps + 1 DoubleTensors [N], mean bounded slowdown
-    per sequence."""
+    `train_jobs` jobs, seeded by `seed`), measured greedily after the steps in `measure_at` (default
+    0..steps; 0: before the first) on the sequences of `cfg` starting at `starts`. Returns ({step:
+    DoubleTensor[N] of each sequence's mean bounded slowdown}, the adapted copy)."""
     net = copy.deepcopy(net).train()
+    measure_at = set(range(steps + 1)) if measure_at is None else set(measure_at)
     train_cfg = replace(cfg, sequence_length=train_length)
-    train_positions = log.positions(0, train_jobs, train_length)
-    train_env = site_env(log, train_cfg, sequences, episodes, train_positions, seed)
+    train_env = site_env(log, train_cfg, sequences, episodes, log.positions(0, train_jobs, train_length), seed)
     test_env = QueueEnv(cfg, log, batch_size=[len(starts)], starts=starts)
-    generator = torch.Generator().manual_seed(seed)
-    curve = [rollout(test_env, net, greedy=True).metrics["mean_bounded_slowdown"]]
-    for _ in range(steps):
-        adapt(net, train_env, 1, lr, episodes, generator, optimizer)
-        curve.append(rollout(test_env, net, greedy=True).metrics["mean_bounded_slowdown"])
-    return curve
+    curve = {}
+
+    def measure(step: int) -> None:
+        if step in measure_at:
+            curve[step] = rollout(test_env, net, greedy=True).metrics["mean_bounded_slowdown"]
+
+    measure(0)
+    adapt(net, train_env, steps, lr, episodes, torch.Generator().manual_seed(seed), optimizer, after_step=measure)
+    return curve, net

@@ -119,15 +119,16 @@ def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[C
 
 
 def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str = "off", sequences: int = 100,
-                 load: float | None = None, bsld_threshold: float = 10.0, device="cpu",
+                 site=None, bsld_threshold: float = 10.0, device="cpu",
                  echo=print) -> tuple[list[dict], dict[str, torch.Tensor]]:
-    """Every policy of `policies` on `trace` under `protocol`; prints a table through `echo` and
+    """Every policy of `policies` on `trace` (rewritten as `site`, a queue.sites.SiteModel, when
+    given) under `protocol`; prints a table through `echo` and
     returns one dict per policy (the metrics with 95% CIs over sequences, and, where a rule of
     RULES ran, the paired difference to the best of them, "best heuristic") and each policy's
     per-sequence mean bounded slowdowns."""
     log = read_queue_log(trace)
-    if load is not None:
-        log = log.with_load(load)
+    if site is not None:
+        log = site.apply(log)
     cfg = log.config(sequence_length=EVAL_LENGTH, backfill=backfill, bsld_threshold=bsld_threshold)
     resolved = {spec: resolve(spec, cfg, device) for spec in policies}
     starts = protocol_starts(log, protocol, sequences)

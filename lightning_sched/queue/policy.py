@@ -252,9 +252,9 @@ class QueuePolicyRecord:
                    float(entry.get("train_fraction", 1.0)), entry.get("adaptation"))
 
 
-def load_queue_policy(path, device="cpu") -> tuple[QueueNetwork, QueueConfig]:
-    """(network in eval mode, the QueueConfig it trained on) from a checkpoint written by
-    tasks.queue_ppo (or a `QueuePolicyRecord` saved under "lightning_sched"), read with weights_only=True."""
+def read_queue_record(path) -> QueuePolicyRecord:
+    """The `QueuePolicyRecord` of a checkpoint written by tasks.queue_ppo or tasks.queue_maml (or a
+    record saved under "lightning_sched"), read with weights_only=True; ConfigError naming the file."""
     data = load_torch_file(path, "queue policy checkpoint", weights_only=True)
     saved = data.get(CHECKPOINT_KEY, data) if isinstance(data, dict) else None
     if not isinstance(saved, dict) or saved.get("kind") != POLICY_KIND:
@@ -262,9 +262,14 @@ def load_queue_policy(path, device="cpu") -> tuple[QueueNetwork, QueueConfig]:
                           f"'{POLICY_KIND}'; a cluster policy is read by "
                           "lightning_sched.policies.checkpoints.load_policy)")
     try:
-        record = QueuePolicyRecord.from_dict(saved)
+        return QueuePolicyRecord.from_dict(saved)
     except (ConfigError, KeyError, TypeError) as error:
         raise ConfigError(f"{path}: {error}") from None
+
+
+def load_queue_policy(path, device="cpu") -> tuple[QueueNetwork, QueueConfig]:
+    """(network in eval mode, the QueueConfig it trained on) of a queue policy checkpoint (`read_queue_record`)."""
+    record = read_queue_record(path)
     net = QueueNetwork(record.policy)
     try:
         net.load_state_dict(record.state_dict)
