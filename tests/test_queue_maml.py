@@ -1,0 +1,97 @@
+"""Meta-learning across queue sites: QueueMAML through fit.py, and adapt.py --env queue on a site."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_queue_env import write_log
+
+from lightning_sched.cli import ScriptParser, add_site_flags, site_from_args
+from lightning_sched.config import ConfigError
+from lightning_sched.files import load_torch_file
+from lightning_sched.queue.policy import load_queue_policy, read_queue_record
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES = ROOT.parent / "shared" / "traces"
+POLICY = ROOT / "checkpoints" / "queue_bsld.ckpt"
+
+
+def run(script: str, *args, cwd: Path):
+    env = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd),
+           "WANDB_DIR": str(cwd), "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.parametrize("mode", [["--model.init_args.first_order", "false"],
+                                  ["--model.init_args.inner_steps", "0", "--model.init_args.rollouts_per_site", "2"]],
+                         ids=["second_order", "mixture"])
+def test_queue_maml_trains_validates_and_saves_its_inner_loop(tmp_path, mode):
+    tiny = ["--model.init_args.meta_batch", "2", "--model.init_args.sequences", "1", "--model.init_args.episodes", "2",
+            "--model.init_args.sequence_length", "32", "--model.init_args.validation_length", "64",
+            "--model.init_args.iterations_per_epoch", "2", "--trainer.max_steps", "2", "--trainer.val_check_interval",
+            "2", "--trainer.logger", "false"]
+    proc = run("fit.py", "fit", "--config", ROOT / "configs" / "base" / "queue_maml.yaml", "--threads", "1",
+               "--model.init_args.init_from", POLICY, "--model.init_args.traces", TRACES, *tiny, *mode, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    folder = tmp_path / "runs" / "queue_maml"
+    header = (folder / "metrics.csv").read_text().splitlines()[0]
+    assert "eval/mean_bounded_slowdown" in header and "train/meta_loss" in header
+    last = folder / "checkpoints" / "last.ckpt"
+    record = read_queue_record(last)
+    assert record.log[0] == "lublin_256.swf.gz:lublin1-exact" and record.train_fraction == 0.8
+    assert record.adaptation["steps"] == (0 if "0" in mode else 1)
+    start, _ = load_queue_policy(POLICY)
+    trained, _ = load_queue_policy(last)
+    moved = [not torch.equal(a, b) for a, b in zip(start.scorer.parameters(), trained.scorer.parameters())]
+    assert all(moved)  # the meta-gradient reaches every weight of the scorer
+    assert load_torch_file(last, "checkpoint", weights_only=True)["global_step"] == 2
+
+
+def test_adapt_queue_prints_paired_differences_and_saves_the_adapted_policy(tmp_path):
+    log = write_log(tmp_path / "site.swf", jobs=6000, nodes=64)
+    out = tmp_path / "adapted.ckpt"
+    proc = run("adapt.py", "--env", "queue", "--trace", log, "--request_factors", "0.5:1:2", "0.5:2:10",
+               "--size_length_correlation", "0.5", "--policy", POLICY, "scratch", "--reference", "scratch",
+               "--steps", "1", "--sequences", "1", "--episodes", "2", "--eval_sequences", "3", "--json", "--out", out,
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [(line["policy"].split("/")[-1], line["step"]) for line in lines] == [
+        ("queue_bsld.ckpt", 0), ("queue_bsld.ckpt", 1), ("scratch", 0), ("scratch", 1)]
+    assert all(line["sequences"] == 3 and "minus_best_rule_ci95" in line for line in lines)
+    assert "minus_reference" in lines[0] and "minus_reference" not in lines[2]
+    assert lines[0]["site"]["site"]["request_buckets"] == [[0.5, 1.0, 2.0], [0.5, 2.0, 10.0]]
+    net, cfg = load_queue_policy(out)
+    assert cfg.nodes == 64
+    again = run("adapt.py", "--env", "queue", "--trace", log, "--policy", POLICY, "--steps", "0", "--out", out,
+                cwd=tmp_path)
+    assert again.returncode == 2 and "exists" in again.stderr
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--site", "nowhere"], "--site must be one of"),
+    (["--site", "lublin2-tight", "--max_request", "60"], "--max_request cannot change them"),
+    (["--request_factors", "1:2"], "--request_factors: '1:2' is not P:LOW:HIGH"),
+    (["--request_factors", "0.5:1:2"], "probabilities must sum to 1"),
+    (["--size_length_correlation", "1.5"], "size_length_correlation must be in [-1, 1]"),
+])
+def test_site_flags_refuse_bad_values(flags, message):
+    parser = ScriptParser()
+    add_site_flags(parser)
+    with pytest.raises(ConfigError) as error:
+        site_from_args(parser.parse_args(flags))
+    assert message in str(error.value)
+
+
+def test_declared_site_flags_name_the_log_and_the_model():
+    parser = ScriptParser()
+    add_site_flags(parser)
+    path, model = site_from_args(parser.parse_args(["--site", "nasa-exact", "--traces_dir", "logs"]))
+    assert path == str(Path("logs") / "NASA-iPSC-1993-3.1-cln.swf.gz") and model.load == 1.0
+    assert site_from_args(parser.parse_args([])) == (None, None)
