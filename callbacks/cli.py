@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shlex
 import warnings
+from pathlib import Path
 
 from lightning_sched import ConfigError
 
@@ -53,6 +55,22 @@ def with_default_model(args: list[str]) -> list[str]:
     if picks_model or not args or args[0] not in SUBCOMMANDS:
         return args
     return [args[0], f"--model={DEFAULT_MODEL}", *args[1:]]
+
+
+def require_base(args: list[str]) -> None:
+    """ConfigError naming the base when the first --config file is an overlay: a file whose `# Run:`
+    line chains other configs before it (configs/README.md). Alone it would parse against the
+    default module, or fail on the first key the base's module has, with no word of the base."""
+    first = next((args[i + 1] if a in ("--config", "-c") else a.split("=", 1)[1] for i, a in enumerate(args)
+                  if (a in ("--config", "-c") and i + 1 < len(args)) or a.startswith("--config=")), None)
+    if first is None or not Path(first).is_file():
+        return
+    run = [line[len("# Run: "):] for line in Path(first).read_text().splitlines() if line.startswith("# Run: ")]
+    words = shlex.split(run[0]) if run else []
+    chain = [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--config", "-c")]
+    if len(chain) > 1:
+        raise ConfigError(f"--config {first} is an overlay: its base comes first, as its # Run: line says: "
+                          + " ".join(f"--config {c}" for c in chain))
 
 
 class _DropMessages(logging.Filter):

@@ -1,6 +1,8 @@
 """What the batched envs (deeprm.env.ClusterEnv, queue.env.QueueEnv) share: which rows a TorchRL
-reset asks for."""
+reset asks for; and what lets a batched policy drive an unbatched env."""
 from __future__ import annotations
+
+import functools
 
 import torch
 from tensordict import TensorDictBase
@@ -13,3 +15,18 @@ def rows_to_reset(tensordict: TensorDictBase | None, has_state: bool) -> torch.T
     if rows is None or not has_state:
         return None
     return rows.reshape(-1).nonzero().squeeze(1)
+
+
+def accepts_unbatched(call):
+    """Decorate a batched policy's `__call__(self, td)` so that it also acts on an unbatched
+    TensorDict (batch dims [], e.g. from `ClusterEnv(batch_size=[])`): as one row, its "action"
+    written back without the batch dim."""
+
+    @functools.wraps(call)
+    def wrapper(self, td):
+        if isinstance(td, TensorDictBase) and td.batch_dims == 0:
+            td["action"] = call(self, td.unsqueeze(0))["action"][0]
+            return td
+        return call(self, td)
+
+    return wrapper

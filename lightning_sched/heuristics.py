@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
+from .batched import accepts_unbatched
 from .config import ClusterConfig, ConfigError
 
 # Tetris's knob: weight of the short-job term against the normalised packing term. Tuned with
@@ -41,6 +42,7 @@ class Heuristic:
     def score(self, td: TensorDictBase) -> torch.Tensor:
         raise NotImplementedError
 
+    @accepts_unbatched
     def __call__(self, td: TensorDictBase) -> TensorDictBase:
         td["action"] = choose_best(td, self.score(td))
         return td
@@ -109,6 +111,7 @@ class Random:
     def __init__(self, cfg: ClusterConfig, generator: torch.Generator | None = None):
         self.cfg, self.generator = cfg, generator
 
+    @accepts_unbatched
     def __call__(self, td):
         like = td["slot_offset"]  # any per-row key: works on TensorDicts and plain dicts alike
         td["action"] = torch.randint(self.cfg.num_actions, like.shape[:1], device=like.device, generator=self.generator)

@@ -80,19 +80,31 @@ def named_policies(cfg: ClusterConfig, heuristics: list[str], ckpts: list[str], 
     return policies
 
 
-def table_header(first: str = "policy") -> str:
-    """The header of the metrics table format_row writes; `first` names its first column."""
-    return (f"{first:28s} {'mean slowdown':>16s} {'completion time':>16s} {'makespan':>14s} "
-            f"{'utilization':>16s} {'SLO hit rate':>16s} {'jobs':>8s}")
+NAME_WIDTH = 28  # the first column of the metrics table; longer names widen it (evaluate.py) or get their own line
 
 
-def format_row(name: str, s: dict) -> str:
-    """One row of the metrics table: `name`, then mean ± 95% CI of each metric, and the jobs."""
+def table_header(first: str = "policy", width: int = NAME_WIDTH) -> str:
+    """The header of the metrics table format_row writes; `first` names its first column. Times
+    are in the env's time steps; table_units() is the line below it saying which way is better."""
+    return (f"{first:{width}s} {'mean slowdown':>17s} {'completion (steps)':>19s} {'makespan (steps)':>17s} "
+            f"{'utilization':>17s} {'SLO hit rate':>17s} {'jobs':>8s}")
+
+
+def table_units(width: int = NAME_WIDTH) -> str:
+    """The line under table_header: each metric's direction (mean ± 95% CI over jobsets)."""
+    lower, higher = "lower is better", "higher is better"
+    return f"{'(mean ± 95% CI)':{width}s} {lower:>17s} {lower:>19s} {lower:>17s} {higher:>17s} {higher:>17s}"
+
+
+def format_row(name: str, s: dict, width: int = NAME_WIDTH) -> str:
+    """One row of the metrics table: `name`, then mean ± 95% CI of each metric, and the jobs. A name
+    longer than `width` gets a line of its own, so the columns stay aligned."""
     def cell(metric, digits=3):
         return f"{s[metric]:.{digits}f} ± {s[metric + '_ci95']:.{digits}f}"
 
-    return (f"{name:28s} {cell('mean_slowdown'):>16s} {cell('mean_completion_time', 2):>16s} "
-            f"{cell('makespan', 1):>14s} {cell('utilization'):>16s} {cell('slo_hit_rate'):>16s} {s['num_jobs']:>8d}")
+    lead = f"{name}\n{'':{width}s}" if len(name) > width else f"{name:{width}s}"
+    return (f"{lead} {cell('mean_slowdown'):>17s} {cell('mean_completion_time', 2):>19s} "
+            f"{cell('makespan', 1):>17s} {cell('utilization'):>17s} {cell('slo_hit_rate'):>17s} {s['num_jobs']:>8d}")
 
 
 def set_threads(threads: int, reuse_memory: bool = True) -> int:

@@ -10,8 +10,9 @@ in a few REINFORCE steps, and save the adapted checkpoint.
 Each step draws --jobsets jobsets of the workload (seeds disjoint from evaluation's), rolls out
 --episodes episodes of each, and takes one step (DeepRM's time-indexed baseline). After step 0 and
 every step it prints the metrics on --eval_jobsets unseen jobsets (acting as the checkpoint
-says: sampled or greedy) and, in the last column, how far the objective's metric is from the
-best heuristic's on the same jobsets (the reference line above the table); with --json one JSON
+says: sampled or greedy) and, in the last column, the objective's metric minus the best
+heuristic's on the same jobsets (the reference line above the table), mean ± its paired 95% CI
+over those jobsets: a difference whose interval holds 0 is no win; with --json one JSON
 line per step, the last one the final metrics in the form of `scripts/evaluate.py --json`.
 With --trace it adapts on the trace's train split and evaluates on --trace_split (default test).
 The step size, optimizer and batch default to the meta-policy's inner loop when the checkpoint
@@ -37,7 +38,17 @@ from pathlib import Path
 
 import torch
 
-from _common import OBJECTIVE_METRIC, RUNS, format_row, heuristic, run_main, set_threads, table_header, unused_path
+from _common import (
+    OBJECTIVE_METRIC,
+    RUNS,
+    format_row,
+    heuristic,
+    run_main,
+    set_threads,
+    table_header,
+    table_units,
+    unused_path,
+)
 from lightning_sched import ClusterConfig, ConfigError, seeds
 from lightning_sched.analysis import select_acting
 from lightning_sched.cli import (
@@ -53,7 +64,7 @@ from lightning_sched.cli import (
     site_from_args,
     workload_from_args,
 )
-from lightning_sched.evaluation import compare, evaluate, make_jobsets
+from lightning_sched.evaluation import EvalResult, compare, evaluate, make_jobsets, paired_difference
 from lightning_sched.learning.adaptation import AdaptationSettings, adapt
 from lightning_sched.policies.acting import NetworkPolicy
 from lightning_sched.policies.checkpoints import PolicyRecord, load_network
@@ -77,11 +88,11 @@ def output_path(args) -> tuple[Path, bool]:
     return out, True
 
 
-def heuristic_reference(cfg: ClusterConfig, eval_jobs, metric: str, device) -> tuple[str, float]:
-    """(the best deterministic heuristic on the evaluation jobsets by `metric`, its mean)."""
+def heuristic_reference(cfg: ClusterConfig, eval_jobs, metric: str, device) -> tuple[str, EvalResult]:
+    """(the best deterministic heuristic on the evaluation jobsets by `metric`, its EvalResult)."""
     results = compare({h: heuristic(h, cfg, device) for h in REFERENCE_HEURISTICS}, cfg, eval_jobs, device=device)
     best = results.best(metric=metric)
-    return best, results.mean_ci(best, metric)[0]
+    return best, results.results[best]
 
 
 def main(argv=None) -> int:
@@ -151,15 +162,20 @@ def main(argv=None) -> int:
              if learned and settings.step_sizes is None else ""))
     print(f"evaluating on {args.eval_jobsets} unseen jobsets of {eval_desc}; saving to {out}")
     metric = OBJECTIVE_METRIC[cfg.objective]
-    best, reference = heuristic_reference(cfg, eval_jobs, metric, args.device)
+    best, best_result = heuristic_reference(cfg, eval_jobs, metric, args.device)
+    reference = best_result.summary[metric]
     print(f"reference: best heuristic {best}, {metric} {reference:.3f} on the same jobsets "
-          f"(of {', '.join(REFERENCE_HEURISTICS)})")
+          f"(of {', '.join(REFERENCE_HEURISTICS)}); the last column: {metric} minus {best}'s, mean ± paired 95% CI "
+          f"over the {best_result.num_jobsets} jobsets")
     print(f"{table_header('step')} {metric + ' - ' + best:>24s}")
+    print(f"{table_units():{len(table_header('step'))}s} {'paired, ' + str(best_result.num_jobsets) + ' jobsets':>24s}")
 
-    def report(step, summary):
-        print(f"{format_row(f'step {step}', summary)} {summary[metric] - reference:>+24.3f}", flush=True)
+    def report(step, summary, result):
+        diff, ci = paired_difference(result, best_result, metric)
+        print(f"{format_row(f'step {step}', summary)} {f'{diff:+.3f} ± {ci:.3f}':>24s}", flush=True)
         if args.json:
-            print(json.dumps({"policy": args.ckpt, **summary, "reference": {"heuristic": best, metric: reference}}),
+            print(json.dumps({"policy": args.ckpt, **summary, "reference": {"heuristic": best, metric: reference},
+                              "minus_reference": {"mean": diff, "ci95": ci, "jobsets": result.num_jobsets}}),
                   flush=True)
 
     acting = record.acting
@@ -174,8 +190,8 @@ def main(argv=None) -> int:
               + ", ".join(f"{name} {value:.3f}" for name, value in scores.items()))
         selected = {"metric": metric, "jobsets": args.select_jobsets, "seed": seeds.SELECTION, "scores": scores}
         policy = NetworkPolicy(net, acting, torch.Generator(device=args.device).manual_seed(args.seed))
-        report(str(acting), {"step": args.steps, "acting": str(acting),
-                             **evaluate(policy, cfg, eval_jobs, device=args.device).summary})
+        result = evaluate(policy, cfg, eval_jobs, device=args.device)
+        report(str(acting), {"step": args.steps, "acting": str(acting), **result.summary}, result)
     if not named:  # another run may have taken the name meanwhile
         out = unused_path(out)
     PolicyRecord.of(net, acting, adaptation=dict(vars(settings)), adapted_from=str(args.ckpt), adapted_on=train_desc,

@@ -29,7 +29,7 @@ import math
 import time
 from pathlib import Path
 
-from _common import format_row, heuristic, run_main, set_threads, table_header
+from _common import NAME_WIDTH, format_row, heuristic, run_main, set_threads, table_header, table_units
 from lightning_sched import ClusterConfig, ConfigError, JobSet, seeds
 from lightning_sched.cli import (
     ScriptParser,
@@ -151,18 +151,21 @@ def main(argv=None) -> int:
 
     print(f"{jobs.batch_size} jobsets x {args.episodes} episodes of {workload_desc}, seed {args.seed}, "
           f"objective {cluster.objective}; mean ± 95% CI over jobsets")
-    print(table_header())
+    width = max(NAME_WIDTH, *(len(name) + 1 for name, _, _ in policies))  # long paths keep the columns aligned
+    print(table_header(width=width))
+    print(table_units(width))
     lines, results = [], []
     for name, policy, pcfg in policies:
         t0 = time.perf_counter()
         result = evaluate(policy, pcfg.replace(objective=cluster.objective, slo_slowdown=cluster.slo_slowdown),
                           jobs, episodes=args.episodes, device=args.device)
         summary = {"policy": name, **result.summary, **trace_counts, "seconds": round(time.perf_counter() - t0, 3)}
-        print(format_row(name, summary), flush=True)
+        print(format_row(name, summary, width), flush=True)
         if results:  # paired against the first policy on the same jobsets
             diff, ci = paired_difference(result, results[0], "mean_slowdown")
             summary["mean_slowdown_minus_first"], summary["mean_slowdown_minus_first_ci95"] = diff, ci
-            print(f"  {'':26s} slowdown - {policies[0][0]}'s: {diff:+.3f} ± {ci:.3f} (paired)")
+            print(f"{'':{width}s} mean slowdown - {policies[0][0]}'s: {diff:+.3f} ± {ci:.3f} "
+                  f"(paired 95% CI over {result.num_jobsets} jobsets)")
         results.append(result)
         if summary["unfinished_jobs"]:
             print(f"  note: {summary['unfinished_jobs']} jobs unfinished at max_time={pcfg.max_time} "

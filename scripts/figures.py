@@ -91,9 +91,10 @@ def pm(mean_ci: tuple[float, float]) -> str:
     return f"{mean_ci[0]:.3f}±{mean_ci[1]:.3f}"
 
 
-def versus_text(name: str, row: dict) -> str:
-    """analysis.versus_best's row as printed: "NAME-BEST diff±ci"."""
-    return f"{name}-{row['best_heuristic']} {row['slowdown_minus_best']:+.3f}±{row['ci95']:.3f}"
+def versus_text(name: str, row: dict, jobsets: int) -> str:
+    """analysis.versus_best's row as printed: "NAME-BEST diff±ci (paired 95% CI, N jobsets)"."""
+    return (f"{name}-{row['best_heuristic']} {row['slowdown_minus_best']:+.3f}±{row['ci95']:.3f} "
+            f"(paired 95% CI, {jobsets} jobsets)")
 
 
 def str_keys(table: dict[str, dict]) -> dict[str, dict]:
@@ -121,7 +122,7 @@ def load_sweep(args) -> None:
     def report(load, case, versus) -> None:
         print("  ".join([f"load {load:.1f}"] + [f"{name} {pm(case.mean_ci(name))} slo "
                                                 f"{case.mean_ci(name, 'slo_hit_rate')[0]:.3f}" for name in policies]
-                        + [versus_text(name, row) for name, row in versus.items()]), flush=True)
+                        + [versus_text(name, row, args.jobsets) for name, row in versus.items()]), flush=True)
 
     sweep = analysis.sweep(policies, cfg, args.loads, args.jobsets, 0, ("mean_slowdown", "slo_hit_rate"),
                            list(checkpoints(args)), args.heuristics, slo=True, device=args.device, report=report)
@@ -331,7 +332,7 @@ def cluster_sizes(args) -> None:
 
         def report(load, case, versus) -> None:
             print("  ".join([f"{label}, load {load:.1f}"] + [f"{name} {pm(case.mean_ci(name))}" for name in policies]
-                            + [versus_text(name, row) for name, row in versus.items()]), flush=True)
+                            + [versus_text(name, row, args.jobsets) for name, row in versus.items()]), flush=True)
 
         sweep = analysis.sweep(policies, cfg, args.loads, args.jobsets, 300 + 10 * k, learned=list(checkpoints(args)),
                                heuristics=args.heuristics, scaled=True, device=args.device, report=report)

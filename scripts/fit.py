@@ -33,7 +33,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from _common import set_threads, show_tracebacks  # puts the checkout on sys.path
 from callbacks import HeuristicComparison, LatestCheckpoint
-from callbacks.cli import config_error, one_line, quiet_start, with_default_model
+from callbacks.cli import config_error, one_line, quiet_start, require_base, with_default_model
 from callbacks.resume import check_checkpoint_model, read_checkpoint
 from callbacks.run import WANDB_ID_KEY, prepare_trainer, run_callbacks
 from callbacks.run_folder import RunConfig, RunFolders, describe_run, require_free_space, wandb_args
@@ -119,6 +119,7 @@ def main(args=None) -> None:
         "logger": lazy_instance(WandbLogger, **wandb_args()),
     }
     try:
+        require_base(sys.argv[1:] if args is None else args)
         SchedulerCLI(LightningModule, subclass_mode_model=True, trainer_defaults=trainer_defaults,
                      save_config_callback=RunConfig, parser_class=SchedulerParser, seed_everything_default=0,
                      args=args, parser_kwargs={"default_config_files": [], "parser_mode": "yaml"})

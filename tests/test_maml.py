@@ -65,7 +65,7 @@ def test_adaptation_steps_update_the_policy_and_report_each_step():
     workload = DeepRMWorkload(load=1.1, simu_len=12)
     seen = []
     summaries = adapt(net, cfg, workload, AdaptationSettings(steps=2, jobsets=3, episodes=3, lr=0.05),
-                      make_jobsets(workload, 6, 12345), report=lambda step, s: seen.append(step))
+                      make_jobsets(workload, 6, 12345), report=lambda step, s, result: seen.append(step))
     assert seen == [0, 1, 2] and [s["step"] for s in summaries] == [0, 1, 2]
     assert not torch.equal(before, net.first.weight)
     assert all(s["mean_slowdown"] >= 1 for s in summaries)

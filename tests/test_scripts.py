@@ -281,6 +281,13 @@ def test_adapt_saves_under_runs_and_compares_with_the_best_heuristic(tmp_path):
     best = min((json.loads(line) for line in heuristics), key=lambda s: s["mean_slowdown"])
     assert final["reference"] == {"heuristic": best["policy"], "mean_slowdown": best["mean_slowdown"]}
     assert f"best heuristic {best['policy']}, mean_slowdown {best['mean_slowdown']:.3f}" in first.stdout
+    # the difference comes with its paired 95% CI over the evaluation jobsets, in the table and the JSON
+    ours = [json.loads(line) for line in heuristics if json.loads(line)["policy"] == best["policy"]][0]
+    assert final["minus_reference"]["jobsets"] == 3 and final["minus_reference"]["ci95"] >= 0
+    assert abs(final["minus_reference"]["mean"] - (final["mean_slowdown"] - ours["mean_slowdown"])) < 1e-9
+    row = [line for line in first.stdout.splitlines() if line.startswith("step 1 ")][0]
+    assert row.rstrip().endswith(f"{final['minus_reference']['mean']:+.3f} ± {final['minus_reference']['ci95']:.3f}")
+    assert "paired, 3 jobsets" in first.stdout and "lower is better" in first.stdout
 
 
 def test_adapt_on_a_trace_names_the_split_it_adapts_on_and_the_one_it_evaluates_on(tmp_path):

@@ -19,6 +19,9 @@ from .objectives import episode_metrics
 from .observations import observe
 from .state import ClusterState, require_state_fits
 
+# the per-episode metrics a step writes under "episode" when a row's episode ends (objectives.episode_metrics)
+EPISODE_KEYS = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate", "final_time")
+
 
 class ClusterEnv(EnvBase):
     """B cluster episodes stepped as one TensorDict.
@@ -27,7 +30,8 @@ class ClusterEnv(EnvBase):
         cfg: the cluster.
         workload: a `JobSet` (row b replays jobset b at every reset) or a workload generator with
             `sample(batch_size, generator, device)` and `max_jobs` (fresh jobsets at every reset).
-        batch_size: [B].
+        batch_size: [B], or [] for one unbatched episode (TorchRL's and Gymnasium-style single-env
+            tools; the state keeps one row, the TensorDicts have no batch dim).
         device: where every tensor of the state lives.
         seed: seeds the env's own generator for workload draws and `random` decisions.
         compile_step: step the state with `cluster.compiled_step` (torch.compile, tens of seconds at
@@ -39,9 +43,10 @@ class ClusterEnv(EnvBase):
     def __init__(self, cfg: ClusterConfig, workload, batch_size=(1,), device="cpu", seed: int | None = None,
                  compile_step: bool = False):
         batch_size = torch.Size(batch_size if not isinstance(batch_size, int) else [batch_size])
-        if len(batch_size) != 1:
-            raise ConfigError(f"ClusterEnv batch_size must be [B], got {list(batch_size)}")
+        if len(batch_size) > 1:
+            raise ConfigError(f"ClusterEnv batch_size must be [B] or [], got {list(batch_size)}")
         super().__init__(device=device, batch_size=batch_size)
+        self.rows = batch_size[0] if batch_size else 1  # the state's rows: one for an unbatched env
         self.cfg = cfg
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(0 if seed is None else seed)
@@ -54,7 +59,7 @@ class ClusterEnv(EnvBase):
     # ----- workload ------------------------------------------------------------------------
     def set_workload(self, workload) -> None:
         """Swap the jobsets or generator (same number of job columns, so the specs stay valid)."""
-        b = self.batch_size[0]
+        b = self.rows
         if isinstance(workload, JobSet):
             if workload.batch_size != b:
                 raise ConfigError(f"JobSet has {workload.batch_size} jobsets but the env batch_size is {b}; "
@@ -78,7 +83,7 @@ class ClusterEnv(EnvBase):
         draws the whole batch either way, so the draws do not depend on which rows reset."""
         if isinstance(self.workload, JobSet):
             return self.workload if rows is None else self.workload[rows]
-        jobs = self.workload.sample(self.batch_size[0], self.generator, self.device)
+        jobs = self.workload.sample(self.rows, self.generator, self.device)
         return (jobs if rows is None else jobs[rows]).validate(self.cfg)
 
     # ----- specs -----------------------------------------------------------------------------
@@ -106,8 +111,10 @@ class ClusterEnv(EnvBase):
         if cfg.observation != "none":  # what a network over the structured state also reads
             spec["used"] = Unbounded(shape=(*b, t, r), dtype=torch.int64, device=dev)
             spec["slot_waited"] = Unbounded(shape=(*b, m), dtype=torch.int64, device=dev)
-        self.observation_spec = Composite(spec, shape=b)
         self._observation_keys = tuple(spec)
+        spec["episode"] = Composite({k: Unbounded(shape=(*b, 1), dtype=torch.float64, device=dev)
+                                     for k in EPISODE_KEYS}, shape=b)
+        self.observation_spec = Composite(spec, shape=b)
         self.action_spec = Categorical(n=m + 1, shape=b, dtype=torch.int64, device=dev)
         self.reward_spec = Unbounded(shape=(*b, 1), dtype=torch.float32, device=dev)
         done = Categorical(n=2, shape=(*b, 1), dtype=torch.bool, device=dev)
@@ -132,11 +139,11 @@ class ClusterEnv(EnvBase):
             return init_state(self.draw_jobs(rows), self.cfg)
         if self._first_state is None:
             self._first_state = init_state(self.workload, self.cfg)
-        every = torch.arange(self.batch_size[0], device=self.device)
+        every = torch.arange(self.rows, device=self.device)
         return self._first_state.rows(every if rows is None else rows)  # advanced indexing: a copy
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        reward = self._step_state(self.state, tensordict["action"], self.cfg)
+        reward = self._step_state(self.state, tensordict["action"].reshape(self.rows), self.cfg)
         return self._output(reward=reward)
 
     def _set_seed(self, seed: int | None) -> None:
@@ -150,11 +157,26 @@ class ClusterEnv(EnvBase):
         out["done"] = s.done.unsqueeze(-1)
         if reward is not None:
             out["reward"] = reward.unsqueeze(-1)
+        out["episode"] = self._finished_metrics(s.done if reward is not None else None)
+        if not self.batch_size:  # unbatched: drop the state's single row
+            out = {k: (v[0] if torch.is_tensor(v) else {m: x[0] for m, x in v.items()}) for k, v in out.items()}
         return TensorDict(out, batch_size=self.batch_size, device=self.device)
+
+    def _finished_metrics(self, done: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """EPISODE_KEYS of the rows whose episode is done at this step, NaN elsewhere (and at a
+        reset): each DoubleTensor[B, 1]. A rollout that resets finished rows keeps each finished
+        episode's metrics on its last step, apart from the reset ones."""
+        nan = torch.full((self.rows, 1), float("nan"), dtype=torch.float64, device=self.device)
+        if done is None or not bool(done.any()):
+            return {k: nan for k in EPISODE_KEYS}
+        metrics = episode_metrics(self.state)
+        return {k: torch.where(done.unsqueeze(-1), metrics[k].double().unsqueeze(-1), nan) for k in EPISODE_KEYS}
 
     # ----- results ---------------------------------------------------------------------------
     def episode_metrics(self) -> dict[str, torch.Tensor]:
-        """SPEC's episode metrics of the current episodes (see objectives.episode_metrics)."""
+        """SPEC's episode metrics of the current episodes (see objectives.episode_metrics): after a
+        rollout that resets finished rows, those are the new, unfinished episodes; the finished
+        ones' are in the rollout's ("next", "episode", ...) on their last step."""
         if self.state is None:
             raise RuntimeError("episode_metrics() before reset()")
         return episode_metrics(self.state)

@@ -11,7 +11,7 @@ import torch
 from .. import seeds
 from ..config import ClusterConfig, ConfigError
 from ..deeprm.rollout import collect
-from ..evaluation import evaluate, make_jobsets
+from ..evaluation import EvalResult, evaluate, make_jobsets
 from ..jobs import JobSet
 from ..policies.acting import SAMPLED, Acting, NetworkPolicy
 from .baselines import Baseline, TimeIndexedBaseline
@@ -90,12 +90,12 @@ class AdaptationSettings:
 
 def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: AdaptationSettings, eval_jobs: JobSet,
           seed: int = 0, device="cpu", baseline: Baseline | None = None, acting: Acting = SAMPLED,
-          report: Callable[[int, dict], None] | None = None,
+          report: Callable[[int, dict, EvalResult], None] | None = None,
           eval_steps: set[int] | None = None) -> list[dict]:
     """Adapt `net` in place for `settings.steps` steps on `workload`; after step 0 (before any update) and each step,
     evaluate it on `eval_jobs`, acting as `acting` says (draws with a fixed seed).
-    Returns the evaluation summaries, one per step, each with the step's training figures; `report(step, summary)`
-    sees each as it comes.
+    Returns the evaluation summaries, one per step, each with the step's training figures; `report(step, summary,
+    result)` sees each as it comes, with its EvalResult (per-jobset values, to pair with another policy's).
     `eval_steps`: evaluate only after these steps (default: all; the last step always)."""
     baseline = baseline or TimeIndexedBaseline()
     optimizer = settings.make_optimizer(net.parameters())
@@ -106,10 +106,11 @@ def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: Adaptati
         if eval_steps is not None and step not in eval_steps and step != settings.steps:
             return
         policy = NetworkPolicy(net, acting, torch.Generator(device=device).manual_seed(seed))
-        summary = {"step": step, **evaluate(policy, cfg, eval_jobs, device=device).summary, **extra}
+        result = evaluate(policy, cfg, eval_jobs, device=device)
+        summary = {"step": step, **result.summary, **extra}
         summaries.append(summary)
         if report is not None:
-            report(step, summary)
+            report(step, summary, result)
 
     measure(0, {})
     for step in range(1, settings.steps + 1):

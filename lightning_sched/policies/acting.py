@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ..batched import accepts_unbatched
 from ..config import ConfigError
 from ..deeprm.observations import arrival_rate
 
@@ -151,6 +152,7 @@ class NetworkPolicy:
     generator: torch.Generator | None = field(default=None, repr=False)
 
     @torch.no_grad()
-    def __call__(self, obs):
-        obs["action"] = self.acting.choose(self.net(self.net.encode(obs)), obs, self.generator)
-        return obs
+    @accepts_unbatched
+    def __call__(self, td):  # named td: TorchRL's rollout passes TensorDicts to such a callable as they are
+        td["action"] = self.acting.choose(self.net(self.net.encode(td)), td, self.generator)
+        return td

@@ -147,7 +147,8 @@ def load_network(path, device="cpu", cluster: ClusterConfig | None = None) -> tu
 def load_policy(path, device="cpu", override: dict | None = None, generator: torch.Generator | None = None,
                 cluster: ClusterConfig | None = None) -> tuple[NetworkPolicy, ClusterConfig]:
     """(NetworkPolicy, its ClusterConfig) from a checkpoint (see load_network), acting as the
-    checkpoint says with `override`'s flags on top (`Acting.override`: greedy, idle_rule,
+    checkpoint says (the config's observation mode one whose keys the network reads, so
+    `ClusterEnv(cfg, ...).rollout(n, policy)` runs) with `override`'s flags on top (`Acting.override`: greedy, idle_rule,
     wait_rate). A sampled policy with no generator gets one seeded with 0, so evaluations repeat."""
     net, cfg, record = load_network(path, device, cluster)
     try:
@@ -156,6 +157,8 @@ def load_policy(path, device="cpu", override: dict | None = None, generator: tor
         raise ConfigError(f"{path}: {error}") from None
     if not acting.greedy and generator is None:
         generator = torch.Generator(device=device).manual_seed(0)
+    if cfg.observation == "none":  # training's mode publishes no "used"/"slot_waited", which the network reads
+        cfg = cfg.replace(observation="compact")
     return NetworkPolicy(net.eval(), acting, generator), cfg
 
 

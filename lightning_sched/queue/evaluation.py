@@ -134,21 +134,22 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
     starts = protocol_starts(log, protocol, sequences)
     echo(f"{Path(trace).name}: {log.summary()}")
     echo(f"protocol {protocol}: {len(starts)} sequences of {EVAL_LENGTH} jobs, backfill {backfill}; "
-         "mean bounded slowdown ± 95% CI over sequences")
+         "mean bounded slowdown (lower is better) ± 95% CI over sequences; wait in seconds (lower is better); "
+         "utilization (higher is better)")
     results = compare_queue(resolved, log, starts, device)
     rules = [name for name in results if name in RULES]
     best = min(rules, key=lambda n: results[n].summary["mean_bounded_slowdown"]) if rules else None
-    lines = []
+    lines, width = [], max(34, *(len(name) + 1 for name in results))  # long paths keep the columns aligned
     for name, result in results.items():
         s = result.summary
         line = {"policy": name, "trace": Path(trace).name, "protocol": protocol, "backfill": backfill, **s,
                 "log": log.summary()}
-        text = (f"{name:34s} bsld {s['mean_bounded_slowdown']:10.2f} ± {s['mean_bounded_slowdown_ci95']:8.2f}  "
+        text = (f"{name:{width}s} bsld {s['mean_bounded_slowdown']:10.2f} ± {s['mean_bounded_slowdown_ci95']:8.2f}  "
                 f"wait {s['mean_wait']:10.0f} s  util {s['utilization']:.3f}")
         if best is not None and name != best:
             diff, ci = paired(result, results[best])
             line.update(best_heuristic=best, minus_best_heuristic=diff, minus_best_heuristic_ci95=ci)
-            text += f"  minus {best}: {diff:+.2f} ± {ci:.2f} (paired)"
+            text += f"  minus {best}: {diff:+.2f} ± {ci:.2f} (paired 95% CI, {len(starts)} sequences)"
         echo(text)
         lines.append(line)
     return lines, {name: r.sequences["mean_bounded_slowdown"] for name, r in results.items()}
