@@ -1,0 +1,94 @@
+"""The library as a TorchRL or Gymnasium user meets it: every shipped checkpoint drives `ClusterEnv`
+through TorchRL's own `rollout` with the config `load_policy` returns, an unbatched env passes
+`check_env_specs` and runs docs/library.md's single-episode loop, and a rollout that resets finished
+rows keeps each finished episode's metrics apart from the new ones."""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from torchrl.envs.utils import check_env_specs
+
+from lightning_sched import ClusterConfig, ClusterEnv, ConfigError, DeepRMWorkload
+from lightning_sched.deeprm.env import EPISODE_KEYS
+from lightning_sched.evaluation import evaluate, make_jobsets
+from lightning_sched.heuristics import make_heuristic
+from lightning_sched.policies.checkpoints import load_policy, read_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted((ROOT / "checkpoints").glob("*.ckpt"))
+
+
+def is_queue_policy(path: Path) -> bool:
+    return read_checkpoint(path)["lightning_sched"].get("kind") == "queue"
+
+
+CLUSTER = [p for p in SHIPPED if not is_queue_policy(p)]
+QUEUE = [p for p in SHIPPED if is_queue_policy(p)]
+
+
+@pytest.mark.parametrize("path", CLUSTER, ids=[p.stem for p in CLUSTER])
+def test_every_shipped_cluster_checkpoint_drives_torchrl_rollout_with_its_config(path):
+    policy, cfg = load_policy(path)
+    assert cfg.observation != "none"  # the mode that publishes no "used"/"slot_waited"
+    env = ClusterEnv(cfg, DeepRMWorkload(load=0.9, simu_len=10), batch_size=[2], seed=0)
+    td = env.rollout(12, policy, break_when_any_done=False)  # TorchRL's rollout, no trust_policy
+    assert td.batch_size == torch.Size([2, 12])
+    assert torch.isfinite(td["next", "reward"]).all()
+    assert td["action"].min() >= 0 and td["action"].max() <= cfg.num_slots
+
+
+@pytest.mark.parametrize("path", QUEUE, ids=[p.stem for p in QUEUE])
+def test_a_shipped_queue_checkpoint_is_refused_by_load_policy_naming_its_reader(path):
+    with pytest.raises(ConfigError, match="queue policy: scripts/evaluate.py --env queue"):
+        load_policy(path)
+
+
+def test_an_unbatched_env_passes_check_env_specs_and_matches_a_batch_of_one():
+    cfg = ClusterConfig(observation="compact")
+    jobs = make_jobsets(DeepRMWorkload(load=0.9), 1, seed=5)
+    single = ClusterEnv(cfg, jobs, batch_size=[])
+    check_env_specs(single)
+    assert single.action_spec.shape == torch.Size([]) and single.reset()["slot_duration"].shape == (cfg.num_slots,)
+    # TorchRL's rollout on the unbatched env stops at the end of the episode, whose metrics it holds
+    tetris = make_heuristic("tetris", cfg)
+    rollout = single.rollout(cfg.max_time, tetris)
+    last = rollout[-1]["next"]
+    assert bool(last["done"]) and not rollout["next", "done"][:-1].any()
+    expected = evaluate(make_heuristic("tetris", cfg), cfg, jobs).summary
+    assert last["episode", "mean_slowdown"].item() == pytest.approx(expected["mean_slowdown"])
+    assert torch.isnan(rollout["next", "episode", "mean_slowdown"][:-1]).all()
+    with pytest.raises(ConfigError, match=r"batch_size must be \[B\] or \[\], got \[2, 3\]"):
+        ClusterEnv(cfg, DeepRMWorkload(), batch_size=[2, 3])
+
+
+def test_a_rollout_keeps_finished_episodes_metrics_apart_from_the_reset_ones():
+    cfg = ClusterConfig(observation="compact", max_time=60)
+    env = ClusterEnv(cfg, DeepRMWorkload(load=0.7, simu_len=8), batch_size=[3], seed=1)
+    td = env.rollout(150, make_heuristic("sjf", cfg), break_when_any_done=False)
+    done = td["next", "done"].squeeze(-1)
+    assert done.sum() >= 3  # several episodes ended and were reset
+    for key in EPISODE_KEYS:
+        value = td["next", "episode", key].squeeze(-1)
+        assert torch.isnan(value[~done]).all(), key  # only finished episodes' values
+    # every finished episode is there (a jobset without jobs has a NaN mean slowdown, not a missing one)
+    assert (td["next", "episode", "final_time"].squeeze(-1)[done] > 0).all()
+    assert (td["next", "episode", "mean_slowdown"].squeeze(-1)[done].nan_to_num(1.0) >= 1).all()
+    # episode_metrics() is the current (reset, unfinished) episodes': not what the rollout finished
+    assert not bool(env.episode_metrics()["final_time"].eq(td["next", "episode", "final_time"][:, -1, 0]).all())
+
+
+def library_loop() -> str:
+    """The python block under docs/library.md's "One episode" heading."""
+    text = (ROOT / "docs" / "library.md").read_text()
+    section = text[text.index("## One episode"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_single_episode_loop_of_docs_library_runs(capsys):
+    exec(compile(library_loop(), "docs/library.md", "exec"), {})
+    printed = capsys.readouterr().out.split()
+    assert len(printed) == 2 and int(printed[0]) > 0 and math.isfinite(float(printed[1]))
