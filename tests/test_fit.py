@@ -52,6 +52,12 @@ def test_smoke_fit_writes_a_wandb_offline_run_and_checkpoints(smoke_run):
     assert [row[0] for row in table["data"]] == ["policy", "tetris", "sjf", "random"]
     ckpts = {p.name for p in (tmp / "runs").rglob("*.ckpt")}
     assert "last.ckpt" in ckpts and any(n.startswith("best-") for n in ckpts)
+    # the end-of-training summary: the best checkpoint, where it is, and the heuristics on the same jobsets
+    best = next(p for p in (tmp / "runs" / "smoke" / "checkpoints").glob("best-*.ckpt"))
+    summary = proc.stdout[proc.stdout.index("fit done: 4 iterations"):]
+    assert f"best checkpoint: runs/smoke/checkpoints/{best.name} (eval/mean_slowdown " in summary
+    assert "heuristics on the same 8 validation jobsets, mean_slowdown: tetris " in summary
+    assert f"scripts/evaluate.py --policy runs/smoke/checkpoints/{best.name}" in summary
 
 
 def test_last_checkpoint_is_the_latest_state_not_the_best(tmp_path):

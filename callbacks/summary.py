@@ -1,0 +1,44 @@
+"""`TrainingSummary`: what a finished `fit` leaves, printed at its end: the best checkpoint (where it
+is, its monitored validation value and step), the heuristics' values on the same validation jobsets
+(HeuristicComparison's), and the command that evaluates it on unseen jobsets."""
+from __future__ import annotations
+
+import os
+import shlex
+
+from lightning.pytorch import Callback
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from .checkpoints import LatestCheckpoint
+from .heuristics import HeuristicComparison
+
+
+class TrainingSummary(Callback):
+    """Prints `summary()` when fit ends normally (not when stopped by a signal or an error)."""
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero and not trainer.interrupted:
+            print(self.summary(trainer, pl_module), flush=True)
+
+    @staticmethod
+    def summary(trainer, pl_module) -> str:
+        best = next((c for c in trainer.checkpoint_callbacks
+                     if isinstance(c, ModelCheckpoint) and not isinstance(c, LatestCheckpoint) and c.monitor), None)
+        lines = [f"\nfit done: {trainer.global_step} iterations; run folder {os.path.relpath(trainer.default_root_dir)}"]
+        if best is None or not best.best_model_path:
+            return "\n".join(lines + ["no best checkpoint (no validation ran, or no monitored metric)"])
+        path, metric = os.path.relpath(best.best_model_path), best.monitor
+        score = float(best.best_model_score)
+        direction = "lower" if best.mode == "min" else "higher"
+        lines.append(f"best checkpoint: {path} ({metric} {score:.3f}, {direction} is better)")
+        name = metric.split("/")[-1]
+        compare = next((c for c in trainer.callbacks if isinstance(c, HeuristicComparison)), None)
+        if compare is not None and hasattr(pl_module, "val_jobs") and hasattr(pl_module, "cluster"):
+            reference = compare._reference(pl_module)  # evaluated once: the validation jobsets are fixed
+            values = {h: s[name] for h, s in reference.items() if name in s}
+            if values:
+                lines.append(f"heuristics on the same {pl_module.val_jobs.batch_size} validation jobsets, {name}: "
+                             + ", ".join(f"{h} {v:.3f}" for h, v in values.items()))
+        command = ["python", "scripts/evaluate.py", "--policy", path, "tetris", "sjf", "--jobsets", "200"]
+        lines.append(f"evaluate it on unseen jobsets: {shlex.join(command)}")
+        return "\n".join(lines)
