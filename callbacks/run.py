@@ -74,7 +74,8 @@ class WandbRunId(Callback):
 
 def run_callbacks(trainer_config) -> list[Callback]:
     """The callbacks a run adds to the trainer's own (`trainer_config`: the trainer's instantiated
-    arguments): WandbRunId, TrainingSummary and, unless the config turns the bar off or names its own, RunProgressBar."""
+    arguments): WandbRunId, TrainingSummary and, unless the config turns the bar off or names its own,
+    RunProgressBar."""
     given = trainer_config.get("callbacks") or []
     given = given if isinstance(given, list) else [given]
     extra = [WandbRunId(), TrainingSummary()]

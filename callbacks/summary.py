@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -22,8 +23,8 @@ class TrainingSummary(Callback):
 
     @staticmethod
     def summary(trainer, pl_module) -> str:
-        best = next((c for c in trainer.checkpoint_callbacks
-                     if isinstance(c, ModelCheckpoint) and not isinstance(c, LatestCheckpoint) and c.monitor), None)
+        best = next((c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)
+                     and not isinstance(c, LatestCheckpoint) and c.monitor), None)
         lines = [f"\nfit done: {trainer.global_step} iterations; run folder {os.path.relpath(trainer.default_root_dir)}"]
         if best is None or not best.best_model_path:
             return "\n".join(lines + ["no best checkpoint (no validation ran, or no monitored metric)"])
@@ -39,6 +40,8 @@ class TrainingSummary(Callback):
             if values:
                 lines.append(f"heuristics on the same {pl_module.val_jobs.batch_size} validation jobsets, {name}: "
                              + ", ".join(f"{h} {v:.3f}" for h, v in values.items()))
-        command = ["python", "scripts/evaluate.py", "--policy", path, "tetris", "sjf", "--jobsets", "200"]
+        installed = os.path.basename(sys.argv[0]).startswith("lsched-")  # run as the wheel's console command
+        evaluate = ["lsched-evaluate"] if installed else ["python", "scripts/evaluate.py"]
+        command = [*evaluate, "--policy", path, "tetris", "sjf", "--jobsets", "200"]
         lines.append(f"evaluate it on unseen jobsets: {shlex.join(command)}")
         return "\n".join(lines)

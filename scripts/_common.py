@@ -9,8 +9,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # the scripts work from a checkout without `pip install -e .`
+ROOT = Path(__file__).resolve().parent.parent  # the checkout (installed: the lightning_sched package)
+if (ROOT / "lightning_sched").is_dir() and str(ROOT) not in sys.path:  # a checkout without `pip install -e .`
     sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402

@@ -147,9 +147,10 @@ def load_network(path, device="cpu", cluster: ClusterConfig | None = None) -> tu
 def load_policy(path, device="cpu", override: dict | None = None, generator: torch.Generator | None = None,
                 cluster: ClusterConfig | None = None) -> tuple[NetworkPolicy, ClusterConfig]:
     """(NetworkPolicy, its ClusterConfig) from a checkpoint (see load_network), acting as the
-    checkpoint says (the config's observation mode one whose keys the network reads, so
-    `ClusterEnv(cfg, ...).rollout(n, policy)` runs) with `override`'s flags on top (`Acting.override`: greedy, idle_rule,
-    wait_rate). A sampled policy with no generator gets one seeded with 0, so evaluations repeat."""
+    checkpoint says with `override`'s flags on top (`Acting.override`: greedy, idle_rule,
+    wait_rate). A sampled policy with no generator gets one seeded with 0, so evaluations repeat.
+    The config's observation mode is one that publishes the keys the network reads ('compact' for
+    a file trained with 'none'), so `ClusterEnv(cfg, workload).rollout(n, policy)` runs."""
     net, cfg, record = load_network(path, device, cluster)
     try:
         acting = record.acting.override(**(override or {}))
