@@ -12,12 +12,13 @@ in the returned `Setup`.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from .config import SIZE_FIELDS, ClusterConfig, ConfigError
 from .policies.acting import IDLE_RULES, rule_name
+from .policies.checkpoints import read_record
 from .traces import JobRules, TraceError, TraceWorkload, propose_cluster, read_trace
 from .workloads import DeepRMWorkload
 
@@ -206,10 +207,12 @@ class Setup(NamedTuple):
     trace: TraceFlags | None
 
 
-def setup_from_args(args) -> Setup:
+def setup_from_args(args, checkpoints: Sequence[str] = ()) -> Setup:
     """The cluster the flags describe and the trace to replay on it. With --fit_cluster, the cluster
     `propose_cluster` proposes for --trace (printed), the size flags given overriding it, and the
-    trace's step length the proposal's when --seconds_per_step is not given."""
+    trace's step length the proposal's when --seconds_per_step is not given; its number of
+    resources --num_resources, else that of the `checkpoints` (paths) to run on it (their networks
+    fix it), else the log's own."""
     sizes = {name: getattr(args, name) for name in SIZE_FIELDS if getattr(args, name) is not None}
     trace = trace_from_args(args)
     if getattr(args, "fit_cluster", False):
@@ -217,13 +220,20 @@ def setup_from_args(args) -> Setup:
             raise ConfigError("--fit_cluster proposes a cluster for a log: give --trace")
         proposal = propose_cluster(
             trace.read(), trace.rules, resources=trace.params["resources"], capacity=trace.params["capacity"],
-            num_resources=sizes.get("num_resources", ClusterConfig.num_resources),
+            num_resources=sizes.get("num_resources", checkpoint_resources(checkpoints)),
             resource_units=args.resource_units, seconds_per_step=args.seconds_per_step,
             max_horizon=args.max_horizon, simu_len=args.simu_len)
         print(proposal.describe(), flush=True)
         sizes = {**{name: getattr(proposal.cluster, name) for name in SIZE_FIELDS}, **sizes}
         trace = TraceFlags(trace.path, proposal.seconds_per_step, trace.params)
     return Setup(ClusterConfig(observation="none", **reward_from_args(args), **sizes), bool(sizes), trace)
+
+
+def checkpoint_resources(paths: Sequence[str]) -> int | None:
+    """The num_resources every cluster-policy checkpoint of `paths` was trained with; None without
+    checkpoints (or when they differ: running them on one cluster is refused later, naming the field)."""
+    found = {read_record(path).cluster.num_resources for path in paths}
+    return found.pop() if len(found) == 1 else None
 
 
 def idle_rule(text: str) -> str:

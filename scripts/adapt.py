@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     set_threads(args.threads)
     out, named = output_path(args)  # before adapting: a refused --out costs nothing
-    cluster, sized, trace = setup_from_args(args)
+    cluster, sized, trace = setup_from_args(args, [args.ckpt])
     net, cfg, record = load_network(args.ckpt, args.device, cluster if sized else None)
     cfg = cfg.replace(**reward_from_args(args))
     settings = AdaptationSettings.from_checkpoint(

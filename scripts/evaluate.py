@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="also print one JSON line per policy")
     args = ap.parse_args(argv)
     set_threads(args.threads)
-    cfg, sized, trace = setup_from_args(args)
+    cfg, sized, trace = setup_from_args(args, [p for p in args.policy if p.endswith(".ckpt")])
     flags = {"greedy": args.greedy, "idle_rule": args.idle_rule, "wait_rate": args.wait_rate}
     policies = [resolve_policy(p, cfg, args.device, args.seed, sized, flags) for p in args.policy]
     reads_rate = any(isinstance(policy, NetworkPolicy) and policy.acting.idle_rule == "while_frequent"

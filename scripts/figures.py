@@ -186,7 +186,7 @@ def recipes(args) -> None:
 def trace(args) -> None:
     """Heuristics (and any checkpoints) on a real trace's held-out time range, as recorded and time-compressed,
     on the cluster the size flags (or --fit_cluster) describe (checkpoints of slot policies run on it)."""
-    cfg, sized, log = setup_from_args(args)
+    cfg, sized, log = setup_from_args(args, list(checkpoints(args).values()))
     if log.seconds_per_step is None:
         log = replace(log, seconds_per_step=600.0)  # the NASA figure's step without --fit_cluster
     policies = named_policies(cfg, args.heuristics, args.ckpt, args.device, resize=sized)
@@ -259,7 +259,7 @@ def held_out_workloads(cfg: ClusterConfig, args, metric: str):
     train split and measured on its test split."""
     extra = []
     if getattr(args, "trace", None):
-        trace_cfg, _, log = setup_from_args(args)
+        trace_cfg, _, log = setup_from_args(args, list(checkpoints(args).values()))
         trace_cfg = trace_cfg.replace(objective=cfg.objective)
         extra.append((f"{Path(log.path).name.split('.')[0]}, test split", trace_cfg,
                       log.workload(trace_cfg, split="train"), log.workload(trace_cfg, split="test")))

@@ -6,6 +6,7 @@ import argparse
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,31 @@ def test_the_command_line_reads_proposes_and_builds_in_one_direction(tmp_path, c
     workload = trace.workload(cfg, split="train")
     assert workload.trace is trace.read() and workload.resources == ("processors",)
     assert workload.split == "train" and workload.seconds_per_step == proposal.seconds_per_step
+
+
+def test_a_processors_only_log_gets_one_resource_unless_a_checkpoint_or_the_flag_fixes_two(tmp_path):
+    lines = ["; MaxProcs: 16"] + [swf_line(j + 1, 60 * j, 0, 60 + j, 1 + j % 16) for j in range(100)]
+    path = write(tmp_path / "procs.swf", lines)
+    proposal = propose_cluster(read_trace(path))
+    assert proposal.cluster.num_resources == 1 and "--num_resources 1 " in proposal.describe()
+    with warnings.catch_warnings():  # the proposal's own cluster: no resource of demand 0 to warn about
+        warnings.simplefilter("error")
+        TraceWorkload.for_cluster(proposal.cluster, path, proposal.seconds_per_step)
+    assert propose_cluster(read_trace(path), num_resources=2).cluster.num_resources == 2
+    # with a memory column some job gives, both resources
+    memory = write_swf(tmp_path / "mem.swf", num_jobs=200, processors=32, memory_per_processor_kb=1024, seed=3)
+    both = propose_cluster(read_trace(memory), capacity={"processors": 32, "memory": 32 * 1024})
+    assert both.cluster.num_resources == 2
+    # the scripts: a checkpoint's network fixes its resources; --num_resources overrides both
+    ap = argparse.ArgumentParser()
+    for add in (add_workload_flags, add_trace_flags, add_cluster_flags):
+        add(ap)
+    ckpt = str(ROOT / "checkpoints" / "best_slowdown.ckpt")
+    args = ap.parse_args(["--trace", str(path), "--fit_cluster", "--simu_len", "20"])
+    assert setup_from_args(args).cluster.num_resources == 1
+    assert setup_from_args(args, [ckpt]).cluster.num_resources == 2
+    args = ap.parse_args(["--trace", str(path), "--fit_cluster", "--simu_len", "20", "--num_resources", "3"])
+    assert setup_from_args(args, [ckpt]).cluster.num_resources == 3
 
 
 def test_the_synthetic_log_has_memory_and_a_schedule_that_fits(tmp_path):

@@ -42,20 +42,24 @@ class ClusterProposal:
     def describe(self) -> str:
         c = self.cluster
         units = ", ".join(f"1 unit = {v:g} {UNIT_NAMES.get(k, k)}" for k, v in self.unit.items())
-        return (f"proposed cluster: --resource_units {c.resource_units} --max_job_units {c.max_job_units} "
+        return (f"proposed cluster: --num_resources {c.num_resources} --resource_units {c.resource_units} "
+                f"--max_job_units {c.max_job_units} "
                 f"--seconds_per_step {self.seconds_per_step:g} --max_job_len {c.max_job_len} --horizon {c.horizon} "
                 f"--max_time {c.max_time} ({units}); clips {self.clipped_length} jobs by length and "
                 f"{self.clipped_demand} by demand of {self.jobs} ({100 * self.clipped_fraction:.3g}%)")
 
 
 def propose_cluster(trace: Trace, rules: JobRules = JobRules(), *, resources: tuple[str, ...] | None = None,
-                    capacity: dict | tuple | None = None, num_resources: int = 2, resource_units: int | None = None,
+                    capacity: dict | tuple | None = None, num_resources: int | None = None,
+                    resource_units: int | None = None,
                     seconds_per_step: float | None = None, max_clipped: float = 0.01, max_horizon: int = 128,
                     simu_len: int = 50) -> ClusterProposal:
     """A cluster that replays `trace` at its own resolution, clipping fewer than `max_clipped` of its jobs.
 
     The jobs are the job lines `rules` keeps; `resources`, `capacity` and `num_resources` map the trace
     onto the cluster as TraceWorkload's fields of those names do (`mapped_resources`, `cluster_capacities`).
+    num_resources: by default as many as the log's resources up to the last one some job gives (`resources`,
+    else the format's): 1 for a processors-only log, whose second resource would be demand 0 throughout.
     resource_units: the log's processors (the capacity of its first resource: MaxProcs, or
     --trace_capacity), or the divisor given; demands are whole units of capacity / resource_units.
     seconds_per_step: the shortest of STEP_LENGTHS (or the one given) at which fewer than max_clipped
@@ -65,6 +69,10 @@ def propose_cluster(trace: Trace, rules: JobRules = JobRules(), *, resources: tu
     Raises TraceError when no step length keeps the clipping under max_clipped.
     """
     path = trace.path
+    if num_resources is None:
+        every = mapped_resources(trace, resources, len(resources if resources is not None else trace.resources))
+        given = [i for i, flag in enumerate(resource_presence(trace, every).values()) if flag]
+        num_resources = given[-1] + 1 if given else 1
     names = mapped_resources(trace, resources, num_resources)
     capacity = cluster_capacities(path, trace, names, resource_presence(trace, names), capacity)
     first = next(iter(capacity))
