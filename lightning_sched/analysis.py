@@ -9,8 +9,10 @@ import copy
 import csv
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
+import yaml
 
 from . import seeds
 from .config import ClusterConfig
@@ -324,14 +326,39 @@ def validation_curve(rows: list[dict]) -> dict:
             "median_iteration_s": sorted(seconds.values())[len(seconds) // 2]}
 
 
+def run_title(metrics: str) -> str:
+    """A learning curve's default title: the run folder of `metrics` (its metrics.csv) and what its
+    config.yaml says: the module, the workload's load, the validation jobsets."""
+    run = Path(metrics).parent
+    config = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").is_file() else None
+    if not isinstance(config, dict):
+        return f"learning curve of {run}"
+    model = config.get("model") or {}
+    init = model.get("init_args") or {}
+    workload = init.get("workload") or {}
+    workload = workload.get("init_args", workload) if isinstance(workload, dict) else {}
+    parts = [str(model.get("class_path", "a module")).rsplit(".", 1)[-1]]
+    if workload.get("load") is not None:
+        parts.append(f"load {workload['load']}")
+    if (init.get("evaluation") or {}).get("val_jobsets"):
+        parts.append(f"validation on {init['evaluation']['val_jobsets']} jobsets")
+    return f"{run.name}: " + ", ".join(parts)
+
+
+# what learning_curve's steps count (its JSON says so): iterations done, as a checkpoint's name
+# (best-25.ckpt: after 25), not the 0-based step an iteration logs its rows at
+ITERATIONS_DONE = "iterations done"
+
+
 def learning_curve(rows: list[dict]) -> dict[str, list]:
-    """A run's validation slowdown by step and its training episodes' slowdown, mean and max total
-    reward by step, and each iteration's seconds: lists (DeepRM Figure 6's numbers)."""
+    """A run's validation slowdown and its training episodes' slowdown, mean and max total reward,
+    each by the iterations done when logged (ITERATIONS_DONE), and each iteration's seconds: lists
+    (DeepRM Figure 6's numbers)."""
     evals = last_per_step(rows, "eval/mean_slowdown")
     train = last_per_step(rows, "train/mean_return")
-    return {"eval_step": [int(r["step"]) for r in evals],
+    return {"eval_step": [int(r["step"]) + 1 for r in evals],
             "eval_mean_slowdown": [float(r["eval/mean_slowdown"]) for r in evals],
-            "train_step": [int(r["step"]) for r in train],
+            "train_step": [int(r["step"]) + 1 for r in train],
             "train_mean_slowdown": [float(r["train/mean_slowdown"]) for r in train],
             "mean_return": [float(r["train/mean_return"]) for r in train],
             "max_return": [float(r["train/max_return"]) for r in train],

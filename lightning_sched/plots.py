@@ -7,6 +7,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display on servers and in CI
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 if TYPE_CHECKING:
     import torch
@@ -16,6 +17,9 @@ STYLE = {"tetris": ("tab:blue", "s"), "sjf": ("tab:orange", "^"), "packer": ("ta
 
 
 _LEARNED_COLORS = ("black", "tab:red", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+# the adaptation figures' starting points: (colour, marker, line style), told apart without colour too
+ADAPTATION_STYLE = {"maml": ("tab:red", "o", "-"), "mixture": ("tab:cyan", "s", "--"),
+                    "slots": ("tab:brown", "^", "-."), "scratch": ("black", "x", ":")}
 _learned: dict[str, str] = {}
 
 
@@ -26,6 +30,29 @@ def _style(name: str):
     if name not in _learned:
         _learned[name] = _LEARNED_COLORS[len(_learned) % len(_LEARNED_COLORS)]
     return _learned[name], "o"
+
+
+def _plain_log_ticks(axis) -> None:
+    """Log-scale ticks written as plain numbers (not "6x10^0"), no minor labels: at 1, 2, 5 x 10^k,
+    or at every integer multiple of 10^k when the axis spans less than a decade. Call after plotting."""
+    low, high = sorted(axis.get_view_interval())
+    narrow = low > 0 and high / low < 10
+    axis.set_major_locator(LogLocator(subs=tuple(range(1, 10)) if narrow else (1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _with_gaps(xs: list[int], *columns: list[float]) -> tuple[list[float], ...]:
+    """`xs` (sorted integers) and `columns` with a NaN point inserted where xs skips a value, so a
+    line breaks there instead of crossing the empty range."""
+    out = [[] for _ in range(1 + len(columns))]
+    for i, x in enumerate(xs):
+        if i and x > xs[i - 1] + 1:
+            for column in out:
+                column.append(float("nan"))
+        for column, values in zip(out, (xs, *columns)):
+            column.append(values[i])
+    return tuple(out)
 
 
 def _lines_vs_load(ax, results: dict[str, dict[float, tuple[float, float]]]) -> None:
@@ -82,7 +109,7 @@ def learning_curve(iterations, slowdown, reference: dict[str, float], mean_retur
     for name, value in reference.items():
         color, _ = _style(name)
         ax.axhline(value, linestyle="--", color=color, label=name)
-    ax.set_xlabel("iteration")
+    ax.set_xlabel("iterations done")
     ax.set_ylabel("mean slowdown")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
@@ -92,7 +119,7 @@ def learning_curve(iterations, slowdown, reference: dict[str, float], mean_retur
         ax.plot(x, mean_return, label="mean total reward")
         if max_return is not None:
             ax.plot(x, max_return, label="max total reward")
-        ax.set_xlabel("iteration")
+        ax.set_xlabel("iterations done")
         ax.set_ylabel("total reward")
         ax.grid(alpha=0.3)
         ax.legend()
@@ -120,46 +147,69 @@ def bars(values: dict[str, dict[str, tuple[float, float]]], metric_labels: dict[
     return fig
 
 
-def _plot_cdf(ax, job_slowdowns: dict[str, "torch.Tensor"], xlabel: str = "job slowdown") -> None:
-    """Empirical CDF of per-job slowdowns per scheme on `ax` (NaN = padding, ignored)."""
+def _plot_cdf(ax, job_slowdowns: dict[str, "torch.Tensor"], xlabel: str = "job slowdown", tail: bool = False,
+              legend: bool = True) -> None:
+    """Empirical CDF of per-job slowdowns per scheme on `ax` (NaN = padding, ignored); with `tail`,
+    the share of jobs above each slowdown on log-log axes instead, where a workload whose jobs
+    mostly run at once (slowdown 1) still shows how the schemes differ on the rest."""
     import torch
 
     for name, values in job_slowdowns.items():
         v = values[~torch.isnan(values)].sort().values
-        ax.plot(v.numpy(), (torch.arange(1, len(v) + 1) / len(v)).numpy(), label=name, color=_style(name)[0])
+        below = torch.arange(1, len(v) + 1) / len(v)
+        if tail:  # P(slowdown > x), drawn where it is positive
+            above = 1 - below
+            keep = above > 0
+            ax.step(v[keep].numpy(), above[keep].numpy(), where="post", label=name, color=_style(name)[0])
+        else:
+            ax.plot(v.numpy(), below.numpy(), label=name, color=_style(name)[0])
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("CDF")
+    if tail:
+        ax.set_yscale("log")
+        _plain_log_ticks(ax.xaxis)
+        ax.set_ylabel("share of jobs with a larger slowdown")
+    else:
+        ax.set_ylabel("CDF")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    if legend:
+        ax.legend(fontsize="small")
 
 
 def trace_heuristics(values: dict[str, dict[str, tuple[float, float]]],
                      job_slowdowns: dict[str, "torch.Tensor"] | None = None,
                      ylabel: str = "mean job slowdown", title: str = ""):
     """Schemes on a replayed trace: {setting: {scheme: (mean, 95% CI half-width)}} as grouped bars
-    (one group per setting, e.g. as recorded and time-compressed), and optionally the per-job slowdown
-    CDF of one setting ({scheme: DoubleTensor of job slowdowns, NaN ignored}) beside it."""
+    (one group per setting, e.g. as recorded and time-compressed), and optionally the tail of the
+    per-job slowdowns of one setting ({scheme: DoubleTensor of job slowdowns, NaN ignored}) beside
+    it. A slowdown is at least 1 and a light log's means sit just above it, so the bars show the
+    mean minus 1 on a log scale: 0.05 and 0.1 differ as much as 5 and 10."""
     panels = 2 if job_slowdowns else 1
-    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4), squeeze=False)
+    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.4), squeeze=False)
     ax = axes[0][0]
     settings = list(values)
     schemes = list(dict.fromkeys(name for points in values.values() for name in points))
     width = 0.8 / max(1, len(schemes))
     for i, name in enumerate(schemes):
         xs = [g + (i - (len(schemes) - 1) / 2) * width for g in range(len(settings))]
-        means = [values[s].get(name, (float("nan"), 0.0))[0] for s in settings]
+        excess = [values[s].get(name, (float("nan"), 0.0))[0] - 1 for s in settings]
         cis = [values[s].get(name, (float("nan"), 0.0))[1] for s in settings]
-        ax.bar(xs, means, width, yerr=cis, capsize=3, label=name, color=_style(name)[0])
+        # the whisker's lower end stays above 0 on the log scale
+        low = [min(c, 0.95 * e) if e > 0 else 0.0 for e, c in zip(excess, cis)]
+        ax.bar(xs, excess, width, yerr=[low, cis], capsize=2, label=name, color=_style(name)[0])
     ax.set_xticks(range(len(settings)), settings)
-    ax.set_ylabel(ylabel)
+    ax.set_yscale("log")
+    _plain_log_ticks(ax.yaxis)
+    ax.set_ylabel(f"{ylabel} - 1 (log scale)")
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize="small")
     if job_slowdowns:
-        _plot_cdf(axes[0][1], job_slowdowns, f"job slowdown, {settings[0]}")
+        _plot_cdf(axes[0][1], job_slowdowns, f"job slowdown, {settings[0]}", tail=True, legend=False)
+    # one legend for both panels, below them: it covers no bar or curve
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize="small", frameon=False)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06 * (1 + (len(labels) - 1) // 4), 1, 1))
     return fig
 
 
@@ -185,11 +235,13 @@ def gains(withheld: dict[int, int], offered: dict[int, int], by_length: dict[str
     for name, points in by_length.items():
         ls = sorted(points)
         color, marker = _style(name)
-        ax.errorbar(ls, [points[length][0] for length in ls], yerr=[points[length][1] for length in ls], label=name,
-                    color=color or "black", marker=marker, capsize=2)
+        # no line across lengths without jobs (DeepRM's mix has none between its short and long ones)
+        xs, means, cis = _with_gaps(ls, [points[length][0] for length in ls], [points[length][1] for length in ls])
+        ax.errorbar(xs, means, yerr=cis, label=name, color=color or "black", marker=marker, capsize=2)
     ax.set_xlabel("job length (steps)")
-    ax.set_ylabel("mean job slowdown")
+    ax.set_ylabel("mean job slowdown (log scale)")
     ax.set_yscale("log")
+    _plain_log_ticks(ax.yaxis)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     if title:
@@ -206,29 +258,71 @@ def adaptation_curves(curves: dict[str, dict[str, dict[int, tuple[float, float]]
     cols = min(2, len(names))
     rows = (len(names) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 3.8 * rows), squeeze=False)
-    method_colors = {"maml": "tab:red", "mixture": "tab:cyan", "scratch": "black"}
+    methods = list(dict.fromkeys(m for panel in curves.values() for m in panel))
     for ax, name in zip(axes.flat, names):
-        for method, points in curves[name].items():
+        for k, method in enumerate(methods):
+            points = curves[name].get(method)
+            if not points:
+                continue
+            color, marker, line = ADAPTATION_STYLE.get(method, (_style(method)[0], "o", "-"))
             steps = sorted(points)
-            means = [points[s][0] for s in steps]
-            cis = [points[s][1] for s in steps]
-            color = method_colors.get(method)
-            ax.plot(steps, means, marker=".", label=method, color=color)
-            ax.fill_between(steps, [m - c for m, c in zip(means, cis)], [m + c for m, c in zip(means, cis)],
-                            alpha=0.15, color=color)
+            # curves that overlap stay apart: each method's points a little to the side, CIs as whiskers
+            xs = [s + (k - (len(methods) - 1) / 2) * 0.06 for s in steps]
+            ax.errorbar(xs, [points[s][0] for s in steps], yerr=[points[s][1] for s in steps], label=method,
+                        color=color, marker=marker, linestyle=line, markersize=4, capsize=2, linewidth=1.3)
         for h, (value, _) in lines[name].items():
-            ax.axhline(value, linestyle="--", color=_style(h)[0], label=h)
+            ax.axhline(value, linestyle=(0, (4, 3)), linewidth=1, color=_style(h)[0], label=h)
+        _focus(ax, curves[name], lines[name])
         ax.set_title(name, fontsize="medium")
         ax.set_xlabel("adaptation steps")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="x-small")
-    for ax in list(axes.flat)[len(names):]:
+    spare = list(axes.flat)[len(names):]
+    for ax in spare:
         ax.axis("off")
+    # one legend for every panel, in a spare panel or below them: it covers no curve
+    by_label = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            by_label.setdefault(label, handle)
+    if spare:
+        spare[0].legend(by_label.values(), by_label.keys(), loc="center", fontsize="medium", frameon=False)
+    else:
+        fig.legend(by_label.values(), by_label.keys(), loc="lower center", ncol=min(len(by_label), 7),
+                   fontsize="small", frameon=False)
     if title:
         fig.suptitle(title, fontsize="medium")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0 if spare else 0.05, 1, 1))
     return fig
+
+
+# far from the policies being compared (a fresh network, random actions): named at the panel's edge
+# when they would stretch its scale so far that the compared curves merge
+OFF_FOCUS = ("scratch", "random")
+
+
+def _focus(ax, curves: dict[str, dict[int, tuple[float, float]]], lines: dict[str, tuple[float, float]]) -> None:
+    """Scale `ax` to the adapted curves and the heuristic lines but OFF_FOCUS's; those outside
+    the range are written at its top or bottom with their values."""
+    near = [m + sign * c for method, points in curves.items() if method not in OFF_FOCUS
+            for m, c in points.values() for sign in (-1, 1)]
+    near += [value for h, (value, _) in lines.items() if h not in OFF_FOCUS]
+    if not near:
+        return
+    lo, hi = min(near), max(near)
+    pad = 0.12 * (hi - lo) + 0.02 * abs(hi)
+    lo, hi = lo - pad, hi + pad
+    ax.set_ylim(lo, hi)
+    outside = {**{m: [v[0] for v in p.values()] for m, p in curves.items()}, **{h: [v[0]] for h, v in lines.items()}}
+    notes = {"above": [], "below": []}
+    for name, values in outside.items():
+        if min(values) > hi or max(values) < lo:
+            span = f"{min(values):.2f}" + (f"-{max(values):.2f}" if max(values) - min(values) >= 0.005 else "")
+            notes["above" if min(values) > hi else "below"].append(f"{name} {span}")
+    for side, items in notes.items():
+        if items:
+            ax.text(0.99, 0.98 if side == "above" else 0.02, f"{side}: " + ", ".join(items), transform=ax.transAxes,
+                    ha="right", va="top" if side == "above" else "bottom", fontsize="x-small", color="dimgray")
 
 
 def ablation(values: dict[str, dict[float, dict[str, tuple[float, float]]]], metric_labels: dict[str, str],

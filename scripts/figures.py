@@ -9,7 +9,7 @@ difference to the best heuristic at each load in the JSON.
 
     python scripts/figures.py ablation --ckpt deeprm=A.ckpt "+ mask=B.ckpt" ... [--loads 0.7 1.1 1.5]
     python scripts/figures.py cdf --ckpt RL=A.ckpt [--loads 0.9 1.3]
-    python scripts/figures.py recipes --runs deeprm=runs/a/version_0/metrics.csv upgraded=runs/b/...
+    python scripts/figures.py recipes --runs deeprm=runs/a/metrics.csv upgraded=runs/b/metrics.csv
 
 ablation: each recipe's mean slowdown and SLO hit rate at a few loads. cdf: per-job slowdown CDF
 per scheme. recipes: validation curves of runs against iterations and against wall time.
@@ -23,11 +23,16 @@ trace: heuristics on a real trace's held-out (test) time range, as recorded and 
 
 objectives: policies trained for different objectives and the heuristics, on both metrics (DeepRM Figure 5).
 
-    python scripts/figures.py learning_curve --metrics runs/deeprm_slowdown/version_0/metrics.csv
+    python scripts/figures.py learning_curve --metrics runs/deeprm_slowdown/metrics.csv
 
 learning_curve: a run's validation slowdown per iteration with the heuristics' lines, and the mean
 and max total reward of its training episodes (DeepRM Figure 6); the curve's numbers are kept
-in the JSON beside the PNG.
+in the JSON beside the PNG. Iterations count those done, as the checkpoints' names (best-25.ckpt:
+after 25); the default title names the run and its config (config.yaml beside metrics.csv).
+
+    python scripts/figures.py redraw docs/figures/adaptation_broad_nasa.json --out X.png
+
+redraw: a learning_curve or adaptation (or headroom) figure again from the numbers in its JSON.
 
     python scripts/figures.py gains --ckpt RL=checkpoints/reinforce_slowdown.ckpt [--load 0.7]
 
@@ -51,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -225,17 +231,45 @@ def objectives(args) -> None:
                                        "results": values})
 
 
+def draw_learning_curve(curve: dict, reference: dict[str, float], title: str):
+    return plots.learning_curve(curve["eval_step"], curve["eval_mean_slowdown"], reference, curve["mean_return"],
+                                curve["max_return"], title=title,
+                                train=(curve["train_step"], curve["train_mean_slowdown"]),
+                                reward_iterations=curve["train_step"])
+
+
 def learning_curve(args) -> None:
     """Validation slowdown per iteration (heuristic lines) and the training episodes' total reward."""
     rows = analysis.read_metrics(args.metrics)
     curve = analysis.learning_curve(rows)
     reference = analysis.heuristic_lines(rows, args.heuristics)
-    fig = plots.learning_curve(curve["eval_step"], curve["eval_mean_slowdown"], reference, curve["mean_return"],
-                               curve["max_return"], title=args.title,
-                               train=(curve["train_step"], curve["train_mean_slowdown"]),
-                               reward_iterations=curve["train_step"])
-    save(fig, args, "learning_curve.png",
-         {"metrics": [str(m) for m in args.metrics], "heuristics": reference, "curve": curve})
+    title = args.title if args.title is not None else analysis.run_title(args.metrics[0])
+    save(draw_learning_curve(curve, reference, title), args, "learning_curve.png",
+         {"metrics": [str(m) for m in args.metrics], "title": title, "steps": analysis.ITERATIONS_DONE,
+          "heuristics": reference, "curve": curve})
+
+
+def redraw(args) -> None:
+    """A learning_curve or adaptation/headroom figure from its JSON's numbers (no evaluation)."""
+    data = json.loads(Path(args.json).read_text())
+    if "curve" in data:
+        curve = data["curve"]
+        if data.get("steps") != analysis.ITERATIONS_DONE:  # written before steps counted iterations done
+            curve = {**curve, "eval_step": [s + 1 for s in curve["eval_step"]],
+                     "train_step": [s + 1 for s in curve["train_step"]]}
+        title = args.title or data.get("title") or analysis.run_title(data["metrics"][0])
+        fig = draw_learning_curve(curve, data["heuristics"], title)
+        data = {**data, "curve": curve, "title": title, "steps": analysis.ITERATIONS_DONE}
+    elif "curves" in data and "held_out" in data:
+        steps = {panel: {m: {int(k): v for k, v in c.items()} for m, c in methods.items()}
+                 for panel, methods in data["curves"].items()}
+        ylabel = {"completion_time": "mean completion time"}.get(data.get("objective"), "mean slowdown")
+        fig = plots.adaptation_curves(steps, data["heuristics"], ylabel, title=args.title or data.get("title", ""))
+    else:
+        raise ConfigError(f"{args.json}: redraw reads the JSON of learning_curve, adaptation or headroom "
+                          "(a 'curve' or 'curves' entry), not this one")
+    data["redrawn_with"] = shlex.join(["python", "scripts/figures.py", *sys.argv[1:]])
+    save(fig, args, Path(args.json).with_suffix(".png").name, data)
 
 
 def gains(args) -> None:
@@ -281,10 +315,10 @@ def headroom(args) -> None:
     runs = analysis.adapt_on_held_out(held_out_workloads(starts.cfg, args, "mean_slowdown"), starts.on,
                                       {"fine-tuned": settings}, "mean_slowdown",
                                       set(range(0, args.steps + 1, args.every)), args.seed, args.device, report=report)
-    fig = plots.adaptation_curves(runs.curves, runs.heuristics, ylabel="mean slowdown",
-                                  title=f"{args.ckpt} fine-tuned on the held-out workloads ({args.jobsets}x"
-                                        f"{args.episodes} episodes a step, {args.eval_jobsets} unseen jobsets, 95% CI)")
-    save(fig, args, "headroom.png", {"checkpoint": args.ckpt, "settings": settings.describe(),
+    title = (f"{args.ckpt} fine-tuned on the held-out workloads ({args.jobsets}x{args.episodes} episodes a step, "
+             f"{args.eval_jobsets} unseen jobsets, 95% CI)")
+    fig = plots.adaptation_curves(runs.curves, runs.heuristics, ylabel="mean slowdown", title=title)
+    save(fig, args, "headroom.png", {"checkpoint": args.ckpt, "title": title, "settings": settings.describe(),
                                      "held_out": analysis.HELD_OUT, "curves": runs.curves,
                                      "heuristics": runs.heuristics})
 
@@ -309,11 +343,12 @@ def adaptation(args) -> None:
 
     runs = analysis.adapt_on_held_out(held_out_workloads(starts.cfg, args, metric), starts.on, settings, metric,
                                       analysis.ADAPT_EVAL_STEPS, args.seed, args.device, "tetris", report)
-    fig = plots.adaptation_curves(runs.curves, runs.heuristics, ylabel=metric.replace("_", " "),
-                                  title=f"adaptation on held-out workloads ({args.objective}; {args.jobsets}x"
-                                        f"{args.episodes} episodes a step, {args.eval_jobsets} unseen jobsets, 95% CI)")
+    title = (f"adaptation on held-out workloads ({args.objective}; {args.jobsets}x{args.episodes} episodes a step, "
+             f"{args.eval_jobsets} unseen jobsets, 95% CI)")
+    fig = plots.adaptation_curves(runs.curves, runs.heuristics, ylabel=metric.replace("_", " "), title=title)
     save(fig, args, f"adaptation_{args.objective}.png",
-         {"objective": args.objective, "settings": {name: st.describe() for name, st in settings.items()},
+         {"objective": args.objective, "title": title,
+          "settings": {name: st.describe() for name, st in settings.items()},
           "held_out": analysis.HELD_OUT, "trace": getattr(args, "trace", None), "clusters": runs.clusters,
           "curves": runs.curves, "heuristics": runs.heuristics, "first_step_at_or_below_tetris": runs.first_step})
 
@@ -417,7 +452,8 @@ def main() -> None:
                shared_flags(["tetris", "sjf", "packer", "random"], jobsets=None, ckpt=None))
     p.add_argument("--metrics", nargs="+", default=["runs/fit/metrics.csv"], help="a run's metrics.csv (default: "
                    "that of `make run`; several CSVLogger files, in order, for a run resumed into another folder)")
-    p.add_argument("--title", default="DeepRM's recipe, load 0.7")
+    p.add_argument("--title", help="default: the run folder and what its config.yaml says (module, load, "
+                   "validation jobsets)")
     p = figure(gains, "what the policy withholds; slowdown by job length", shared_flags(["tetris"], ckpt=1))
     p.add_argument("--load", type=float, default=0.7)
     p = figure(adaptation, "adaptation curves on held-out workloads",
@@ -432,6 +468,10 @@ def main() -> None:
                shared_flags(["tetris"], jobsets=None, ckpt=None), fine_tuning_flags(300))
     p.add_argument("--ckpt", default="checkpoints/reinforce_mixture_masked.ckpt")
     p.add_argument("--every", type=at_least(1), default=25, help="measure after every N-th step")
+    p = figure(redraw, "a learning_curve or adaptation figure again from its JSON (no evaluation)",
+               shared_flags([], jobsets=None, ckpt=None))
+    p.add_argument("json", help="the figure's JSON (written beside its PNG)")
+    p.add_argument("--title", help="default: the JSON's")
     args = ap.parse_args()
     set_threads(args.threads)
     args.run(args)

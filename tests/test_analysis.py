@@ -181,7 +181,7 @@ def test_logged_curves_take_the_last_row_of_a_repeated_step(tmp_path):
                      "median_iteration_s": 2.0}
     assert analysis.heuristic_lines(rows, ["tetris", "sjf"]) == {"tetris": 3.4}
     learning = analysis.learning_curve(rows)
-    assert learning["eval_step"] == [1] and learning["train_step"] == [0, 1, 2]
+    assert learning["eval_step"] == [2] and learning["train_step"] == [1, 2, 3]  # iterations done
     assert learning["mean_return"] == [-9.0, -7.0, -6.0] and learning["iteration_s"] == [2.0, 1.0, 4.0]
 
 

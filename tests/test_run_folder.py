@@ -5,7 +5,9 @@ configs/smoke.yaml."""
 from __future__ import annotations
 
 import csv
+import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -52,6 +54,14 @@ def test_default_root_dir_holds_the_whole_run_and_start_prints_where(tmp_path):
                             capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert figure.returncode == 0, figure.stderr[-3000:]
     assert (tmp_path / "curve.png").stat().st_size > 0
+    # its validation points sit at the steps the checkpoints are named with; the title is this run's
+    drawn = json.loads((tmp_path / "curve.json").read_text())
+    named = sorted(int(p.stem.split("-")[1]) for p in (run / "checkpoints").glob("best-*.ckpt"))
+    assert drawn["curve"]["eval_step"] == [2, 4] and set(named) <= {2, 4}
+    assert drawn["title"] == "fit: Reinforce, load 0.7, validation on 8 jobsets"  # smoke.yaml's
+    # figures.py's example --metrics path is where a run writes it (runs/<name>/metrics.csv)
+    example = re.search(r"learning_curve --metrics (\S+)", (ROOT / "scripts" / "figures.py").read_text()).group(1)
+    assert Path(example).parent.parent == Path("runs") and Path(example).name == "metrics.csv"
 
 
 def test_each_run_gets_its_own_folder_named_after_its_config(tmp_path):
