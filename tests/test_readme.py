@@ -141,7 +141,31 @@ def test_every_documented_config_chain_parses_and_an_overlay_alone_is_refused():
         assert result["code"] == 0, f"{name}: {chains[name]} does not parse:\n{result['stderr']}"
         assert yaml.safe_load(result["stdout"])["model"]["class_path"].startswith("tasks.")
     assert results["overlay alone"]["code"] != 0, "an overlay parses without its base: it would run with defaults"
+    assert "configs/masked_slowdown_loads.yaml is an overlay" in results["overlay alone"]["stderr"]
+    assert "--config configs/base/loads.yaml --config configs/masked_slowdown_loads.yaml" in \
+        results["overlay alone"]["stderr"]
     # the merge keeps the base and applies the overlay
     merged = yaml.safe_load(results["configs/wide_loads_slowdown.yaml"]["stdout"])["model"]["init_args"]
     assert merged["workload"]["load"] == [0.2, 2.0] and merged["workload"]["short_prob"] == [0.8, 0.8]
     assert merged["policy"]["masked"] is True and merged["init_from"] == "checkpoints/reinforce_slowdown.ckpt"
+
+
+def test_every_overlay_given_alone_is_refused_naming_its_base():
+    from callbacks.cli import require_base
+
+    from lightning_sched import ConfigError
+
+    chains = documented_chains()
+    overlays = {name: chain for name, chain in chains.items() if len(chain) > 1}
+    assert len(overlays) > 20
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # the # Run: lines name configs from the checkout's root
+    try:
+        for name, chain in overlays.items():
+            with pytest.raises(ConfigError, match=re.escape(" ".join(f"--config {c}" for c in chain))):
+                require_base(["fit", "--config", name])
+            require_base(["fit", *[a for c in chain for a in ("--config", c)]])  # with its base: accepted
+        for name in set(chains) - set(overlays):
+            require_base(["fit", f"--config={name}"])  # a base or a config used alone
+    finally:
+        os.chdir(cwd)
