@@ -152,7 +152,6 @@ def test_every_documented_config_chain_parses_and_an_overlay_alone_is_refused():
 
 def test_every_overlay_given_alone_is_refused_naming_its_base():
     from callbacks.cli import require_base
-
     from lightning_sched import ConfigError
 
     chains = documented_chains()
