@@ -26,7 +26,7 @@ class TrainingSummary(Callback):
         best = next((c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)
                      and not isinstance(c, LatestCheckpoint) and c.monitor), None)
         folder = os.path.relpath(trainer.default_root_dir)
-        lines = [f"\nfit done: {trainer.global_step} iterations; run folder {folder}"]
+        lines = [f"\nfit done at step {trainer.global_step}; run folder {folder}"]
         if best is None or not best.best_model_path:
             return "\n".join(lines + ["no best checkpoint (no validation ran, or no monitored metric)"])
         path, metric = os.path.relpath(best.best_model_path), best.monitor

@@ -54,7 +54,7 @@ def test_smoke_fit_writes_a_wandb_offline_run_and_checkpoints(smoke_run):
     assert "last.ckpt" in ckpts and any(n.startswith("best-") for n in ckpts)
     # the end-of-training summary: the best checkpoint, where it is, and the heuristics on the same jobsets
     best = next(p for p in (tmp / "runs" / "smoke" / "checkpoints").glob("best-*.ckpt"))
-    summary = proc.stdout[proc.stdout.index("fit done: 4 iterations"):]
+    summary = proc.stdout[proc.stdout.index("fit done at step 4"):]
     assert f"best checkpoint: runs/smoke/checkpoints/{best.name} (eval/mean_slowdown " in summary
     assert "heuristics on the same 8 validation jobsets, mean_slowdown: tetris " in summary
     assert f"scripts/evaluate.py --policy runs/smoke/checkpoints/{best.name}" in summary

@@ -75,5 +75,5 @@ def test_the_wheel_installs_and_its_commands_run_outside_the_checkout(tmp_path):
     assert "sjf " in out and "lower is better" in out
     shutil.copy2(ROOT / "configs" / "smoke.yaml", work / "smoke.yaml")
     out = command("lsched-fit", "fit", "--config", "smoke.yaml", "--trainer.max_steps", "2", "--threads", "1")
-    assert "fit done: 2 iterations" in out and "lsched-evaluate --policy runs/smoke/checkpoints/best-2.ckpt" in out
+    assert "fit done at step 2" in out and "lsched-evaluate --policy runs/smoke/checkpoints/best-2.ckpt" in out
     assert (work / "runs" / "smoke" / "checkpoints" / "last.ckpt").is_file()

@@ -278,8 +278,10 @@ def check_transition(model: RowModel, before: dict, action: int, after: dict, wh
     if bool(before["done"]):  # absorbing: nothing changes, reward 0
         assert reward == 0.0, f"{where}: a finished row paid {reward}"
         for key, value in before.items():
-            if key not in ("reward", "action", "all_rewards"):
+            if key not in ("reward", "action", "all_rewards", "episode"):
                 assert torch.equal(value, after[key]), f"{where}: a finished row's {key!r} changed"
+        if "episode" in after.keys():  # a finished episode's metrics come once, on the step it ended
+            assert all(torch.isnan(v).all() for v in after["episode"].values()), f"{where}: metrics repeated"
         return False, 0.0
     used0 = model.used(s0, t0)
     slots = model.waiting(s0, t0)[:m]

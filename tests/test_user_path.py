@@ -61,6 +61,9 @@ def test_an_unbatched_env_passes_check_env_specs_and_matches_a_batch_of_one():
     expected = evaluate(make_heuristic("tetris", cfg), cfg, jobs).summary
     assert last["episode", "mean_slowdown"].item() == pytest.approx(expected["mean_slowdown"])
     assert torch.isnan(rollout["next", "episode", "mean_slowdown"][:-1]).all()
+    # a finished episode stepped again (no reset) reports nothing new: each episode's metrics appear once
+    again = single.step(tetris(last.clone()))
+    assert bool(again["next", "done"]) and torch.isnan(again["next", "episode", "mean_slowdown"]).all()
     with pytest.raises(ConfigError, match=r"batch_size must be \[B\] or \[\], got \[2, 3\]"):
         ClusterEnv(cfg, DeepRMWorkload(), batch_size=[2, 3])
 

@@ -143,13 +143,14 @@ class ClusterEnv(EnvBase):
         return self._first_state.rows(every if rows is None else rows)  # advanced indexing: a copy
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        was_done = self.state.done.clone()  # the state is stepped in place
         reward = self._step_state(self.state, tensordict["action"].reshape(self.rows), self.cfg)
-        return self._output(reward=reward)
+        return self._output(reward=reward, ended=self.state.done & ~was_done)
 
     def _set_seed(self, seed: int | None) -> None:
         self.generator.manual_seed(0 if seed is None else int(seed))
 
-    def _output(self, reward: torch.Tensor | None) -> TensorDictBase:
+    def _output(self, reward: torch.Tensor | None, ended: torch.Tensor | None = None) -> TensorDictBase:
         s = self.state
         out = observe(s, self.cfg).materialize(self._observation_keys)
         out["terminated"] = s.terminated.unsqueeze(-1)
@@ -157,20 +158,20 @@ class ClusterEnv(EnvBase):
         out["done"] = s.done.unsqueeze(-1)
         if reward is not None:
             out["reward"] = reward.unsqueeze(-1)
-        out["episode"] = self._finished_metrics(s.done if reward is not None else None)
+        out["episode"] = self._finished_metrics(ended)
         if not self.batch_size:  # unbatched: drop the state's single row
             out = {k: (v[0] if torch.is_tensor(v) else {m: x[0] for m, x in v.items()}) for k, v in out.items()}
         return TensorDict(out, batch_size=self.batch_size, device=self.device)
 
-    def _finished_metrics(self, done: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        """EPISODE_KEYS of the rows whose episode is done at this step, NaN elsewhere (and at a
-        reset): each DoubleTensor[B, 1]. A rollout that resets finished rows keeps each finished
-        episode's metrics on its last step, apart from the reset ones."""
+    def _finished_metrics(self, ended: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """EPISODE_KEYS of the rows whose episode ended at this step (`ended`: BoolTensor[B]), NaN
+        elsewhere (and at a reset): each DoubleTensor[B, 1]. A rollout that resets finished rows
+        keeps each finished episode's metrics on its last step, apart from the reset ones."""
         nan = torch.full((self.rows, 1), float("nan"), dtype=torch.float64, device=self.device)
-        if done is None or not bool(done.any()):
+        if ended is None or not bool(ended.any()):
             return {k: nan for k in EPISODE_KEYS}
         metrics = episode_metrics(self.state)
-        return {k: torch.where(done.unsqueeze(-1), metrics[k].double().unsqueeze(-1), nan) for k in EPISODE_KEYS}
+        return {k: torch.where(ended.unsqueeze(-1), metrics[k].double().unsqueeze(-1), nan) for k in EPISODE_KEYS}
 
     # ----- results ---------------------------------------------------------------------------
     def episode_metrics(self) -> dict[str, torch.Tensor]:
