@@ -330,3 +330,17 @@ def test_select_checkpoint_scores_on_the_checkpoints_cluster(tmp_path):
     proc = run("scripts/select_checkpoint.py", "--ckpt", str(ckpt), str(deeprm), "--loads", "0.5", "--jobsets", "2",
                "--threads", "1", check=False)
     one_line_error(proc, "num_slots", "max_time", "slo_slowdown")
+
+
+def test_evaluate_table_says_units_and_direction_and_stays_aligned_with_long_names(tmp_path):
+    long = tmp_path / ("a_checkpoint_with_a_name_longer_than_the_first_column_" * 2 + ".ckpt")
+    long.write_bytes((ROOT / "checkpoints" / "reinforce_slowdown.ckpt").read_bytes())
+    out = run("scripts/evaluate.py", "--policy", "sjf", str(long), "--jobsets", "3", "--threads", "1").stdout
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("policy "))
+    assert "completion (steps)" in lines[header] and "makespan (steps)" in lines[header]
+    assert lines[header + 1].count("lower is better") == 3 and lines[header + 1].count("higher is better") == 2
+    rows = [line for line in lines[header + 2:] if "±" in line and "paired" not in line]
+    assert len(rows) == 2 and len({row.index("±") for row in rows}) == 1  # the columns line up
+    assert lines[header].index("mean slowdown") + len("mean slowdown") == lines[header + 1].index("lower") + 15
+    assert "(paired 95% CI over 3 jobsets)" in out
