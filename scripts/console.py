@@ -74,3 +74,7 @@ def figures() -> None:
 
 def select_checkpoint() -> None:
     _run("select_checkpoint")
+
+
+def decide() -> None:  # no _common (and so no torch) on this path: an .onnx policy starts in a fraction of a second
+    sys.exit(importlib.import_module("lightning_sched.scripts.decide").main())

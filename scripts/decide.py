@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 # run as a file from a checkout; no torch import here, so an .onnx policy starts in a fraction of a second
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
+ROOT = Path(__file__).resolve().parent.parent  # the checkout (installed: the lightning_sched package)
+if (ROOT / "lightning_sched").is_dir() and str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lightning_sched.config import ConfigError  # noqa: E402

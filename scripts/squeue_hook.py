@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a file from a checkout, without importing torch for an .onnx policy
+ROOT = Path(__file__).resolve().parent.parent  # the checkout (installed: the lightning_sched package)
+if (ROOT / "lightning_sched").is_dir() and str(ROOT) not in sys.path:  # a checkout; no torch for an .onnx policy
     sys.path.insert(0, str(ROOT))
 
 from lightning_sched.config import ConfigError  # noqa: E402

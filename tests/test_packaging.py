@@ -77,3 +77,8 @@ def test_the_wheel_installs_and_its_commands_run_outside_the_checkout(tmp_path):
     out = command("lsched-fit", "fit", "--config", "smoke.yaml", "--trainer.max_steps", "2", "--threads", "1")
     assert "fit done at step 2" in out and "lsched-evaluate --policy runs/smoke/checkpoints/best-2.ckpt" in out
     assert (work / "runs" / "smoke" / "checkpoints" / "last.ckpt").is_file()
+    shutil.copy2(ROOT / "checkpoints" / "queue_bsld.ckpt", work / "queue.ckpt")
+    (work / "snapshot.json").write_text('{"now": 100, "capacity": {"processors": 8}, "running": [], "waiting": '
+                                        '[{"id": "j1", "submit": 90, "requested_time": 60, "processors": 2}]}')
+    out = command("lsched-decide", "--policy", "queue.ckpt", "--snapshot", "snapshot.json")
+    assert '"start_now": ["j1"]' in out
