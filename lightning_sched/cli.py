@@ -45,6 +45,16 @@ def at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def thread_count(text: str) -> int | str:
+    """An argparse type: "auto" (the cores other processes leave free, followed as the load moves:
+    lightning_sched.threads) or an integer >= 1."""
+    return text if text == "auto" else at_least(1)(text)
+
+
+THREADS_HELP = ("torch's intra-op threads: auto (default: the cores other processes leave free, re-counted "
+                "as the load moves) or a number (fixed: a run that must repeat to the last bit)")
+
+
 def positive_float(text: str) -> float:
     """An argparse type: a finite number > 0 (a step size, a time scale)."""
     try:

@@ -18,6 +18,7 @@ import torch  # noqa: E402
 from lightning_sched import ClusterConfig, ConfigError  # noqa: E402
 from lightning_sched.allocator import reuse_freed_memory  # noqa: E402
 from lightning_sched.heuristics import make_heuristic  # noqa: E402
+from lightning_sched.threads import fixed_threads, use_free_cores  # noqa: E402
 
 # set to 1 to see the full traceback of an error the scripts otherwise report in one line
 TRACEBACK_ENV = "LIGHTNING_SCHED_TRACEBACK"
@@ -107,14 +108,16 @@ def format_row(name: str, s: dict, width: int = NAME_WIDTH) -> str:
             f"{cell('makespan', 1):>17s} {cell('utilization'):>17s} {cell('slo_hit_rate'):>17s} {s['num_jobs']:>8d}")
 
 
-def set_threads(threads: int, reuse_memory: bool = True) -> int:
-    """Torch's intra-op threads, set explicitly (timings are reported with it); and, unless
-    `reuse_memory` is False, glibc told to keep freed blocks for the next step
+def set_threads(threads: int | str, reuse_memory: bool = True) -> int:
+    """Torch's intra-op threads: a fixed number, or "auto", the cores other processes leave free,
+    re-counted as the load moves (`lightning_sched.threads`); the count now (timings are reported
+    with it). Unless `reuse_memory` is False, glibc told to keep freed blocks for the next step
     (`lightning_sched.allocator`)."""
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ConfigError(f"--threads must be an integer >= 1, got {threads!r}")
+    if threads != "auto" and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ConfigError(f"--threads must be auto or an integer >= 1, got {threads!r}")
     if reuse_memory:
         reuse_freed_memory()
-    torch.set_num_threads(threads)
+    if threads == "auto":
+        return use_free_cores()
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    return torch.get_num_threads()
+    return fixed_threads(threads)

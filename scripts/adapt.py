@@ -52,6 +52,7 @@ from _common import (
 from lightning_sched import ClusterConfig, ConfigError, seeds
 from lightning_sched.analysis import select_acting
 from lightning_sched.cli import (
+    THREADS_HELP,
     ScriptParser,
     add_cluster_flags,
     add_site_flags,
@@ -62,6 +63,7 @@ from lightning_sched.cli import (
     reward_from_args,
     setup_from_args,
     site_from_args,
+    thread_count,
     workload_from_args,
 )
 from lightning_sched.evaluation import EvalResult, compare, evaluate, make_jobsets, paired_difference
@@ -130,7 +132,7 @@ def main(argv=None) -> int:
                     "when taken)")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing --out (never --ckpt itself)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     set_threads(args.threads)

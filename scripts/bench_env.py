@@ -43,6 +43,7 @@ import torch
 
 from _common import set_threads
 from lightning_sched import ClusterConfig, ClusterEnv, DeepRMWorkload
+from lightning_sched.cli import THREADS_HELP, thread_count
 from lightning_sched.deeprm import native
 from lightning_sched.deeprm.cluster import compiled_step, init_state, step_state
 from lightning_sched.deeprm.observations import observe
@@ -247,7 +248,7 @@ def sizes_table(args, device, generator, result) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--batch_sizes", type=int, nargs="+", default=[1, 16, 256, 1024, 4096, 16384])
     ap.add_argument("--modes", nargs="+", default=["none", "compact", "image"])
     ap.add_argument("--steps", type=int, default=100, help="timed steps per run")

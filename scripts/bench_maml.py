@@ -22,6 +22,7 @@ from lightning.pytorch import Callback, Trainer
 
 from _common import ROOT, set_threads
 from lightning_sched import ClusterConfig, WorkloadFamily
+from lightning_sched.cli import THREADS_HELP, thread_count
 from lightning_sched.policies.networks import PolicySpec
 from tasks.base import EvaluationSettings
 from tasks.maml import MAML
@@ -52,7 +53,7 @@ def main(argv=None) -> None:
     ap.add_argument("--config", action="append", help="a config; repeat for a base and its overlays")
     ap.add_argument("--first_order", action="store_true")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     args = ap.parse_args(argv)
     threads = set_threads(args.threads)
     configs = args.config or [str(ROOT / "configs" / "base" / "maml.yaml")]

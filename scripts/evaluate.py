@@ -32,6 +32,7 @@ from pathlib import Path
 from _common import NAME_WIDTH, format_row, heuristic, run_main, set_threads, table_header, table_units
 from lightning_sched import ClusterConfig, ConfigError, JobSet, seeds
 from lightning_sched.cli import (
+    THREADS_HELP,
     ScriptParser,
     add_cluster_flags,
     add_site_flags,
@@ -42,6 +43,7 @@ from lightning_sched.cli import (
     positive_float,
     setup_from_args,
     site_from_args,
+    thread_count,
     workload_from_args,
 )
 from lightning_sched.config import REWARD_FIELDS
@@ -99,7 +101,7 @@ def main(argv=None) -> int:
     ap.add_argument("--wait_rate", type=positive_float,
                     help="while_frequent's arrival rate, jobs a step (default: as the checkpoint says)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--json", action="store_true", help="also print one JSON line per policy")
     args = ap.parse_args(argv)
     set_threads(args.threads)
@@ -196,7 +198,7 @@ def queue_main(argv) -> int:
     add_site_flags(ap)
     ap.add_argument("--figure", help="also draw every case's per-sequence values to this file (never overwritten)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--json", action="store_true", help="also print one JSON line per case and policy")
     args = ap.parse_args(argv)
     if args.figure and Path(args.figure).exists():

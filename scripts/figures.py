@@ -64,12 +64,14 @@ from pathlib import Path
 from _common import ROOT, RUNS, named_policies, run_main, set_threads
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, analysis, plots, seeds
 from lightning_sched.cli import (
+    THREADS_HELP,
     ScriptParser,
     add_cluster_flags,
     add_trace_flags,
     at_least,
     positive_float,
     setup_from_args,
+    thread_count,
 )
 from lightning_sched.config import SIZE_FIELDS
 from lightning_sched.evaluation import compare, make_jobsets
@@ -397,7 +399,7 @@ def shared_flags(heuristics: list[str], jobsets: int | None = 200, loads: list[f
         p.add_argument("--loads", type=float, nargs="+", default=loads)
     p.add_argument("--out", help="PNG path (default: the figure's file name under runs/figures; its JSON beside it)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     return p
 
 

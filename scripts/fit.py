@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import sys
 from pathlib import Path
+from typing import Literal, Union
 
 from jsonargparse import lazy_instance
 from lightning.pytorch import LightningModule
@@ -37,6 +38,7 @@ from callbacks.cli import config_error, one_line, quiet_start, require_base, wit
 from callbacks.resume import check_checkpoint_model, read_checkpoint
 from callbacks.run import WANDB_ID_KEY, prepare_trainer, run_callbacks
 from callbacks.run_folder import RunConfig, RunFolders, describe_run, require_free_space, wandb_args
+from lightning_sched.cli import THREADS_HELP
 
 SIGTERM_EXIT = 143  # 128 + SIGTERM: what a shell reports for a process ended by SIGTERM
 
@@ -61,7 +63,7 @@ class SchedulerCLI(LightningCLI):
             raise
 
     def add_arguments_to_parser(self, parser) -> None:
-        parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (CPU)")
+        parser.add_argument("--threads", type=Union[int, Literal["auto"]], default="auto", help=THREADS_HELP)
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults({"checkpoint.monitor": "eval/mean_slowdown", "checkpoint.mode": "min",
                              "checkpoint.filename": "best-{step}", "checkpoint.auto_insert_metric_name": False})

@@ -23,7 +23,7 @@ import json
 from _common import run_main, set_threads
 from lightning_sched import ClusterConfig, seeds
 from lightning_sched.analysis import select_by_worst_load
-from lightning_sched.cli import ScriptParser, at_least
+from lightning_sched.cli import THREADS_HELP, ScriptParser, at_least, thread_count
 from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.policies.acting import acting_modes
 from lightning_sched.policies.checkpoints import load_policy, read_record, with_acting
@@ -56,7 +56,7 @@ def main(argv=None) -> None:
                     help="saved: each checkpoint acts as it says; both: each is a candidate twice, greedy and sampled "
                          "(each with its default idle rule); all: every acting mode and idle rule")
     ap.add_argument("--write", help="copy the winner here, set to act in the mode it won with")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     args = ap.parse_args(argv)
     set_threads(args.threads)
     cfg = candidates_cluster(args.ckpt)

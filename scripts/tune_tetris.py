@@ -12,6 +12,7 @@ import json
 
 from _common import set_threads
 from lightning_sched import ClusterConfig, DeepRMWorkload, seeds
+from lightning_sched.cli import THREADS_HELP, thread_count
 from lightning_sched.evaluation import compare, make_jobsets
 from lightning_sched.heuristics import Tetris, make_heuristic
 
@@ -21,7 +22,7 @@ def main() -> None:
     ap.add_argument("--loads", type=float, nargs="+", default=[0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5])
     ap.add_argument("--weights", type=float, nargs="+", default=[0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 100])
     ap.add_argument("--jobsets", type=int, default=200)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     args = ap.parse_args()
     set_threads(args.threads)
     cfg = ClusterConfig(observation="none")

@@ -171,7 +171,7 @@ def test_a_named_folder_holding_a_run_is_refused_unless_resumed(finished_run):
 @pytest.mark.parametrize("args, line", [
     (["--model.optimizer.lr", "-1"], "error: Reinforce.optimizer.lr must be a finite number > 0, got -1.0"),
     (["--model.cluster.num_slots", "0"], "error: ClusterConfig.num_slots must be an integer >= 1, got 0"),
-    (["--threads", "0"], "error: --threads must be an integer >= 1, got 0"),
+    (["--threads", "0"], "error: --threads must be auto or an integer >= 1, got 0"),
     (["--model.num_jobsets", "many"], "error: model.num_jobsets: Expected a <class 'int'>. Got value: many"),
 ])
 def test_a_bad_value_is_one_line_naming_the_field(tmp_path, args, line):

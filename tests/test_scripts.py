@@ -73,6 +73,15 @@ def test_bench_train_prints_its_parts_and_json():
     assert 0 < result["rollout_s"] <= result["iteration_s"] and result["decisions"] > 0
 
 
+def test_bench_train_contention_times_threads_quiet_and_beside_a_competitor():
+    out = run("scripts/bench_train.py", "--jobsets", "2", "--episodes", "2", "--simu_len", "10", "--repeats", "1",
+              "--contention").stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    for phase in ("as is", "busy"):
+        assert result[phase]["default_s"] > 0 and result[phase]["one_thread_s"] > 0 and result[phase]["ratio"] > 0
+        assert all(1 <= count <= result["cores"] for count in result[phase]["default_threads"])
+
+
 def test_bench_maml_times_a_meta_iteration(tmp_path):
     config = tmp_path / "tiny_maml.yaml"
     config.write_text("model:\n  init_args:\n    family: {simu_len: 10}\n    meta_batch: 2\n    inner_jobsets: 2\n"

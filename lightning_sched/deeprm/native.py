@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from ..config import OBJECTIVES, ClusterConfig
+from ..threads import follow_load
 from .state import ClusterState, num_planes, num_words, unary, word_dtype
 
 # one library: the step and the image render
@@ -182,6 +183,7 @@ def run_rows(library, kernel: str, args, batch: int, *scalars, min_rows: int = M
     threads in chunks of at least `min_rows` where the library has OpenMP, else on this thread alone
     (a pool of threads of our own competes with torch's spinning workers for the cores)."""
     pointer = ctypes.addressof(args)
+    follow_load()  # under threads.use_free_cores, the thread count the free cores allow
     if library.openmp:
         failed = getattr(library, f"lightning_sched_{kernel}_all")(pointer, *scalars, batch, min_rows)
     else:
