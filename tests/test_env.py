@@ -2,6 +2,9 @@
 the heuristics' contract, devices."""
 from __future__ import annotations
 
+from fractions import Fraction
+
+import numpy as np
 import pytest
 import torch
 from torchrl.envs.utils import check_env_specs
@@ -9,7 +12,7 @@ from torchrl.envs.utils import check_env_specs
 from lightning_sched import ClusterConfig, ClusterEnv, ConfigError, DeepRMWorkload, JobSet
 from lightning_sched.deeprm.cluster import compiled_step, init_state, step_state
 from lightning_sched.deeprm.objectives import episode_metrics
-from lightning_sched.deeprm.state import ClusterState
+from lightning_sched.deeprm.state import ClusterState, used_now
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.heuristics import Tetris, make_heuristic
 
@@ -471,11 +474,59 @@ def test_cuda_matches_cpu():
     assert_state_on(env_gpu.state, env_gpu.device)
     _, cpu = run_fixed_actions("cpu")
     for step, (a, b) in enumerate(zip(cpu, gpu)):
-        for key in ("observation", "action_mask", "time", "job_start", "done", "terminated", "truncated"):
+        for key in a.keys():  # every observation key and the reward, bit for bit
             assert torch.equal(a[key], b[key]), f"step {step}: {key}"
-        assert torch.allclose(a["reward"], b["reward"], atol=1e-5), f"step {step}: reward"
     m = {k: v.cpu() for k, v in episode_metrics(env_gpu.state).items()}
     assert torch.isfinite(m["utilization"]).all()
+
+
+def nearest_float32(value: Fraction) -> float:
+    """The float32 nearest to `value` (never a tie for the ratios here)."""
+    guess = np.float32(float(value))
+    candidates = [np.nextafter(guess, np.float32(-np.inf)), guess, np.nextafter(guess, np.float32(np.inf))]
+    distances = sorted((abs(Fraction(float(c)) - value), float(c)) for c in candidates)
+    assert distances[0][0] != distances[1][0], f"{value} is a tie"
+    return distances[0][1]
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+@pytest.mark.parametrize("observation", ["image", "compact"])
+def test_normalised_observations_and_rewards_are_the_nearest_float32_of_their_ratio(monkeypatch, native, observation):
+    """What makes the CPU and a GPU agree bit for bit (test_cuda_matches_cpu): every normalised value
+    is the float32 nearest to its exact ratio of integers (a multiplication by a rounded reciprocal,
+    as CUDA divides by a number, gives 9/10 one ulp above it), here with denominators 7, 6, 8 and 12
+    whose reciprocals are all inexact but 8's."""
+    monkeypatch.setenv("LIGHTNING_SCHED_NATIVE", native)
+    cfg = SMALL.replace(max_track_since_new=7, objective="utilization", observation=observation)
+    env = ClusterEnv(cfg, workload=small_jobs(6, seed=4, cfg=cfg), batch_size=[6])
+    td, g = env.reset(), torch.Generator().manual_seed(3)
+    u, cap = cfg.resource_units, cfg.max_track_since_new
+    for _ in range(40):
+        used0 = used_now(env.state, cfg)  # [B, R], before the step: the interval's reward reads it
+        td["action"] = valid_random_actions(td, g)
+        advance = (td["action"] == cfg.num_slots) & ~td["done"].view(-1)  # the time moves: a reward is paid
+        td = env.step(td)["next"]
+        s = env.state
+        for b in range(6):
+            arrived = int(s.num_arrived[b])
+            since = min(int(s.time[b]) - int(s.arrival[b, arrived - 1]), cap) if arrived else cap
+            assert float(td["since_new"][b, 0]) == nearest_float32(Fraction(since, cap))
+            paid = Fraction(int(used0[b].sum()), cfg.num_resources * u) if advance[b] else Fraction(0)
+            assert float(td["reward"][b, 0]) == nearest_float32(paid)
+            row = td["observation"][b]
+            if observation == "image":
+                assert torch.equal(row[:, -1], row[:1, -1].expand(cfg.horizon))
+                assert float(row[0, -1]) == float(td["since_new"][b, 0])
+            else:
+                free = u - td["used"][b].reshape(-1)
+                want = [nearest_float32(Fraction(int(f), u)) for f in free]
+                assert row[: free.numel()].tolist() == want
+                slots = [Fraction(int(d), cfg.max_job_len) for d in td["slot_duration"][b]]
+                slots = [[d, *(Fraction(int(q), cfg.max_job_units) for q in td["slot_demand"][b, m])]
+                         for m, d in enumerate(slots)]
+                assert row[free.numel(): -2].tolist() == [nearest_float32(x) for xs in slots for x in xs]
+                assert float(row[-2]) == nearest_float32(Fraction(int(td["backlog"][b, 0]), cfg.backlog_size))
+                assert float(row[-1]) == float(td["since_new"][b, 0])
 
 
 def test_a_state_that_would_not_fit_in_memory_is_refused_before_allocating(monkeypatch):

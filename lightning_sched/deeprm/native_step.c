@@ -327,7 +327,8 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
         while (arrived < jobs && arrival[arrived] <= now) arrived++;
         a->num_arrived_out[b] = arrived;
         const int64_t cap = a->max_track_since_new, since = now - arrival[arrived > 0 ? arrived - 1 : 0];
-        a->since_new_out[b] = (float)(arrived > 0 ? (since > cap ? cap : since) : cap) / (float)cap;
+        /* in double, then rounded to float: observations.divide_exactly's value */
+        a->since_new_out[b] = (float)((double)(arrived > 0 ? (since > cap ? cap : since) : cap) / (double)cap);
         const int terminated = advance && finished == a->num_jobs[b];
         a->truncated_out[b] = a->truncated[b] | (advance && !terminated && now >= a->max_time);
         a->terminated_out[b] = a->terminated[b] | terminated;

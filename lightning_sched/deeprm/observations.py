@@ -8,7 +8,7 @@ import torch
 
 from ..config import ClusterConfig
 from . import native
-from .state import ClusterState, used_now, used_rows
+from .state import ClusterState, divide_exactly, used_now, used_rows
 
 
 class Observation(dict):
@@ -36,10 +36,11 @@ def _backlog(s: ClusterState) -> torch.Tensor:
 
 
 def _since_new(s: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
-    """min(t - latest arrival, cap) / cap, 1.0 before the first arrival: FloatTensor[B]."""
+    """min(t - latest arrival, cap) / cap, 1.0 before the first arrival: FloatTensor[B], the float32
+    nearest to the ratio on every device (divide_exactly)."""
     latest = s.arrival.gather(1, (s.num_arrived - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
     cap = cfg.max_track_since_new
-    return torch.where(s.num_arrived > 0, (s.time - latest).clamp(max=cap), cap).float() / cap
+    return divide_exactly(torch.where(s.num_arrived > 0, (s.time - latest).clamp(max=cap), cap), cap).float()
 
 
 def _image_or_compact(s: ClusterState, cfg: ClusterConfig, o: Observation) -> torch.Tensor:
@@ -160,9 +161,11 @@ def render_image(used, duration, demand, backlog, since, cfg: ClusterConfig) -> 
 def compact_vector(used, duration, demand, backlog, since, cfg: ClusterConfig) -> torch.Tensor:
     """DeepRM's compact state, FloatTensor[B, T*R + M*(1+R) + 2], each part scaled to [0, 1]:
     free units per (row, resource) / U, per slot (d / max_job_len, q / max_job_units),
-    backlog / backlog_size (may exceed 1: the backlog is unbounded), since-new."""
+    backlog / backlog_size (may exceed 1: the backlog is unbounded), since-new; each the float32
+    nearest to its ratio on every device (divide_exactly)."""
     b = used.shape[0]
-    free = (cfg.resource_units - used).float().reshape(b, -1) / cfg.resource_units
-    slots = torch.cat([duration.unsqueeze(-1).float() / cfg.max_job_len, demand.float() / cfg.max_job_units], -1)
-    return torch.cat([free, slots.reshape(b, -1), backlog.float().unsqueeze(1) / cfg.backlog_size,
-                      since.unsqueeze(1)], -1)
+    free = divide_exactly((cfg.resource_units - used).reshape(b, -1), cfg.resource_units)
+    slots = torch.cat([divide_exactly(duration.unsqueeze(-1), cfg.max_job_len),
+                       divide_exactly(demand, cfg.max_job_units)], -1)
+    return torch.cat([free.float(), slots.reshape(b, -1).float(),
+                      divide_exactly(backlog.unsqueeze(1), cfg.backlog_size).float(), since.float().unsqueeze(1)], -1)

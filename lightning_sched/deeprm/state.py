@@ -182,6 +182,17 @@ def used_rows(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
     return count_planes(rows, cfg).transpose(1, 2)
 
 
+def divide_exactly(numerator: torch.Tensor, denominator: int) -> torch.Tensor:
+    """numerator / denominator in float64, rounded once, on every device: the divisor as a tensor,
+    since CUDA multiplies by the reciprocal of a Python number instead (9 / 10 one ulp off). Cast
+    to float32 after, a ratio of integers with a denominator below 2**24 is the float32 nearest to
+    it (no ratio of such integers lies within a float64 rounding of a float32 tie), as the CPU's
+    float32 division gives. DoubleTensor, numerator's shape."""
+    return numerator.double() / numerator.new_full((1,), denominator, dtype=torch.float64)
+
+
 def utilization_now(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
-    """Mean over resources of used[0][r] / U: DoubleTensor[B]."""
-    return used_now(state, cfg).double().mean(1) / cfg.resource_units
+    """Mean over resources of used[0][r] / U: DoubleTensor[B] (each division rounded once, on
+    every device, as the CPU's mean and division round)."""
+    used = used_now(state, cfg).double()
+    return divide_exactly(divide_exactly(used.sum(1), used.shape[1]), cfg.resource_units)
