@@ -25,10 +25,15 @@ decisions/s through TorchRL's `QueueEnv.step` with the observation built every s
 with FCFS picks (slot 0); done rows start a fresh sequence every 16 steps (TorchRL's partial reset),
 and only decisions of rows not done count.
 
+With --library instead: decisions/s through `ClusterEnv.step` as a program of one's own gets them
+(glibc's malloc settings: what README's library snippet runs with) beside the scripts' (glibc told
+to keep freed memory, lightning_sched.allocator), each measured in a fresh process, alternating.
+
 Prints a table and, last, a JSON line. Medians over --repeats runs.
     python scripts/bench_env.py [--device cuda] [--threads 2] [--objective deadline] [--torch_step]
     python scripts/bench_env.py --sizes [--sizes_batch 4096] [--torch_step]
     python scripts/bench_env.py --env queue [--batch_sizes 4096] [--torch_step]
+    python scripts/bench_env.py --library --modes image none --batch_sizes 1024 4096 16384
 """
 from __future__ import annotations
 
@@ -37,6 +42,8 @@ import contextlib
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -193,6 +200,30 @@ def queue_table(args, device, generator, result) -> None:
                   flush=True)
 
 
+def library_table(args) -> None:
+    """--library: decisions/s through ClusterEnv.step with glibc's malloc settings (a program of
+    one's own, the library alone) and with the scripts' (reuse_freed_memory), each measured in a
+    fresh process, the two alternating --repeats times; medians and their ratio."""
+    command = [sys.executable, __file__, "--torchrl_only", "--threads", str(args.threads), "--steps", str(args.steps),
+               "--modes", *args.modes, "--batch_sizes", *map(str, args.batch_sizes)]
+    runs = {"library": [], "scripts": []}
+    for _ in range(args.repeats):
+        for path, extra in (("library", ["--default_malloc"]), ("scripts", [])):
+            out = subprocess.run(command + extra, check=True, capture_output=True, text=True).stdout
+            runs[path].append(json.loads(out.strip().splitlines()[-1]))
+    print(f"ClusterEnv.step, decisions/s (median of {args.repeats} processes each, alternating), "
+          f"threads {args.threads}: "
+          "the library as README builds it, and the scripts (glibc told to keep freed memory)")
+    print(f"{'mode':8s} {'B':>6s} {'library':>12s} {'scripts':>12s} {'library/scripts':>16s}")
+    result = {"threads": args.threads, "repeats": args.repeats, "library": {}, "scripts": {}}
+    for key in runs["library"][0]:
+        library, scripts = (statistics.median(run[key] for run in runs[path]) for path in ("library", "scripts"))
+        result["library"][key], result["scripts"][key] = round(library), round(scripts)
+        mode, b = key.split("/")
+        print(f"{mode:8s} {int(b):6d} {library:12,.0f} {scripts:12,.0f} {library / scripts:16.2f}", flush=True)
+    print(json.dumps(result))
+
+
 SIZES = [(10, 10, 20), (100, 10, 20), (1024, 10, 20), (10, 64, 20), (10, 256, 20), (10, 10, 256), (1024, 64, 256)]
 
 
@@ -266,8 +297,24 @@ def main() -> None:
     ap.add_argument("--trace", default="../shared/traces/lublin_256.swf.gz", help="--env queue: the log")
     ap.add_argument("--default_malloc", action="store_true",
                     help="leave glibc's malloc thresholds at their defaults (lightning_sched.allocator)")
+    ap.add_argument("--library", action="store_true",
+                    help="ClusterEnv.step as a library user's program runs it (glibc's malloc settings) beside the "
+                         "scripts' (reuse_freed_memory), each in a fresh process, alternating (module docstring)")
+    ap.add_argument("--torchrl_only", action="store_true", help=argparse.SUPPRESS)  # one --library measurement
     args = ap.parse_args()
+    if args.library:
+        library_table(args)
+        return
     threads = set_threads(args.threads, reuse_memory=not args.default_malloc)
+    if args.torchrl_only:
+        rates = {}
+        for mode in args.modes:
+            cfg = ClusterConfig(observation=mode, objective=args.objective)
+            for b in args.batch_sizes:
+                jobs = make_jobsets(DeepRMWorkload(load=args.load, simu_len=args.simu_len), b, seed=b)
+                rates[f"{mode}/{b}"] = torchrl_rate(cfg, jobs, args.steps, torch.device("cpu"), torch.Generator())
+        print(json.dumps(rates))
+        return
     device = torch.device(args.device)
     generator = torch.Generator(device=device).manual_seed(0)
     result = {"device": str(device), "threads": threads, "default_malloc": args.default_malloc,

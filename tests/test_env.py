@@ -565,3 +565,39 @@ def test_compiled_step_falls_back_to_the_eager_step(monkeypatch):
         td = env.reset()
     td["action"] = torch.full((3,), SMALL.num_slots)
     assert env.step(td)["next", "time"].flatten().tolist() == [1, 1, 1]
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_an_observation_held_is_never_written_again_and_one_let_go_is_reused(monkeypatch, native):
+    """The env keeps the images' memory (allocator.Buffers): a step draws into a buffer nobody
+    holds any more, never into one a user keeps, views or fed to a network whose graph is alive."""
+    monkeypatch.setenv("LIGHTNING_SCHED_NATIVE", native)
+    env = ClusterEnv(SMALL, workload=small_jobs(4, seed=1), batch_size=[4])
+    td, g = env.reset(), torch.Generator().manual_seed(0)
+    layer = torch.nn.Linear(SMALL.image_width, 1)
+    held, copies, pointers = {"tensor": td["observation"]}, {"tensor": td["observation"].clone()}, []
+    for i in range(12):
+        td["action"] = valid_random_actions(td, g)
+        td = env.step(td)["next"]
+        pointers.append(td["observation"].data_ptr())
+        if i == 2:
+            held["view"], copies["view"] = td["observation"][1], td["observation"][1].clone()
+        if i == 4:  # the graph keeps the layer's input for the backward pass: the only reference to it
+            output, copies["graph"] = layer(td["observation"]).sum(), td["observation"].clone()
+    for key in ("tensor", "view"):
+        assert torch.equal(held[key], copies[key]), key
+    assert pointers[4] not in pointers[5:] and pointers[2] not in pointers[3:]
+    output.backward()  # the graph still reads the observation it saw
+    assert torch.allclose(layer.weight.grad, copies["graph"].sum((0, 1)).unsqueeze(0))
+    assert len(set(pointers[5:])) == 2  # the others, let go, came back in turn
+
+
+def test_a_rollout_that_would_not_fit_is_refused_before_it_allocates(monkeypatch):
+    env = ClusterEnv(SMALL, workload=small_jobs(4, seed=1), batch_size=[4])
+    step = env.step_bytes()
+    assert step > 4 * SMALL.horizon * SMALL.image_width * 4  # the image's bytes and the rest
+    monkeypatch.setenv("LIGHTNING_SCHED_MEMORY_BYTES", str(100 * step))
+    with pytest.raises(ConfigError, match=r"ClusterEnv.rollout\(200\) would need .*max_steps=200, batch_size=4, "
+                                          r"observation=image"):
+        env.rollout(200)
+    assert env.rollout(5).shape == (4, 5)

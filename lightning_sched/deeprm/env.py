@@ -11,9 +11,11 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
+from ..allocator import Buffers
 from ..batched import rows_to_reset
 from ..config import ClusterConfig, ConfigError
 from ..jobs import JobSet
+from ..limits import require_memory
 from .cluster import compiled_step, init_state, step_state
 from .objectives import episode_metrics
 from .observations import observe
@@ -21,6 +23,10 @@ from .state import ClusterState, require_state_fits
 
 # the per-episode metrics a step writes under "episode" when a row's episode ends (objectives.episode_metrics)
 EPISODE_KEYS = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate", "final_time")
+
+# peak bytes of EnvBase.rollout over the steps' outputs: 3.2-3.3 measured with the image and with
+# observation "none" (B = 256, 100 steps)
+ROLLOUT_COPIES = 3.5
 
 
 class ClusterEnv(EnvBase):
@@ -54,6 +60,9 @@ class ClusterEnv(EnvBase):
         self.state: ClusterState | None = None
         self.compile_step = compile_step
         self._step_state = None  # step_state, or its compiled form, chosen at the first reset
+        # the image observations' memory, used again once nobody holds a step's (allocator.Buffers):
+        # without it every step of a large batch maps and faults in fresh pages
+        self._kept_observations = Buffers()
         self._make_specs()
 
     # ----- workload ------------------------------------------------------------------------
@@ -152,7 +161,7 @@ class ClusterEnv(EnvBase):
 
     def _output(self, reward: torch.Tensor | None, ended: torch.Tensor | None = None) -> TensorDictBase:
         s = self.state
-        out = observe(s, self.cfg).materialize(self._observation_keys)
+        out = observe(s, self.cfg, buffers=self._kept_observations).materialize(self._observation_keys)
         out["terminated"] = s.terminated.unsqueeze(-1)
         out["truncated"] = s.truncated.unsqueeze(-1)
         out["done"] = s.done.unsqueeze(-1)
@@ -172,6 +181,20 @@ class ClusterEnv(EnvBase):
             return {k: nan for k in EPISODE_KEYS}
         metrics = episode_metrics(self.state)
         return {k: torch.where(ended.unsqueeze(-1), metrics[k].double().unsqueeze(-1), nan) for k in EPISODE_KEYS}
+
+    def step_bytes(self) -> int:
+        """Bytes of one step's outputs over the batch: every observation key, the action, the reward
+        and the done flags (the image: 17,920 bytes an episode at DeepRM's size, docs/library.md)."""
+        specs = (self.full_observation_spec, self.full_action_spec, self.full_reward_spec, self.full_done_spec)
+        return sum(spec.shape.numel() * spec.dtype.itemsize for specs_ in specs for spec in specs_.values(True, True))
+
+    def rollout(self, max_steps: int, *args, **kwargs) -> TensorDictBase:
+        """`EnvBase.rollout`, refused before anything is allocated (one ConfigError line) when its
+        steps would not fit in `limits.memory_budget()`: at its peak TorchRL holds each step's
+        outputs and the stacked result's two halves (root and next), ROLLOUT_COPIES times the steps."""
+        require_memory(f"ClusterEnv.rollout({max_steps})", ROLLOUT_COPIES * max_steps * self.step_bytes(),
+                       {"max_steps": max_steps, "batch_size": self.rows, "observation": self.cfg.observation})
+        return super().rollout(max_steps, *args, **kwargs)
 
     # ----- results ---------------------------------------------------------------------------
     def episode_metrics(self) -> dict[str, torch.Tensor]:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from ..allocator import Buffers
 from ..config import OBJECTIVES, ClusterConfig
 from ..threads import follow_load
 from .state import ClusterState, num_planes, num_words, unary, word_dtype
@@ -240,18 +241,20 @@ IMAGE_SIZES = ("batch", "horizon", "num_resources", "resource_units", "num_slots
 IMAGE_READ = ("used_bits", "slot_duration", "slot_demand", "num_arrived", "queue_head", "since_new")
 
 
-def render(state: ClusterState, cfg: ClusterConfig,
-           since_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+def render(state: ClusterState, cfg: ClusterConfig, since_new: torch.Tensor,
+           buffers: Buffers | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(DeepRM's image FloatTensor[B, T, W], the used rows LongTensor[B, T, R]) of `state`, as
     observations.render_image and state.used_rows make them, in one native pass that writes each
     cell once; None where the kernel does not apply (the caller renders with torch ops).
-    since_new: FloatTensor[B], the observation key (the image's last column)."""
+    since_new: FloatTensor[B], the observation key (the image's last column); buffers: where the
+    two outputs come from (fresh tensors without)."""
     library = kernels()
     if library is None or not unary(cfg) or not supports(state, cfg):  # the image exists only for small U
         return None
     batch = state.order.shape[0]
-    image = torch.empty(batch, cfg.horizon, cfg.image_width, dtype=torch.float32)
-    used = torch.empty(batch, cfg.horizon, cfg.num_resources, dtype=torch.long)
+    take = buffers.take if buffers is not None else lambda shape, dtype, device: torch.empty(shape, dtype=dtype)
+    image = take((batch, cfg.horizon, cfg.image_width), torch.float32, "cpu")
+    used = take((batch, cfg.horizon, cfg.num_resources), torch.long, "cpu")
     read = [getattr(state, name).contiguous() for name in IMAGE_READ[:-1]]
     read.append(since_new.reshape(-1).to(torch.float32).contiguous())
     sizes = (batch, cfg.horizon, cfg.num_resources, cfg.resource_units, cfg.num_slots, cfg.max_job_units,

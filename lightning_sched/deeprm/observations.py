@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from ..allocator import Buffers
 from ..config import ClusterConfig
 from . import native
 from .state import ClusterState, divide_exactly, used_now, used_rows
@@ -15,9 +16,9 @@ class Observation(dict):
     """A dict of observation tensors that computes each key on first access, so a hot-path policy
     pays only for the keys it reads. `dict(obs)` / `obs.materialize()` computes them all."""
 
-    def __init__(self, state: ClusterState, cfg: ClusterConfig, keys: tuple[str, ...]):
+    def __init__(self, state: ClusterState, cfg: ClusterConfig, keys: tuple[str, ...], buffers: Buffers | None = None):
         super().__init__()
-        self.state, self.cfg, self.keys_available = state, cfg, keys
+        self.state, self.cfg, self.keys_available, self.buffers = state, cfg, keys, buffers
 
     def __missing__(self, key: str) -> torch.Tensor:
         if key not in self.keys_available:
@@ -45,12 +46,13 @@ def _since_new(s: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
 
 def _image_or_compact(s: ClusterState, cfg: ClusterConfig, o: Observation) -> torch.Tensor:
     if cfg.observation == "image":
-        rendered = native.render(s, cfg, o["since_new"])  # on the CPU, the image and the used rows in one pass
+        # on the CPU, the image and the used rows in one pass
+        rendered = native.render(s, cfg, o["since_new"], o.buffers)
         if rendered is not None:
             o.setdefault("used", rendered[1])
             return rendered[0]
     parts = (o["used"], o["slot_duration"], o["slot_demand"], _backlog(s), _since_new(s, cfg), cfg)
-    return render_image(*parts) if cfg.observation == "image" else compact_vector(*parts)
+    return render_image(*parts, buffers=o.buffers) if cfg.observation == "image" else compact_vector(*parts)
 
 
 _COMPUTE = {
@@ -77,7 +79,8 @@ STRUCTURED_KEYS = ("action_mask", "time", "slot_duration", "slot_demand", "slot_
                    "free_now", "backlog", "since_new", "to_arrive", "arrived")
 
 
-def observe(state: ClusterState, cfg: ClusterConfig, job_start: bool = True) -> Observation:
+def observe(state: ClusterState, cfg: ClusterConfig, job_start: bool = True,
+            buffers: Buffers | None = None) -> Observation:
     """The keys of SPEC's contract plus structured ones, each with leading dim B, computed lazily.
 
     action_mask [M+1] bool, time [1], job_start [L] (original job order, -1 unscheduled),
@@ -91,11 +94,13 @@ def observe(state: ClusterState, cfg: ClusterConfig, job_start: bool = True) -> 
     only with 'image' or 'compact', so a network drives `ClusterEnv` in those modes); and with
     observation 'image' or 'compact': observation.
     `job_start=False` leaves out job_start (an [B, L] scatter the rollout hot path does not need).
+    buffers: where the image (and on the CPU the used rows drawn with it) come from, so that a
+    caller stepping many times reuses the memory of observations nobody holds any more (the env's).
     """
     keys = STRUCTURED_KEYS + ("used", "slot_waited") + (("job_start",) if job_start else ())
     if cfg.observation != "none":
         keys = keys + ("observation",)
-    observation = Observation(state, cfg, keys)
+    observation = Observation(state, cfg, keys, buffers)
     observation.update(native.observed_keys(state))  # the ones the native step already computed
     return observation
 
@@ -132,13 +137,15 @@ def _chunk_counts(count: torch.Tensor, width: int, chunk: int) -> torch.Tensor:
     return (count.unsqueeze(-1) - first_cell).clamp(0, chunk)
 
 
-def render_image(used, duration, demand, backlog, since, cfg: ClusterConfig) -> torch.Tensor:
+def render_image(used, duration, demand, backlog, since, cfg: ClusterConfig, buffers: Buffers | None = None
+                 ) -> torch.Tensor:
     """DeepRM's image, FloatTensor[B, T, W]: per resource a cluster block [T, U] and M slot blocks
     [T, MU], then the backlog block [T, backlog_width] and the since-new column.
 
     used: [B, T, R]; duration: [B, M]; demand: [B, M, R]; backlog: [B]; since: [B].
     Every row of a block is ones then zeros: the cluster's row k has used[k][r] ones, a slot's
     row k has q_j[r] ones while k < d_j, the backlog's row k what is left of the backlog after k rows.
+    buffers: where the image comes from (a fresh tensor without).
     The resource blocks are chunks of gcd(U, MU) cells, so all of them come from one table lookup
     into one contiguous tensor, copied in as a whole (copying blocks as narrow as U cells one by one
     costs more than the lookup).
@@ -149,7 +156,8 @@ def render_image(used, duration, demand, backlog, since, cfg: ClusterConfig) -> 
     within = torch.arange(t, device=dev).view(1, t, 1) < duration.unsqueeze(1)  # [B, T, M]
     reach = demand.long().transpose(1, 2).unsqueeze(1) * within.unsqueeze(2)  # [B, T, R, M]
     counts = torch.cat([_chunk_counts(used.long(), u, chunk), _chunk_counts(reach, mu, chunk).flatten(-2)], -1)
-    image = torch.empty(b, t, cfg.image_width, device=dev, dtype=torch.float32)
+    shape = (b, t, cfg.image_width)
+    image = buffers.take(shape, torch.float32, dev) if buffers else torch.empty(shape, device=dev, dtype=torch.float32)
     image[..., : r * (u + m * mu)] = _ones_first(counts, chunk).view(b, t, -1)
     before = torch.arange(t, device=dev) * width  # backlog cells in the rows above row k
     left = (backlog.clamp(max=cfg.backlog_size).view(b, 1) - before).clamp(0, width)  # [B, T]
