@@ -105,7 +105,7 @@ def test_every_shipped_checkpoint_loads_with_weights_only():
     for path in files:
         data = torch.load(path, map_location="cpu", weights_only=True)
         if data["lightning_sched"].get("kind") == "queue":  # the queue env's policies have their own reader
-            assert load_queue_policy(path)[1].nodes == 256, path
+            assert load_queue_policy(path)[1].nodes in (128, 256), path  # Lublin logs; NASA iPSC/860
         else:
             assert read_record(path, data).version in (1, RECORD_VERSION), path
 
