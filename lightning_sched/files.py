@@ -1,15 +1,27 @@
-"""The project's torch files (checkpoints, JobSet files): read with errors that name the file,
-written so that a failure never leaves a truncated file."""
+"""The project's files: torch files (checkpoints, JobSet files) read with errors that name the file
+and without running any code they hold, and every output written through `write_file`, so that a
+failure never leaves a truncated file and nothing replaces an existing file unless asked to."""
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
 from .config import ConfigError
+
+
+class OutputExists(ConfigError):
+    """The file an output was to be written to exists (and replacing it was not asked for)."""
+
+
+# the keys of a checkpoint that hold weights: Lightning's state_dict and this project's policy record
+WEIGHT_KEYS = ("state_dict", "lightning_sched")
 
 
 def load_torch_file(path, what: str, weights_only: bool, map_location="cpu"):
@@ -38,22 +50,131 @@ def load_torch_file(path, what: str, weights_only: bool, map_location="cpu"):
         raise ConfigError(f"{path}: not a {what} (torch.load failed: {reason})") from error
 
 
-def atomic_torch_save(checkpoint: dict, path: str | os.PathLike) -> None:
-    """torch.save to a temporary file in `path`'s folder, flushed to disk, then renamed over `path`
-    (a rename within one folder is atomic): a failure at any point leaves the previous file whole."""
+def non_finite_weight(data, name: str = "") -> str | None:
+    """The dotted name of the first floating tensor under `data`'s WEIGHT_KEYS (all of `data` when
+    `name` is given) holding a NaN or an infinity; None when all are finite."""
+    if not name and isinstance(data, dict):
+        return next(filter(None, (non_finite_weight(data[k], k) for k in WEIGHT_KEYS if k in data)), None)
+    if isinstance(data, torch.Tensor):
+        return name if data.is_floating_point() and not bool(torch.isfinite(data).all()) else None
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, (list, tuple)) else ()
+    return next(filter(None, (non_finite_weight(v, f"{name}.{k}") for k, v in items)), None)
+
+
+def require_finite_weights(data, path, action: str) -> None:
+    """A ConfigError naming `path` and the tensor when a checkpoint's weights are not all finite
+    (a diverged run's): `action` is "loaded" or "written"."""
+    bad = non_finite_weight(data)
+    if bad:
+        raise ConfigError(f"{path}: {bad} holds NaN or infinite values; a checkpoint of non-finite weights is "
+                          f"never {action}")
+
+
+def temp_path(path: Path) -> Path:
+    """The temporary file `path` is written to first (`clean_temp_files` removes those a killed
+    process left behind)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def clean_temp_files(folder: Path) -> list[Path]:
+    """Removes the temporary files of writes that never finished (a process killed mid-write) from
+    `folder`; call it only while no other process writes there (a run folder's lock held)."""
+    removed = []
+    for temp in Path(folder).glob(".*.tmp"):
+        if re.fullmatch(r"\..+\.\d+\.[0-9a-f]{8}\.tmp", temp.name):
+            temp.unlink(missing_ok=True)
+            removed.append(temp)
+    return removed
+
+
+def numbered_name(path: Path, n: int) -> Path:
+    """`path` for n=1, else its n-th variant: runs/a.png -> runs/a-2.png, log.swf.gz -> log-2.swf.gz."""
+    if n == 1:
+        return path
+    suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
+    return path.with_name(f"{path.name[:len(path.name) - len(suffix)]}-{n}{suffix}")
+
+
+def _place(temp: Path, target: Path, overwrite: bool) -> bool:
+    """Moves the finished `temp` to `target`; without `overwrite`, only if `target` does not exist
+    at this moment (a hard link never replaces a file). False when `target` exists."""
+    if overwrite:
+        os.replace(temp, target)
+        return True
+    try:
+        os.link(temp, target)
+    except FileExistsError:
+        return False
+    except OSError as error:  # a filesystem without hard links: the check and the rename are two steps
+        if error.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+            raise
+        if target.exists():
+            return False
+        os.replace(temp, target)
+    return True
+
+
+def write_file(path, write: Callable[[BinaryIO], None], overwrite: bool = False, numbered: bool = False) -> Path:
+    """Every file this project writes itself: `write(file)` fills a temporary file in `path`'s folder,
+    flushed to disk, which then becomes `path` in one step, so a failure at any point leaves no
+    partial file and the previous one whole. An existing `path` is replaced only with `overwrite`;
+    with `numbered` (default outputs nobody named) the first free of `path`, `stem-2`, `stem-3`, ...
+    is taken; else a ConfigError. The existence check is made at that last step, not before the
+    work. Returns the path written."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"cannot write {path}: its folder cannot be created ({error.strerror or error})") from None
+    temp = temp_path(path)
     try:
         # os.open with 0o666: the file gets the umask's permissions, as a plain open would
         with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as file:
-            torch.save(checkpoint, file)
+            write(file)
             file.flush()
             os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException as error:
+        for n in range(1, 10**6 if numbered else 2):
+            target = numbered_name(path, n)
+            if _place(temp, target, overwrite):
+                return target
+        raise OutputExists(f"{path} exists; name another file or pass --overwrite to replace it")
+    except (OSError, RuntimeError) as error:  # torch reports a failed write as a RuntimeError
+        raise OSError(f"writing {path} failed ({error}); {path.name} was left as it was") from error
+    finally:
         temp.unlink(missing_ok=True)
-        if isinstance(error, (OSError, RuntimeError)):  # torch reports a failed write as a RuntimeError
-            raise OSError(f"writing the checkpoint {path} failed ({error}); {path.name} was left as it "
-                          "was") from error
-        raise
+
+
+def write_text(path, text: str, overwrite: bool = False, numbered: bool = False) -> Path:
+    """`write_file` of a text file (UTF-8)."""
+    return write_file(path, lambda file: file.write(text.encode()), overwrite, numbered)
+
+
+def write_figure(fig, path, overwrite: bool = False, numbered: bool = False) -> Path:
+    """`write_file` of a matplotlib figure, in the format its suffix names (dpi 120)."""
+    kind = Path(path).suffix.lstrip(".") or "png"
+    return write_file(path, lambda file: fig.savefig(file, format=kind, dpi=120), overwrite, numbered)
+
+
+def write_torch(data, path, overwrite: bool = False, numbered: bool = False) -> Path:
+    """`write_file` of a torch file; a checkpoint whose weights are not finite is refused."""
+    require_finite_weights(data, path, "written")
+    return write_file(path, lambda file: torch.save(data, file), overwrite, numbered)
+
+
+def atomic_torch_save(checkpoint: dict, path: str | os.PathLike) -> None:
+    """A checkpoint that replaces its previous file (last.ckpt, a best checkpoint): `write_torch`
+    with overwrite."""
+    write_torch(checkpoint, path, overwrite=True)
+
+
+def refuse_output(path, overwrite: bool, flag: str, inputs=()) -> None:
+    """A script's early check of an output it was given (before minutes of work; `write_file` checks
+    again as it writes): a ConfigError naming `flag` when `path` is one of the script's `inputs`, or
+    exists and `overwrite` is not given."""
+    path = Path(path)
+    if any(path.resolve() == Path(i).resolve() for i in ([inputs] if isinstance(inputs, str) else inputs)):
+        raise ConfigError(f"{flag} {path} is one of the script's inputs; name another file")
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path} is a folder; name a file")
+    if path.exists() and not overwrite:
+        raise OutputExists(f"{flag} {path} exists; name another file or pass --overwrite to replace it")

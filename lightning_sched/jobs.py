@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from .config import ClusterConfig, ConfigError
-from .files import load_torch_file
+from .files import load_torch_file, write_torch
 
 TENSORS = ("arrival", "duration", "demand", "deadline", "running_left", "running_demand")
 
@@ -177,10 +177,11 @@ class JobSet:
                       torch.cat([pad(j.demand) for j in jobsets]), deadlines, left, demand)
 
     # ----- files: fixed evaluation sets ----------------------------------------------------
-    def save(self, path: str | Path, **meta) -> None:
-        """Write the jobsets (and any metadata, e.g. the workload that drew them) with torch.save."""
-        torch.save({**{n: None if getattr(self, n) is None else getattr(self, n).cpu() for n in TENSORS},
-                    "meta": meta}, Path(path))
+    def save(self, path: str | Path, overwrite: bool = False, **meta) -> Path:
+        """Write the jobsets (and any metadata, e.g. the workload that drew them) with torch.save,
+        atomically; an existing file is replaced only with `overwrite` (files.write_torch)."""
+        return write_torch({**{n: None if getattr(self, n) is None else getattr(self, n).cpu() for n in TENSORS},
+                            "meta": meta}, path, overwrite)
 
     @staticmethod
     def load(path: str | Path, device="cpu") -> "JobSet":

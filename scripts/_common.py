@@ -51,16 +51,6 @@ def run_main(main: Callable[[], int | None]) -> None:
     sys.exit(code or 0)
 
 
-def unused_path(path: Path) -> Path:
-    """`path`, or with -2, -3, ... before its suffix when it exists (never overwrite an output)."""
-    n = 2
-    candidate = path
-    while candidate.exists():
-        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
-        n += 1
-    return candidate
-
-
 def heuristic(name: str, cfg: ClusterConfig, device="cpu", seed: int = 0):
     """A heuristic by name; `random` draws from its own generator seeded with `seed`, so its
     numbers repeat."""

@@ -47,7 +47,6 @@ from _common import (
     set_threads,
     table_header,
     table_units,
-    unused_path,
 )
 from lightning_sched import ClusterConfig, ConfigError, seeds
 from lightning_sched.analysis import select_acting
@@ -67,6 +66,7 @@ from lightning_sched.cli import (
     workload_from_args,
 )
 from lightning_sched.evaluation import EvalResult, compare, evaluate, make_jobsets, paired_difference
+from lightning_sched.files import refuse_output
 from lightning_sched.learning.adaptation import AdaptationSettings, adapt
 from lightning_sched.policies.acting import NetworkPolicy
 from lightning_sched.policies.checkpoints import PolicyRecord, load_network
@@ -79,15 +79,11 @@ def output_path(args) -> tuple[Path, bool]:
     """(where the adapted checkpoint goes, whether the user named it). Refused: --out equal to the
     checkpoint being adapted (a resumable Lightning checkpoint would become a policy-only file) and
     an existing --out without --overwrite. The default, runs/adapted/<ckpt name>.ckpt, takes -2,
-    -3, ... when taken."""
+    -3, ... when taken (checked again as it is written: files.write_file)."""
     if args.out is None:
-        return unused_path(RUNS / "adapted" / f"{Path(args.ckpt).stem}.ckpt"), False
-    out = Path(args.out)
-    if out.resolve() == Path(args.ckpt).resolve():
-        raise ConfigError(f"--out {args.out} is the checkpoint being adapted (--ckpt); name another file")
-    if out.exists() and not args.overwrite:
-        raise ConfigError(f"--out {args.out} exists; name another file or pass --overwrite")
-    return out, True
+        return RUNS / "adapted" / f"{Path(args.ckpt).stem}.ckpt", False
+    refuse_output(args.out, args.overwrite, "--out", args.ckpt)
+    return Path(args.out), True
 
 
 def heuristic_reference(cfg: ClusterConfig, eval_jobs, metric: str, device) -> tuple[str, EvalResult]:
@@ -194,10 +190,10 @@ def main(argv=None) -> int:
         policy = NetworkPolicy(net, acting, torch.Generator(device=args.device).manual_seed(args.seed))
         result = evaluate(policy, cfg, eval_jobs, device=args.device)
         report(str(acting), {"step": args.steps, "acting": str(acting), **result.summary}, result)
-    if not named:  # another run may have taken the name meanwhile
-        out = unused_path(out)
-    PolicyRecord.of(net, acting, adaptation=dict(vars(settings)), adapted_from=str(args.ckpt), adapted_on=train_desc,
-                    acting_selected=selected).save(out)
+    # the name is checked again as the file appears: another run may have taken it meanwhile
+    out = PolicyRecord.of(net, acting, adaptation=dict(vars(settings)), adapted_from=str(args.ckpt),
+                          adapted_on=train_desc, acting_selected=selected).save(out, overwrite=args.overwrite,
+                                                                                numbered=not named)
     print(f"saved {out}", file=sys.stderr)  # stdout's last line stays the final metrics (--json)
     return 0
 

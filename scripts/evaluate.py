@@ -48,6 +48,7 @@ from lightning_sched.cli import (
 )
 from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.evaluation import evaluate, make_jobsets, paired_difference
+from lightning_sched.files import refuse_output, write_figure
 from lightning_sched.heuristics import HEURISTICS
 from lightning_sched.policies.acting import IDLE_RULES, RENAMED_RULES, NetworkPolicy
 
@@ -85,7 +86,8 @@ def main(argv=None) -> int:
     ap.add_argument("--episodes", type=at_least(1), default=1, help="episodes per jobset (for stochastic policies)")
     ap.add_argument("--seed", type=int, default=seeds.EVALUATION, help="seed of the jobsets")
     ap.add_argument("--jobset_file", help="evaluate on jobsets saved with JobSet.save instead of drawing them")
-    ap.add_argument("--save_jobsets", help="save the drawn jobsets to this file")
+    ap.add_argument("--save_jobsets", help="save the drawn jobsets to this file (an existing one: --overwrite)")
+    ap.add_argument("--overwrite", action="store_true", help="let --save_jobsets replace an existing file")
     act = ap.add_mutually_exclusive_group()
     act.add_argument("--sample", dest="greedy", action="store_const", const=False,
                      help="sample network policies' actions (default: as the checkpoint says)")
@@ -105,6 +107,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="also print one JSON line per policy")
     args = ap.parse_args(argv)
     set_threads(args.threads)
+    if args.save_jobsets:
+        refuse_output(args.save_jobsets, args.overwrite, "--save_jobsets",
+                      [p for p in [*args.policy, args.jobset_file] if p and Path(p).suffix])
     cfg, sized, trace = setup_from_args(args, [p for p in args.policy if p.endswith(".ckpt")])
     flags = {"greedy": args.greedy, "idle_rule": args.idle_rule, "wait_rate": args.wait_rate}
     policies = [resolve_policy(p, cfg, args.device, args.seed, sized, flags) for p in args.policy]
@@ -146,7 +151,7 @@ def main(argv=None) -> int:
         workload_desc = (f"DeepRMWorkload(load={workload.load}, arrivals={workload.process}, "
                          f"simu_len={workload.simu_len}, short_prob={workload.short_prob})")
     if args.save_jobsets:
-        jobs.save(args.save_jobsets, workload=workload_desc, seed=args.seed)
+        jobs.save(args.save_jobsets, overwrite=args.overwrite, workload=workload_desc, seed=args.seed)
     jobs.validate(cluster)
     if args.jobset_file:
         jobs.require_arrivals_in_episode(cluster)
@@ -196,17 +201,19 @@ def queue_main(argv) -> int:
                     help="scale the log's inter-arrival times to this offered load (default: as recorded)")
     ap.add_argument("--bsld_threshold", type=positive_float, default=10.0, help="seconds (bounded slowdown)")
     add_site_flags(ap)
-    ap.add_argument("--figure", help="also draw every case's per-sequence values to this file (never overwritten)")
+    ap.add_argument("--figure", help="also draw every case's per-sequence values to this file (an existing one only "
+                    "with --overwrite)")
+    ap.add_argument("--overwrite", action="store_true", help="let --figure replace an existing file")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--json", action="store_true", help="also print one JSON line per case and policy")
     args = ap.parse_args(argv)
-    if args.figure and Path(args.figure).exists():
-        raise ConfigError(f"--figure {args.figure}: the file exists (outputs are never overwritten)")
     site_log, site = site_from_args(args)
     traces = args.trace or ([site_log] if site_log else None)
     if not traces:
         raise ConfigError("--trace: give one or more SWF logs (or a declared --site)")
+    if args.figure:
+        refuse_output(args.figure, args.overwrite, "--figure", traces)
     set_threads(args.threads)
     lines, panels, reference = [], {}, {}
     for trace in traces:
@@ -224,7 +231,7 @@ def queue_main(argv) -> int:
     if args.figure:
         from lightning_sched.plots import queue_sequences
 
-        queue_sequences(panels, reference, title=f"protocol {args.protocol}").savefig(args.figure, dpi=120)
+        write_figure(queue_sequences(panels, reference, title=f"protocol {args.protocol}"), args.figure, args.overwrite)
         print(f"figure: {args.figure}")
     if args.json:
         print("\n".join(json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in line.items()})

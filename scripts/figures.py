@@ -55,6 +55,7 @@ fine-tuning goes at all).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shlex
 import sys
@@ -75,6 +76,7 @@ from lightning_sched.cli import (
 )
 from lightning_sched.config import SIZE_FIELDS
 from lightning_sched.evaluation import compare, make_jobsets
+from lightning_sched.files import OutputExists, numbered_name, refuse_output, write_figure, write_text
 from lightning_sched.learning.adaptation import AdaptationSettings
 
 FIGURES = RUNS / "figures"  # without --out: the repository's docs/figures stay as committed
@@ -113,11 +115,24 @@ def str_keys(table: dict[str, dict]) -> dict[str, dict]:
 def save(fig, args, default: str, data: dict) -> Path:
     """Write the figure to --out (default: runs/figures/`default`) and `data` as JSON beside it,
     under the command that made them."""
-    out = Path(args.out or FIGURES / default)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    out.with_suffix(".json").write_text(json.dumps({"command": "python scripts/figures.py " + " ".join(sys.argv[1:]),
-                                                    **data}, indent=1))
+    text = json.dumps({"command": "python scripts/figures.py " + " ".join(sys.argv[1:]), **data}, indent=1)
+    if args.out:  # both files are refused before either is written, unless --overwrite
+        out = Path(args.out)
+        refuse_output(out, args.overwrite, "--out")
+        refuse_output(out.with_suffix(".json"), args.overwrite, "--out's JSON")
+        write_figure(fig, out, args.overwrite)
+        write_text(out.with_suffix(".json"), text, args.overwrite)
+    else:  # the first NAME-n.png whose PNG and JSON are both free (files.write_file checks as it writes)
+        for n in itertools.count(1):
+            out = numbered_name(FIGURES / default, n)
+            if out.with_suffix(".json").exists():
+                continue
+            try:
+                write_figure(fig, out)
+            except OutputExists:
+                continue
+            write_text(out.with_suffix(".json"), text)
+            break
     print(f"wrote {out} and {out.with_suffix('.json')}")
     return out
 
@@ -143,7 +158,7 @@ def load_sweep(args) -> None:
                                  f"load, {args.jobsets} jobsets a point", ylabel="share of jobs meeting their deadline")
     slo_name = out.stem.replace("slowdown", "slo")
     slo_out = out.with_name((slo_name if slo_name != out.stem else out.stem + "_slo") + ".png")  # never over `out`
-    slo.savefig(slo_out, dpi=120)  # its numbers are in the JSON above
+    slo_out = write_figure(slo, slo_out, args.overwrite, numbered=not args.out)  # its numbers are in the JSON above
     print(f"wrote {slo_out}")
 
 
@@ -397,7 +412,9 @@ def shared_flags(heuristics: list[str], jobsets: int | None = 200, loads: list[f
         p.add_argument("--jobsets", type=at_least(1), default=jobsets, help="unseen jobsets a point")
     if loads is not None:
         p.add_argument("--loads", type=float, nargs="+", default=loads)
-    p.add_argument("--out", help="PNG path (default: the figure's file name under runs/figures; its JSON beside it)")
+    p.add_argument("--out", help="PNG path (default: the figure's file name under runs/figures, -2, -3, ... when "
+                   "taken; its JSON beside it)")
+    p.add_argument("--overwrite", action="store_true", help="let --out replace an existing PNG and JSON")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     return p

@@ -12,6 +12,7 @@ import time
 
 from _common import run_main
 from lightning_sched.cli import ScriptParser, at_least, positive_float
+from lightning_sched.files import refuse_output
 from lightning_sched.traces.synthesis import write_swf
 
 
@@ -24,9 +25,12 @@ def main(argv=None) -> int:
                     help="memory per processor in KB (the machine has processors times this)")
     ap.add_argument("--load", type=positive_float, default=0.7, help="offered processor load")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--overwrite", action="store_true", help="replace an existing file")
     args = ap.parse_args(argv)
+    refuse_output(args.out, args.overwrite, "out")
     t0 = time.perf_counter()
-    path = write_swf(args.out, args.jobs, args.processors, args.memory_per_processor_kb, args.load, args.seed)
+    path = write_swf(args.out, args.jobs, args.processors, args.memory_per_processor_kb, args.load, args.seed,
+                     args.overwrite)
     print(f"wrote {path}: {args.jobs} jobs on {args.processors} processors, "
           f"{args.processors * args.memory_per_processor_kb} KB of memory, load {args.load} "
           f"({time.perf_counter() - t0:.1f} s)")

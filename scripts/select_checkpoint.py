@@ -25,6 +25,7 @@ from lightning_sched import ClusterConfig, seeds
 from lightning_sched.analysis import select_by_worst_load
 from lightning_sched.cli import THREADS_HELP, ScriptParser, at_least, thread_count
 from lightning_sched.config import REWARD_FIELDS
+from lightning_sched.files import refuse_output
 from lightning_sched.policies.acting import acting_modes
 from lightning_sched.policies.checkpoints import load_policy, read_record, with_acting
 
@@ -55,10 +56,14 @@ def main(argv=None) -> None:
     ap.add_argument("--acting", choices=("saved", "both", "all"), default="saved",
                     help="saved: each checkpoint acts as it says; both: each is a candidate twice, greedy and sampled "
                          "(each with its default idle rule); all: every acting mode and idle rule")
-    ap.add_argument("--write", help="copy the winner here, set to act in the mode it won with")
+    ap.add_argument("--write", help="copy the winner here, set to act in the mode it won with (an existing file "
+                    "only with --overwrite, never a candidate)")
+    ap.add_argument("--overwrite", action="store_true", help="let --write replace an existing file")
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     args = ap.parse_args(argv)
     set_threads(args.threads)
+    if args.write:  # before the selection's minutes; checked again as the file is written
+        refuse_output(args.write, args.overwrite, "--write", args.ckpt)
     cfg = candidates_cluster(args.ckpt)
     changed = {k: v for k, (v, _) in cfg.differences(ClusterConfig(), ignore=("observation",)).items()}
     print("scoring on the candidates' cluster: "
@@ -92,7 +97,7 @@ def main(argv=None) -> None:
         acting = read_record(path).acting.override(**flags)
         selected = {"metric": args.metric, "loads": args.loads, "jobsets": args.jobsets, "seed": args.seed,
                     "worst": worst[winner], "from": path}
-        out = with_acting(path, args.write, acting, selected=selected)
+        out = with_acting(path, args.write, acting, overwrite=args.overwrite, selected=selected)
         print(f"wrote {out} ({acting})")
 
 

@@ -25,6 +25,7 @@ from lightning_sched.config import ConfigError
 from lightning_sched.deeprm.objectives import METRICS
 from lightning_sched.evaluation import EvalResult, evaluate, make_jobsets
 from lightning_sched.learning.baselines import Baseline, TimeIndexedBaseline
+from lightning_sched.learning.finite import require_finite
 from lightning_sched.policies.acting import Acting, NetworkPolicy
 from lightning_sched.policies.checkpoints import CHECKPOINT_KEY, PolicyRecord
 from lightning_sched.policies.networks import PolicySpec, make_policy
@@ -178,12 +179,14 @@ class SchedulerTask(LightningModule):
                 f"non-finite loss {loss.item()} at iteration {self.global_step}; training stops here, "
                 "the checkpoints written so far are kept (lower lr?)")
 
+    def check_gradients(self) -> None:
+        """Before an optimizer step: non-finite gradients stop training before they are applied."""
+        require_finite(self, f"at iteration {self.global_step}", gradients=True)
+
     def on_train_batch_end(self, outputs, batch, batch_idx):
-        # after the optimizer step and before any validation or checkpoint of this iteration
-        bad = [name for name, p in self.named_parameters() if not bool(torch.isfinite(p).all())]
-        if bad:
-            raise FloatingPointError(f"parameters {bad} became non-finite at iteration {self.global_step}; training "
-                                     "stops here, the checkpoints written so far are kept (lower lr?)")
+        # after the optimizer step and before any validation or checkpoint of this iteration: finite
+        # gradients times a huge step size can still overflow
+        require_finite(self, f"at iteration {self.global_step}")
 
     # ----- checkpoints: the policy alone, readable without this module ---------------------------
     def policy_record(self) -> PolicyRecord:

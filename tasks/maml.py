@@ -274,6 +274,7 @@ class MAML(SchedulerTask):
             meta_loss = torch.stack([pg.loss for pg in outer]).mean()
             self.check_loss(meta_loss)
             self.meta_gradient(meta_loss, fnets)
+        self.check_gradients()
         meta_opt.step()
         slowdown = torch.cat([episode_metrics(part.state)["mean_slowdown"] for part in parts])
         self.log_dict({"train/meta_loss": meta_loss.detach(), "train/adapted_mean_slowdown": slowdown.nanmean().float(),

@@ -291,6 +291,7 @@ class QueuePPO(LightningModule):
                 self.check_loss(loss)
                 optimizer.zero_grad()
                 self.manual_backward(loss)
+                self.check_gradients()
                 torch.nn.utils.clip_grad_norm_(self.net.parameters(), self.ppo.max_grad_norm)
                 # only the iteration's last step goes through Lightning's wrapper, which counts
                 # trainer.global_step: max_steps, seeds and checkpoints count iterations
@@ -311,6 +312,7 @@ class QueuePPO(LightningModule):
 
     # faults: a non-finite loss or parameters stop training before the next checkpoint (tasks.base)
     check_loss = SchedulerTask.check_loss
+    check_gradients = SchedulerTask.check_gradients
     on_train_batch_end = SchedulerTask.on_train_batch_end
 
     def configure_optimizers(self):

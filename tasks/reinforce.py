@@ -237,6 +237,7 @@ class Reinforce(SchedulerTask):
         optimizer = self.optimizers()
         optimizer.zero_grad()
         self.manual_backward(loss)
+        self.check_gradients()
         if last:
             optimizer.step()
         else:

@@ -3,6 +3,7 @@ and the adaptation curves run). Each step is the MAML inner step done for real: 
 episodes of the workload, DeepRM's time-indexed baseline, one optimizer step."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -15,6 +16,7 @@ from ..evaluation import EvalResult, evaluate, make_jobsets
 from ..jobs import JobSet
 from ..policies.acting import SAMPLED, Acting, NetworkPolicy
 from .baselines import Baseline, TimeIndexedBaseline
+from .finite import require_finite
 from .policy_gradient import policy_gradient
 
 
@@ -38,8 +40,8 @@ class AdaptationSettings:
                 raise ConfigError(f"adaptation {name} must be >= 1, got {getattr(self, name)}")
         if self.steps < 0:
             raise ConfigError(f"adaptation steps must be >= 0, got {self.steps}")
-        if not self.lr > 0:
-            raise ConfigError(f"adaptation lr must be > 0, got {self.lr}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"adaptation lr must be a finite number > 0, got {self.lr}")
         if self.optimizer not in ("sgd", "adam", "rmsprop"):
             raise ConfigError(f"adaptation optimizer {self.optimizer!r} is unknown; choose sgd, adam or rmsprop")
         if self.step_sizes is not None and self.optimizer != "sgd":
@@ -120,6 +122,8 @@ def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: Adaptati
         optimizer.zero_grad()
         pg.loss.backward()
         settings.scale_gradients(net)
+        require_finite(net, f"at adaptation step {step}", gradients=True)
         optimizer.step()
+        require_finite(net, f"after adaptation step {step}")
         measure(step, {"train_mean_return": float(pg.mean_return), "train_decisions": pg.decisions})
     return summaries

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..config import REWARD_FIELDS, SIZE_FIELDS, ClusterConfig, ConfigError
-from ..files import atomic_torch_save, load_torch_file
+from ..files import load_torch_file, require_finite_weights, write_torch
 from .acting import Acting, NetworkPolicy
 from .networks import DeepRMNetwork, PolicySpec, make_policy
 
@@ -60,9 +60,11 @@ class PolicyRecord:
         """The record of network `net` (its cluster, spec and weights) acting as `acting`."""
         return cls(net.cfg, net.spec, {k: v.detach().cpu() for k, v in net.state_dict().items()}, acting, **notes)
 
-    def save(self, path) -> None:
-        """A policy-only checkpoint file (no Lightning state), written atomically (files.atomic_torch_save)."""
-        atomic_torch_save({CHECKPOINT_KEY: self.to_dict()}, path)
+    def save(self, path, overwrite: bool = False, numbered: bool = False) -> Path:
+        """A policy-only checkpoint file (no Lightning state), written by files.write_torch (atomic;
+        an existing file replaced only with `overwrite`; `numbered`: -2, -3, ... when taken).
+        Returns the path written."""
+        return write_torch({CHECKPOINT_KEY: self.to_dict()}, path, overwrite, numbered)
 
     def to_dict(self) -> dict:
         """Plain dicts, tensors, strings and numbers (torch.load(weights_only=True) reads them)."""
@@ -106,6 +108,10 @@ def read_checkpoint(path) -> dict:
     data = load_torch_file(path, "lightning_sched checkpoint", weights_only=True)
     if not isinstance(data, dict) or CHECKPOINT_KEY not in data:
         raise ConfigError(f"{path}: not a lightning_sched checkpoint (no '{CHECKPOINT_KEY}' entry)")
+    if not isinstance(data[CHECKPOINT_KEY], dict):
+        kind = type(data[CHECKPOINT_KEY]).__name__
+        raise ConfigError(f"{path}: its '{CHECKPOINT_KEY}' entry is a {kind}, not a dict")
+    require_finite_weights(data, path, "loaded")
     return data
 
 
@@ -180,14 +186,16 @@ def warm_start(net: DeepRMNetwork, path: str) -> None:
     net.load_state_dict(source.state_dict(), strict=not added)
 
 
-def with_acting(path, out, acting: Acting, **notes) -> Path:
+def with_acting(path, out, acting: Acting, overwrite: bool = False, **notes) -> Path:
     """Copy checkpoint `path` to `out` (Lightning's keys kept) with its policy set to act as
     `acting`, and the record's `notes` set (e.g. `selected`: how the mode was chosen). Written to a
-    temporary file first and renamed, so `out` is never a partial file."""
+    temporary file first and renamed, so `out` is never a partial file; an existing `out` is
+    replaced only with `overwrite`, and never when it is `path`."""
+    if Path(out).resolve() == Path(path).resolve():
+        raise ConfigError(f"{out} is the checkpoint being copied; name another file")
     data = read_checkpoint(path)
     record = read_record(path, data)
     if acting.idle_rule != "while_frequent":  # how the rate was chosen no longer describes how it acts
         notes.setdefault("wait_rate_selected", None)
     data[CHECKPOINT_KEY] = replace(record, acting=acting, **notes).to_dict()
-    atomic_torch_save(data, out)
-    return Path(out)
+    return write_torch(data, out, overwrite)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import write_file
 from .files import SWF_FIELDS
 
 MIN_RUN_S, MAX_RUN_S = 10.0, 36 * 3600.0
@@ -80,9 +81,10 @@ def backfill_waits(submit: np.ndarray, run: np.ndarray, procs: np.ndarray, memor
 
 
 def write_swf(path: str | Path, num_jobs: int = 300_000, processors: int = 4096,
-              memory_per_processor_kb: int = 2 ** 21, load: float = 0.7, seed: int = 0) -> Path:
+              memory_per_processor_kb: int = 2 ** 21, load: float = 0.7, seed: int = 0,
+              overwrite: bool = False) -> Path:
     """Write a synthetic log (gzip-ed when the name ends in .gz) with a header giving MaxProcs, MaxNodes
-    and the machine's memory; returns the path."""
+    and the machine's memory, atomically, an existing file only with `overwrite`; returns the path."""
     path = Path(path)
     jobs = synthetic_jobs(num_jobs, processors, memory_per_processor_kb, load, seed)
     header = ["; Version: 2.2", f"; Computer: synthetic cluster (lightning_sched.traces.synthesis, seed {seed})",
@@ -95,8 +97,5 @@ def write_swf(path: str | Path, num_jobs: int = 300_000, processors: int = 4096,
              for j, (s, w, r, p, m) in enumerate(zip(jobs["submit"], jobs["wait"], jobs["run"], jobs["procs"],
                                                      jobs["memory"]))]
     text = "\n".join(header + lines) + "\n"
-    if path.suffix == ".gz":
-        path.write_bytes(gzip.compress(text.encode(), compresslevel=1))
-    else:
-        path.write_text(text)
-    return path
+    data = gzip.compress(text.encode(), compresslevel=1) if path.suffix == ".gz" else text.encode()
+    return write_file(path, lambda file: file.write(data), overwrite)

@@ -1,0 +1,148 @@
+"""Files as attack surface and as outputs: a checkpoint or JobSet file never runs the code it may
+carry (torch.load(weights_only=True) everywhere), outputs never replace a file unless --overwrite
+is given (checked as the file is written, not only at start), every output is written whole, and
+non-finite weights are neither loaded nor written."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_fit import SMOKE, fit
+
+from lightning_sched import ConfigError, DeepRMWorkload, JobSet
+from lightning_sched.files import OutputExists, clean_temp_files, write_file, write_text, write_torch
+from lightning_sched.learning.adaptation import AdaptationSettings
+from lightning_sched.policies.checkpoints import CHECKPOINT_KEY, load_policy, read_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "checkpoints" / "reinforce_slowdown.ckpt"
+
+
+class Payload:
+    """Unpickling it creates `marker`: a stand-in for a shell command hidden in a checkpoint."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def script(name: str, *args, cwd=ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def script_main(name: str):
+    """A script's `main(argv)`, run in this process (its ConfigError raised, not printed: run_main's
+    one line and exit code 2 are tested through subprocesses elsewhere)."""
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))
+    spec = importlib.util.spec_from_file_location(f"script_{name}", ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def one_line_error(proc) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    return lines[0]
+
+
+@pytest.fixture
+def planted(tmp_path):
+    """(a checkpoint whose policy entry carries the payload, a file with no policy entry carrying
+    it, a JobSet file carrying it, the marker file the payload would create)."""
+    marker = tmp_path / "payload_ran"
+    data = torch.load(SHIPPED, map_location="cpu", weights_only=True)
+    data[CHECKPOINT_KEY]["provenance"] = Payload(marker)
+    policy, other, jobs = tmp_path / "policy.ckpt", tmp_path / "other.ckpt", tmp_path / "jobs.pt"
+    torch.save(data, policy)
+    torch.save({"state_dict": {}, "note": Payload(marker)}, other)
+    torch.save({"arrival": torch.zeros(1, 2), "duration": torch.ones(1, 2), "demand": torch.ones(1, 2, 2),
+                "meta": Payload(marker)}, jobs)
+    return policy, other, jobs, marker
+
+
+def test_a_planted_payload_never_runs(planted, tmp_path):
+    policy, other, jobs, marker = planted
+    for path, load in [(policy, load_policy), (other, read_checkpoint), (jobs, JobSet.load)]:
+        with pytest.raises(ConfigError, match=re.escape(f"{path}: holds a pickled io.open")):
+            load(path)
+    line = one_line_error(script("evaluate.py", "--policy", str(policy), "--jobsets", "2", "--threads", "1"))
+    assert str(policy) in line and "weights_only=True" in line
+    with pytest.raises(ConfigError, match=re.escape(str(other))):  # the refused case: before any unpickling
+        script_main("evaluate")(["--policy", str(other), "--jobsets", "2", "--threads", "1"])
+    for flags in (["--model.init_from", str(policy)], ["--ckpt_path", str(policy)]):
+        proc = fit("fit", "--config", SMOKE, "--trainer.logger", "false", *flags, tmp_path=tmp_path, check=False)
+        assert str(policy) in one_line_error(proc)
+    assert not marker.exists()
+
+
+def test_outputs_are_never_replaced_without_overwrite(tmp_path):
+    mine = tmp_path / "keep.ckpt"
+    mine.write_text("mine")
+    with pytest.raises(OutputExists, match=re.escape(f"{mine} exists; name another file or pass --overwrite")):
+        write_text(mine, "new")
+    assert write_text(mine, "new", numbered=True) == tmp_path / "keep-2.ckpt"
+    assert write_text(mine, "newer", numbered=True) == tmp_path / "keep-3.ckpt"
+    assert mine.read_text() == "mine"
+
+    def racing(file):  # another process creates the file while this one writes: checked at the last step
+        file.write(b"ours")
+        (tmp_path / "late.txt").write_text("theirs")
+
+    with pytest.raises(OutputExists):
+        write_file(tmp_path / "late.txt", racing)
+    assert (tmp_path / "late.txt").read_text() == "theirs"
+    write_text(mine, "replaced", overwrite=True)
+    assert mine.read_text() == "replaced" and not list(tmp_path.glob(".*.tmp"))
+    (tmp_path / ".keep.ckpt.123.0badcafe.tmp").write_bytes(b"cut")  # a write killed midway
+    assert [p.name for p in clean_temp_files(tmp_path)] == [".keep.ckpt.123.0badcafe.tmp"]
+    assert write_text(tmp_path / "gz" / "log.swf.gz", "x", numbered=True).name == "log.swf.gz"
+    assert write_text(tmp_path / "gz" / "log.swf.gz", "x", numbered=True).name == "log-2.swf.gz"
+
+
+def test_scripts_refuse_to_replace_a_file(tmp_path):
+    keep = tmp_path / "keep.ckpt"
+    keep.write_text("mine")
+    for name, args in [("evaluate", ["--policy", "tetris", "--jobsets", "2", "--threads", "1",
+                                     "--save_jobsets", str(keep)]),
+                       ("make_swf", [str(keep), "--jobs", "10", "--processors", "4"]),
+                       ("select_checkpoint", ["--ckpt", str(SHIPPED), "--write", str(keep), "--threads", "1"])]:
+        with pytest.raises(OutputExists, match=re.escape(str(keep)) + ".*--overwrite"):
+            script_main(name)(args)
+    with pytest.raises(ConfigError, match="one of the script's inputs"):
+        script_main("select_checkpoint")(["--ckpt", str(SHIPPED), "--write", str(SHIPPED)])
+    assert keep.read_text() == "mine"
+    script_main("make_swf")([str(keep), "--jobs", "10", "--processors", "4", "--overwrite"])
+    assert keep.read_text().startswith("; Version")
+    jobs = DeepRMWorkload(simu_len=5).sample(2, torch.Generator().manual_seed(0))
+    with pytest.raises(OutputExists):
+        jobs.save(keep)
+    jobs.save(keep, overwrite=True)
+    assert JobSet.load(keep).batch_size == 2
+
+
+def test_non_finite_weights_are_neither_written_nor_loaded(tmp_path):
+    data = torch.load(SHIPPED, map_location="cpu", weights_only=True)
+    name = next(iter(data[CHECKPOINT_KEY]["state_dict"]))
+    data[CHECKPOINT_KEY]["state_dict"][name][0] = float("nan")
+    with pytest.raises(ConfigError, match=rf"nan.ckpt: \S*state_dict\.\S*{name} holds NaN"):
+        write_torch(data, tmp_path / "nan.ckpt")
+    assert not (tmp_path / "nan.ckpt").exists()
+    torch.save(data, tmp_path / "nan.ckpt")  # written by hand
+    with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'nan.ckpt'}: ") + rf"\S*{name} holds NaN"):
+        load_policy(tmp_path / "nan.ckpt")
+    for lr in (float("inf"), float("nan"), 0.0):
+        with pytest.raises(ConfigError, match="adaptation lr must be a finite number > 0"):
+            AdaptationSettings(lr=lr)
+    with pytest.raises(ConfigError, match="lr must be a finite number > 0, got inf"):
+        script_main("adapt")(["--ckpt", str(SHIPPED), "--lr", "inf", "--threads", "1"])
