@@ -4,7 +4,8 @@ Lightning's `ModelCheckpoint(save_last=True)` copies a checkpoint to last.ckpt o
 one, i.e. when the monitored value improves, so last.ckpt would be the best checkpoint, not the
 latest. `scripts/fit.py` keeps the best with one ModelCheckpoint (a monitor) and the latest with
 `LatestCheckpoint` (no monitor: it saves at every validation and when the run is stopped by
-SIGTERM, replacing its previous file, and then prints the command that resumes the run).
+SIGTERM or Ctrl-C (callbacks/stop.py), replacing its previous file, and then prints the command
+that resumes the run).
 
 Lightning stages a checkpoint in $TMPDIR and moves it; across filesystems the move is a copy over
 the previous file, so a kill or a full disk during the copy leaves a truncated file and no good
@@ -21,6 +22,8 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightning_sched.files import atomic_torch_save
+
+from .stop import signal_name
 
 
 class LatestCheckpoint(ModelCheckpoint):
@@ -48,10 +51,10 @@ class LatestCheckpoint(ModelCheckpoint):
         that resumes it (the run folder `run_dir` holds its config.yaml)."""
         path = self.interrupted_path()
         if not path:
-            return f"\nstopped by SIGTERM at iteration {iteration}, before any checkpoint"
+            return f"\nstopped by {signal_name()} at iteration {iteration}, before any checkpoint"
         command = shlex.join(["python", sys.argv[0], "fit", "--config", os.path.join(run_dir, "config.yaml"),
                               "--ckpt_path", os.path.relpath(path)])
-        return (f"\nstopped by SIGTERM at iteration {iteration}; saved {os.path.relpath(path)}. "
+        return (f"\nstopped by {signal_name()} at iteration {iteration}; saved {os.path.relpath(path)}. "
                 f"Resume with:\n  {command}")
 
     def interrupted_path(self) -> str | None:

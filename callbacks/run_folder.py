@@ -10,8 +10,13 @@ exists. It holds
                     (`wandb sync DIR/wandb/offline-run-*` uploads it later)
 `--trainer.logger false` turns W&B off (metrics.csv stays); a `--trainer.logger` or
 `--checkpoint.dirpath` of your own is used as given. A folder named by `--trainer.default_root_dir`
-that already holds a run is refused unless the run resumes; a resume of RUN/checkpoints/<file>
-goes back into RUN.
+that already holds a run is refused unless the run resumes; a resume continues RUN only from
+RUN/checkpoints/last.ckpt (any older checkpoint of RUN would rewind it: refused, naming last.ckpt's
+step; `--trainer.default_root_dir NEW` branches from it into a new folder), and drops metrics.csv's
+rows after its step, so the file keeps one row per iteration. One process at a time holds a run
+folder (an flock on RUN/.lock, released by the kernel when the process ends, however it ends);
+the holder removes temporary files left by writes a killed process never finished. A run stopped
+or failed before it wrote a checkpoint or a metric leaves no folder behind (`RunFolders.remove_unused`).
 
 Here: which folder a run gets, the config file written into it, the loggers pointed at it, the
 lines `fit` prints about it, and the checks made before training writes anything.
@@ -19,7 +24,10 @@ lines `fit` prints about it, and the checks made before training writes anything
 from __future__ import annotations
 
 import copy
+import csv
+import fcntl
 import importlib
+import io
 import itertools
 import os
 import shutil
@@ -32,6 +40,7 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
 from lightning_sched import ConfigError
+from lightning_sched.files import clean_temp_files, write_text
 
 from .run import RunCSVLogger
 
@@ -58,11 +67,12 @@ def run_name(configs: list[str], subcommand: str) -> str:
 
 class RunFolders:
     """Creates the folders of one process's run and remembers which it made, so that a bad config
-    that stops the run before they fill leaves none behind (`remove_empty`)."""
+    that stops the run before they fill leaves none behind (`remove_unused`)."""
 
     def __init__(self, runs: Path = RUNS):
         self.runs = Path(runs)
         self.created: list[Path] = []
+        self.lock = None  # the open lock file of the run folder this process holds
 
     def make(self, folder: Path, exist_ok: bool) -> None:
         existed = folder.is_dir()
@@ -70,12 +80,32 @@ class RunFolders:
         if not existed:
             self.created.append(folder)
 
-    def remove_empty(self) -> None:
+    def remove_unused(self) -> None:
+        """Removes the folders this process made that hold no checkpoint and no metrics.csv (a bad
+        config, or a stop before training): nothing in them to resume or to read."""
         for folder in reversed(self.created):
-            try:
-                folder.rmdir()
-            except OSError:  # not empty: the run got further than its start
-                pass
+            if folder.is_dir() and not any(folder.rglob("*.ckpt")) and not any(folder.rglob("metrics.csv")):
+                shutil.rmtree(folder, ignore_errors=True)
+
+    def hold(self, folder: Path) -> None:
+        """Takes the run folder's lock (refused, naming the holder, while another process has it) and
+        then removes the temporary files of writes a killed process left in it."""
+        lock = open(folder / ".lock", "a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            lock.close()
+            raise ConfigError(f"the run folder {folder} is in use by another process (pid {holder}); wait for it "
+                              "to end, or name another folder") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        self.lock = lock
+        for sub in (folder, folder / "checkpoints"):
+            clean_temp_files(sub)
 
     def claim(self, base: Path) -> Path:
         """`base`, else `base-2`, `base-3`, ...: the first that does not exist, created here (mkdir is
@@ -113,9 +143,12 @@ class RunFolders:
             if held and not ckpt_path:
                 raise ConfigError(f"--trainer.default_root_dir {folder} already holds a run ({held[0]}); resume it "
                                   f"with --ckpt_path, or name another folder")
+            if held:
+                require_latest(folder, ckpt_path)
             self.require_writable(folder, "the run folder")
         elif run_of_checkpoint(ckpt_path):
             folder = run_of_checkpoint(ckpt_path)
+            require_latest(folder, ckpt_path)
         else:
             try:
                 folder = self.claim(self.runs / run_name(configs, subcommand))
@@ -124,15 +157,21 @@ class RunFolders:
         os.environ[RUN_DIR_ENV] = str(folder)
         return folder
 
-    def configure(self, config: Namespace, subcommand: str, configs: list[str], wandb_id: str | None) -> Path:
+    def configure(self, config: Namespace, subcommand: str, configs: list[str], wandb_id: str | None,
+                  resumed_step: int | None = None) -> Path:
         """Points the subcommand's `config` (trainer, checkpoint, last_checkpoint) at the run's
-        folder, chosen here, and returns it. `wandb_id`: the W&B run a resume continues."""
+        folder, chosen and held here, and returns it. `wandb_id`: the W&B run a resume continues;
+        `resumed_step`: the global step of the checkpoint it continues from."""
         save_last = (config.get("checkpoint") or {}).get("save_last")
         if save_last:  # last_checkpoint writes last.ckpt; two writers would overwrite each other
             raise ConfigError(f"checkpoint.save_last={save_last!r}: last.ckpt is kept by last_checkpoint "
                               "(the latest state); leave checkpoint.save_last unset")
         ckpt = config.get("ckpt_path") if subcommand == "fit" else None
         run_dir = self.choose(subcommand, configs, config.trainer.get("default_root_dir"), ckpt)
+        if os.environ.get("LOCAL_RANK", "0") == "0":  # DDP's other processes run inside rank 0's hold
+            self.hold(run_dir)
+            if ckpt and resumed_step is not None:
+                drop_metrics_after(run_dir / "metrics.csv", resumed_step)
         config.trainer.default_root_dir = str(run_dir)
         if config.checkpoint.get("dirpath") is None:
             config.checkpoint.dirpath = str(run_dir / "checkpoints")
@@ -145,6 +184,43 @@ class RunFolders:
             warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
         config.trainer.logger = run_loggers(config.trainer.logger, run_dir, wandb_id)
         return run_dir
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The global step a checkpoint file holds (None when it cannot be read as one)."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True)["global_step"])
+    except Exception:  # unreadable: the resume itself names the file
+        return None
+
+
+def require_latest(folder: Path, ckpt_path: str) -> None:
+    """A resume into run folder `folder` only from its last.ckpt (when it has one): any other file
+    would rewind the run, overwriting its later checkpoints and metrics."""
+    last = folder / "checkpoints" / "last.ckpt"
+    if last.is_file() and Path(ckpt_path).resolve() != last.resolve():
+        branch = folder.with_name(f"{folder.name}-from-{Path(ckpt_path).stem}")
+        raise ConfigError(f"--ckpt_path {ckpt_path} would rewind the run in {folder}, which stands at step "
+                          f"{checkpoint_step(last)} ({last}); resume from {last}, or start a branch in a new folder "
+                          f"with --trainer.default_root_dir {branch}")
+
+
+def drop_metrics_after(metrics: Path, step: int) -> None:
+    """Removes metrics.csv's rows of steps >= `step` (logged after the checkpoint a resume starts
+    from: they are logged again), so the file keeps one row per iteration across resumes."""
+    if not metrics.is_file():
+        return
+    with metrics.open(newline="") as file:
+        rows = list(csv.reader(file))
+    if not rows or "step" not in rows[0]:
+        return
+    at = rows[0].index("step")
+    # a row cut short (a disk that filled mid-write) goes too
+    kept = [rows[0]] + [r for r in rows[1:] if len(r) == len(rows[0]) and r[at] and float(r[at]) < step]
+    if len(kept) < len(rows):
+        text = io.StringIO()
+        csv.writer(text, lineterminator="\n").writerows(kept)
+        write_text(metrics, text.getvalue(), overwrite=True)
 
 
 def wandb_online() -> bool:

@@ -14,8 +14,10 @@ last config's stem> (`-2`, `-3`, ... when taken) or `--trainer.default_root_dir`
 config.yaml, checkpoints/ (best-<step>.ckpt and last.ckpt), metrics.csv and wandb/ (offline unless
 WANDB_API_KEY is set); `fit` prints these paths at start (callbacks/run_folder.py). `fit --ckpt_path
 RUN/checkpoints/last.ckpt` resumes RUN: same folder, best checkpoint and W&B run, and the
-checkpoint's model settings (callbacks/resume.py). SIGTERM saves last.ckpt, prints the command that
-resumes, and exits with 143. A bad value prints one line naming the field (`error: ...`), exit code
+checkpoint's model settings (callbacks/resume.py); only from RUN's last.ckpt, and one process at a
+time (callbacks/run_folder.py). SIGTERM or Ctrl-C saves last.ckpt, prints the command that resumes,
+and exits with 143 (130 for Ctrl-C); before training starts it leaves no run folder (callbacks/stop.py).
+A bad value prints one line naming the field (`error: ...`), exit code
 2; LIGHTNING_SCHED_TRACEBACK=1 shows the full traceback or parser message.
 """
 from __future__ import annotations
@@ -33,14 +35,12 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from _common import set_threads, show_tracebacks  # puts the checkout on sys.path
-from callbacks import HeuristicComparison, LatestCheckpoint
+from callbacks import HeuristicComparison, LatestCheckpoint, stop
 from callbacks.cli import config_error, one_line, quiet_start, require_base, with_default_model
 from callbacks.resume import check_checkpoint_model, read_checkpoint
 from callbacks.run import WANDB_ID_KEY, prepare_trainer, run_callbacks
 from callbacks.run_folder import RunConfig, RunFolders, describe_run, require_free_space, wandb_args
 from lightning_sched.cli import THREADS_HELP
-
-SIGTERM_EXIT = 143  # 128 + SIGTERM: what a shell reports for a process ended by SIGTERM
 
 
 class SchedulerParser(LightningArgumentParser):
@@ -55,11 +55,11 @@ class SchedulerParser(LightningArgumentParser):
 
 class SchedulerCLI(LightningCLI):
     def __init__(self, *args, **kwargs):
-        self.folders, self.asked_model, self.wandb_id = RunFolders(), None, None
+        self.folders, self.asked_model, self.wandb_id, self.resumed_step = RunFolders(), None, None, None
         try:
             super().__init__(*args, **kwargs)
-        except Exception:
-            self.folders.remove_empty()  # a bad config leaves no empty run folder behind
+        except BaseException:
+            self.folders.remove_unused()  # a bad config or an early stop leaves no run folder behind
             raise
 
     def add_arguments_to_parser(self, parser) -> None:
@@ -78,7 +78,9 @@ class SchedulerCLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         ckpt = subcommand and self.config[subcommand].get("ckpt_path")
         if ckpt:  # LightningCLI then replaces the model by the checkpoint's: keep the config's to compare
-            self.wandb_id = read_checkpoint(ckpt).get(WANDB_ID_KEY) if subcommand == "fit" else None
+            if subcommand == "fit":
+                saved = read_checkpoint(ckpt)
+                self.wandb_id, self.resumed_step = saved.get(WANDB_ID_KEY), saved.get("global_step")
             self.asked_model = copy.deepcopy(self.config[subcommand].get("model"))
 
     def before_instantiate_classes(self) -> None:
@@ -89,7 +91,7 @@ class SchedulerCLI(LightningCLI):
                 print(note, file=sys.stderr, flush=True)
         set_threads(config.threads)
         configs = [*(self.config.get("config") or []), *(config.get("config") or [])]
-        self.run_dir = self.folders.configure(config, self.subcommand, configs, self.wandb_id)
+        self.run_dir = self.folders.configure(config, self.subcommand, configs, self.wandb_id, self.resumed_step)
 
     def instantiate_trainer(self, **kwargs):
         callbacks = run_callbacks(self.config_init[self.subcommand].trainer)
@@ -110,6 +112,7 @@ class SchedulerCLI(LightningCLI):
 
 def main(args=None) -> None:
     quiet_start()
+    stop.install()
     if args is None:  # from the command line: LightningCLI reads sys.argv (it warns when given both)
         sys.argv[1:] = with_default_model(sys.argv[1:])
     else:
@@ -126,7 +129,10 @@ def main(args=None) -> None:
                      save_config_callback=RunConfig, parser_class=SchedulerParser, seed_everything_default=0,
                      args=args, parser_kwargs={"default_config_files": [], "parser_mode": "yaml"})
     except SIGTERMException:  # LatestCheckpoint saved the run and printed how to resume it
-        raise SystemExit(SIGTERM_EXIT) from None
+        raise SystemExit(stop.exit_code()) from None
+    except stop.Stopped as stopped:  # outside training: nothing to save (SchedulerCLI removed a new folder)
+        print(f"\n{stopped}, outside training; no checkpoint written", file=sys.stderr)
+        raise SystemExit(stop.exit_code()) from None
     except Exception as error:
         found = config_error(error)
         if found is None or show_tracebacks():

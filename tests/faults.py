@@ -10,14 +10,15 @@ from lightning.pytorch import Callback
 
 
 class SigtermAt(Callback):
-    """Sends SIGTERM to this process after iteration `iteration`, as a scheduler preempting it would."""
+    """Sends SIGTERM (or `signal`, e.g. SIGINT as Ctrl-C does) to this process after iteration
+    `iteration`, as a scheduler preempting it would."""
 
-    def __init__(self, iteration: int):
-        self.iteration = iteration
+    def __init__(self, iteration: int, signal: str = "SIGTERM"):
+        self.iteration, self.signal = iteration, signal
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step == self.iteration:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), getattr(signal, self.signal))
 
 
 class DiskFullAtSecondWrite(Callback):

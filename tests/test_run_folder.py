@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -99,6 +100,9 @@ def test_sigterm_saves_a_checkpoint_exits_143_and_the_printed_command_resumes_th
     assert float(best["best_model_score"]) == pytest.approx(min(evals.values()))
     best_files = list((run / "checkpoints").glob("best-*.ckpt"))
     assert len(best_files) == 1 and best_files[0] == Path(best["best_model_path"])
+    # one metrics row per iteration across the stop and the resume (the redone ones replaced)
+    iterations = [float(r["iteration"]) for r in csv.DictReader((run / "metrics.csv").open()) if r["iteration"]]
+    assert iterations == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
     # one W&B run, written in two sessions
     ids = {p.name.rsplit("-", 1)[1] for p in (run / "wandb").glob("offline-run-*")}
     assert len(list((run / "wandb").glob("offline-run-*"))) == 2 and ids == {stopped["wandb_run_id"]}
@@ -196,3 +200,46 @@ def test_a_checkpoint_saved_by_an_older_module_signature_is_not_resumed(tmp_path
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith(f"error: --ckpt_path {ckpt} was saved with arguments tasks.reinforce.Reinforce no longer "
                            "takes (") and "rmsprop_alpha" in line
+
+
+def test_ctrl_c_saves_prints_the_resume_command_and_a_resume_only_continues_from_last(tmp_path):
+    proc = fit("fit", "--config", SMOKE, "--trainer.max_steps", "6", "--trainer.logger", "false",
+               "--trainer.callbacks+=tests.faults.SigtermAt", "--trainer.callbacks.iteration", "3",
+               "--trainer.callbacks.signal", "SIGINT", tmp_path=tmp_path, check=False)
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert "stopped by Ctrl-C (SIGINT) at iteration 3" in proc.stdout and "Resume with:" in proc.stdout
+    run = tmp_path / "runs" / "smoke"
+    assert load(run / "checkpoints" / "last.ckpt")["global_step"] == 3
+    [best] = run.glob("checkpoints/best-*.ckpt")
+    config = str(run / "config.yaml")
+    rewind = fit("fit", "--config", config, "--ckpt_path", str(best), tmp_path=tmp_path, check=False)
+    [line] = rewind.stderr.strip().splitlines()
+    assert rewind.returncode == 2 and "stands at step 3 (runs/smoke/checkpoints/last.ckpt)" in line, line
+    assert f"--trainer.default_root_dir runs/smoke-from-{best.stem}" in line
+    from callbacks.run_folder import RunFolders
+
+    holder = RunFolders()
+    holder.hold(run)  # this process holds the run: a second one is refused, whatever it asks
+    (run / "checkpoints" / ".last.ckpt.1.0badcafe.tmp").write_bytes(b"cut")  # a write killed midway
+    busy = fit("fit", "--config", config, "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), tmp_path=tmp_path,
+               check=False)
+    assert busy.returncode == 2 and f"the run folder runs/smoke is in use by another process (pid {os.getpid()})" in \
+        busy.stderr
+    holder.lock.close()  # as the kernel does when the holder dies: the next holder cleans up
+    RunFolders().hold(run)
+    assert not list(run.rglob(".*.tmp")) and load(run / "checkpoints" / "last.ckpt")["global_step"] == 3
+
+
+def test_sigterm_at_start_leaves_nothing_or_a_resumable_folder(tmp_path):
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "fit.py"), "fit", "--config", SMOKE, "--threads",
+                             "1", "--trainer.logger", "false", "--trainer.max_steps", "1000"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    for line in proc.stdout:  # the folder exists once fit prints it
+        if line.startswith("run folder"):
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    run = tmp_path / "runs" / "smoke"
+    assert not run.exists() or (run / "checkpoints" / "last.ckpt").is_file(), sorted(run.rglob("*"))

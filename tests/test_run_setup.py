@@ -92,7 +92,7 @@ def test_unwritable_folders_are_named_and_empty_ones_made_are_removed(tmp_path):
     folders.require_writable(run / "checkpoints", "the checkpoint folder")
     kept = folders.choose("fit", ["configs/smoke.yaml"], None, None)
     (kept / "config.yaml").write_text("")
-    folders.remove_empty()
+    folders.remove_unused()
     assert not run.exists() and kept.is_dir()  # only the empty folders this process made go
 
 
