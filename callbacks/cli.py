@@ -44,6 +44,20 @@ def config_error(error: BaseException | None) -> ConfigError | None:
     return None
 
 
+def require_text_configs(args: list[str]) -> None:
+    """A ConfigError naming the file when a `--config` is no text file (a checkpoint, say), before
+    jsonargparse fails on its bytes with a UnicodeDecodeError."""
+    for flag, value in zip(args, args[1:] + [""]):
+        path = value if flag in ("--config", "-c") else flag.split("=", 1)[1] if flag.startswith("--config=") else None
+        if path and os.path.isfile(path):
+            try:
+                with open(path, encoding="utf-8") as file:
+                    file.read()
+            except UnicodeDecodeError:
+                raise ConfigError(f"--config {path}: not a YAML config (binary content; a checkpoint goes to "
+                                  "--ckpt_path or --model.init_from)") from None
+
+
 def with_default_model(args: list[str]) -> list[str]:
     """`args` with `--model=DEFAULT_MODEL` after the subcommand when neither --model nor a config
     picks the module. Not a parser default: jsonargparse keeps a default's init_args when a config's

@@ -12,20 +12,30 @@ import torch
 from jsonargparse import Namespace
 
 from lightning_sched import ConfigError
+from lightning_sched.files import require_finite_weights
 
 from .run_folder import run_of_checkpoint
 
 
 def read_checkpoint(ckpt_path: str) -> dict:
-    """The checkpoint's contents, loaded as Lightning loads them (weights only); an error naming the
-    file if it is missing or not a checkpoint."""
+    """The checkpoint's contents, loaded as Lightning loads them (weights only: a pickled object is
+    refused before it is built); an error naming the file if it is missing, not a checkpoint, a
+    policy-only one (no training state to resume) or one of non-finite weights."""
     if not Path(ckpt_path).is_file():
         raise ConfigError(f"--ckpt_path {ckpt_path}: no such file")
     try:
-        return torch.load(ckpt_path, map_location="cpu", weights_only=True)
-    except Exception as error:  # truncated, or not a torch file at all
+        data = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    except Exception as error:  # truncated, not a torch file at all, or pickled objects
+        pickled = "pickled" if "Unsupported global" in str(error) else None
         raise ConfigError(f"--ckpt_path {ckpt_path} is not a Lightning checkpoint (torch.load: "
-                          f"{type(error).__name__}; truncated or another kind of file)") from None
+                          f"{type(error).__name__}; " + ("it holds pickled objects, never loaded here)" if pickled
+                                                         else "truncated or another kind of file)")) from None
+    if not isinstance(data, dict) or "state_dict" not in data or "global_step" not in data:
+        kind = "a policy-only checkpoint" if isinstance(data, dict) and "lightning_sched" in data else "not one"
+        raise ConfigError(f"--ckpt_path {ckpt_path} is {kind}, no Lightning training state (a run's "
+                          "checkpoints/*.ckpt); scripts/evaluate.py --policy or --model.init_from reads a policy")
+    require_finite_weights(data, ckpt_path, "loaded")
+    return data
 
 
 def flat(namespace) -> dict:

@@ -66,6 +66,51 @@ def positive_float(text: str) -> float:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite number >= 0 (a weight)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
+    if not (0 <= value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {value}")
+    return value
+
+
+SEED_LIMIT = 2**31  # training seeds are (1_000_003 x seed + iteration) x 4_099 + ...: int64 for any seed below
+
+
+def seed_number(text: str) -> int:
+    """An argparse type: a seed, an integer in [0, 2^31)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2^31), got {text!r}") from None
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2^31), got {value}")
+    return value
+
+
+def torch_device(text: str) -> str:
+    """An argparse type: a torch device this machine has (cpu; cuda or cuda:N with CUDA; mps)."""
+    import torch
+
+    try:
+        parsed = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a torch device (cpu, cuda, cuda:0, ...)") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"{text!r}: CUDA is not available on this machine (torch "
+                                         f"{torch.__version__}); use cpu")
+    if parsed.type == "cuda" and (parsed.index or 0) >= torch.cuda.device_count():
+        raise argparse.ArgumentTypeError(f"{text!r}: this machine has {torch.cuda.device_count()} CUDA devices")
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise argparse.ArgumentTypeError(f"{text!r}: MPS is not available on this machine; use cpu")
+    if parsed.type not in ("cpu", "cuda", "mps"):
+        raise argparse.ArgumentTypeError(f"{text!r}: the scripts run on cpu, cuda or mps")
+    return text
+
+
 def parse_capacity(items: list[str] | None) -> dict | tuple | None:
     """Command-line capacities: ['processors=128', 'memory=4e6'] -> dict, ['128'] -> tuple."""
     if not items:

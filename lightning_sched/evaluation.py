@@ -11,7 +11,9 @@ import torch
 from .config import ClusterConfig
 from .deeprm.objectives import METRICS, episode_metrics
 from .deeprm.rollout import Policy, play
+from .deeprm.state import state_bytes
 from .jobs import JobSet
+from .limits import require_total
 
 # two-sided 95% Student-t quantiles for df = 1..30; beyond, the normal 1.96 is within 2%
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
@@ -127,3 +129,20 @@ def make_jobsets(workload, num_jobsets: int, seed: int) -> JobSet:
     on every device. Evaluation seeds should differ from training seeds (unseen jobsets)."""
     generator = torch.Generator().manual_seed(seed)
     return workload.sample(num_jobsets, generator, "cpu")
+
+
+def run_bytes(cfg: ClusterConfig, max_jobs: int, jobsets: int, episodes: int = 1) -> dict[str, float]:
+    """Estimated bytes a rollout of `jobsets` x `episodes` episodes of `max_jobs` job columns holds
+    at once: the draw (its peak), the episodes' copy of the jobs, the env's state and the per-job
+    results (`limits.require_total` sums them)."""
+    rows, columns = jobsets * episodes, 8 * max_jobs * (3 + cfg.num_resources)
+    return {"drawing the jobsets": 8 * jobsets * max_jobs * (12 + 6 * cfg.num_resources),
+            "the episodes' jobs": rows * columns, "the environment's state": state_bytes(cfg, rows, max_jobs),
+            "per-job results": 16 * rows * max_jobs}
+
+
+def require_run_fits(cfg: ClusterConfig, max_jobs: int, jobsets: int, episodes: int = 1, what: str = "the run",
+                     **fields) -> None:
+    """ConfigError in one line, before anything is drawn, when `run_bytes` exceeds the memory budget."""
+    require_total(what, run_bytes(cfg, max_jobs, jobsets, episodes),
+                  {**fields, "jobsets": jobsets, "episodes": episodes, "job columns": max_jobs})

@@ -191,8 +191,14 @@ class JobSet:
         missing = {"arrival", "duration", "demand"} - set(data)
         if missing:
             raise ConfigError(f"{path}: not a JobSet file, missing {sorted(missing)}")
-        return JobSet(data["arrival"], data["duration"], data["demand"], data.get("deadline"),
-                      data.get("running_left"), data.get("running_demand"))
+        for name in TENSORS:  # a hand-edited file: a string where a tensor belongs
+            if data.get(name) is not None and not isinstance(data[name], torch.Tensor):
+                raise ConfigError(f"{path}: JobSet.{name} must be a tensor, got a {type(data[name]).__name__}")
+        try:
+            return JobSet(data["arrival"], data["duration"], data["demand"], data.get("deadline"),
+                          data.get("running_left"), data.get("running_demand"))
+        except ConfigError as error:
+            raise ConfigError(f"{path}: {error}") from None
 
 
 def _check(bad: torch.Tensor, field: str, values: torch.Tensor, what: str) -> None:

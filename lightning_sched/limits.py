@@ -3,25 +3,33 @@
 Every place that allocates in proportion to user-given sizes (the environment's state, a network's
 weights, a generated workload) estimates its bytes first and calls `require_memory`, so a typo such
 as `resource_units 1000000` ends in one line that names the fields, not in an hour of swapping.
+A run that holds several such structures at once (evaluate.py's jobsets, their episodes' copies
+and the env's state; a training run's draws, rollouts and validation set) also checks their sum
+against the same budget first (`require_total`), since each alone may fit while together they do
+not.
 """
 from __future__ import annotations
 
+import math
 import os
 
 from .config import ConfigError
 
-_BUDGET_ENV = "LIGHTNING_SCHED_MEMORY_BYTES"
+BUDGET_ENV = "LIGHTNING_SCHED_MEMORY_BYTES"
 
 
 def memory_budget() -> int:
     """Bytes one allocation may take: $LIGHTNING_SCHED_MEMORY_BYTES, else half the machine's
     physical memory (the rest is for the interpreter, torch and the other allocations)."""
-    given = os.environ.get(_BUDGET_ENV)
+    given = os.environ.get(BUDGET_ENV)
     if given:
         try:
-            return int(float(given))
+            value = float(given)
         except ValueError:
-            raise ConfigError(f"{_BUDGET_ENV} must be a number of bytes, got {given!r}") from None
+            value = math.nan
+        if not (math.isfinite(value) and value >= 1):
+            raise ConfigError(f"{BUDGET_ENV} must be a finite number of bytes >= 1, got {given!r}")
+        return int(value)
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
     except (ValueError, OSError, AttributeError):  # no sysconf (Windows): a conservative 8 GiB
@@ -46,4 +54,13 @@ def require_memory(what: str, estimated_bytes: float, fields: dict[str, object])
     if estimated_bytes > budget:
         named = ", ".join(f"{k}={v}" for k, v in fields.items())
         raise ConfigError(f"{what} would need about {format_bytes(estimated_bytes)} ({named}), more than the "
-                          f"{format_bytes(budget)} allowed (half the machine's memory; set {_BUDGET_ENV} to change it)")
+                          f"{format_bytes(budget)} allowed (half the machine's memory; set {BUDGET_ENV} to change it)")
+
+
+def require_total(what: str, parts: dict[str, float], fields: dict[str, object]) -> None:
+    """One budget for what a run holds at once: ConfigError when the `parts` ({name: estimated
+    bytes}) together exceed `memory_budget()`, naming the fields, the total and the largest part."""
+    largest = max(parts, key=parts.get)
+    require_memory(what, sum(parts.values()),
+                   {**fields, "largest part": f"{largest} ~{format_bytes(parts[largest])}"})
+

@@ -31,6 +31,7 @@ file exists), or to --out, which must not exist (unless --overwrite) nor be --ck
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from dataclasses import replace
@@ -60,13 +61,15 @@ from lightning_sched.cli import (
     at_least,
     positive_float,
     reward_from_args,
+    seed_number,
     setup_from_args,
     site_from_args,
     thread_count,
+    torch_device,
     workload_from_args,
 )
 from lightning_sched.evaluation import EvalResult, compare, evaluate, make_jobsets, paired_difference
-from lightning_sched.files import refuse_output
+from lightning_sched.files import numbered_name, refuse_output, write_figure, write_torch
 from lightning_sched.learning.adaptation import AdaptationSettings, adapt
 from lightning_sched.policies.acting import NetworkPolicy
 from lightning_sched.policies.checkpoints import PolicyRecord, load_network
@@ -80,8 +83,9 @@ def output_path(args) -> tuple[Path, bool]:
     checkpoint being adapted (a resumable Lightning checkpoint would become a policy-only file) and
     an existing --out without --overwrite. The default, runs/adapted/<ckpt name>.ckpt, takes -2,
     -3, ... when taken (checked again as it is written: files.write_file)."""
-    if args.out is None:
-        return RUNS / "adapted" / f"{Path(args.ckpt).stem}.ckpt", False
+    if args.out is None:  # the name the file will take unless another run takes it first
+        base = RUNS / "adapted" / f"{Path(args.ckpt).stem}.ckpt"
+        return next(p for p in (numbered_name(base, n) for n in itertools.count(1)) if not p.exists()), False
     refuse_output(args.out, args.overwrite, "--out", args.ckpt)
     return Path(args.out), True
 
@@ -118,7 +122,7 @@ def main(argv=None) -> int:
                     help="raw advantages (default: normalized, as the inner loop)")
     ap.add_argument("--eval_jobsets", type=at_least(1), default=200, help="unseen jobsets the metrics are measured on")
     ap.add_argument("--eval_every", type=at_least(1), default=1, help="measure after every N-th step (and the last)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the adaptation jobsets and actions")
+    ap.add_argument("--seed", type=seed_number, default=0, help="seed of the adaptation jobsets and actions")
     ap.add_argument("--acting", choices=("saved", "select"), default="saved",
                     help="saved: act as the checkpoint says; select: pick the best acting mode on the adaptation "
                          "workload after the last step, and save it")
@@ -127,7 +131,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="adapted checkpoint (default: runs/adapted/<ckpt name>.ckpt, with -2, -3, ... "
                     "when taken)")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing --out (never --ckpt itself)")
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", type=torch_device, default="cpu")
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -192,8 +196,9 @@ def main(argv=None) -> int:
         report(str(acting), {"step": args.steps, "acting": str(acting), **result.summary}, result)
     # the name is checked again as the file appears: another run may have taken it meanwhile
     out = PolicyRecord.of(net, acting, adaptation=dict(vars(settings)), adapted_from=str(args.ckpt),
-                          adapted_on=train_desc, acting_selected=selected).save(out, overwrite=args.overwrite,
-                                                                                numbered=not named)
+                          adapted_on=train_desc, acting_selected=selected).save(
+        out if named else RUNS / "adapted" / f"{Path(args.ckpt).stem}.ckpt", overwrite=args.overwrite,
+        numbered=not named)
     print(f"saved {out}", file=sys.stderr)  # stdout's last line stays the final metrics (--json)
     return 0
 
@@ -203,7 +208,6 @@ def queue_main(argv) -> int:
     history (its first 80%), each measured greedily after every step on sequences of 1024 jobs from
     the rest (docs/hpc_queue.md, "Sites"), with the rules and paired differences on the same sequences."""
     from lightning_sched.evaluation import mean_ci95
-    from lightning_sched.files import atomic_torch_save
     from lightning_sched.plots import adaptation_curves
     from lightning_sched.queue.adaptation import adaptation_curve
     from lightning_sched.queue.evaluation import (
@@ -240,15 +244,16 @@ def queue_main(argv) -> int:
     ap.add_argument("--episodes", type=at_least(2), help="episodes of each (default: inner loop's, else 4)")
     ap.add_argument("--eval_sequences", type=at_least(2), default=50, help="test sequences from the last 20%%")
     ap.add_argument("--backfill", choices=("off", "easy"), default="off")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the adaptation sequences and actions")
+    ap.add_argument("--seed", type=seed_number, default=0, help="seed of the adaptation sequences and actions")
     ap.add_argument("--out", help="save the first --policy, adapted, to this new file")
     ap.add_argument("--figure", help="draw the curves to this new file")
+    ap.add_argument("--overwrite", action="store_true", help="let --out and --figure replace existing files")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="also print one JSON line per policy and step")
     args = ap.parse_args(argv)
-    for path in (args.out, args.figure):
-        if path and Path(path).exists():
-            raise ConfigError(f"{path}: exists (outputs are never overwritten)")
+    for flag, path in (("--out", args.out), ("--figure", args.figure)):
+        if path:  # before the adaptation's minutes; checked again as the file is written
+            refuse_output(path, args.overwrite, flag, [p for p in args.policy if p != "scratch"])
     if args.reference is not None and args.reference not in args.policy:
         raise ConfigError(f"--reference {args.reference!r} must be one of --policy")
     site_log, site = site_from_args(args)
@@ -306,13 +311,13 @@ def queue_main(argv) -> int:
                                              for s, c in curves.items()}},
                                 {site_name: {f"{best} (best rule)": mean_ci95(rules[best])}},
                                 ylabel="mean bounded slowdown", title="adapted to the site's first 80%")
-        fig.savefig(args.figure, dpi=120)
+        write_figure(fig, args.figure, args.overwrite)
         print(f"figure: {args.figure}", file=sys.stderr)
     if args.out:
         net, policy_cfg = adapted_first
         record = QueuePolicyRecord.of(net, replace(policy_cfg, sequence_length=256), [log.summary()["log"]],
                                       TRAIN_FRACTION)
-        atomic_torch_save({"lightning_sched": record.to_dict()}, args.out)
+        write_torch({"lightning_sched": record.to_dict()}, args.out, args.overwrite)
         print(f"saved {args.out}", file=sys.stderr)
     return 0
 

@@ -48,9 +48,9 @@ import time
 
 import torch
 
-from _common import set_threads
+from _common import run_main, set_threads
 from lightning_sched import ClusterConfig, ClusterEnv, DeepRMWorkload
-from lightning_sched.cli import THREADS_HELP, thread_count
+from lightning_sched.cli import THREADS_HELP, ScriptParser, at_least, positive_float, thread_count, torch_device
 from lightning_sched.deeprm import native
 from lightning_sched.deeprm.cluster import compiled_step, init_state, step_state
 from lightning_sched.deeprm.observations import observe
@@ -277,22 +277,24 @@ def sizes_table(args, device, generator, result) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="cpu")
+    ap = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", type=torch_device, default="cpu")
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--batch_sizes", type=int, nargs="+", default=[1, 16, 256, 1024, 4096, 16384])
+    ap.add_argument("--batch_sizes", type=at_least(1), nargs="+", default=[1, 16, 256, 1024, 4096, 16384])
     ap.add_argument("--modes", nargs="+", default=["none", "compact", "image"])
-    ap.add_argument("--steps", type=int, default=100, help="timed steps per run")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=at_least(1), default=100, help="timed steps per run")
+    ap.add_argument("--repeats", type=at_least(1), default=3)
     ap.add_argument("--objective", default="slowdown", help="the reward computed every step (SPEC's objectives)")
-    ap.add_argument("--load", type=float, default=0.7, help="DeepRM workload of the decisions/s table")
-    ap.add_argument("--simu_len", type=int, default=50, help="arrival steps (more jobs per row when larger)")
+    ap.add_argument("--load", type=positive_float, default=0.7, help="DeepRM workload of the decisions/s table")
+    ap.add_argument("--simu_len", type=at_least(1), default=50, help="arrival steps (more jobs per row when larger)")
     ap.add_argument("--compile", action="store_true",
                     help="also both paths with step_state compiled (cluster.compiled_step; compiles every run)")
     ap.add_argument("--torch_step", action="store_true",
                     help="also every rate with the torch step instead of the native one (LIGHTNING_SCHED_NATIVE=0)")
     ap.add_argument("--sizes", action="store_true", help="the cluster-size table instead (module docstring)")
-    ap.add_argument("--sizes_batch", type=int, default=4096, help="episodes stepped at once in the --sizes table")
+    ap.add_argument("--sizes_batch", type=at_least(1), default=4096,
+                    help="episodes stepped at once in the --sizes table")
     ap.add_argument("--env", choices=("deeprm", "queue"), default="deeprm")
     ap.add_argument("--trace", default="../shared/traces/lublin_256.swf.gz", help="--env queue: the log")
     ap.add_argument("--default_malloc", action="store_true",
@@ -386,4 +388,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -20,9 +20,9 @@ import torch
 import yaml
 from lightning.pytorch import Callback, Trainer
 
-from _common import ROOT, set_threads
-from lightning_sched import ClusterConfig, WorkloadFamily
-from lightning_sched.cli import THREADS_HELP, thread_count
+from _common import ROOT, run_main, set_threads
+from lightning_sched import ClusterConfig, ConfigError, WorkloadFamily
+from lightning_sched.cli import THREADS_HELP, ScriptParser, at_least, thread_count
 from lightning_sched.policies.networks import PolicySpec
 from tasks.base import EvaluationSettings
 from tasks.maml import MAML
@@ -49,17 +49,21 @@ def merge_config(base: dict, overlay: dict) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", action="append", help="a config; repeat for a base and its overlays")
     ap.add_argument("--first_order", action="store_true")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=at_least(1), default=5)
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     args = ap.parse_args(argv)
     threads = set_threads(args.threads)
     configs = args.config or [str(ROOT / "configs" / "base" / "maml.yaml")]
     merged: dict = {}
     for path in configs:
-        merged = merge_config(merged, yaml.safe_load(open(path)) or {})
+        try:
+            with open(path) as file:
+                merged = merge_config(merged, yaml.safe_load(file) or {})
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+            raise ConfigError(f"--config {path}: not a readable YAML config ({type(error).__name__})") from None
     init = dict(merged["model"]["init_args"])
     init["cluster"] = ClusterConfig(**init.get("cluster", {}))
     init["family"] = WorkloadFamily(**init["family"])
@@ -84,4 +88,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 import torch
 
-from _common import set_threads
+from _common import run_main, set_threads
 from lightning_sched import ClusterConfig, DeepRMWorkload
-from lightning_sched.cli import THREADS_HELP, thread_count
+from lightning_sched.cli import THREADS_HELP, ScriptParser, at_least, positive_float, thread_count, torch_device
 from lightning_sched.deeprm.rollout import collect
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.learning.baselines import TimeIndexedBaseline
@@ -79,14 +79,14 @@ def contention(args, timed: Callable, jobsets: Callable) -> None:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--jobsets", type=int, default=100)
-    ap.add_argument("--episodes", type=int, default=20)
-    ap.add_argument("--load", type=float, default=0.7)
-    ap.add_argument("--simu_len", type=int, default=50)
+    ap = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobsets", type=at_least(1), default=100)
+    ap.add_argument("--episodes", type=at_least(1), default=20)
+    ap.add_argument("--load", type=positive_float, default=0.7)
+    ap.add_argument("--simu_len", type=at_least(1), default=50)
     ap.add_argument("--masked", action="store_true", help="masked softmax (default DeepRM's unmasked)")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--repeats", type=at_least(1), default=5)
+    ap.add_argument("--device", type=torch_device, default="cpu")
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--contention", action="store_true",
                     help="time --threads against --threads 1, iterations alternating, first on the machine as it is, "
@@ -161,4 +161,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

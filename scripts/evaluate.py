@@ -41,13 +41,15 @@ from lightning_sched.cli import (
     at_least,
     idle_rule,
     positive_float,
+    seed_number,
     setup_from_args,
     site_from_args,
     thread_count,
+    torch_device,
     workload_from_args,
 )
 from lightning_sched.config import REWARD_FIELDS
-from lightning_sched.evaluation import evaluate, make_jobsets, paired_difference
+from lightning_sched.evaluation import evaluate, make_jobsets, paired_difference, require_run_fits
 from lightning_sched.files import refuse_output, write_figure
 from lightning_sched.heuristics import HEURISTICS
 from lightning_sched.policies.acting import IDLE_RULES, RENAMED_RULES, NetworkPolicy
@@ -84,7 +86,7 @@ def main(argv=None) -> int:
     add_cluster_flags(ap)
     ap.add_argument("--jobsets", type=at_least(1), default=200, help="number of unseen jobsets N")
     ap.add_argument("--episodes", type=at_least(1), default=1, help="episodes per jobset (for stochastic policies)")
-    ap.add_argument("--seed", type=int, default=seeds.EVALUATION, help="seed of the jobsets")
+    ap.add_argument("--seed", type=seed_number, default=seeds.EVALUATION, help="seed of the jobsets")
     ap.add_argument("--jobset_file", help="evaluate on jobsets saved with JobSet.save instead of drawing them")
     ap.add_argument("--save_jobsets", help="save the drawn jobsets to this file (an existing one: --overwrite)")
     ap.add_argument("--overwrite", action="store_true", help="let --save_jobsets replace an existing file")
@@ -102,7 +104,7 @@ def main(argv=None) -> int:
                          + ", ".join(f"{old} = {new}" for old, new in RENAMED_RULES.items()))
     ap.add_argument("--wait_rate", type=positive_float,
                     help="while_frequent's arrival rate, jobs a step (default: as the checkpoint says)")
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", type=torch_device, default="cpu")
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--json", action="store_true", help="also print one JSON line per policy")
     args = ap.parse_args(argv)
@@ -128,9 +130,13 @@ def main(argv=None) -> int:
         raise ConfigError("give --jobset_file or --trace, not both")
     if args.jobset_file:
         jobs = JobSet.load(args.jobset_file)
+        require_run_fits(cluster, jobs.max_jobs, jobs.batch_size, args.episodes, "evaluate.py",
+                         **{"--jobset_file": args.jobset_file})
         workload_desc = args.jobset_file
     elif trace:
         workload = trace.workload(cluster)
+        require_run_fits(cluster, workload.max_jobs, args.jobsets, args.episodes, "evaluate.py",
+                         **{"--trace": trace.path})
         jobs = make_jobsets(workload, args.jobsets, args.seed)
         workload_desc = workload.describe()
         report = workload.report
@@ -147,6 +153,8 @@ def main(argv=None) -> int:
     else:
         workload = workload_from_args(args, cluster)
         workload.validate(cluster)
+        require_run_fits(cluster, workload.max_jobs, args.jobsets, args.episodes, "evaluate.py",
+                         **{"--load": workload.load, "--simu_len": workload.simu_len})
         jobs = make_jobsets(workload, args.jobsets, args.seed)
         workload_desc = (f"DeepRMWorkload(load={workload.load}, arrivals={workload.process}, "
                          f"simu_len={workload.simu_len}, short_prob={workload.short_prob})")
@@ -204,7 +212,7 @@ def queue_main(argv) -> int:
     ap.add_argument("--figure", help="also draw every case's per-sequence values to this file (an existing one only "
                     "with --overwrite)")
     ap.add_argument("--overwrite", action="store_true", help="let --figure replace an existing file")
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", type=torch_device, default="cpu")
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--json", action="store_true", help="also print one JSON line per case and policy")
     args = ap.parse_args(argv)

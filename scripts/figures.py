@@ -71,8 +71,10 @@ from lightning_sched.cli import (
     add_trace_flags,
     at_least,
     positive_float,
+    seed_number,
     setup_from_args,
     thread_count,
+    torch_device,
 )
 from lightning_sched.config import SIZE_FIELDS
 from lightning_sched.evaluation import compare, make_jobsets
@@ -415,7 +417,7 @@ def shared_flags(heuristics: list[str], jobsets: int | None = 200, loads: list[f
     p.add_argument("--out", help="PNG path (default: the figure's file name under runs/figures, -2, -3, ... when "
                    "taken; its JSON beside it)")
     p.add_argument("--overwrite", action="store_true", help="let --out replace an existing PNG and JSON")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", type=torch_device, default="cpu")
     p.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     return p
 
@@ -431,7 +433,7 @@ def fine_tuning_flags(steps: int) -> argparse.ArgumentParser:
     p.add_argument("--lr", type=positive_float, default=0.003,
                    help="their step size (a meta-policy keeps its own inner loop's optimizer and lr)")
     p.add_argument("--eval_jobsets", type=at_least(1), default=200)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_number, default=0)
     return p
 
 

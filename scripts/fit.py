@@ -23,6 +23,7 @@ A bad value prints one line naming the field (`error: ...`), exit code
 from __future__ import annotations
 
 import copy
+import math
 import sys
 from pathlib import Path
 from typing import Literal, Union
@@ -36,10 +37,18 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from _common import set_threads, show_tracebacks  # puts the checkout on sys.path
 from callbacks import HeuristicComparison, LatestCheckpoint, stop
-from callbacks.cli import config_error, one_line, quiet_start, require_base, with_default_model
+from callbacks.cli import (
+    config_error,
+    one_line,
+    quiet_start,
+    require_base,
+    require_text_configs,
+    with_default_model,
+)
 from callbacks.resume import check_checkpoint_model, read_checkpoint
 from callbacks.run import WANDB_ID_KEY, prepare_trainer, run_callbacks
 from callbacks.run_folder import RunConfig, RunFolders, describe_run, require_free_space, wandb_args
+from lightning_sched import ConfigError
 from lightning_sched.cli import THREADS_HELP
 
 
@@ -78,13 +87,17 @@ class SchedulerCLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         ckpt = subcommand and self.config[subcommand].get("ckpt_path")
         if ckpt:  # LightningCLI then replaces the model by the checkpoint's: keep the config's to compare
+            saved = read_checkpoint(ckpt)
             if subcommand == "fit":
-                saved = read_checkpoint(ckpt)
                 self.wandb_id, self.resumed_step = saved.get(WANDB_ID_KEY), saved.get("global_step")
             self.asked_model = copy.deepcopy(self.config[subcommand].get("model"))
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
+        interval = config.trainer.get("val_check_interval")
+        if isinstance(interval, (int, float)) and not (interval > 0 and math.isfinite(interval)):
+            raise ConfigError(f"trainer.val_check_interval must be > 0 (iterations between validations, or a "
+                              f"fraction of an epoch), got {interval}")
         if config.get("ckpt_path"):
             for note in check_checkpoint_model(self.asked_model, config.get("model"), self.subcommand,
                                                config.ckpt_path):
@@ -124,6 +137,7 @@ def main(args=None) -> None:
         "logger": lazy_instance(WandbLogger, **wandb_args()),
     }
     try:
+        require_text_configs(sys.argv[1:] if args is None else args)
         require_base(sys.argv[1:] if args is None else args)
         SchedulerCLI(LightningModule, subclass_mode_model=True, trainer_defaults=trainer_defaults,
                      save_config_callback=RunConfig, parser_class=SchedulerParser, seed_everything_default=0,

@@ -11,7 +11,7 @@ import argparse
 import time
 
 from _common import run_main
-from lightning_sched.cli import ScriptParser, at_least, positive_float
+from lightning_sched.cli import ScriptParser, at_least, positive_float, seed_number
 from lightning_sched.files import refuse_output
 from lightning_sched.traces.synthesis import write_swf
 
@@ -24,7 +24,7 @@ def main(argv=None) -> int:
     ap.add_argument("--memory_per_processor_kb", type=at_least(64), default=2 ** 21,
                     help="memory per processor in KB (the machine has processors times this)")
     ap.add_argument("--load", type=positive_float, default=0.7, help="offered processor load")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=seed_number, default=0)
     ap.add_argument("--overwrite", action="store_true", help="replace an existing file")
     args = ap.parse_args(argv)
     refuse_output(args.out, args.overwrite, "out")

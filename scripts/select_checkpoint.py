@@ -23,7 +23,7 @@ import json
 from _common import run_main, set_threads
 from lightning_sched import ClusterConfig, seeds
 from lightning_sched.analysis import select_by_worst_load
-from lightning_sched.cli import THREADS_HELP, ScriptParser, at_least, thread_count
+from lightning_sched.cli import THREADS_HELP, ScriptParser, at_least, seed_number, thread_count
 from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.files import refuse_output
 from lightning_sched.policies.acting import acting_modes
@@ -52,7 +52,7 @@ def main(argv=None) -> None:
     ap.add_argument("--loads", type=float, nargs="+", default=[0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5, 1.7, 1.9])
     ap.add_argument("--heuristics", nargs="+", default=["tetris", "sjf", "edf"])
     ap.add_argument("--jobsets", type=at_least(1), default=100)
-    ap.add_argument("--seed", type=int, default=seeds.SELECTION)
+    ap.add_argument("--seed", type=seed_number, default=seeds.SELECTION)
     ap.add_argument("--acting", choices=("saved", "both", "all"), default="saved",
                     help="saved: each checkpoint acts as it says; both: each is a candidate twice, greedy and sampled "
                          "(each with its default idle rule); all: every acting mode and idle rule")

@@ -10,20 +10,22 @@ from __future__ import annotations
 import argparse
 import json
 
-from _common import set_threads
+from _common import run_main, set_threads
 from lightning_sched import ClusterConfig, DeepRMWorkload, seeds
-from lightning_sched.cli import THREADS_HELP, thread_count
+from lightning_sched.cli import THREADS_HELP, ScriptParser, at_least, non_negative_float, positive_float, thread_count
 from lightning_sched.evaluation import compare, make_jobsets
 from lightning_sched.heuristics import Tetris, make_heuristic
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--loads", type=float, nargs="+", default=[0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5])
-    ap.add_argument("--weights", type=float, nargs="+", default=[0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 100])
-    ap.add_argument("--jobsets", type=int, default=200)
+def main(argv=None) -> None:
+    ap = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--loads", type=positive_float, nargs="+", default=[0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5])
+    ap.add_argument("--weights", type=non_negative_float, nargs="+",
+                    default=[0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 100])
+    ap.add_argument("--jobsets", type=at_least(1), default=200)
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     args = ap.parse_args()
+    args = ap.parse_args(argv)
     set_threads(args.threads)
     cfg = ClusterConfig(observation="none")
     policies = {f"tetris w={w:g}": Tetris(cfg, short_weight=w) for w in args.weights}
@@ -44,4 +46,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -165,6 +165,8 @@ class Reinforce(SchedulerTask):
         require_at_least("Reinforce", 1, num_jobsets=num_jobsets, episodes_per_jobset=episodes_per_jobset)
         require_at_least("Reinforce", 0, curriculum_iterations=curriculum_iterations)
         require_positive("Reinforce", **{"optimizer.lr": optimizer.lr})
+        self.require_rollouts_fit(num_jobsets, episodes_per_jobset, num_jobsets=num_jobsets,
+                                  episodes_per_jobset=episodes_per_jobset)
         if not 0 < gamma <= 1:
             raise ConfigError(f"Reinforce.gamma must be in (0, 1], got {gamma}")
         if curriculum_iterations and not isinstance(workload, WorkloadFamily):

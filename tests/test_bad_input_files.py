@@ -4,7 +4,6 @@ is given (checked as the file is written, not only at start), every output is wr
 non-finite weights are neither loaded nor written."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -13,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_fit import SMOKE, fit
+from conftest import script_main
+from test_fit import SMOKE
 
 from lightning_sched import ConfigError, DeepRMWorkload, JobSet
 from lightning_sched.files import OutputExists, clean_temp_files, write_file, write_text, write_torch
@@ -39,17 +39,6 @@ def script(name: str, *args, cwd=ROOT) -> subprocess.CompletedProcess:
                           text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-def script_main(name: str):
-    """A script's `main(argv)`, run in this process (its ConfigError raised, not printed: run_main's
-    one line and exit code 2 are tested through subprocesses elsewhere)."""
-    if str(ROOT / "scripts") not in sys.path:
-        sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location(f"script_{name}", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
-
-
 def one_line_error(proc) -> str:
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
@@ -71,7 +60,7 @@ def planted(tmp_path):
     return policy, other, jobs, marker
 
 
-def test_a_planted_payload_never_runs(planted, tmp_path):
+def test_a_planted_payload_never_runs(planted, fit_main, capsys):
     policy, other, jobs, marker = planted
     for path, load in [(policy, load_policy), (other, read_checkpoint), (jobs, JobSet.load)]:
         with pytest.raises(ConfigError, match=re.escape(f"{path}: holds a pickled io.open")):
@@ -81,8 +70,10 @@ def test_a_planted_payload_never_runs(planted, tmp_path):
     with pytest.raises(ConfigError, match=re.escape(str(other))):  # the refused case: before any unpickling
         script_main("evaluate")(["--policy", str(other), "--jobsets", "2", "--threads", "1"])
     for flags in (["--model.init_from", str(policy)], ["--ckpt_path", str(policy)]):
-        proc = fit("fit", "--config", SMOKE, "--trainer.logger", "false", *flags, tmp_path=tmp_path, check=False)
-        assert str(policy) in one_line_error(proc)
+        with pytest.raises(SystemExit) as stopped:
+            fit_main(["fit", "--config", SMOKE, "--trainer.logger", "false", *flags])
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert stopped.value.code == 2 and len(lines) == 1 and str(policy) in lines[0], lines
     assert not marker.exists()
 
 
@@ -146,3 +137,16 @@ def test_non_finite_weights_are_neither_written_nor_loaded(tmp_path):
             AdaptationSettings(lr=lr)
     with pytest.raises(ConfigError, match="lr must be a finite number > 0, got inf"):
         script_main("adapt")(["--ckpt", str(SHIPPED), "--lr", "inf", "--threads", "1"])
+
+
+def test_a_non_finite_gradient_stops_before_the_step_is_applied():
+    from lightning_sched.learning.finite import NonFiniteUpdate, require_finite
+
+    net = torch.nn.Linear(3, 2)
+    before = net.weight.detach().clone()
+    net(torch.ones(1, 3)).sum().backward()
+    net.weight.grad[0, 0] = float("inf")
+    with pytest.raises(NonFiniteUpdate, match="non-finite gradients of weight at step 1; training stops before"):
+        require_finite(net, "at step 1", gradients=True)
+    assert torch.equal(net.weight, before)  # the optimizer never ran
+    assert issubclass(NonFiniteUpdate, FloatingPointError) and issubclass(NonFiniteUpdate, ConfigError)

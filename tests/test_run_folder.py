@@ -202,7 +202,7 @@ def test_a_checkpoint_saved_by_an_older_module_signature_is_not_resumed(tmp_path
                            "takes (") and "rmsprop_alpha" in line
 
 
-def test_ctrl_c_saves_prints_the_resume_command_and_a_resume_only_continues_from_last(tmp_path):
+def test_ctrl_c_saves_prints_the_resume_command_and_a_resume_only_continues_from_last(tmp_path, fit_main, capsys):
     proc = fit("fit", "--config", SMOKE, "--trainer.max_steps", "6", "--trainer.logger", "false",
                "--trainer.callbacks+=tests.faults.SigtermAt", "--trainer.callbacks.iteration", "3",
                "--trainer.callbacks.signal", "SIGINT", tmp_path=tmp_path, check=False)
@@ -212,19 +212,24 @@ def test_ctrl_c_saves_prints_the_resume_command_and_a_resume_only_continues_from
     assert load(run / "checkpoints" / "last.ckpt")["global_step"] == 3
     [best] = run.glob("checkpoints/best-*.ckpt")
     config = str(run / "config.yaml")
-    rewind = fit("fit", "--config", config, "--ckpt_path", str(best), tmp_path=tmp_path, check=False)
-    [line] = rewind.stderr.strip().splitlines()
-    assert rewind.returncode == 2 and "stands at step 3 (runs/smoke/checkpoints/last.ckpt)" in line, line
+
+    def refused(*args) -> str:  # fit.py's main in this process (tmp_path): its one line, exit 2
+        with pytest.raises(SystemExit) as stopped:
+            fit_main(["fit", "--threads", "1", *args])
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert stopped.value.code == 2 and len(lines) == 1, lines
+        return lines[0]
+
+    line = refused("--config", config, "--ckpt_path", str(best))
+    assert "stands at step 3 (runs/smoke/checkpoints/last.ckpt)" in line, line
     assert f"--trainer.default_root_dir runs/smoke-from-{best.stem}" in line
     from callbacks.run_folder import RunFolders
 
     holder = RunFolders()
     holder.hold(run)  # this process holds the run: a second one is refused, whatever it asks
     (run / "checkpoints" / ".last.ckpt.1.0badcafe.tmp").write_bytes(b"cut")  # a write killed midway
-    busy = fit("fit", "--config", config, "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), tmp_path=tmp_path,
-               check=False)
-    assert busy.returncode == 2 and f"the run folder runs/smoke is in use by another process (pid {os.getpid()})" in \
-        busy.stderr
+    line = refused("--config", config, "--ckpt_path", str(run / "checkpoints" / "last.ckpt"))
+    assert f"the run folder runs/smoke is in use by another process (pid {os.getpid()})" in line
     holder.lock.close()  # as the kernel does when the holder dies: the next holder cleans up
     RunFolders().hold(run)
     assert not list(run.rglob(".*.tmp")) and load(run / "checkpoints" / "last.ckpt")["global_step"] == 3

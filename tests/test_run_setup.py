@@ -90,10 +90,12 @@ def test_unwritable_folders_are_named_and_empty_ones_made_are_removed(tmp_path):
         folders.require_writable(blocker / "ck", "the checkpoint folder")
     run = folders.choose("fit", ["configs/smoke.yaml"], None, None)
     folders.require_writable(run / "checkpoints", "the checkpoint folder")
+    (run / "config.yaml").write_text("")
     kept = folders.choose("fit", ["configs/smoke.yaml"], None, None)
-    (kept / "config.yaml").write_text("")
+    (kept / "metrics.csv").write_text("")
     folders.remove_unused()
-    assert not run.exists() and kept.is_dir()  # only the empty folders this process made go
+    # the folders this process made go unless they hold a checkpoint or a metric (a config alone resumes nothing)
+    assert not run.exists() and kept.is_dir()
 
 
 def smoke_config(**checkpoint) -> Namespace:
@@ -179,7 +181,7 @@ def test_read_checkpoint_names_a_missing_or_broken_file(tmp_path):
     (tmp_path / "cut.ckpt").write_bytes(b"PK\x03\x04 truncated")
     with pytest.raises(ConfigError, match="is not a Lightning checkpoint .*truncated or another kind of file"):
         read_checkpoint(str(tmp_path / "cut.ckpt"))
-    torch.save({"global_step": 3, "wandb_run_id": "abc"}, tmp_path / "ok.ckpt")
+    torch.save({"global_step": 3, "state_dict": {}, "wandb_run_id": "abc"}, tmp_path / "ok.ckpt")
     assert read_checkpoint(str(tmp_path / "ok.ckpt"))["wandb_run_id"] == "abc"
 
 

@@ -250,7 +250,7 @@ def test_scripts_report_bad_input_in_one_line(tmp_path, case):
         "threads 0": (("scripts/evaluate.py", "--policy", "sjf", "--threads", "0"), ("--threads", "got 0")),
         "adapt lr -1": ((*adapt, "--lr", "-1"), ("lr", "-1.0")),
         # a resumable Lightning checkpoint must not become a policy-only file
-        "adapt out is ckpt": ((*adapt, "--out", str(ckpt)), (f"--out {ckpt}", "is the checkpoint being adapted")),
+        "adapt out is ckpt": ((*adapt, "--out", str(ckpt)), (f"--out {ckpt}", "is one of the script's inputs")),
         "adapt out exists": ((*adapt, "--out", str(taken)), (f"--out {taken} exists",)),
         "select jobsets 0": (("scripts/select_checkpoint.py", "--ckpt", str(ckpt), "--jobsets", "0", "--threads", "1"),
                              ("--jobsets", "got 0")),

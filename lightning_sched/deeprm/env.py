@@ -12,7 +12,7 @@ from torchrl.data import Binary, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 from ..allocator import Buffers
-from ..batched import rows_to_reset
+from ..batched import require_integer_action, rows_to_reset
 from ..config import ClusterConfig, ConfigError
 from ..jobs import JobSet
 from ..limits import require_memory
@@ -153,7 +153,7 @@ class ClusterEnv(EnvBase):
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         was_done = self.state.done.clone()  # the state is stepped in place
-        reward = self._step_state(self.state, tensordict["action"].reshape(self.rows), self.cfg)
+        reward = self._step_state(self.state, require_integer_action(tensordict["action"]).reshape(self.rows), self.cfg)
         return self._output(reward=reward, ended=self.state.done & ~was_done)
 
     def _set_seed(self, seed: int | None) -> None:

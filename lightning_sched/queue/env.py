@@ -16,7 +16,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-from ..batched import rows_to_reset
+from ..batched import require_integer_action, rows_to_reset
 from ..config import ConfigError
 from .config import QueueConfig
 from .log import QueueLog
@@ -133,7 +133,7 @@ class QueueEnv(EnvBase):
         return self._output(advance(self.state, none, self.cfg), reward=None)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        slot = tensordict["action"].reshape(-1, 1).to(torch.int64)
+        slot = require_integer_action(tensordict["action"]).reshape(-1, 1).to(torch.int64)
         job = self.window_job.gather(1, slot.clamp(0, self.cfg.window - 1)).squeeze(1).long()
         active = ~self.state.done
         bad = active & ((slot.squeeze(1) < 0) | (slot.squeeze(1) >= self.cfg.window) | (job < 0))

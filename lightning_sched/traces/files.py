@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import gzip
 import math
 import zlib
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ConfigError
+from ..limits import BUDGET_ENV, format_bytes, memory_budget
 
 # SWF's 18 fields, in order (1-based field k is SWF_FIELDS[k - 1])
 SWF_FIELDS = ("job number", "submit time", "wait time", "run time", "allocated processors", "average CPU time",
@@ -80,6 +80,35 @@ class Trace:
         return tuple(any(d[k] != -1 for d in self.demand) for k in range(len(self.resources)))
 
 
+# parsing holds the text, its lines and their fields as Python objects: about this many times the text
+TEXT_OVERHEAD = 10
+
+
+def gunzip_capped(raw: bytes, path: Path) -> bytes:
+    """gzip's decompression of `raw` (every member), stopped with a TraceError as soon as the text
+    would exceed the memory budget over TEXT_OVERHEAD: a small file that inflates to gigabytes is
+    refused before it is held."""
+    limit = memory_budget() // TEXT_OVERHEAD
+    out, total, data = [], 0, raw
+    while data.strip(b"\0"):  # one member after another; trailing zeros are padding, as gzip reads them
+        member = zlib.decompressobj(wbits=31)
+        while True:
+            piece = member.decompress(data, 1 << 24)
+            total += len(piece)
+            if total > limit:
+                raise TraceError(f"{path}: decompresses to more than {format_bytes(limit)} of text (the memory budget "
+                                 f"{format_bytes(limit * TEXT_OVERHEAD)} over {TEXT_OVERHEAD}, what parsing it takes); "
+                                 f"set {BUDGET_ENV} to allow more")
+            out.append(piece)
+            data = member.unconsumed_tail
+            if member.eof:
+                data = member.unused_data
+                break
+            if not data and not piece:
+                raise EOFError("compressed file ended before the end-of-stream marker was reached")
+    return b"".join(out)
+
+
 def _open_text(path: Path) -> list[str]:
     """The file's lines, gunzipped when the name ends in .gz. Undecodable bytes become U+FFFD (they
     then fail as numbers, with their line and field)."""
@@ -92,7 +121,7 @@ def _open_text(path: Path) -> list[str]:
             raise TraceError(f"{path}: not a gzip file (the name ends in .gz but the content does not start "
                              "with gzip's magic bytes)")
         try:
-            raw = gzip.decompress(raw)
+            raw = gunzip_capped(raw, path)
         except (OSError, EOFError, zlib.error) as exc:
             raise TraceError(f"{path}: corrupt gzip file ({exc})") from exc
     # split on \n only, so line numbers are what an editor shows

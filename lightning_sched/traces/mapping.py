@@ -48,6 +48,10 @@ def mapped_resources(trace: Trace, resources: tuple[str, ...] | None, num_resour
         names = tuple(resources)
     else:
         names = SWF_RESOURCES[:num_resources] if trace.format == "swf" else trace.resources
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:  # two cluster resources fed by one trace column would count its use twice
+        raise TraceError(f"{trace.path}: trace resource {repeated[0]!r} is named twice in {names}; each trace "
+                         "resource maps to one cluster resource")
     unknown = [n for n in names if n not in trace.resources]
     if unknown:
         raise TraceError(f"{trace.path}: {trace.format.upper()} resources are {trace.resources}, got {unknown}")
@@ -111,6 +115,10 @@ def _header_processors(header: dict[str, str]) -> float | None:
     return None
 
 
+# a capacity this many times the largest job's demand is no machine the jobs ran on
+MAX_CAPACITY_RATIO = 10_000
+
+
 def cluster_capacities(path: str, trace: Trace, names: tuple[str, ...], present: dict[str, bool],
                        capacity: dict | tuple | None) -> dict[str, float]:
     """The virtual cluster's total per mapped trace resource that some job gives, in the trace's
@@ -131,6 +139,11 @@ def cluster_capacities(path: str, trace: Trace, names: tuple[str, ...], present:
                              f"{' (the SWF header has no MaxProcs or MaxNodes)' if name == 'processors' else ''}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise TraceError(f"{path}: capacity of {name!r} must be a finite number > 0, got {value!r}")
+        column = trace.resources.index(name)
+        largest = max(d[column] for d in trace.demand)
+        if value > MAX_CAPACITY_RATIO * largest:  # every job would round to a vanishing share of the cluster
+            raise TraceError(f"{path}: capacity of {name!r} {value:g} is over {MAX_CAPACITY_RATIO:,} times the largest "
+                             f"job's demand ({largest:g}): a misread header? pass --trace_capacity {name}=N")
         out[name] = float(value)
     return out
 
@@ -263,6 +276,12 @@ def select_jobs(path: str, trace: Trace, names: tuple[str, ...], capacity: dict[
         reason = torch.where((reason < 0) & too_long, DROP_REASONS.index("too_long"), reason)
         reason = torch.where((reason < 0) & too_large, DROP_REASONS.index("too_large"), reason)
     keep = reason < 0
+    given = jobs.given()
+    empty = keep & (jobs.demand[:, given] == 0).all(1) if given else torch.zeros_like(keep)
+    if bool(empty.any()):  # a job that takes nothing: no real job, and one the scheduler could never delay
+        first = int(empty.nonzero()[0])
+        raise TraceError(f"{path}, line {trace.line[first]}: a job of demand 0 on every resource it maps "
+                         f"({', '.join(names[k] for k in given)}); no job runs on 0 processors")
     counts = torch.bincount(reason[~keep], minlength=len(DROP_REASONS)).tolist()
     dropped = dict(zip(DROP_REASONS, counts))
     if not bool(keep.any()):

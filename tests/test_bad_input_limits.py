@@ -1,0 +1,154 @@
+"""Sizes refused before they cost (one memory budget for a whole run, gzip traces inflated under a
+cap), one-line errors with exit code 2 from every script on bad values (bench and tune included),
+and inputs that would give meaningless results refused (absurd trace capacities, jobs of no
+processors, a trace resource mapped twice, float actions, an integer "_reset"). In-process calls of
+the scripts' `main`: fast, and the same code a subprocess runs."""
+from __future__ import annotations
+
+import gzip
+import sys
+
+import pytest
+import torch
+from conftest import script_main
+from tensordict import TensorDict
+from test_bad_input_files import ROOT, SHIPPED
+from test_traces import HEADER, swf_line, write
+
+from lightning_sched import ClusterConfig, ClusterEnv, ConfigError, DeepRMWorkload, JobSet
+from lightning_sched.evaluation import run_bytes
+from lightning_sched.limits import memory_budget
+from lightning_sched.traces import TraceError, TraceWorkload
+
+CFG = ClusterConfig(observation="none")
+
+
+def one_line_exit_2(capsys, call) -> str:
+    """Runs `call` as a script does (scripts/_common.run_main): the one stderr line of its exit 2."""
+    from _common import run_main
+
+    with pytest.raises(SystemExit) as stopped:
+        run_main(call)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and len(lines) == 1, lines
+    return lines[0]
+
+
+# ----- item: limits --------------------------------------------------------------------------------
+def test_one_budget_for_the_whole_run_is_checked_before_drawing(monkeypatch, capsys):
+    evaluate = script_main("evaluate")
+    parts = run_bytes(CFG, DeepRMWorkload().max_jobs, 20_000, 1)
+    # a budget every part fits in alone, but not all of them together
+    monkeypatch.setenv("LIGHTNING_SCHED_MEMORY_BYTES", str(int(max(parts.values()) * 1.5)))
+    assert sum(parts.values()) > memory_budget() > max(parts.values())
+    line = one_line_exit_2(capsys, lambda: evaluate(["--policy", "tetris", "--jobsets", "20000", "--threads", "1"]))
+    assert line.startswith("error: evaluate.py would need about") and "jobsets=20000" in line
+    monkeypatch.delenv("LIGHTNING_SCHED_MEMORY_BYTES")
+    line = one_line_exit_2(capsys, lambda: evaluate(["--policy", "tetris", "--episodes", "100000000"]))
+    assert "episodes=100000000" in line and "largest part" in line
+    from tasks.reinforce import Reinforce
+
+    with pytest.raises(ConfigError, match="Reinforce's rollouts would need about .*episodes_per_jobset=100000000"):
+        Reinforce(episodes_per_jobset=100_000_000)
+    for bad in ("1e400", "nan", "-5", "lots"):
+        monkeypatch.setenv("LIGHTNING_SCHED_MEMORY_BYTES", bad)
+        with pytest.raises(ConfigError, match=f"LIGHTNING_SCHED_MEMORY_BYTES must be a finite number .*{bad}"):
+            memory_budget()
+
+
+def test_a_gzip_trace_is_inflated_under_a_cap(tmp_path, monkeypatch):
+    lines = HEADER + [swf_line(j, 60 * j, 60, 4) for j in range(1, 2001)]
+    path = write(tmp_path / "big.swf.gz", lines, gz=True)
+    assert len(gzip.decompress(path.read_bytes())) > 100_000
+    monkeypatch.setenv("LIGHTNING_SCHED_MEMORY_BYTES", "1000000")  # 100 kB of text at most
+    with pytest.raises(TraceError, match=r"big.swf.gz: decompresses to more than 97.7 KiB of text"):
+        TraceWorkload.for_cluster(CFG, str(path), 60)
+    monkeypatch.delenv("LIGHTNING_SCHED_MEMORY_BYTES")
+    TraceWorkload.for_cluster(CFG, str(path), 60)
+
+
+# ----- item: one line, exit 2 ----------------------------------------------------------------------
+@pytest.mark.parametrize("name, args, names", [
+    ("tune_tetris", ["--threads", "0"], "--threads"),
+    ("tune_tetris", ["--jobsets", "0"], "--jobsets"),
+    ("bench_env", ["--repeats", "0"], "--repeats"),
+    ("bench_env", ["--steps", "-1"], "--steps"),
+    ("bench_env", ["--batch_sizes", "0"], "--batch_sizes"),
+    ("bench_train", ["--repeats", "0"], "--repeats"),
+    ("bench_maml", ["--config", "missing.yaml"], "--config missing.yaml"),
+    ("evaluate", ["--device", "foo"], "--device"),
+    ("evaluate", ["--seed", "1e23"], "--seed"),
+    ("adapt", ["--ckpt", str(SHIPPED), "--seed", "-1"], "--seed"),
+])
+def test_every_script_gives_one_line_and_exit_2(capsys, monkeypatch, name, args, names):
+    main = script_main(name)
+    monkeypatch.setattr(sys, "argv", [name, *args])  # bench_env reads sys.argv
+    line = one_line_exit_2(capsys, (lambda: main()) if name == "bench_env" else (lambda: main(args)))
+    assert names in line, line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is there")
+def test_cuda_without_cuda_is_one_line(capsys):
+    main = script_main("evaluate")
+    assert "CUDA is not available" in one_line_exit_2(capsys, lambda: main(["--device", "cuda"]))
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--ckpt_path", "POLICY_ONLY"], "is a policy-only checkpoint"),
+    (["--config", str(SHIPPED)], f"--config {SHIPPED}: not a YAML config"),
+    (["--trainer.val_check_interval", "0"], "trainer.val_check_interval must be > 0"),
+])
+def test_fit_gives_one_line_and_exit_2(fit_main, capsys, tmp_path, args, expected):
+    policy_only = tmp_path / "policy.ckpt"
+    torch.save({"lightning_sched": torch.load(SHIPPED, map_location="cpu", weights_only=True)["lightning_sched"]},
+               policy_only)
+    args = [str(policy_only) if a == "POLICY_ONLY" else a for a in args]
+    with pytest.raises(SystemExit) as stopped:
+        fit_main(["fit", "--config", str(ROOT / "configs" / "smoke.yaml"), "--trainer.logger", "false", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and len(err) == 1 and expected in err[0], err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # no folder left
+
+
+def test_hand_edited_files_are_named(tmp_path):
+    from lightning_sched.policies.checkpoints import load_policy
+
+    data = torch.load(SHIPPED, map_location="cpu", weights_only=True)
+    cases = {"empty": {"lightning_sched": {}}, "number": {"lightning_sched": 5},
+             "field": {"lightning_sched": {**data["lightning_sched"],
+                                           "cluster": {**data["lightning_sched"]["cluster"], "cores": 3}}}}
+    for name, content in cases.items():
+        torch.save(content, tmp_path / f"{name}.ckpt")
+        with pytest.raises(ConfigError, match=f"^{tmp_path / name}.ckpt: "):
+            load_policy(tmp_path / f"{name}.ckpt")
+    torch.save({"arrival": torch.zeros(1, 2, dtype=torch.long), "duration": torch.ones(1, 2, dtype=torch.long),
+                "demand": torch.ones(1, 2, 2, dtype=torch.long), "deadline": "soon"}, tmp_path / "jobs.pt")
+    with pytest.raises(ConfigError, match=f"^{tmp_path / 'jobs.pt'}: JobSet.deadline must be a tensor, got a str"):
+        JobSet.load(tmp_path / "jobs.pt")
+
+
+# ----- item: meaningless inputs ---------------------------------------------------------------------
+@pytest.mark.parametrize("max_procs", ["2000000000", "1e23"])
+def test_an_absurd_capacity_is_refused(tmp_path, max_procs):
+    path = write(tmp_path / "t.swf", ["; MaxProcs: " + max_procs] + [swf_line(j, 60 * j, 60, 8) for j in range(1, 9)])
+    with pytest.raises(TraceError, match=r"capacity of 'processors' \S+ is over 10,000 times the largest job's"):
+        TraceWorkload.for_cluster(CFG, str(path), 60)
+
+
+def test_zero_processor_jobs_and_a_resource_named_twice_are_refused(tmp_path):
+    path = write(tmp_path / "t.swf", HEADER + [swf_line(1, 60, 60, 8), swf_line(2, 120, 60, 0)])
+    with pytest.raises(TraceError, match=r"t.swf, line 7: a job of demand 0 on every resource it maps \(processors\)"):
+        TraceWorkload.for_cluster(CFG, str(path), 60)
+    good = write(tmp_path / "good.swf", HEADER + [swf_line(1, 60, 60, 8, used_mem=10)])
+    with pytest.raises(TraceError, match="trace resource 'processors' is named twice"):
+        TraceWorkload.for_cluster(CFG, str(good), 60, resources=("processors", "processors"))
+
+
+def test_the_env_refuses_float_actions_and_an_integer_reset():
+    env = ClusterEnv(CFG, DeepRMWorkload(simu_len=10), batch_size=[4])
+    td = env.reset()
+    with pytest.raises(ConfigError, match=r'"action" must hold integer slot indices, got dtype torch.float32'):
+        env.step(td.set("action", torch.full((4,), 0.9)))
+    with pytest.raises(ConfigError, match=r'"_reset" must be a bool mask .*torch.int64'):
+        env.reset(TensorDict({"_reset": torch.tensor([0, 2, 0, 0])}, batch_size=[4]))
+    env.step(td.set("action", torch.zeros(4, dtype=torch.long)))
