@@ -24,7 +24,6 @@ def main(argv=None) -> None:
                     default=[0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 100])
     ap.add_argument("--jobsets", type=at_least(1), default=200)
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
-    args = ap.parse_args()
     args = ap.parse_args(argv)
     set_threads(args.threads)
     cfg = ClusterConfig(observation="none")
