@@ -280,7 +280,6 @@ def main() -> None:
     ap = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", type=torch_device, default="cpu")
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
-    ap.add_argument("--batch_sizes", type=int, nargs="+", default=[1, 16, 256, 1024, 4096, 16384])
     ap.add_argument("--batch_sizes", type=at_least(1), nargs="+", default=[1, 16, 256, 1024, 4096, 16384])
     ap.add_argument("--modes", nargs="+", default=["none", "compact", "image"])
     ap.add_argument("--steps", type=at_least(1), default=100, help="timed steps per run")
