@@ -4,6 +4,7 @@ failure never leaves a truncated file and nothing replaces an existing file unle
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import re
 import secrets
@@ -153,6 +154,29 @@ def write_figure(fig, path, overwrite: bool = False, numbered: bool = False) -> 
     """`write_file` of a matplotlib figure, in the format its suffix names (dpi 120)."""
     kind = Path(path).suffix.lstrip(".") or "png"
     return write_file(path, lambda file: fig.savefig(file, format=kind, dpi=120), overwrite, numbered)
+
+
+def write_figure_and_json(fig, path, text: str, overwrite: bool = False, numbered: bool = False) -> Path:
+    """A figure and its numbers (`text`, JSON) beside it under the same stem. Named (`numbered`
+    False): both refused before either is written unless `overwrite`; else the first `numbered_name`
+    whose figure and JSON are both free. Returns the figure's path."""
+    path = Path(path)
+    if not numbered:
+        for target in (path, path.with_suffix(".json")):
+            refuse_output(target, overwrite, "--out")
+        write_figure(fig, path, overwrite)
+        write_text(path.with_suffix(".json"), text, overwrite)
+        return path
+    for n in itertools.count(1):
+        target = numbered_name(path, n)
+        if target.with_suffix(".json").exists():
+            continue
+        try:
+            write_figure(fig, target)
+        except OutputExists:  # taken meanwhile: the next one
+            continue
+        write_text(target.with_suffix(".json"), text)
+        return target
 
 
 def write_torch(data, path, overwrite: bool = False, numbered: bool = False) -> Path:

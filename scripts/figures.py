@@ -55,7 +55,6 @@ fine-tuning goes at all).
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import shlex
 import sys
@@ -78,7 +77,7 @@ from lightning_sched.cli import (
 )
 from lightning_sched.config import SIZE_FIELDS
 from lightning_sched.evaluation import compare, make_jobsets
-from lightning_sched.files import OutputExists, numbered_name, refuse_output, write_figure, write_text
+from lightning_sched.files import write_figure, write_figure_and_json
 from lightning_sched.learning.adaptation import AdaptationSettings
 
 FIGURES = RUNS / "figures"  # without --out: the repository's docs/figures stay as committed
@@ -118,23 +117,7 @@ def save(fig, args, default: str, data: dict) -> Path:
     """Write the figure to --out (default: runs/figures/`default`) and `data` as JSON beside it,
     under the command that made them."""
     text = json.dumps({"command": "python scripts/figures.py " + " ".join(sys.argv[1:]), **data}, indent=1)
-    if args.out:  # both files are refused before either is written, unless --overwrite
-        out = Path(args.out)
-        refuse_output(out, args.overwrite, "--out")
-        refuse_output(out.with_suffix(".json"), args.overwrite, "--out's JSON")
-        write_figure(fig, out, args.overwrite)
-        write_text(out.with_suffix(".json"), text, args.overwrite)
-    else:  # the first NAME-n.png whose PNG and JSON are both free (files.write_file checks as it writes)
-        for n in itertools.count(1):
-            out = numbered_name(FIGURES / default, n)
-            if out.with_suffix(".json").exists():
-                continue
-            try:
-                write_figure(fig, out)
-            except OutputExists:
-                continue
-            write_text(out.with_suffix(".json"), text)
-            break
+    out = write_figure_and_json(fig, args.out or FIGURES / default, text, args.overwrite, numbered=not args.out)
     print(f"wrote {out} and {out.with_suffix('.json')}")
     return out
 

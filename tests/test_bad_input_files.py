@@ -150,3 +150,21 @@ def test_a_non_finite_gradient_stops_before_the_step_is_applied():
         require_finite(net, "at step 1", gradients=True)
     assert torch.equal(net.weight, before)  # the optimizer never ran
     assert issubclass(NonFiniteUpdate, FloatingPointError) and issubclass(NonFiniteUpdate, ConfigError)
+
+
+def test_a_figure_and_its_json_are_written_as_a_pair(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from lightning_sched.files import write_figure_and_json
+
+    fig = plt.figure()
+    (tmp_path / "curve.json").write_text("mine")  # an unrelated file beside the figure's name
+    with pytest.raises(OutputExists, match="curve.json exists"):
+        write_figure_and_json(fig, tmp_path / "curve.png", "{}")
+    assert not (tmp_path / "curve.png").exists()
+    assert write_figure_and_json(fig, tmp_path / "curve.png", "{}", numbered=True) == tmp_path / "curve-2.png"
+    assert (tmp_path / "curve.json").read_text() == "mine" and (tmp_path / "curve-2.json").read_text() == "{}"
+    plt.close(fig)
