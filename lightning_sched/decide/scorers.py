@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import warnings
 from pathlib import Path
 
@@ -81,11 +80,12 @@ def load_scorer(path, threads: int = 1):
 
 def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
     """Write the queue policy of `checkpoint` as one ONNX file `out` (refused when it exists, unless
-    `overwrite`); written whole or not at all. Returns `out`."""
+    `overwrite`); written whole or not at all (files.write_file). Returns `out`."""
     import onnx
     import torch
     from torch import nn
 
+    from ..files import write_file
     from ..queue.policy import job_inputs, load_queue_policy
 
     net, cfg = load_queue_policy(checkpoint)
@@ -111,7 +111,8 @@ def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
     model = program.model_proto
     entry = {"kind": POLICY_KIND, "queue": cfg.to_dict(), "source": Path(checkpoint).name}
     onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(entry)})
-    return write_new_file(out, model.SerializeToString(), overwrite)
+    graph = model.SerializeToString()
+    return write_file(out, lambda file: file.write(graph), overwrite)
 
 
 @contextlib.contextmanager
@@ -124,24 +125,3 @@ def _quiet(logger: str):
         yield
     finally:
         log.setLevel(level)
-
-
-def write_new_file(path, data: bytes, overwrite: bool = False) -> Path:
-    """`data` into `path` through a temporary file in its folder: a failure leaves no partial file,
-    and an existing `path` (even one created meanwhile) is kept unless `overwrite`."""
-    path = Path(path)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temp, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    try:
-        if overwrite:
-            os.replace(temp, path)
-        else:
-            os.link(temp, path)  # fails when path exists: the check and the write are one step
-    except FileExistsError:
-        raise SnapshotError(f"{path}: exists; give --overwrite to replace it") from None
-    finally:
-        temp.unlink(missing_ok=True)
-    return path
