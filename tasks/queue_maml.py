@@ -132,8 +132,9 @@ class QueueMAML(LightningModule):
                 self.meta_backward(loss, fnet)
             meta_loss += float(loss.detach())
             bsld.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
+        self.check_loss(torch.tensor(meta_loss))
+        self.check_gradients()
         torch.nn.utils.clip_grad_norm_(self.net.scorer.parameters(), 1.0)
-        SchedulerTask.check_loss(self, torch.tensor(meta_loss))
         optimizer.step()
         self.log_dict({"train/meta_loss": meta_loss, "train/mean_bounded_slowdown": sum(bsld) / len(bsld)},
                       on_step=True, on_epoch=False)
@@ -150,6 +151,9 @@ class QueueMAML(LightningModule):
             if g is not None:
                 p.grad = g if p.grad is None else p.grad + g
 
+    # faults: a non-finite loss or gradient stops training before the step (tasks.base)
+    check_loss = SchedulerTask.check_loss
+    check_gradients = SchedulerTask.check_gradients
     on_train_batch_end = SchedulerTask.on_train_batch_end
 
     # ----- validation: adapt as training does, then the greedy policy on fixed sequences ----------
@@ -165,7 +169,7 @@ class QueueMAML(LightningModule):
                 adapt(net.scorer, site_env(log, self.cfg, hp.sequences, hp.episodes, self.positions[site],
                                            seed=seeds.VALIDATION + site), hp.inner_steps, hp.inner_lr, hp.episodes,
                       generator)
-            lo, hi = self.positions[site][0], self.positions[site][1] + hp.sequence_length - hp.validation_length
+            lo, hi = log.positions(0, log.jobs_before(hp.train_fraction), hp.validation_length)
             start = torch.randint(lo, hi + 1, (1,), generator=generator)
             env = QueueEnv(self.val_cfg, log, batch_size=[1], starts=start)
             with torch.no_grad():

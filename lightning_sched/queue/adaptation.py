@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..learning.baselines import TimeIndexedBaseline
+from ..learning.finite import require_finite
 from ..learning.policy_gradient import discounted_returns
 from .env import QueueEnv
 
@@ -75,7 +76,6 @@ def reinforce_loss(net, traj: QueueRollout, episodes: int) -> torch.Tensor:
     return -(log_prob * advantage.detach()).mean()
 
 
-
 def site_env(log, cfg, sequences: int, episodes: int, positions: tuple[int, int], seed: int) -> QueueEnv:
     """The training env of one site: `sequences` fresh sequences a reset, drawn from `positions`, each
     played `episodes` times."""
@@ -95,10 +95,9 @@ def adapt(net, env: QueueEnv, steps: int, lr: float, episodes: int, generator: t
         seen.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
         opt.zero_grad()
         reinforce_loss(net, traj, episodes).backward()
-        bad = [name for name, p in net.named_parameters() if p.grad is not None and not bool(p.grad.isfinite().all())]
-        if bad:
-            raise FloatingPointError(f"adaptation: a non-finite gradient in {bad[0]}; no step taken")
+        require_finite(net, f"at adaptation step {len(seen)}", gradients=True)
         opt.step()
+        require_finite(net, f"after adaptation step {len(seen)}")
         if after_step is not None:
             after_step(len(seen))
     return seen
