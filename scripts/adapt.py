@@ -216,6 +216,7 @@ def queue_main(argv) -> int:
         TRAIN_FRACTION,
         evaluate_queue,
         heuristic_policies,
+        network_config,
         protocol_starts,
     )
     from lightning_sched.queue.log import read_queue_log
@@ -223,7 +224,7 @@ def queue_main(argv) -> int:
         QueueNetwork,
         QueuePolicyRecord,
         QueuePolicySpec,
-        load_queue_policy,
+        queue_network,
         read_queue_record,
     )
 
@@ -281,9 +282,9 @@ def queue_main(argv) -> int:
             torch.manual_seed(args.seed)
             net, inner, trained = QueueNetwork(QueuePolicySpec()), {}, cfg
         else:
-            net, trained = load_queue_policy(spec)
-            inner = read_queue_record(spec).adaptation or {}
-        policy_cfg = replace(cfg, window=trained.window, max_wait=trained.max_wait, max_requested=trained.max_requested)
+            record = read_queue_record(spec)
+            net, inner, trained = queue_network(record, spec), record.adaptation or {}, record.queue
+        policy_cfg = network_config(cfg, trained)
         lr = args.lr or inner.get("lr", 0.1)
         curves[spec], net = adaptation_curve(net, log, policy_cfg, starts, args.steps, lr,
                                              args.sequences or inner.get("sequences", 4),

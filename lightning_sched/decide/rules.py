@@ -106,13 +106,13 @@ def decide(snapshot: dict | Snapshot, scorer: Scorer, backfill: str | None = Non
 
     everyone = np.arange(len(snap.waiting_id))
     all_scores = scorer(*features(everyone, snap, free, len(everyone), cfg)) if len(everyone) else np.zeros(0)
-    window = Window(snap, cfg["window"])
+    view = Window(snap, cfg["window"])
     held, shadow = snap.held, snap.shadow
     if held is not None and snap.nodes_needed[held] <= free:
         start(held)
         held = None
     while held is None and waiting.any():
-        slots = window(waiting)
+        slots = view(waiting)
         if len(started) == 0 and len(slots) == len(everyone):  # the first view of a queue within the window
             scores = all_scores
         else:

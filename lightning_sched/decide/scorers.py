@@ -19,6 +19,8 @@ import numpy as np
 
 from .snapshot import SnapshotError
 
+# queue.policy's CHECKPOINT_KEY and POLICY_KIND, spelled here because importing that module imports
+# torch, which an .onnx policy must run without
 METADATA_KEY = "lightning_sched"
 POLICY_KIND = "queue"
 

@@ -147,12 +147,13 @@ def _column(jobs: list, name: str, key: str, integer: bool, positive: bool = Fal
     return np.asarray(checked, dtype=np.int64 if integer else np.float64)
 
 
-def _first_fault(bad: np.ndarray, jobs: list, name: str, key: str, check) -> None:
-    """check(value, field) on the first job flagged `bad` (it raises, naming the field)."""
-    flagged = np.flatnonzero(bad)
-    if len(flagged):
-        i = int(flagged[0])
-        check(jobs[i][key], f"{name}[{i}].{key}")
+def _fit_the_cluster(processors: np.ndarray, jobs: list, name: str, capacity: int) -> None:
+    """SnapshotError naming the first job of `jobs` that asks for more processors than `capacity`."""
+    too_big = np.flatnonzero(processors > capacity)
+    if len(too_big):
+        i = int(too_big[0])
+        raise SnapshotError(f"{name}[{i}].processors: {jobs[i]['processors']} is more than the cluster's {capacity} "
+                            "processors")
 
 
 def read_snapshot(snapshot) -> Snapshot:
@@ -179,24 +180,18 @@ def read_snapshot(snapshot) -> Snapshot:
     if len(running) + len(waiting) > MAX_JOBS:
         raise SnapshotError(f"running + waiting: {len(running) + len(waiting)} jobs, more than the cap of {MAX_JOBS}")
     seen: set = set()
-
-    def nodes_of(processors: int, field: str) -> int:
-        if processors > nodes * per_node:
-            raise SnapshotError(f"{field}: {processors} is more than the cluster's {nodes * per_node} processors")
-        return -(-processors // per_node)
-
     running_id = _ids(running, "running", seen)
     running_processors = _column(running, "running", "processors", integer=True)
     running_end = _column(running, "running", "expected_end", integer=False)
     running_nodes = -(-running_processors // per_node)
-    _first_fault(running_processors > nodes * per_node, running, "running", "processors", nodes_of)
+    _fit_the_cluster(running_processors, running, "running", nodes * per_node)
     if running_nodes.sum() > nodes:
         raise SnapshotError(f"running: the running jobs hold {running_nodes.sum()} nodes, the cluster has {nodes}")
     waiting_id = _ids(waiting, "waiting", seen)
     submit = _column(waiting, "waiting", "submit", integer=False)
     requested = _column(waiting, "waiting", "requested_time", integer=False, positive=True)
     processors = _column(waiting, "waiting", "processors", integer=True)
-    _first_fault(processors > nodes * per_node, waiting, "waiting", "processors", nodes_of)
+    _fit_the_cluster(processors, waiting, "waiting", nodes * per_node)
     late = np.flatnonzero(submit > now)
     if len(late):
         raise SnapshotError(f"waiting[{late[0]}].submit: {waiting[late[0]]['submit']!r} is after now "

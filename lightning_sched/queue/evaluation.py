@@ -79,6 +79,12 @@ def evaluate_queue(policy: Callable, cfg: QueueConfig, log: QueueLog, starts: to
     return QueueResult(sequences, summary)
 
 
+def network_config(cfg: QueueConfig, trained: QueueConfig) -> QueueConfig:
+    """The config a network runs with on `cfg`'s log: what it was trained to see (`trained`'s
+    window and feature scales)."""
+    return replace(cfg, window=trained.window, max_wait=trained.max_wait, max_requested=trained.max_requested)
+
+
 def heuristic_config(cfg: QueueConfig) -> QueueConfig:
     """The config heuristics run with: a window that shows the whole queue."""
     return replace(cfg, window=cfg.sequence_length)
@@ -112,9 +118,7 @@ def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[C
         from .policy import QueuePolicy, load_queue_policy
 
         net, trained = load_queue_policy(spec, device=device)
-        # what the network was trained to see: its window and its feature scales
-        return QueuePolicy(net.to(device)), replace(cfg, window=trained.window, max_wait=trained.max_wait,
-                                                     max_requested=trained.max_requested)
+        return QueuePolicy(net.to(device)), network_config(cfg, trained)
     raise ConfigError(f"--policy {spec!r} is neither a queue rule ({', '.join(HEURISTICS)}) nor a .ckpt file")
 
 

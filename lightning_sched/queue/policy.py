@@ -270,10 +270,15 @@ def read_queue_record(path) -> QueuePolicyRecord:
 def load_queue_policy(path, device="cpu") -> tuple[QueueNetwork, QueueConfig]:
     """(network in eval mode, the QueueConfig it trained on) of a queue policy checkpoint (`read_queue_record`)."""
     record = read_queue_record(path)
+    return queue_network(record, path).to(device).eval(), record.queue
+
+
+def queue_network(record: QueuePolicyRecord, path="") -> QueueNetwork:
+    """The network of `record` (read from `path`, which a ConfigError names when its weights do not fit)."""
     net = QueueNetwork(record.policy)
     try:
         net.load_state_dict(record.state_dict)
     except RuntimeError as error:  # missing or misshapen weights: a damaged or hand-edited file
         raise ConfigError(f"{path}: its weights do not fit its policy {net.spec!r} "
                           f"({str(error).strip().splitlines()[-1].strip()[:200]})") from error
-    return net.to(device).eval(), record.queue
+    return net
