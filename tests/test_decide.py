@@ -233,3 +233,18 @@ def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.strip() == ("error: waiting[0].processors: 300 is more than the "
                                                           "cluster's 256 processors")
+
+
+def test_onnx_export_of_a_policy_with_the_job_area_input(tmp_path):
+    from lightning_sched.queue.policy import QueueNetwork, QueuePolicyRecord, QueuePolicySpec
+
+    _, cfg = load_queue_policy(POLICY)
+    torch.manual_seed(0)
+    net = QueueNetwork(QueuePolicySpec(job_area=True))
+    path = tmp_path / "area.ckpt"
+    torch.save({"lightning_sched": QueuePolicyRecord.of(net, cfg).to_dict()}, path)
+    theirs, ours = load_scorer(export_onnx(path, tmp_path / "area.onnx")), load_scorer(path)
+    rng = np.random.default_rng(0)
+    jobs = rng.uniform(0, 1, (40, 4)).astype(np.float32)
+    cluster = rng.uniform(0, 1, 2).astype(np.float32)
+    np.testing.assert_allclose(theirs(jobs, cluster), ours(jobs, cluster), rtol=1e-5, atol=1e-5)

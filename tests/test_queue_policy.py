@@ -23,6 +23,7 @@ from lightning_sched.queue.policy import (
     QueuePolicy,
     QueuePolicyRecord,
     QueuePolicySpec,
+    job_inputs,
     load_queue_policy,
     make_actor,
     make_critic,
@@ -99,6 +100,32 @@ def test_spec_round_trip_and_bad_sizes():
         QueuePolicySpec(hidden=(0,))
     with pytest.raises(ConfigError, match="unknown field"):
         QueuePolicySpec.from_dict({"hidden": [4], "width": 3})
+
+
+def test_job_area_input_lets_one_linear_layer_rank_jobs_by_f1_area():
+    """With job_area the fifth input is log requested time x processor share: a scorer that reads
+    only it ranks jobs by F1's first term (log requested x processors), which 4 inputs cannot."""
+    spec = QueuePolicySpec(hidden=(1,), job_area=True)
+    assert QueuePolicySpec.from_dict(spec.to_dict()) == spec and QueuePolicySpec().job_area is False
+    with pytest.raises(ConfigError, match="job_area must be true or false"):
+        QueuePolicySpec(job_area="yes")
+    net = QueueNetwork(spec)
+    layer = net.scorer.mlp
+    assert layer.job_in.in_features == 5
+    with torch.no_grad():
+        for p in net.scorer.parameters():
+            p.zero_()
+        layer.job_in.weight[0, 4] = -1.0  # the hidden unit is minus the area: smaller areas score higher
+        layer.job_in.bias[0] = 10.0  # keep the ReLU open
+        layer.rest[1][0].weight.fill_(1.0)
+    td = observation(16, 12)
+    mask = torch.ones(16, 12, dtype=torch.bool)
+    logits = net.scorer(td["job_features"], td["cluster_features"], mask)
+    inputs = job_inputs(td["job_features"])
+    area = inputs[..., 1] * inputs[..., 2]
+    torch.testing.assert_close(logits, 10.0 - area)
+    assert (logits.argmax(-1) == area.argmin(-1)).all()
+    assert make_critic(net)(td.clone())["state_value"].shape == (16, 1)
 
 
 def test_checkpoint_round_trip_with_weights_only(tmp_path):

@@ -88,7 +88,7 @@ def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
     from torch import nn
 
     from ..files import write_file
-    from ..queue.policy import job_inputs, load_queue_policy
+    from ..queue.policy import load_queue_policy
 
     net, cfg = load_queue_policy(checkpoint)
     slot_mlp = net.scorer.mlp
@@ -98,11 +98,10 @@ def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
 
         def __init__(self):
             super().__init__()
-            self.job_in, self.cluster_in, self.rest = slot_mlp.job_in, slot_mlp.cluster_in, slot_mlp.rest
+            self.slot_mlp = slot_mlp
 
         def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor) -> torch.Tensor:
-            first = self.job_in(job_inputs(job_features)) + self.cluster_in(cluster_features)
-            return self.rest(first).squeeze(-1)
+            return self.slot_mlp.jobs(job_features, cluster_features).squeeze(-1)
 
     jobs = torch.export.Dim("jobs", min=1)
     with warnings.catch_warnings(), _quiet("torch.onnx"):  # the exporter's progress lines and notes

@@ -38,6 +38,9 @@ class QueuePolicySpec:
     """Width of the value head's per-job embedding (pooled by mean and max over the window)."""
     value_hidden: tuple[int, ...] = (32, 16)
     """The value head's hidden widths after pooling, ReLU."""
+    job_area: bool = False
+    """Add a fifth job input, log requested time x processor share: the job's area on a log time
+    scale, by which F1-like rules rank (a product that an MLP of RLScheduler's size fits poorly)."""
 
     def __post_init__(self) -> None:
         self.hidden, self.value_hidden = tuple(self.hidden), tuple(self.value_hidden)
@@ -45,6 +48,8 @@ class QueuePolicySpec:
             widths = getattr(self, name)
             if not widths or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in widths):
                 raise ConfigError(f"QueuePolicySpec.{name} must be one or more integers >= 1, got {widths!r}")
+        if not isinstance(self.job_area, bool):
+            raise ConfigError(f"QueuePolicySpec.job_area must be true or false, got {self.job_area!r}")
         if isinstance(self.embedding, bool) or not isinstance(self.embedding, int) or self.embedding < 1:
             raise ConfigError(f"QueuePolicySpec.embedding must be an integer >= 1, got {self.embedding!r}")
 
@@ -77,11 +82,15 @@ FEATURE_GAIN = (720.0, 720.0, 0.0, 0.0)  # 0: the feature enters unchanged
 LOG_SCALE = 8.0
 
 
-def job_inputs(job_features: torch.Tensor) -> torch.Tensor:
-    """The network's view of job features [..., 4]: log-scaled times (FEATURE_GAIN)."""
+def job_inputs(job_features: torch.Tensor, job_area: bool = False) -> torch.Tensor:
+    """The network's view of job features [..., 4]: log-scaled times (FEATURE_GAIN), and with
+    `job_area` the log requested time x processor share appended ([..., 5])."""
     gain = job_features.new_tensor(FEATURE_GAIN)
     logged = torch.log1p(job_features.clamp(min=0) * gain) / LOG_SCALE
-    return torch.where(gain > 0, logged, job_features)
+    inputs = torch.where(gain > 0, logged, job_features)
+    if job_area:
+        inputs = torch.cat([inputs, inputs[..., 1:2] * inputs[..., 2:3]], -1)
+    return inputs
 
 
 def flat(job_features, cluster_features, action_mask):
@@ -97,18 +106,24 @@ class SlotMLP(nn.Module):
     slots holding a job are computed: a queue rarely fills the window. The first layer is split in
     a job part and a cluster part, the cluster part computed once a row."""
 
-    def __init__(self, widths: list[int]):
+    def __init__(self, widths: list[int], job_area: bool = False):
         super().__init__()
-        self.job_in = nn.Linear(JOB_FEATURES, widths[0])
+        self.job_area = job_area
+        self.job_in = nn.Linear(JOB_FEATURES + int(job_area), widths[0])
         self.cluster_in = nn.Linear(CLUSTER_FEATURES, widths[0], bias=False)
         self.rest = nn.Sequential(nn.ReLU(), mlp(widths)) if len(widths) > 1 else nn.Identity()
+
+    def jobs(self, job_features: torch.Tensor, cluster_features: torch.Tensor) -> torch.Tensor:
+        """Outputs [N, widths[-1]] of N jobs' features [N, 4] with their rows' cluster features
+        [N, 2] (or [1, 2]: one queue)."""
+        first = self.job_in(job_inputs(job_features, self.job_area)) + self.cluster_in(cluster_features)
+        return self.rest(first)
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
                 action_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(outputs [N, widths[-1]], the row of each, LongTensor[N])."""
         row, slot = action_mask.nonzero(as_tuple=True)
-        first = self.job_in(job_inputs(job_features[row, slot])) + self.cluster_in(cluster_features)[row]
-        return self.rest(first), row
+        return self.jobs(job_features[row, slot], cluster_features[row]), row
 
 
 class JobScorer(nn.Module):
@@ -117,7 +132,7 @@ class JobScorer(nn.Module):
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
-        self.mlp = SlotMLP([*spec.hidden, 1])
+        self.mlp = SlotMLP([*spec.hidden, 1], spec.job_area)
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
                 action_mask: torch.Tensor) -> torch.Tensor:
@@ -132,7 +147,7 @@ class QueueValue(nn.Module):
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
-        self.embed = SlotMLP([spec.embedding])
+        self.embed = SlotMLP([spec.embedding], spec.job_area)
         self.head = mlp([2 * spec.embedding + CLUSTER_FEATURES, *spec.value_hidden, 1])
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
