@@ -88,6 +88,10 @@ class PPOSettings:
     episodes_per_sequence: int = 1
     """Episodes of each sampled sequence in an iteration (batch_size / this sequences); > 1 for
     advantage "sequence"."""
+    scale_per_sequence: bool = False
+    """With advantage "sequence": divide each sequence's advantages by their standard deviation
+    over its episodes' decisions (root mean square), so that every sequence weighs the same in an update; otherwise
+    the few sequences whose bounded slowdown runs to thousands outweigh the rest."""
 
     def __post_init__(self) -> None:
         require_at_least("QueuePPO.ppo", 1, epochs=self.epochs, minibatch_size=self.minibatch_size,
@@ -96,6 +100,8 @@ class PPOSettings:
             raise ConfigError(f"QueuePPO.ppo.advantage must be 'gae' or 'sequence', got {self.advantage!r}")
         if self.advantage == "sequence" and self.episodes_per_sequence < 2:
             raise ConfigError("QueuePPO.ppo.advantage 'sequence' needs episodes_per_sequence >= 2")
+        if self.scale_per_sequence and self.advantage != "sequence":
+            raise ConfigError("QueuePPO.ppo.scale_per_sequence needs advantage 'sequence'")
         require_positive("QueuePPO.ppo", lr=self.lr, reward_scale=self.reward_scale, max_grad_norm=self.max_grad_norm)
         if not 0 < self.clip < 1:
             raise ConfigError(f"QueuePPO.ppo.clip must be in (0, 1), got {self.clip}")
@@ -121,6 +127,18 @@ class QueueValidation:
     """Validation sequences start at or after this share of each log's jobs (and end inside the
     training range): 0.0, anywhere in it; e.g. 0.6, only its most recent quarter, nearer in time to
     what a held-out test of the log's end measures."""
+
+
+def per_sequence_scaled(advantage: torch.Tensor, active: torch.Tensor, episodes: int) -> torch.Tensor:
+    """advantage [T, B] (rows b*E..b*E+E-1 replay one sequence) divided by the root mean square of
+    its sequence's advantages over the decisions taken (`active`, [T, B]; about their standard
+    deviation, since the baseline centres them)."""
+    t, b = advantage.shape
+    group = (t, b // episodes, episodes)
+    taken = active.view(group)
+    count = taken.sum((0, 2), keepdim=True).clamp(min=1)
+    var = (advantage.view(group) * taken).pow(2).sum((0, 2), keepdim=True) / count  # mean 0 by the baseline
+    return (advantage.view(group) / (var.sqrt() + 1e-8)).view(t, b)
 
 
 class QueuePPO(LightningModule):
@@ -264,6 +282,8 @@ class QueuePPO(LightningModule):
             reward = torch.where(active, traj["next", "reward"].squeeze(-1).T, 0.0)
             returns = discounted_returns(reward, self.ppo.gamma)
             advantage = TimeIndexedBaseline().advantages(returns, active, None, self.ppo.episodes_per_sequence)
+            if self.ppo.scale_per_sequence:
+                advantage = per_sequence_scaled(advantage, active, self.ppo.episodes_per_sequence)
             traj["advantage"], traj["value_target"] = advantage.T.unsqueeze(-1), returns.T.unsqueeze(-1)
         return traj[decided], env.episode_metrics()
 

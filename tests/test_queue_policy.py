@@ -259,3 +259,19 @@ def test_imitation_warm_start_then_ppo_with_the_sequence_baseline(tmp_path):
     assert recent.val_positions[0] == (360, 480 - 48)  # the most recent part of the first 80% of 600 jobs
     with pytest.raises(ConfigError, match="imitation_iterations must be > 0 with imitate"):
         QueuePPO(log, imitate="sjf", validation=QueueValidation(sequences=2, sequence_length=48))
+
+
+def test_per_sequence_scaling_gives_every_sequence_the_same_weight():
+    from tasks.queue_ppo import PPOSettings, per_sequence_scaled
+
+    torch.manual_seed(0)
+    t, sequences, episodes = 50, 3, 4
+    advantage = torch.randn(t, sequences * episodes) * torch.tensor([1.0, 100.0, 0.01]).repeat_interleave(episodes)
+    active = torch.rand(t, sequences * episodes) < 0.8
+    scaled = per_sequence_scaled(advantage, active, episodes)
+    rms = (scaled.view(t, sequences, episodes) * active.view(t, sequences, episodes)).pow(2).sum((0, 2)) \
+        / active.view(t, sequences, episodes).sum((0, 2))
+    torch.testing.assert_close(rms, torch.ones(3))
+    assert torch.equal(scaled.sign(), advantage.sign())  # a rescaling: no decision changes side
+    with pytest.raises(ConfigError, match="scale_per_sequence needs advantage 'sequence'"):
+        PPOSettings(scale_per_sequence=True)
