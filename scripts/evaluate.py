@@ -200,11 +200,12 @@ def queue_main(argv) -> int:
     ap.add_argument("--trace", nargs="+", help="SWF logs (.swf or .swf.gz): one case each (default: --site's log)")
     ap.add_argument("--protocol", choices=PROTOCOLS, default="rlscheduler",
                     help="rlscheduler: its 10 sequences of 1024 jobs; heldout: --sequences sequences of 1024 jobs "
-                         "from the log's last 20%%")
+                         "from the log's last 20%%; recent: the same from 60-80%% (the training range's end, to "
+                         "choose between trained policies)")
     ap.add_argument("--policy", nargs="+", default=["fcfs", "sjf", "f1", "wfp3", "unicep"],
                     help=f"rules ({', '.join(QUEUE_HEURISTICS)}) and/or queue checkpoints")
     ap.add_argument("--backfill", choices=("off", "easy"), nargs="+", default=["off"], help="one case each")
-    ap.add_argument("--sequences", type=at_least(2), default=100, help="heldout: number of sequences")
+    ap.add_argument("--sequences", type=at_least(2), default=100, help="heldout, recent: number of sequences")
     ap.add_argument("--load", type=positive_float,
                     help="scale the log's inter-arrival times to this offered load (default: as recorded)")
     ap.add_argument("--bsld_threshold", type=positive_float, default=10.0, help="seconds (bounded slowdown)")

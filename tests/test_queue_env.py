@@ -164,6 +164,8 @@ def test_heldout_protocol_draws_only_from_the_last_fifth(tmp_path):
     log = read_queue_log(write_log(tmp_path / "log.swf", jobs=6000))
     starts = protocol_starts(log, "heldout", 100)
     assert len(starts) == 100 and int(starts.min()) >= 4800 and int(starts.max()) + 1024 <= 6000
+    recent = protocol_starts(log, "recent", 100)  # the training range's last quarter, never the test's jobs
+    assert len(recent) == 100 and int(recent.min()) >= 3600 and int(recent.max()) + 1024 <= 4800
 
 
 def test_sjf_holds_the_head_job_and_backfilling_starts_around_it():

@@ -5,6 +5,8 @@
                    sequences of each sequence's mean bounded slowdown.
     "heldout":     `num_sequences` sequences of 1024 jobs starting evenly over the last 20% of the
                    log's jobs (train on the first 80% only); means with 95% CIs over sequences.
+    "recent":      the same over the last quarter of the training range, 60-80% of the log's jobs:
+                   a choice between trained policies made on data the held-out test never sees.
 
 Heuristics rank the whole queue, so they run with a window as long as the sequence; a network runs
 with the window it was trained with.
@@ -25,7 +27,7 @@ from .env import QueueEnv
 from .heuristics import HEURISTICS, RULES, QueueHeuristic
 from .log import QueueLog, read_queue_log
 
-PROTOCOLS = ("rlscheduler", "heldout")
+PROTOCOLS = ("rlscheduler", "heldout", "recent")
 # 0-based positions in the log's job list of RLScheduler's 10 evaluation sequences (its seeded draw)
 RLSCHEDULER_STARTS = (1981, 2756, 4299, 8850, 3316, 2714, 5228, 7762, 4022, 7085)
 # RLScheduler's published RL cells (SC'20, average bounded slowdown; trained on the whole log): the
@@ -34,6 +36,7 @@ RLSCHEDULER_PUBLISHED = {("lublin_256.swf.gz", "off"): 254.67, ("lublin_256_new2
                          ("lublin_256.swf.gz", "easy"): 58.64, ("lublin_256_new2.swf.gz", "easy"): 118.79}
 EVAL_LENGTH = 1024
 TRAIN_FRACTION = 0.8  # heldout: training sees jobs [0, 80%), evaluation starts in [80%, end - 1024]
+RECENT_FRACTION = 0.6  # recent: sequences start in [60%, 80%) and end before 80%
 METRICS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "utilization", "makespan")
 
 
@@ -45,8 +48,10 @@ def protocol_starts(log: QueueLog, protocol: str, num_sequences: int = 100) -> t
             raise ConfigError(f"protocol rlscheduler: its sequences need {need} jobs, {Path(log.path).name} has "
                               f"{log.num_jobs} (the protocol is defined on the Lublin logs; try --protocol heldout)")
         return torch.tensor(RLSCHEDULER_STARTS)
-    if protocol == "heldout":
-        lo, hi = log.positions(log.jobs_before(TRAIN_FRACTION), log.num_jobs, EVAL_LENGTH)
+    if protocol in ("heldout", "recent"):
+        first, end = (log.jobs_before(TRAIN_FRACTION), log.num_jobs) if protocol == "heldout" else \
+            (log.jobs_before(RECENT_FRACTION), log.jobs_before(TRAIN_FRACTION))
+        lo, hi = log.positions(first, end, EVAL_LENGTH)
         return torch.from_numpy(np.unique(np.linspace(lo, hi, num_sequences).round().astype(np.int64)))
     raise ConfigError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
 
