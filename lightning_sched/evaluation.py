@@ -10,10 +10,10 @@ import torch
 
 from .config import ClusterConfig
 from .deeprm.objectives import METRICS, episode_metrics
-from .deeprm.rollout import Policy, play
+from .deeprm.rollout import Policy, play, rollout_seconds
 from .deeprm.state import state_bytes
 from .jobs import JobSet
-from .limits import require_total
+from .limits import require_time, require_total
 
 # two-sided 95% Student-t quantiles for df = 1..30; beyond, the normal 1.96 is within 2%
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
@@ -142,7 +142,13 @@ def run_bytes(cfg: ClusterConfig, max_jobs: int, jobsets: int, episodes: int = 1
 
 
 def require_run_fits(cfg: ClusterConfig, max_jobs: int, jobsets: int, episodes: int = 1, what: str = "the run",
-                     **fields) -> None:
-    """ConfigError in one line, before anything is drawn, when `run_bytes` exceeds the memory budget."""
-    require_total(what, run_bytes(cfg, max_jobs, jobsets, episodes),
-                  {**fields, "jobsets": jobsets, "episodes": episodes, "job columns": max_jobs})
+                     policies: int = 1, networks: int = 0, **fields) -> None:
+    """ConfigError in one line, before anything is drawn, when `run_bytes` exceeds the memory budget
+    or the rollouts of `policies` policies (`networks` of them network policies) on the jobsets'
+    episodes (`rollout_seconds`) the work budget."""
+    fields = {**fields, "jobsets": jobsets, "episodes": episodes, "job columns": max_jobs}
+    require_total(what, run_bytes(cfg, max_jobs, jobsets, episodes), fields)
+    rows = jobsets * episodes
+    seconds = {"heuristics' rollouts": (policies - networks) * rollout_seconds(max_jobs, rows),
+               "networks' rollouts": networks * rollout_seconds(max_jobs, rows, network=True)}
+    require_time(what, {k: v for k, v in seconds.items() if v}, {**fields, "policies": policies})

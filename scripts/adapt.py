@@ -68,9 +68,11 @@ from lightning_sched.cli import (
     torch_device,
     workload_from_args,
 )
+from lightning_sched.deeprm.rollout import rollout_seconds
 from lightning_sched.evaluation import EvalResult, compare, evaluate, make_jobsets, paired_difference
 from lightning_sched.files import numbered_name, refuse_output, write_figure, write_torch
 from lightning_sched.learning.adaptation import AdaptationSettings, adapt
+from lightning_sched.limits import require_time
 from lightning_sched.policies.acting import NetworkPolicy
 from lightning_sched.policies.checkpoints import PolicyRecord, load_network
 
@@ -156,6 +158,14 @@ def main(argv=None) -> int:
         workload.validate(cfg)
         train_desc = f"DeepRMWorkload({', '.join(f'{k}={v}' for k, v in workload.to_dict().items())})"
         eval_desc = "the same workload"
+    require_time("adapt.py", {  # the whole run's rollouts, before the first draw
+        "the heuristics' reference": len(REFERENCE_HEURISTICS) * rollout_seconds(workload.max_jobs, args.eval_jobsets),
+        "evaluations": (settings.steps // args.eval_every + 2) * rollout_seconds(workload.max_jobs, args.eval_jobsets,
+                                                                                 network=True),
+        "adaptation steps": settings.steps * rollout_seconds(train.max_jobs, settings.jobsets * settings.episodes,
+                                                             network=True)},
+        {"--steps": settings.steps, "--jobsets": settings.jobsets, "--episodes": settings.episodes,
+         "--eval_jobsets": args.eval_jobsets, "job columns": workload.max_jobs})
     eval_jobs = make_jobsets(workload, args.eval_jobsets, seeds.EVALUATION)
     learned = (record.adaptation or {}).get("step_sizes") is not None
     print(f"adapting {args.ckpt} on {train_desc}: {settings}"

@@ -125,17 +125,18 @@ def main(argv=None) -> int:
     cluster = policies[0][2]
     for name, _, other in policies[1:]:
         cluster.require_same_cluster(other, policies[0][0], name, may_differ=REWARD_FIELDS)
+    counts = len(policies), sum(isinstance(policy, NetworkPolicy) for _, policy, _ in policies)  # the work budget's
     trace_counts = {}  # with --trace, every JSON line also says what the mapping dropped and clipped
     if args.jobset_file and trace:
         raise ConfigError("give --jobset_file or --trace, not both")
     if args.jobset_file:
         jobs = JobSet.load(args.jobset_file)
-        require_run_fits(cluster, jobs.max_jobs, jobs.batch_size, args.episodes, "evaluate.py",
+        require_run_fits(cluster, jobs.max_jobs, jobs.batch_size, args.episodes, "evaluate.py", *counts,
                          **{"--jobset_file": args.jobset_file})
         workload_desc = args.jobset_file
     elif trace:
         workload = trace.workload(cluster)
-        require_run_fits(cluster, workload.max_jobs, args.jobsets, args.episodes, "evaluate.py",
+        require_run_fits(cluster, workload.max_jobs, args.jobsets, args.episodes, "evaluate.py", *counts,
                          **{"--trace": trace.path})
         jobs = make_jobsets(workload, args.jobsets, args.seed)
         workload_desc = workload.describe()
@@ -153,8 +154,9 @@ def main(argv=None) -> int:
     else:
         workload = workload_from_args(args, cluster)
         workload.validate(cluster)
-        require_run_fits(cluster, workload.max_jobs, args.jobsets, args.episodes, "evaluate.py",
-                         **{"--load": workload.load, "--simu_len": workload.simu_len})
+        require_run_fits(cluster, workload.max_jobs, args.jobsets, args.episodes, "evaluate.py", *counts,
+                         **{"--resource_units": cluster.resource_units, "--load": workload.load,
+                            "--simu_len": workload.simu_len})
         jobs = make_jobsets(workload, args.jobsets, args.seed)
         workload_desc = (f"DeepRMWorkload(load={workload.load}, arrivals={workload.process}, "
                          f"simu_len={workload.simu_len}, short_prob={workload.short_prob})")

@@ -23,10 +23,11 @@ from torch.utils.data import DataLoader
 from lightning_sched import ClusterConfig, JobSet, seeds
 from lightning_sched.config import ConfigError
 from lightning_sched.deeprm.objectives import METRICS
+from lightning_sched.deeprm.rollout import rollout_seconds
 from lightning_sched.evaluation import EvalResult, evaluate, make_jobsets, run_bytes
 from lightning_sched.learning.baselines import Baseline, TimeIndexedBaseline
 from lightning_sched.learning.finite import require_finite
-from lightning_sched.limits import require_total
+from lightning_sched.limits import require_time, require_total
 from lightning_sched.policies.acting import Acting, NetworkPolicy
 from lightning_sched.policies.checkpoints import CHECKPOINT_KEY, PolicyRecord
 from lightning_sched.policies.networks import PolicySpec, make_policy
@@ -116,13 +117,19 @@ class SchedulerTask(LightningModule):
     def require_rollouts_fit(self, jobsets: int, episodes: int, **fields) -> None:
         """One memory budget for the run, checked before anything is drawn: an iteration's `jobsets`
         x `episodes` rollouts (limits.require_total over evaluation.run_bytes) and the validation
-        set held beside them; one line naming `fields` and the estimate."""
+        set held beside them; and one work budget (limits.require_time) for an iteration and a
+        validation; one line naming `fields` and the estimate."""
         max_jobs = self.workload.max_jobs
         parts = run_bytes(self.cluster, max_jobs, jobsets, episodes)
         parts.update({f"validation {k}": v for k, v in
                       run_bytes(self.cluster, max_jobs, self.evaluation.val_jobsets).items()})
-        require_total(f"{type(self).__name__}'s rollouts", parts,
-                      {**fields, "evaluation.val_jobsets": self.evaluation.val_jobsets, "job columns": max_jobs})
+        fields = {**fields, "evaluation.val_jobsets": self.evaluation.val_jobsets,
+                  "cluster.resource_units": self.cluster.resource_units, "job columns": max_jobs}
+        require_total(f"{type(self).__name__}'s rollouts", parts, fields)
+        # time: one iteration and one validation, the longest stretch before a logged result
+        require_time(f"{type(self).__name__}'s rollouts",
+                     {"an iteration": rollout_seconds(max_jobs, jobsets * episodes, network=True),
+                      "a validation": rollout_seconds(max_jobs, self.evaluation.val_jobsets, network=True)}, fields)
 
     # ----- data ----------------------------------------------------------------------------------
     def train_dataloader(self):

@@ -56,6 +56,45 @@ def test_one_budget_for_the_whole_run_is_checked_before_drawing(monkeypatch, cap
             memory_budget()
 
 
+def test_one_work_budget_refuses_hours_before_drawing(monkeypatch, capsys):
+    """Time is budgeted as memory is: --resource_units 1000000 (1.9M jobs a jobset, ~13 min a
+    policy) refused before any jobset is drawn, naming the field and the estimate; the documented
+    sizes pass; LIGHTNING_SCHED_WORK_SECONDS raises the budget."""
+    import time
+
+    from lightning_sched.deeprm.rollout import rollout_seconds
+    from lightning_sched.limits import DEFAULT_WORK_SECONDS, work_budget
+
+    evaluate = script_main("evaluate")
+
+    def never(*args):
+        raise AssertionError("jobsets drawn before the work budget was checked")
+
+    monkeypatch.setitem(evaluate.__globals__, "make_jobsets", never)
+    started = time.perf_counter()
+    line = one_line_exit_2(capsys, lambda: evaluate(["--policy", "tetris", "--resource_units", "1000000",
+                                                     "--jobsets", "1", "--threads", "1"]))
+    assert time.perf_counter() - started < 30  # no draw, no rollout: seconds of loading at most
+    assert line.startswith("error: evaluate.py would take at least about ") and "--resource_units=1000000" in line
+    assert "job columns=1908054" in line and "LIGHTNING_SCHED_WORK_SECONDS" in line, line
+    from tasks.reinforce import Reinforce
+
+    with pytest.raises(ConfigError, match=r"Reinforce's rollouts would take at least .*cluster.resource_units=100000"):
+        Reinforce(cluster=ClusterConfig(resource_units=100_000, max_job_units=10, observation="none"),
+                  workload=DeepRMWorkload(resource_units=100_000), num_jobsets=10, episodes_per_jobset=20)
+    # the largest documented sizes are far inside the budget: evaluate.py --jobsets 2000 with a
+    # network at load 1.9, a training iteration of 100 jobsets x 20 episodes
+    poisson = DeepRMWorkload(load=1.9).max_jobs
+    assert 3 * rollout_seconds(poisson, 2000, network=True) < DEFAULT_WORK_SECONDS / 100
+    assert rollout_seconds(50, 100 * 20, network=True) < DEFAULT_WORK_SECONDS / 1000
+    monkeypatch.setenv("LIGHTNING_SCHED_WORK_SECONDS", "1e9")
+    assert work_budget() == 1e9
+    for bad in ("inf", "0", "soon"):
+        monkeypatch.setenv("LIGHTNING_SCHED_WORK_SECONDS", bad)
+        with pytest.raises(ConfigError, match=f"WORK_SECONDS must be a finite number of seconds.*{bad}"):
+            work_budget()
+
+
 def test_a_gzip_trace_is_inflated_under_a_cap(tmp_path, monkeypatch):
     lines = HEADER + [swf_line(j, 60 * j, 60, 4) for j in range(1, 2001)]
     path = write(tmp_path / "big.swf.gz", lines, gz=True)
