@@ -40,21 +40,26 @@ class LatestCheckpoint(ModelCheckpoint):
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         # Lightning raises SIGTERMException between iterations (after the optimizer step and any
-        # validation), so the state saved here is a consistent point to resume from
+        # validation), StopEvaluations during a validation (which changes no weight), so the state
+        # saved here is a consistent point to resume from
         if isinstance(exception, SIGTERMException) and trainer.state.fn == "fit":
             self._save_none_monitor_checkpoint(trainer, self._monitor_candidates(trainer))
             if trainer.is_global_zero:
-                print(self.stopped_message(trainer.global_step, trainer.default_root_dir), flush=True)
+                print(self.stopped_message(trainer.global_step, trainer.default_root_dir, trainer.validating),
+                      flush=True)
 
-    def stopped_message(self, iteration: int, run_dir: str) -> str:
-        """Where a run stopped by SIGTERM at `iteration` was saved, and the `scripts/fit.py` command
-        that resumes it (the run folder `run_dir` holds its config.yaml)."""
+    def stopped_message(self, iteration: int, run_dir: str, validating: bool = False) -> str:
+        """Where a run stopped by SIGTERM at `iteration` (in the validation after it: `validating`)
+        was saved, and the `scripts/fit.py` command that resumes it (the run folder `run_dir` holds
+        its config.yaml)."""
         path = self.interrupted_path()
+        at = f"at iteration {iteration}" + (" (its validation cut short: the resume validates next at its usual "
+                                            "iteration)" if validating else "")
         if not path:
-            return f"\nstopped by {signal_name()} at iteration {iteration}, before any checkpoint"
+            return f"\nstopped by {signal_name()} {at}, before any checkpoint"
         command = shlex.join(["python", sys.argv[0], "fit", "--config", os.path.join(run_dir, "config.yaml"),
                               "--ckpt_path", os.path.relpath(path)])
-        return (f"\nstopped by {signal_name()} at iteration {iteration}; saved {os.path.relpath(path)}. "
+        return (f"\nstopped by {signal_name()} {at}; saved {os.path.relpath(path)}. "
                 f"Resume with:\n  {command}")
 
     def interrupted_path(self) -> str | None:

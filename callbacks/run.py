@@ -16,6 +16,7 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from .checkpoints import AtomicCheckpointIO
+from .stop import StopEvaluations
 from .summary import TrainingSummary
 
 WANDB_ID_KEY = "wandb_run_id"
@@ -74,11 +75,11 @@ class WandbRunId(Callback):
 
 def run_callbacks(trainer_config) -> list[Callback]:
     """The callbacks a run adds to the trainer's own (`trainer_config`: the trainer's instantiated
-    arguments): WandbRunId, TrainingSummary and, unless the config turns the bar off or names its own,
-    RunProgressBar."""
+    arguments): WandbRunId, TrainingSummary, StopEvaluations and, unless the config turns the bar off
+    or names its own, RunProgressBar."""
     given = trainer_config.get("callbacks") or []
     given = given if isinstance(given, list) else [given]
-    extra = [WandbRunId(), TrainingSummary()]
+    extra = [WandbRunId(), TrainingSummary(), StopEvaluations()]
     if trainer_config.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in given):
         extra.append(RunProgressBar())
     return [*given, *extra]

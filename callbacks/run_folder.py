@@ -107,6 +107,13 @@ class RunFolders:
         for sub in (folder, folder / "checkpoints"):
             clean_temp_files(sub)
 
+    def release(self) -> None:
+        """Lets go of the run folder's lock: at the run's end, so that a caller running fit again in
+        the same process (a test, a notebook) is not refused by its own earlier run."""
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
+
     def claim(self, base: Path) -> Path:
         """`base`, else `base-2`, `base-3`, ...: the first that does not exist, created here (mkdir is
         atomic, so two runs started at once get two folders)."""

@@ -70,6 +70,8 @@ class SchedulerCLI(LightningCLI):
         except BaseException:
             self.folders.remove_unused()  # a bad config or an early stop leaves no run folder behind
             raise
+        finally:
+            self.folders.release()
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--threads", type=Union[int, Literal["auto"]], default="auto", help=THREADS_HELP)

@@ -5,6 +5,8 @@ import os
 import resource
 import signal
 import sys
+import threading
+import time
 
 from lightning.pytorch import Callback
 
@@ -19,6 +21,37 @@ class SigtermAt(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step == self.iteration:
             os.kill(os.getpid(), getattr(signal, self.signal))
+
+
+class SigtermInEvaluation(Callback):
+    """Sends SIGTERM (or `signal`) from another thread `delay` seconds into the validation after
+    iteration `iteration` (or into the test loop, when `iteration` is None), a loop made to last up
+    to a minute (as a queue policy's validation does: this callback waits at its batch's end).
+    `sent_at`: time.monotonic() of the signal."""
+
+    sent_at: float | None = None
+
+    def __init__(self, iteration: int | None = None, signal: str = "SIGTERM", delay: float = 0.2):
+        self.iteration, self.signal, self.delay = iteration, signal, delay
+
+    def _now(self, trainer) -> bool:
+        return trainer.testing if self.iteration is None else trainer.global_step == self.iteration
+
+    def _send(self) -> None:
+        SigtermInEvaluation.sent_at = time.monotonic()
+        os.kill(os.getpid(), getattr(signal, self.signal))
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if self._now(trainer):
+            threading.Timer(self.delay, self._send).start()
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        if self._now(trainer):
+            end = time.monotonic() + 60
+            while time.monotonic() < end:
+                time.sleep(0.01)
+
+    on_test_batch_start, on_test_batch_end = on_validation_batch_start, on_validation_batch_end
 
 
 class DiskFullAtSecondWrite(Callback):
