@@ -26,6 +26,13 @@ from lightning_sched.files import atomic_torch_save
 from .stop import signal_name
 
 
+def resume_command(run_dir: str | os.PathLike, ckpt: str | os.PathLike) -> str:
+    """The `scripts/fit.py` command that resumes the run in `run_dir` (holding its config.yaml)
+    from the checkpoint `ckpt`."""
+    return shlex.join(["python", sys.argv[0], "fit", "--config", os.path.join(run_dir, "config.yaml"),
+                       "--ckpt_path", os.path.relpath(ckpt)])
+
+
 class LatestCheckpoint(ModelCheckpoint):
     """`last.ckpt`, rewritten at every validation and when SIGTERM stops training."""
 
@@ -57,10 +64,8 @@ class LatestCheckpoint(ModelCheckpoint):
                                             "iteration)" if validating else "")
         if not path:
             return f"\nstopped by {signal_name()} {at}, before any checkpoint"
-        command = shlex.join(["python", sys.argv[0], "fit", "--config", os.path.join(run_dir, "config.yaml"),
-                              "--ckpt_path", os.path.relpath(path)])
         return (f"\nstopped by {signal_name()} {at}; saved {os.path.relpath(path)}. "
-                f"Resume with:\n  {command}")
+                f"Resume with:\n  {resume_command(run_dir, path)}")
 
     def interrupted_path(self) -> str | None:
         """The file a stopped run resumes from (None before the first save)."""

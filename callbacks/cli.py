@@ -33,15 +33,18 @@ def one_line(message: str) -> str:
     return message.strip().splitlines()[0] if message.strip() else message
 
 
-def config_error(error: BaseException | None) -> ConfigError | None:
-    """The ConfigError that caused `error` (jsonargparse wraps those raised while instantiating)."""
+def causes(error: BaseException | None):
+    """`error` and the exceptions it was raised from or while handling, innermost last."""
     seen = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, ConfigError):
-            return error
+        yield error
         seen.add(id(error))
         error = error.__cause__ or error.__context__
-    return None
+
+
+def config_error(error: BaseException | None) -> ConfigError | None:
+    """The ConfigError that caused `error` (jsonargparse wraps those raised while instantiating)."""
+    return next((e for e in causes(error) if isinstance(e, ConfigError)), None)
 
 
 def require_text_configs(args: list[str]) -> None:

@@ -4,8 +4,10 @@ appends to, and checkpoints written whole."""
 from __future__ import annotations
 
 import csv
+import io
 import math
 import sys
+from pathlib import Path
 
 from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
@@ -14,6 +16,8 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from lightning_sched.files import append_text, write_text
 
 from .checkpoints import AtomicCheckpointIO
 from .stop import StopEvaluations
@@ -106,14 +110,37 @@ class _AppendingWriter(ExperimentWriter):
             with self._fs.open(self.metrics_file_path, "r", newline="") as file:
                 self.metrics_keys = next(csv.reader(file), [])
 
+    def save(self) -> None:
+        """The rows logged since the last save, appended in one write (files.append_text); new
+        columns rewrite the whole file (files.write_text). Either write, when it fails (a full
+        disk), leaves the file as it was, never a row cut short, and keeps the rows to write."""
+        if not self.metrics:
+            return
+        path = Path(self.metrics_file_path)
+        keys = sorted(set(self.metrics_keys).union(*self.metrics))
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=keys, lineterminator="\n", extrasaction="ignore")
+        if keys != self.metrics_keys or not path.is_file():
+            writer.writeheader()
+            if path.is_file():
+                with path.open(newline="") as file:
+                    writer.writerows(csv.DictReader(file))
+            writer.writerows(self.metrics)
+            write_text(path, text.getvalue(), overwrite=True)
+        else:
+            writer.writerows(self.metrics)
+            append_text(path, text.getvalue())
+        self.metrics_keys, self.metrics = keys, []
+
 
 class RunCSVLogger(CSVLogger):
-    """`save_dir/metrics.csv` (and hparams.yaml): every logged metric, one row per logging step; a
-    resumed run appends its rows (the steps after its checkpoint appear twice, the later rows are
-    the ones that count)."""
+    """`save_dir/metrics.csv` (and hparams.yaml): every logged metric, one row per logging step,
+    written at every step (a file that is never behind last.ckpt, and never holds a cut row: a
+    write that fails leaves it as it was); a resumed run appends its rows (after RunFolders dropped
+    those of the steps after its checkpoint)."""
 
     def __init__(self, save_dir: str):
-        super().__init__(save_dir, name="", version="")
+        super().__init__(save_dir, name="", version="", flush_logs_every_n_steps=1)
 
     @property
     @rank_zero_experiment

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import errno
 import fcntl
 import importlib
 import io
@@ -40,8 +41,10 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
 from lightning_sched import ConfigError
-from lightning_sched.files import clean_temp_files, write_text
+from lightning_sched.files import WriteFailed, clean_temp_files, write_text
 
+from .checkpoints import resume_command
+from .cli import causes
 from .run import RunCSVLogger
 
 RUN_DIR_ENV = "LIGHTNING_SCHED_RUN_DIR"  # the run folder, handed to the DDP processes Lightning starts
@@ -210,6 +213,37 @@ def require_latest(folder: Path, ckpt_path: str) -> None:
         raise ConfigError(f"--ckpt_path {ckpt_path} would rewind the run in {folder}, which stands at step "
                           f"{checkpoint_step(last)} ({last}); resume from {last}, or start a branch in a new folder "
                           f"with --trainer.default_root_dir {branch}")
+
+
+class RunWriteFailed(OSError):
+    """A file of a run could not be written (a full disk): the one line fit.py prints."""
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def write_failure(error: BaseException, run_dir, ckpt_dir=None) -> RunWriteFailed | None:
+    """`error` as one line when a write failed (files.WriteFailed: checkpoints, metrics.csv) or a
+    disk filled (ENOSPC, EDQUOT, EFBIG) anywhere in its chain: what failed, the space left where,
+    and how the run resumes from `ckpt_dir`'s last.ckpt (a fit's); None for any other error."""
+    chain = list(causes(error))
+    failed = next((e for e in chain if isinstance(e, WriteFailed)), None)
+    full = next((e for e in chain if isinstance(e, OSError) and e.errno in DISK_FULL), None)
+    if failed is None and full is None:
+        return None
+    where = failed.path.parent if failed else Path(full.filename).parent if full.filename else Path(run_dir or ".")
+    try:
+        free = f"{shutil.disk_usage(where).free / 2**20:.1f} MiB free"
+    except OSError:
+        free = "no free space it can tell"
+    what = str(failed) if failed else f"writing {full.filename or 'a file'} failed ({full.strerror})"
+    line = f"{what}; {where} has {free}"
+    last = Path(ckpt_dir) / "last.ckpt" if ckpt_dir else None
+    if last is not None and last.is_file():
+        line += f"; free space, then resume from step {checkpoint_step(last)}: {resume_command(run_dir, last)}"
+    elif last is not None:
+        line += "; no checkpoint was written yet, nothing to resume"
+    return RunWriteFailed(line)
 
 
 def drop_metrics_after(metrics: Path, step: int) -> None:

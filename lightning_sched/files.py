@@ -21,6 +21,15 @@ class OutputExists(ConfigError):
     """The file an output was to be written to exists (and replacing it was not asked for)."""
 
 
+class WriteFailed(OSError):
+    """Writing `path` failed (a full disk, a quota, a failing device: the cause is chained), and
+    `path` was left as it was before the write."""
+
+    def __init__(self, path: Path, cause: BaseException):
+        super().__init__(f"writing {path} failed ({cause}); {path.name} was left as it was")
+        self.path = Path(path)
+
+
 # the keys of a checkpoint that hold weights: Lightning's state_dict and this project's policy record
 WEIGHT_KEYS = ("state_dict", "lightning_sched")
 
@@ -140,7 +149,7 @@ def write_file(path, write: Callable[[BinaryIO], None], overwrite: bool = False,
                 return target
         raise OutputExists(f"{path} exists; name another file or pass --overwrite to replace it")
     except (OSError, RuntimeError) as error:  # torch reports a failed write as a RuntimeError
-        raise OSError(f"writing {path} failed ({error}); {path.name} was left as it was") from error
+        raise WriteFailed(path, error) from error
     finally:
         temp.unlink(missing_ok=True)
 
@@ -148,6 +157,25 @@ def write_file(path, write: Callable[[BinaryIO], None], overwrite: bool = False,
 def write_text(path, text: str, overwrite: bool = False, numbered: bool = False) -> Path:
     """`write_file` of a text file (UTF-8)."""
     return write_file(path, lambda file: file.write(text.encode()), overwrite, numbered)
+
+
+def append_text(path, text: str) -> None:
+    """Appends `text` (whole lines) to the existing file `path` in one write: a log too long to
+    rewrite at every line (metrics.csv). A failed write (a full disk) is undone, the file cut back
+    to its previous length, so no partial line is left; WriteFailed names the file."""
+    path = Path(path)
+    data = memoryview(text.encode())
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        except OSError as error:
+            os.ftruncate(fd, size)
+            raise WriteFailed(path, error) from error
+    finally:
+        os.close(fd)
 
 
 def write_figure(fig, path, overwrite: bool = False, numbered: bool = False) -> Path:

@@ -16,9 +16,11 @@ WANDB_API_KEY is set); `fit` prints these paths at start (callbacks/run_folder.p
 RUN/checkpoints/last.ckpt` resumes RUN: same folder, best checkpoint and W&B run, and the
 checkpoint's model settings (callbacks/resume.py); only from RUN's last.ckpt, and one process at a
 time (callbacks/run_folder.py). SIGTERM or Ctrl-C saves last.ckpt, prints the command that resumes,
-and exits with 143 (130 for Ctrl-C); before training starts it leaves no run folder (callbacks/stop.py).
-A bad value prints one line naming the field (`error: ...`), exit code
-2; LIGHTNING_SCHED_TRACEBACK=1 shows the full traceback or parser message.
+and exits with 143 (130 for Ctrl-C), at once also during a validation or test; before training starts it
+leaves no run folder (callbacks/stop.py). A bad value prints one line naming the field (`error: ...`),
+exit code 2, and so does a disk that fills mid-run (naming the file and the space left; the run's
+files are left whole and it resumes from last.ckpt); LIGHTNING_SCHED_TRACEBACK=1 shows the full
+traceback or parser message.
 """
 from __future__ import annotations
 
@@ -47,7 +49,15 @@ from callbacks.cli import (
 )
 from callbacks.resume import check_checkpoint_model, read_checkpoint
 from callbacks.run import WANDB_ID_KEY, prepare_trainer, run_callbacks
-from callbacks.run_folder import RunConfig, RunFolders, describe_run, require_free_space, wandb_args
+from callbacks.run_folder import (
+    RunConfig,
+    RunFolders,
+    RunWriteFailed,
+    describe_run,
+    require_free_space,
+    wandb_args,
+    write_failure,
+)
 from lightning_sched import ConfigError
 from lightning_sched.cli import THREADS_HELP
 
@@ -67,9 +77,14 @@ class SchedulerCLI(LightningCLI):
         self.folders, self.asked_model, self.wandb_id, self.resumed_step = RunFolders(), None, None, None
         try:
             super().__init__(*args, **kwargs)
-        except BaseException:
+        except BaseException as error:
             self.folders.remove_unused()  # a bad config or an early stop leaves no run folder behind
-            raise
+            run_dir = getattr(self, "run_dir", None)
+            failed = write_failure(error, run_dir, run_dir and self.subcommand == "fit" and
+                                   self.config.fit.checkpoint.dirpath)
+            if failed is None or show_tracebacks():
+                raise
+            raise failed from error
         finally:
             self.folders.release()
 
@@ -146,6 +161,9 @@ def main(args=None) -> None:
                      args=args, parser_kwargs={"default_config_files": [], "parser_mode": "yaml"})
     except SIGTERMException:  # LatestCheckpoint saved the run and printed how to resume it
         raise SystemExit(stop.exit_code()) from None
+    except RunWriteFailed as failed:  # a full disk: the run's files were left whole
+        print(f"error: {failed}", file=sys.stderr)
+        raise SystemExit(2) from None
     except stop.Stopped as stopped:  # outside training: nothing to save (SchedulerCLI removed a new folder)
         print(f"\n{stopped}, outside training; no checkpoint written", file=sys.stderr)
         raise SystemExit(stop.exit_code()) from None

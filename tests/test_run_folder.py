@@ -124,6 +124,47 @@ def test_a_disk_filling_up_during_a_checkpoint_write_leaves_the_previous_file_wh
     assert not [p for p in ck.iterdir() if p.name.startswith(".")]  # no temporary file left behind
 
 
+def test_a_disk_filling_up_mid_run_is_one_line_and_leaves_the_run_resumable(tmp_path, fit_main, capsys,
+                                                                            monkeypatch):
+    """From metrics.csv's fifth append on (iteration 5's row, after last.ckpt at step 4) the disk is
+    full: the write puts half its row down and fails with ENOSPC. One line naming the file, the
+    space left and the resume, exit 2; metrics.csv as before that write (no row cut short, where
+    Lightning's CSV logger left 21 of 33 columns and a traceback); the run resumes."""
+    import errno
+
+    real_write, appends = os.write, []
+
+    def full_disk(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("metrics.csv"):
+            appends.append(len(data))
+            if len(appends) >= 5:
+                real_write(fd, bytes(data)[:len(data) // 2])
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    run = ["fit", "--config", SMOKE, "--threads", "1", "--trainer.logger", "false", "--trainer.max_steps", "6"]
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(SystemExit) as stopped:
+        fit_main(run)
+    monkeypatch.setattr(os, "write", real_write)  # space freed
+    [line] = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert stopped.value.code == 2, line
+    assert line.startswith("error: writing runs/smoke/metrics.csv failed ([Errno 28] No space left on device); "
+                           "metrics.csv was left as it was; runs/smoke has ") and " MiB free; " in line, line
+    assert line.endswith("resume from step 4: python " + shlex.join([sys.argv[0], "fit", "--config",
+                         "runs/smoke/config.yaml", "--ckpt_path", "runs/smoke/checkpoints/last.ckpt"])), line
+    metrics = tmp_path / "runs" / "smoke" / "metrics.csv"
+    text = metrics.read_text()
+    rows = list(csv.reader(text.splitlines()))
+    assert text.endswith("\n") and all(len(r) == len(rows[0]) for r in rows), rows
+    assert [r[rows[0].index("iteration")] for r in rows[1:]] == ["1.0", "2.0", "", "3.0", "4.0", ""]
+    assert load(tmp_path / "runs" / "smoke" / "checkpoints" / "last.ckpt")["global_step"] == 4
+    fit_main([*run[:1], "--config", "runs/smoke/config.yaml", "--ckpt_path", "runs/smoke/checkpoints/last.ckpt",
+              "--threads", "1"])
+    iterations = [float(r["iteration"]) for r in csv.DictReader(metrics.open()) if r["iteration"]]
+    assert iterations == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+
+
 def test_an_unwritable_checkpoint_folder_is_refused_before_training(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
