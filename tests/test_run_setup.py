@@ -224,9 +224,9 @@ def test_a_run_adds_its_wandb_id_and_progress_bar_unless_the_config_has_its_own(
         return [type(c).__name__ for c in run_callbacks(Namespace({"callbacks": None, "enable_progress_bar": None,
                                                                    **trainer}))]
 
-    assert names() == ["WandbRunId", "TrainingSummary", "RunProgressBar"]
-    assert names(enable_progress_bar=False) == ["WandbRunId", "TrainingSummary"]
-    assert names(callbacks=TQDMProgressBar()) == ["TQDMProgressBar", "WandbRunId", "TrainingSummary"]
+    assert names() == ["WandbRunId", "TrainingSummary", "StopEvaluations", "RunProgressBar"]
+    assert names(enable_progress_bar=False) == ["WandbRunId", "TrainingSummary", "StopEvaluations"]
+    assert names(callbacks=TQDMProgressBar()) == ["TQDMProgressBar", "WandbRunId", "TrainingSummary", "StopEvaluations"]
 
 
 def test_sigterm_prints_the_command_that_resumes_the_run(monkeypatch):
