@@ -33,6 +33,17 @@ def resume_command(run_dir: str | os.PathLike, ckpt: str | os.PathLike) -> str:
                        "--ckpt_path", os.path.relpath(ckpt)])
 
 
+def redo_validation(trainer) -> None:
+    """Marks the validation a signal cut (StopEvaluations) as Lightning marks one cut inside its
+    batch: started, not processed, which a resume goes back to and runs again (Lightning's own
+    restart of a validation, its counters public on the loop). Cut elsewhere (a hook after the
+    batch), it would be skipped, and the run would miss that validation's best checkpoint."""
+    progress = trainer.fit_loop.epoch_loop.val_loop.batch_progress
+    for counts in (progress.total, progress.current):
+        counts.ready = counts.started = max(counts.started, 1)
+        counts.processed = counts.completed = counts.started - 1
+
+
 class LatestCheckpoint(ModelCheckpoint):
     """`last.ckpt`, rewritten at every validation and when SIGTERM stops training."""
 
@@ -50,6 +61,8 @@ class LatestCheckpoint(ModelCheckpoint):
         # validation), StopEvaluations during a validation (which changes no weight), so the state
         # saved here is a consistent point to resume from
         if isinstance(exception, SIGTERMException) and trainer.state.fn == "fit":
+            if trainer.validating:
+                redo_validation(trainer)
             self._save_none_monitor_checkpoint(trainer, self._monitor_candidates(trainer))
             if trainer.is_global_zero:
                 print(self.stopped_message(trainer.global_step, trainer.default_root_dir, trainer.validating),
@@ -60,8 +73,7 @@ class LatestCheckpoint(ModelCheckpoint):
         was saved, and the `scripts/fit.py` command that resumes it (the run folder `run_dir` holds
         its config.yaml)."""
         path = self.interrupted_path()
-        at = f"at iteration {iteration}" + (" (its validation cut short: the resume validates next at its usual "
-                                            "iteration)" if validating else "")
+        at = f"at iteration {iteration}" + (" (its validation cut short: the resume redoes it)" if validating else "")
         if not path:
             return f"\nstopped by {signal_name()} {at}, before any checkpoint"
         return (f"\nstopped by {signal_name()} {at}; saved {os.path.relpath(path)}. "

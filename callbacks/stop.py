@@ -62,16 +62,18 @@ def install() -> None:
 class StopEvaluations(Callback):
     """A stop signal during a validation or test loop stops it at once (`_handle` raises Lightning's
     SIGTERMException there). Validation changes no weight: last.ckpt then holds the last training
-    step's state, as a signal just before the validation would have left it."""
+    step's state, as a signal just before the validation would have left it. One process only:
+    under DDP a rank stopping mid-loop would leave the others waiting in a collective, so the
+    loop ends first there, as Lightning has it."""
 
     def _set(self, evaluating: bool) -> None:
         _evaluating[0] = evaluating
 
     def on_validation_start(self, trainer, pl_module) -> None:
-        self._set(True)
+        self._set(trainer.world_size == 1)
 
     def on_test_start(self, trainer, pl_module) -> None:
-        self._set(True)
+        self._set(trainer.world_size == 1)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         self._set(False)

@@ -27,7 +27,8 @@ class SigtermInEvaluation(Callback):
     """Sends SIGTERM (or `signal`) from another thread `delay` seconds into the validation after
     iteration `iteration` (or into the test loop, when `iteration` is None), a loop made to last up
     to a minute (as a queue policy's validation does: this callback waits at its batch's end).
-    `sent_at`: time.monotonic() of the signal."""
+    `sent_at`: time.monotonic() of the signal; once per process until it is set back to None (a
+    resume redoes the cut validation, this time to the end)."""
 
     sent_at: float | None = None
 
@@ -35,6 +36,8 @@ class SigtermInEvaluation(Callback):
         self.iteration, self.signal, self.delay = iteration, signal, delay
 
     def _now(self, trainer) -> bool:
+        if SigtermInEvaluation.sent_at is not None:
+            return False
         return trainer.testing if self.iteration is None else trainer.global_step == self.iteration
 
     def _send(self) -> None:

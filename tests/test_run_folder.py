@@ -278,13 +278,14 @@ def test_ctrl_c_saves_prints_the_resume_command_and_a_resume_only_continues_from
 
 def test_a_signal_during_validation_or_test_stops_it_at_once_and_the_run_resumes(tmp_path, fit_main, capsys):
     """SIGTERM 0.2 s into a validation that would last a minute (a queue policy's takes one): the
-    run stops within seconds with last.ckpt at the last training step, and resumes; Ctrl-C in the
-    test loop stops it as promptly."""
+    run stops within seconds with last.ckpt at the last training step, and resumes, redoing that
+    validation; Ctrl-C in the test loop stops it as promptly."""
     import time
 
     from tests.faults import SigtermInEvaluation
 
     def stopped_by(command, *args) -> tuple[int, float]:
+        SigtermInEvaluation.sent_at = None
         with pytest.raises(SystemExit) as stopped:
             fit_main([command, "--config", SMOKE, "--threads", "1", "--trainer.logger", "false",
                       "--trainer.callbacks+=tests.faults.SigtermInEvaluation", *args])
@@ -292,14 +293,15 @@ def test_a_signal_during_validation_or_test_stops_it_at_once_and_the_run_resumes
 
     code, waited = stopped_by("fit", "--trainer.callbacks.iteration", "2")
     assert code == 143 and waited < 20, (code, waited)
-    assert "stopped by SIGTERM at iteration 2 (its validation cut short" in capsys.readouterr().out
+    assert "stopped by SIGTERM at iteration 2 (its validation cut short: the resume redoes it)" in \
+        capsys.readouterr().out
     last = tmp_path / "runs" / "smoke" / "checkpoints" / "last.ckpt"
     assert load(last)["global_step"] == 2
     fit_main(["fit", "--config", "runs/smoke/config.yaml", "--ckpt_path", str(last), "--threads", "1"])
     assert load(last)["global_step"] == 4
     rows = list(csv.DictReader((tmp_path / "runs" / "smoke" / "metrics.csv").open()))
     assert [float(r["iteration"]) for r in rows if r["iteration"]] == [1.0, 2.0, 3.0, 4.0]
-    assert sorted(eval_rows(tmp_path / "runs" / "smoke" / "metrics.csv")) == [3]  # the cut one is not logged
+    assert sorted(eval_rows(tmp_path / "runs" / "smoke" / "metrics.csv")) == [1, 3]  # the cut one redone
     code, waited = stopped_by("test", "--ckpt_path", str(last), "--trainer.callbacks.signal", "SIGINT")
     assert code == 130 and waited < 20, (code, waited)
     assert "stopped by Ctrl-C (SIGINT) during test; nothing to save" in capsys.readouterr().err
