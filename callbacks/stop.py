@@ -50,11 +50,16 @@ def _handle(signum, frame) -> None:
     raise Stopped(signum)
 
 
+def forget() -> None:
+    """Forgets the signals received (a run in this process that starts again, a test after one)."""
+    _received.clear()
+    _evaluating[0] = False
+
+
 def install() -> None:
     """SIGTERM and SIGINT handled as above, from now on in this process (Lightning's SIGTERM handler
     calls this one too while it is in place). A run started again in the same process starts afresh."""
-    _received.clear()
-    _evaluating[0] = False
+    forget()
     signal.signal(signal.SIGTERM, _handle)
     signal.signal(signal.SIGINT, _handle)
 

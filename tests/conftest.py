@@ -55,3 +55,6 @@ def fit_main(tmp_path, monkeypatch):
     yield script_main("fit")
     for s, handler in handlers.items():
         signal.signal(s, handler)
+    from callbacks import stop
+
+    stop.forget()  # a signal one test sent is not the next test's
