@@ -79,7 +79,6 @@ def require_total(what: str, parts: dict[str, float], fields: dict[str, object])
                    {**fields, "largest part": f"{largest} ~{format_bytes(parts[largest])}"})
 
 
-
 def work_budget() -> float:
     """Seconds of estimated work a run may do before its result: $LIGHTNING_SCHED_WORK_SECONDS,
     else DEFAULT_WORK_SECONDS."""
