@@ -209,3 +209,9 @@ def test_bench_env_queue_prints_rates_and_an_iteration(tmp_path):
                                                for b in ("off", "easy") for p in ("random", "fcfs")}
     assert all(v > 0 for v in result["decisions_per_s"].values())
     assert result["queue/easy/ppo_iteration"]["iteration_s"] > 0
+
+
+def test_an_env_too_large_for_memory_is_refused_before_it_allocates(tmp_path):
+    log = read_queue_log(write_log(tmp_path / "log.swf", jobs=300))
+    with pytest.raises(ConfigError, match=r"QueueEnv would need about .*batch_size=100000000, sequence_length=128"):
+        QueueEnv(log.config(sequence_length=128, window=16), log, batch_size=[100_000_000])

@@ -18,6 +18,7 @@ from torchrl.envs import EnvBase
 
 from ..batched import require_integer_action, rows_to_reset
 from ..config import ConfigError
+from ..limits import require_memory
 from .config import QueueConfig
 from .log import QueueLog
 from .state import QueueState, init_state
@@ -55,6 +56,11 @@ class QueueEnv(EnvBase):
                 raise ConfigError(f"QueueConfig cluster ({cfg.nodes} nodes x {cfg.processors_per_node}) is not the "
                                   f"log's ({one.nodes} x {one.processors_per_node}): {Path(one.path).name}")
         self.cfg = cfg
+        # the state's job columns (QueueState: 7 int64 and a status byte a job) and the observation's
+        # (3 int64 job columns, the window's features, index and mask), before anything is allocated
+        row_bytes = cfg.sequence_length * (7 * 8 + 1 + 3 * 8) + cfg.window * (4 * 4 + 4 + 1)
+        require_memory("QueueEnv", batch_size[0] * row_bytes,
+                       {"batch_size": batch_size[0], "sequence_length": cfg.sequence_length, "window": cfg.window})
         e = episodes_per_sequence
         if isinstance(e, bool) or not isinstance(e, int) or e < 1 or batch_size[0] % e:
             raise ConfigError(f"episodes_per_sequence must be an integer >= 1 dividing B={batch_size[0]}, got {e!r}")
