@@ -33,8 +33,9 @@ from lightning_sched import seeds
 from lightning_sched.config import ConfigError
 from lightning_sched.learning.baselines import TimeIndexedBaseline
 from lightning_sched.learning.policy_gradient import discounted_returns
+from lightning_sched.limits import require_total
 from lightning_sched.queue.config import QueueConfig
-from lightning_sched.queue.env import QueueEnv
+from lightning_sched.queue.env import QueueEnv, env_bytes
 from lightning_sched.queue.heuristics import QueueHeuristic
 from lightning_sched.queue.log import QueueLog, read_queue_log
 from lightning_sched.queue.policy import (
@@ -186,6 +187,13 @@ class QueuePPO(LightningModule):
         self.cfg = self.logs[0].config(backfill=backfill, window=window, sequence_length=sequence_length,
                                        bsld_threshold=bsld_threshold, reward=reward)
         self.val_cfg = QueueConfig.from_dict({**self.cfg.to_dict(), "sequence_length": validation.sequence_length})
+        # what an iteration holds at once: the training env, the validation env and the rollout's
+        # decisions (at most one a job: the window's features and mask, and a few scalars each)
+        require_total("QueuePPO", {"training env": env_bytes(self.cfg, batch_size),
+                                   "validation env": env_bytes(self.val_cfg, validation.sequences),
+                                   "rollout": batch_size * sequence_length * (window * (4 * 4 + 1) + 64)},
+                      {"batch_size": batch_size, "sequence_length": sequence_length, "window": window,
+                       "validation.sequences": validation.sequences})
         self.positions, self.val_positions = [], []
         for one in self.logs:
             train_jobs = one.jobs_before(train_fraction)

@@ -25,6 +25,12 @@ from .state import QueueState, init_state
 from .step import advance
 
 
+def env_bytes(cfg: QueueConfig, rows: int) -> int:
+    """The bytes of `rows` episodes' state (QueueState: 7 int64 columns and a status byte a job) and
+    observation (3 int64 job columns; the window's features, job index and mask)."""
+    return rows * (cfg.sequence_length * (7 * 8 + 1 + 3 * 8) + cfg.window * (4 * 4 + 4 + 1))
+
+
 class QueueEnv(EnvBase):
     """B queue episodes stepped as one TensorDict.
 
@@ -56,10 +62,7 @@ class QueueEnv(EnvBase):
                 raise ConfigError(f"QueueConfig cluster ({cfg.nodes} nodes x {cfg.processors_per_node}) is not the "
                                   f"log's ({one.nodes} x {one.processors_per_node}): {Path(one.path).name}")
         self.cfg = cfg
-        # the state's job columns (QueueState: 7 int64 and a status byte a job) and the observation's
-        # (3 int64 job columns, the window's features, index and mask), before anything is allocated
-        row_bytes = cfg.sequence_length * (7 * 8 + 1 + 3 * 8) + cfg.window * (4 * 4 + 4 + 1)
-        require_memory("QueueEnv", batch_size[0] * row_bytes,
+        require_memory("QueueEnv", env_bytes(cfg, batch_size[0]),
                        {"batch_size": batch_size[0], "sequence_length": cfg.sequence_length, "window": cfg.window})
         e = episodes_per_sequence
         if isinstance(e, bool) or not isinstance(e, int) or e < 1 or batch_size[0] % e:
