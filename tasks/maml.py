@@ -156,6 +156,12 @@ class MAML(SchedulerTask):
             raise ConfigError("MAML.objectives must name at least one objective (or be null: the cluster's)")
         require_at_least("MAML", 1, meta_batch=meta_batch, inner_jobsets=inner_jobsets, inner_episodes=inner_episodes,
                          outer_jobsets=outer_jobsets, outer_episodes=outer_episodes)
+        # one meta-iteration's largest batched rollout: every task's inner (or outer) episodes at once
+        widest = max((inner_jobsets * inner_episodes, inner_jobsets, inner_episodes),
+                     (outer_jobsets * outer_episodes, outer_jobsets, outer_episodes))
+        self.require_rollouts_fit(meta_batch * widest[1], widest[2], meta_batch=meta_batch,
+                                  inner_jobsets=inner_jobsets, inner_episodes=inner_episodes,
+                                  outer_jobsets=outer_jobsets, outer_episodes=outer_episodes)
         self.inner = AdaptationSettings(steps=inner_steps, jobsets=inner_jobsets, episodes=inner_episodes, lr=inner_lr,
                                         optimizer=inner_optimizer, normalize_advantage=normalize_advantage)
         if init_from is not None:

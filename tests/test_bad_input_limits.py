@@ -50,6 +50,10 @@ def test_one_budget_for_the_whole_run_is_checked_before_drawing(monkeypatch, cap
 
     with pytest.raises(ConfigError, match="Reinforce's rollouts would need about .*episodes_per_jobset=100000000"):
         Reinforce(episodes_per_jobset=100_000_000)
+    from tasks.maml import MAML
+
+    with pytest.raises(ConfigError, match="MAML's rollouts would need about .*meta_batch=8, inner_jobsets=100000"):
+        MAML(meta_batch=8, inner_jobsets=100_000)
     for bad in ("1e400", "nan", "-5", "lots"):
         monkeypatch.setenv("LIGHTNING_SCHED_MEMORY_BYTES", bad)
         with pytest.raises(ConfigError, match=f"LIGHTNING_SCHED_MEMORY_BYTES must be a finite number .*{bad}"):
