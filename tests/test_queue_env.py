@@ -211,12 +211,19 @@ def test_bench_env_queue_prints_rates_and_an_iteration(tmp_path):
     assert result["queue/easy/ppo_iteration"]["iteration_s"] > 0
 
 
-def test_an_env_too_large_for_memory_is_refused_before_it_allocates(tmp_path):
+def test_an_env_too_large_for_memory_is_refused_before_it_allocates(tmp_path, monkeypatch):
     log = read_queue_log(write_log(tmp_path / "log.swf", jobs=300))
     with pytest.raises(ConfigError, match=r"QueueEnv would need about .*batch_size=100000000, sequence_length=128"):
         QueueEnv(log.config(sequence_length=128, window=16), log, batch_size=[100_000_000])
-    from tasks.queue_ppo import QueuePPO  # a training run checks its envs and rollout together, at construction
+    from tasks.queue_ppo import (  # a training run checks its envs and rollout together, at construction
+        QueuePPO,
+        QueueValidation,
+    )
 
     with pytest.raises(ConfigError, match=r"QueuePPO would need about .*largest part=rollout"):
         QueuePPO(str(tmp_path / "log.swf"), window=16, sequence_length=128, batch_size=10_000_000)
+    monkeypatch.setenv("LIGHTNING_SCHED_WORK_SECONDS", "1")
+    with pytest.raises(ConfigError, match=r"QueuePPO would take at least .*validation.sequences=1000"):
+        QueuePPO(str(tmp_path / "log.swf"), window=16, sequence_length=128,
+                 validation=QueueValidation(sequences=1000, sequence_length=128))
 
