@@ -24,7 +24,8 @@ HEADERS = (Path(__file__).parent.parent / "native_rows.h",)
 SIZES = ("batch", "length", "window", "backfill", "nodes", "processors")
 SCALARS = ("threshold", "max_wait", "max_requested")
 READ = ("submit", "run", "requested", "processors", "nodes", "job")
-IN_PLACE = ("status", "start", "start_rank", "time", "free_nodes", "next_arrival", "done", "bsld_sum")
+IN_PLACE = ("status", "start", "start_rank", "time", "free_nodes", "next_arrival", "done", "bsld_sum", "sjf_order",
+            "size_order", "order_count", "order_arrival")
 OUT = ("bsld_added", "window_job", "job_features", "cluster_features", "action_mask", "queue_length")
 NUM_ARGS = len(SIZES) + len(SCALARS) + len(READ) + len(IN_PLACE) + len(OUT)
 FEATURES, CLUSTER_FEATURES = 4, 2
@@ -32,7 +33,8 @@ MIN_CHUNK_ROWS = 64  # a queue row costs more than a DeepRM row: smaller chunks 
 DTYPES = {"submit": torch.int64, "run": torch.int64, "requested": torch.int64, "processors": torch.int64,
           "nodes": torch.int64, "status": torch.int8, "start": torch.int64, "start_rank": torch.int64,
           "time": torch.int64,
-          "free_nodes": torch.int64, "next_arrival": torch.int64, "done": torch.bool, "bsld_sum": torch.float64}
+          "free_nodes": torch.int64, "next_arrival": torch.int64, "done": torch.bool, "bsld_sum": torch.float64,
+          "sjf_order": torch.int32, "size_order": torch.int32, "order_count": torch.int64, "order_arrival": torch.int64}
 
 
 @functools.lru_cache(maxsize=None)

@@ -34,6 +34,8 @@ typedef struct {
     int64_t *start, *start_rank, *time, *free_nodes, *next_arrival;
     uint8_t *done;
     double *bsld_sum;
+    int32_t *sjf_order, *size_order; /* the window's kept sorted orders (state.py), [B, L] */
+    int64_t *order_count, *order_arrival;
     /* fresh outputs */
     double *bsld_added;                 /* [B] */
     int32_t *window_job;                /* [B, W], -1 for an empty slot (int32: a quarter of the step's writes) */
@@ -192,29 +194,64 @@ static void step_row(Row *r, int64_t j, EndNodes *scratch) {
     while (r->q == 0 && r->na < r->L) advance(r);
 }
 
-/* The visible window: the waiting jobs in FCFS order when they fit in it, else RLScheduler's
- * alternation of the SJF order (requested, submit) and the smallest-first order (processors,
- * submit), each job once. */
 #define INDEX_BITS 24 /* a packed key: the sort value above, the job's index below (submit order = index order) */
-static void build_window(const Row *r, int64_t *window, uint64_t *by_sjf, uint64_t *by_size, uint8_t *seen) {
+static uint64_t pack(int64_t value, int64_t k) { return ((uint64_t)value << INDEX_BITS) | (uint64_t)k; }
+
+/* One kept order (job indices ascending by (value, index)) brought up to date: the jobs that no
+ * longer wait dropped, the `n` jobs that arrived since it was written (`fresh`, packed keys,
+ * sorted) merged in, from the back. Returns its new length. */
+static int64_t update_order(int32_t *order, int64_t count, const int64_t *value, const int8_t *status,
+                            const uint64_t *fresh, int64_t n) {
+    int64_t kept = 0;
+    for (int64_t i = 0; i < count; i++)
+        if (status[order[i]] == WAITING) order[kept++] = order[i];
+    int64_t i = kept - 1, out = kept + n - 1;
+    for (int64_t j = n - 1; j >= 0; out--) {
+        if (i >= 0 && pack(value[order[i]], order[i]) > fresh[j]) order[out] = order[i--];
+        else order[out] = (int32_t)(fresh[j--] & (((uint64_t)1 << INDEX_BITS) - 1));
+    }
+    return kept + n;
+}
+
+/* The row's SJF order (requested, submit) and smallest-first order (processors, submit) of its
+ * waiting jobs, in the state's kept orders. They hold the jobs waiting when they were last written
+ * (order_count of them) and every job since then arrived at or after order_arrival, as jobs only
+ * move forward (FUTURE, WAITING, RUNNING, ENDED): so only the new arrivals are sorted, a few a step
+ * instead of the whole queue. A kept order that does not add up (a state changed by other means)
+ * is rebuilt from the whole queue. */
+static void update_orders(const Row *r, int64_t b, uint64_t *by_sjf, uint64_t *by_size) {
+    int64_t L = r->L, *count = r->a->order_count + b, *arrival = r->a->order_arrival + b;
+    int32_t *sjf = r->a->sjf_order + b * L, *size = r->a->size_order + b * L;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int64_t from = *arrival, m = 0;
+        if (attempt || *count < 0 || *count > from || from > r->na) *count = 0, from = 0;
+        for (int64_t k = from > r->lo ? from : r->lo; k < r->na; k++) {
+            if (r->status[k] != WAITING) continue;
+            by_sjf[m] = pack(r->requested[k], k), by_size[m] = pack(r->processors[k], k), m++;
+        }
+        sort_keys(by_sjf, m);
+        sort_keys(by_size, m);
+        int64_t n = update_order(sjf, *count, r->requested, r->status, by_sjf, m);
+        int64_t n2 = update_order(size, *count, r->processors, r->status, by_size, m);
+        *count = n, *arrival = r->na;
+        if (n == r->q && n2 == r->q) return;
+    }
+}
+
+/* The visible window: the waiting jobs in FCFS order when they fit in it, else RLScheduler's
+ * alternation of the SJF order and the smallest-first order (update_orders), each job once. */
+static void build_window(const Row *r, int64_t b, int64_t *window, uint64_t *by_sjf, uint64_t *by_size,
+                         uint8_t *seen) {
     int64_t W = r->a->window, n = 0;
     if (r->q <= W) {
         for (int64_t k = r->lo; k < r->na && n < r->q; k++)
             if (r->status[k] == WAITING) window[n++] = k;
     } else {
-        int64_t m = 0;
-        for (int64_t k = r->lo; k < r->na; k++) {
-            if (r->status[k] != WAITING) continue;
-            by_sjf[m] = ((uint64_t)r->requested[k] << INDEX_BITS) | (uint64_t)k;
-            by_size[m] = ((uint64_t)r->processors[k] << INDEX_BITS) | (uint64_t)k;
-            seen[k] = 0;
-            m++;
-        }
-        sort_keys(by_sjf, m);
-        sort_keys(by_size, m);
-        uint64_t low = ((uint64_t)1 << INDEX_BITS) - 1;
+        update_orders(r, b, by_sjf, by_size);
+        const int32_t *sjf = r->a->sjf_order + b * r->L, *size = r->a->size_order + b * r->L;
+        for (int64_t i = 0; i < r->q; i++) seen[sjf[i]] = 0;
         for (int64_t i = 0; n < W; i++) {
-            int64_t s = (int64_t)(by_sjf[i] & low), t = (int64_t)(by_size[i] & low);
+            int64_t s = sjf[i], t = size[i];
             if (!seen[s]) seen[s] = 1, window[n++] = s;
             if (n < W && !seen[t]) seen[t] = 1, window[n++] = t;
         }
@@ -252,7 +289,7 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
             a->time[b] = r.time, a->free_nodes[b] = r.free, a->next_arrival[b] = r.na;
         }
         a->bsld_added[b] = r.bsld;
-        build_window(&r, window, keys, keys + L, seen);
+        build_window(&r, b, window, keys, keys + L, seen);
         int32_t *window_out = a->window_job + b * W;
         for (int64_t i = 0; i < W; i++) window_out[i] = (int32_t)window[i];
         float *features = a->job_features + b * W * FEATURES;

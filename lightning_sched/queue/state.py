@@ -10,6 +10,8 @@ from ..config import ConfigError
 
 # job status codes (QueueState.status)
 FUTURE, WAITING, RUNNING, ENDED = 0, 1, 2, 3
+# the native kernel's fields of QueueState, which the torch step leaves alone (the class's docstring)
+KERNEL_ORDERS = ("sjf_order", "size_order", "order_count", "order_arrival")
 
 
 @dataclass
@@ -32,6 +34,13 @@ class QueueState:
     next_arrival: LongTensor[B]   index of the next job to arrive (L when all have)
     done:       BoolTensor[B]     every job has arrived and the queue is empty (running jobs may remain)
     bsld_sum:   DoubleTensor[B]   bounded slowdowns of the jobs started so far, summed
+
+    The native kernel's memory of the window's two sorted orders (not the queue's state: the torch
+    step neither reads nor writes them, and init_state starts them empty):
+    sjf_order, size_order: IntTensor[B, L]  waiting jobs' indices by (requested, index) and by
+                                  (processors, index), the first order_count of each valid
+    order_count:   LongTensor[B]  how many jobs waited when the orders were last written
+    order_arrival: LongTensor[B]  next_arrival then: later arrivals are not in them yet
     """
 
     submit: torch.Tensor
@@ -47,6 +56,10 @@ class QueueState:
     next_arrival: torch.Tensor
     done: torch.Tensor
     bsld_sum: torch.Tensor
+    sjf_order: torch.Tensor
+    size_order: torch.Tensor
+    order_count: torch.Tensor
+    order_arrival: torch.Tensor
 
     @property
     def batch(self) -> int:
@@ -95,4 +108,8 @@ def init_state(jobs: dict[str, torch.Tensor], nodes: int, processors_per_node: i
                                                                        device=submit.device),
                       next_arrival=torch.ones(b, dtype=torch.int64, device=submit.device),
                       done=torch.zeros(b, dtype=torch.bool, device=submit.device),
-                      bsld_sum=torch.zeros(b, dtype=torch.float64, device=submit.device))
+                      bsld_sum=torch.zeros(b, dtype=torch.float64, device=submit.device),
+                      sjf_order=torch.zeros(b, length, dtype=torch.int32, device=submit.device),
+                      size_order=torch.zeros(b, length, dtype=torch.int32, device=submit.device),
+                      order_count=torch.zeros(b, dtype=torch.int64, device=submit.device),
+                      order_arrival=torch.zeros(b, dtype=torch.int64, device=submit.device))
