@@ -277,6 +277,21 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
         Row r = {a, L, 0, a->next_arrival[b], 0, a->time[b], a->free_nodes[b], a->submit + off, a->run + off,
                  a->requested + off, a->processors_of + off, a->nodes_of + off, a->status + off, a->start + off,
                  a->start_rank + off, 0, running, -1, 0.0};
+        /* The next row's jobs into the caches while this one steps: at B = 4096 the rows' columns no
+         * longer fit in them, and a row reads its jobs at scattered places (the heap, the window).
+         * Its status came two rows ahead, so its first job not ended (nlo) is known here. Written
+         * inline: a function of prefetches alone counts as pure, and the compiler drops its calls. */
+        if (b + 2 < row_end)
+            for (int64_t k = 0; k < a->next_arrival[b + 2]; k += 64) __builtin_prefetch(a->status + off + 2 * L + k);
+        if (b + 1 < row_end && !a->done[b + 1]) {
+            int64_t next = off + L, nlo = 0, nna = a->next_arrival[b + 1];
+            while (nlo < nna && a->status[next + nlo] == ENDED) nlo++;
+            for (int64_t k = next + (nlo & ~(int64_t)7); k < next + nna; k += 8) { /* 8 jobs a cache line */
+                __builtin_prefetch(a->submit + k), __builtin_prefetch(a->run + k), __builtin_prefetch(a->requested + k);
+                __builtin_prefetch(a->processors_of + k), __builtin_prefetch(a->nodes_of + k);
+                __builtin_prefetch(a->start + k), __builtin_prefetch(a->start_rank + k);
+            }
+        }
         if (a->done[b]) r.lo = r.na = L; /* nothing waits: an empty window, skip the scans */
         while (r.lo < r.na && r.status[r.lo] == ENDED) r.lo++;
         for (int64_t k = r.lo; k < r.na; k++) r.q += r.status[k] == WAITING;
