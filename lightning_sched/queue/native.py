@@ -2,8 +2,8 @@
 loaded as DeepRM's kernels are (lightning_sched/deeprm/native.py: compiled at first use with the system
 compiler, cached, rows split over torch's own OpenMP threads). `step` returns None wherever the
 kernel does not apply (no compiler, LIGHTNING_SCHED_NATIVE=0, a state off the CPU or not laid out as
-`init_state` makes it) and the caller steps with torch ops (step_torch.py), which give the same
-state and observation (tests/test_queue_env.py).
+`init_state` makes it, 2^24 jobs a sequence or nodes) and the caller steps with torch ops
+(step_torch.py), which give the same state and observation (tests/test_queue_env.py).
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ OUT = ("bsld_added", "window_job", "job_features", "cluster_features", "action_m
 NUM_ARGS = len(SIZES) + len(SCALARS) + len(READ) + len(IN_PLACE) + len(OUT)
 FEATURES, CLUSTER_FEATURES = 4, 2
 MIN_CHUNK_ROWS = 64  # a queue row costs more than a DeepRM row: smaller chunks still pay for a thread
+PACKED_BITS = 24  # native_queue.c's INDEX_BITS: sort keys hold a job index or a node count in their low 24 bits
 DTYPES = {"submit": torch.int64, "run": torch.int64, "requested": torch.int64, "processors": torch.int64,
           "nodes": torch.int64, "status": torch.int8, "start": torch.int64, "start_rank": torch.int64,
           "time": torch.int64,
@@ -74,7 +75,7 @@ def step(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str, to
     FloatTensor[B, 2], "action_mask" BoolTensor[B, W], "queue_length" LongTensor[B]. None where the
     kernel does not apply (nothing changed)."""
     library = kernel()
-    if library is None or not supports(state):
+    if library is None or not supports(state) or max(state.length, cfg.nodes) >= 1 << PACKED_BITS:
         return None
     b, length, w = state.batch, state.length, cfg.window
     job = job.reshape(-1).to(torch.int64).contiguous()

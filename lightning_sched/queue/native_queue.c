@@ -109,14 +109,16 @@ static void list_running(Row *r) {
     for (int64_t i = n / 2 - 1; i >= 0; i--) sift_down(r->running, n, i);
 }
 
-/* One event: an arrival (when one is due no later than the earliest end, or nothing runs) or one end. */
-static void advance(Row *r) {
+/* One event: an arrival (when one is due no later than the earliest end, or nothing runs) or one
+ * end. Returns 1 for an arrival. */
+static int advance(Row *r) {
     list_running(r);
     const Running *top = r->num_running > 0 ? &r->running[0] : NULL;
     if (r->na < r->L && (!top || r->submit[r->na] <= top->end)) {
         if (r->submit[r->na] > r->time) r->time = r->submit[r->na];
         r->status[r->na++] = WAITING;
         r->q++;
+        return 1;
     } else {
         int64_t k = top->job;
         if (top->end > r->time) r->time = top->end;
@@ -126,14 +128,12 @@ static void advance(Row *r) {
         sift_down(r->running, r->num_running, 0);
         while (r->lo < r->na && r->status[r->lo] == ENDED) r->lo++;
     }
+    return 0;
 }
 
-typedef struct { int64_t key, nodes; } EndNodes;
-
-static int by_key(const void *x, const void *y) {
-    int64_t p = ((const EndNodes *)x)->key, q = ((const EndNodes *)y)->key;
-    return (p > q) - (p < q);
-}
+#define INDEX_BITS 24 /* a packed key: a sort value above, a job's index (or nodes) below */
+static uint64_t pack(int64_t value, int64_t low) { return ((uint64_t)value << INDEX_BITS) | (uint64_t)low; }
+static const uint64_t LOW = ((uint64_t)1 << INDEX_BITS) - 1;
 
 /* Ascending sort of packed keys: quicksort on the median of three, insertion sort below 16. */
 static void sort_keys(uint64_t *x, int64_t n) {
@@ -161,41 +161,39 @@ static void sort_keys(uint64_t *x, int64_t n) {
 }
 
 /* EASY's shadow time of job j: the estimated end (start + requested) of the running job at which,
- * taking running jobs by estimated end, enough nodes are free for j. */
-static int64_t shadow_time(Row *r, int64_t j, EndNodes *scratch) {
+ * taking running jobs by estimated end, enough nodes are free for j. Keys pack (end, nodes): how
+ * jobs ending at the same estimate are ordered cannot change the end at which j fits. */
+static int64_t shadow_time(Row *r, int64_t j, uint64_t *scratch) {
     list_running(r);
     int64_t n = r->num_running;
     for (int64_t i = 0; i < n; i++) {
         int64_t k = r->running[i].job;
-        scratch[i].key = r->start[k] + r->requested[k], scratch[i].nodes = r->nodes[k];
+        scratch[i] = pack(r->start[k] + r->requested[k], r->nodes[k]);
     }
-    qsort(scratch, (size_t)n, sizeof(EndNodes), by_key);
+    sort_keys(scratch, n);
     int64_t free = r->free, shadow = r->time;
     for (int64_t i = 0; i < n; i++) {
-        free += scratch[i].nodes;
-        shadow = scratch[i].key;
+        free += (int64_t)(scratch[i] & LOW);
+        shadow = (int64_t)(scratch[i] >> INDEX_BITS);
         if (free >= r->nodes[j]) break;
     }
     return shadow;
 }
 
-static void step_row(Row *r, int64_t j, EndNodes *scratch) {
+static void step_row(Row *r, int64_t j, uint64_t *scratch) {
     if (r->nodes[j] > r->free) {
         int64_t shadow = r->a->backfill ? shadow_time(r, j, scratch) : 0;
-        while (r->nodes[j] > r->free) {
+        /* A pass after an arrival tries the arrived job only: every other waiting job failed the
+         * pass before with at least as many free nodes (starts only take nodes) at no later time. */
+        for (int arrived = 0; r->nodes[j] > r->free; arrived = advance(r))
             if (r->a->backfill) /* nothing can start on a full cluster */
-                for (int64_t k = r->lo; k < r->na && r->free > 0; k++)
+                for (int64_t k = arrived ? r->na - 1 : r->lo; k < r->na && r->free > 0; k++)
                     if (r->status[k] == WAITING && r->nodes[k] <= r->free && r->time + r->requested[k] < shadow)
                         start_job(r, k);
-            advance(r);
-        }
     }
     start_job(r, j);
     while (r->q == 0 && r->na < r->L) advance(r);
 }
-
-#define INDEX_BITS 24 /* a packed key: the sort value above, the job's index below (submit order = index order) */
-static uint64_t pack(int64_t value, int64_t k) { return ((uint64_t)value << INDEX_BITS) | (uint64_t)k; }
 
 /* One kept order (job indices ascending by (value, index)) brought up to date: the jobs that no
  * longer wait dropped, the `n` jobs that arrived since it was written (`fresh`, packed keys,
@@ -208,7 +206,7 @@ static int64_t update_order(int32_t *order, int64_t count, const int64_t *value,
     int64_t i = kept - 1, out = kept + n - 1;
     for (int64_t j = n - 1; j >= 0; out--) {
         if (i >= 0 && pack(value[order[i]], order[i]) > fresh[j]) order[out] = order[i--];
-        else order[out] = (int32_t)(fresh[j--] & (((uint64_t)1 << INDEX_BITS) - 1));
+        else order[out] = (int32_t)(fresh[j--] & LOW);
     }
     return kept + n;
 }
@@ -262,7 +260,7 @@ static void build_window(const Row *r, int64_t b, int64_t *window, uint64_t *by_
 int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_begin, int64_t row_end) {
     (void)unused;
     int64_t L = a->length, W = a->window;
-    EndNodes *ends = malloc(sizeof(EndNodes) * (size_t)L);
+    uint64_t *ends = malloc(sizeof(uint64_t) * (size_t)L);
     uint64_t *keys = malloc(sizeof(uint64_t) * 2 * (size_t)L);
     Running *running = malloc(sizeof(Running) * (size_t)L);
     uint8_t *seen = malloc((size_t)L);
