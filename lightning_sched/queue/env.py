@@ -26,9 +26,9 @@ from .step import advance
 
 
 def env_bytes(cfg: QueueConfig, rows: int) -> int:
-    """The bytes of `rows` episodes' state (QueueState: 7 int64 columns and a status byte a job) and
-    observation (3 int64 job columns; the window's features, job index and mask)."""
-    return rows * (cfg.sequence_length * (7 * 8 + 1 + 3 * 8) + cfg.window * (4 * 4 + 4 + 1))
+    """The bytes of `rows` episodes' state (QueueState: 7 int64 columns, 2 int32 orders and a status
+    byte a job) and observation (3 int64 job columns; the window's features, job index and mask)."""
+    return rows * (cfg.sequence_length * (7 * 8 + 2 * 4 + 1 + 3 * 8) + cfg.window * (4 * 4 + 4 + 1))
 
 
 class QueueEnv(EnvBase):
