@@ -248,7 +248,8 @@ def queue_main(argv) -> int:
     add_site_flags(ap)
     ap.add_argument("--steps", type=at_least(0), default=5, help="adaptation steps")
     ap.add_argument("--measure", type=at_least(0), nargs="+", help="steps after which to measure (default 0..steps)")
-    ap.add_argument("--lr", type=positive_float, help="step size (default: the checkpoint's inner lr, else 0.1)")
+    ap.add_argument("--lr", type=positive_float, help="step size (default: the checkpoint's inner lr, else 0.1; with "
+                    "its learned per-weight step sizes, Meta-SGD, each weight moves by lr * its own)")
     ap.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
     ap.add_argument("--sequences", type=at_least(1), help="sequences of 256 jobs a step (default: its inner loop's, "
                                                           "else 4)")
@@ -296,10 +297,13 @@ def queue_main(argv) -> int:
             net, inner, trained = queue_network(record, spec), record.adaptation or {}, record.queue
         policy_cfg = network_config(cfg, trained)
         lr = args.lr or inner.get("lr", 0.1)
+        step_sizes = inner.get("step_sizes") if args.optimizer == "sgd" else None  # Meta-SGD's: they scale SGD
+        if step_sizes is not None:
+            print(f"{spec}: adapting with its learned per-weight step sizes (times lr {lr})")
         curves[spec], net = adaptation_curve(net, log, policy_cfg, starts, args.steps, lr,
                                              args.sequences or inner.get("sequences", 4),
                                              args.episodes or inner.get("episodes", 4), train_jobs, args.seed,
-                                             args.optimizer, measure_at=args.measure)
+                                             args.optimizer, measure_at=args.measure, step_sizes=step_sizes)
         adapted_first = adapted_first or (net, policy_cfg)
     for spec, curve in curves.items():
         for step, values in curve.items():

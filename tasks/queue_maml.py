@@ -3,15 +3,17 @@ that adapts to a site's hidden parameters (how its users' requests overstate run
 how job size goes with length) in a few REINFORCE steps on the site's own history.
 
     for each meta-iteration:                                      (training_step)
-        draw `meta_batch` training sites
+        draw `meta_batch` training sites                          (uniform without replacement, or
+                                                                   with replacement by rule gap)
         for each site k:
             theta_k = theta                                       (higher.innerloop_ctx, copy_initial_weights=False)
             repeat inner_steps times:
                 roll out theta_k: `sequences` sequences x `episodes` episodes of the site's training range
                 theta_k <- theta_k - inner_lr grad L_k(theta_k)   (REINFORCE, DeepRM's time-indexed
-                                                                   baseline: queue.adaptation)
+                                                                   baseline: queue.adaptation; Meta-SGD:
+                                                                   inner_lr exp(s) * grad, s learned per weight)
             roll out theta_k on fresh sequences of the site; meta-loss += L_k(theta_k) / meta_batch
-        theta <- Adam(grad meta-loss)                             (through the inner steps, or first order)
+        theta (and s) <- Adam(grad meta-loss)                     (through the inner steps, or first order)
 
 The inner loop is REINFORCE, not the PPO loss QueuePPO trains with: one clipped-surrogate step at
 ratio 1 is the same gradient, and a REINFORCE step is what `higher` differentiates cheaply. The
@@ -35,8 +37,9 @@ from lightning_sched.config import ConfigError
 from lightning_sched.queue.adaptation import adapt, reinforce_loss, rollout, site_env
 from lightning_sched.queue.config import QueueConfig
 from lightning_sched.queue.env import QueueEnv
+from lightning_sched.queue.evaluation import RULES, compare_queue, heuristic_policies
 from lightning_sched.queue.log import read_queue_log
-from lightning_sched.queue.policy import CHECKPOINT_KEY, QueuePolicyRecord, load_queue_policy
+from lightning_sched.queue.policy import CHECKPOINT_KEY, QueuePolicy, QueuePolicyRecord, load_queue_policy
 from lightning_sched.queue.sites import TRAINING_SITES
 
 from .base import SchedulerTask, plain_values, require_at_least, require_positive
@@ -48,7 +51,13 @@ class QueueMAML(LightningModule):
         traces: the folder of the training sites' logs (lightning_sched.queue.sites.TRAINING_SITES).
         train_fraction: each site's sequences come from the first this share of its log.
         backfill, window, sequence_length: the QueueConfig (the cluster comes from the logs).
-        meta_batch: sites per meta-iteration (drawn without replacement).
+        meta_batch: sites per meta-iteration.
+        site_sampling: how they are drawn. uniform: without replacement (meta_batch 5 = every site, every
+            iteration). rule_gap: with replacement, site k with probability proportional to the starting
+            policy's greedy bounded slowdown over the best rule's on k (gap_sequences sequences of
+            validation_length jobs of its training range, selection seeds): the meta-gradient spends its
+            samples where the shared start is furthest behind what a rule already does.
+        gap_sequences: sequences per site that rule_gap's weights are measured on.
         inner_steps: REINFORCE steps inside a meta-iteration; 0 trains the mixture baseline.
         inner_lr: the inner SGD step (advantages are normalised, so it is a step in log-probabilities).
         sequences, episodes: each rollout's N sequences x E episodes.
@@ -56,6 +65,10 @@ class QueueMAML(LightningModule):
             baseline's samples match a MAML run with inner_steps = this - 1).
         meta_lr: Adam's step on the meta-parameters.
         first_order: the meta-gradient taken at the adapted weights (no gradient through the inner steps).
+        learn_step_sizes: Meta-SGD (Li et al., 2017): meta-learn a step size exp(s) for every weight of the
+            scorer, multiplying inner_lr (s starts at 0); saved in the checkpoint's adaptation record, which
+            scripts/adapt.py --env queue then adapts with. Needs inner_steps >= 1 and second order.
+        step_size_lr: Adam's step on s (log step sizes move much further than the weights; 0.01 as MAML's).
         validation_length: jobs of each site's validation sequence.
         iterations_per_epoch: pacing only.
         seed: seeds the sites drawn, the sequences and the actions.
@@ -65,15 +78,22 @@ class QueueMAML(LightningModule):
                  backfill: str = "off", window: int = 128, sequence_length: int = 256, meta_batch: int = 5,
                  inner_steps: int = 1, inner_lr: float = 0.1, sequences: int = 4, episodes: int = 4,
                  rollouts_per_site: int = 1, meta_lr: float = 1e-4, first_order: bool = False,
-                 validation_length: int = 1024, iterations_per_epoch: int = 50, seed: int = 0):
+                 learn_step_sizes: bool = False, step_size_lr: float = 0.01, validation_length: int = 1024,
+                 site_sampling: str = "uniform", gap_sequences: int = 8, iterations_per_epoch: int = 50,
+                 seed: int = 0):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
         require_at_least("QueueMAML", 1, meta_batch=meta_batch, sequences=sequences, episodes=episodes,
                          rollouts_per_site=rollouts_per_site, iterations_per_epoch=iterations_per_epoch,
-                         validation_length=validation_length)
+                         validation_length=validation_length, gap_sequences=gap_sequences)
+        if site_sampling not in ("uniform", "rule_gap"):
+            raise ConfigError(f"QueueMAML.site_sampling must be uniform or rule_gap, got {site_sampling!r}")
         require_at_least("QueueMAML", 0, inner_steps=inner_steps)
-        require_positive("QueueMAML", inner_lr=inner_lr, meta_lr=meta_lr)
+        require_positive("QueueMAML", inner_lr=inner_lr, meta_lr=meta_lr, step_size_lr=step_size_lr)
+        if learn_step_sizes and (first_order or inner_steps == 0):
+            raise ConfigError(f"QueueMAML.learn_step_sizes needs second-order gradients and inner_steps >= 1 (else the "
+                              f"step sizes get no gradient), got first_order {first_order}, inner_steps {inner_steps}")
         if inner_steps > 0 and rollouts_per_site != 1:
             raise ConfigError("QueueMAML.rollouts_per_site is for the mixture baseline (inner_steps 0) only")
         if meta_batch > len(TRAINING_SITES):
@@ -81,12 +101,30 @@ class QueueMAML(LightningModule):
                               f"got {meta_batch}")
         self.net, _ = load_queue_policy(init_from)
         self.net.train()
+        self.log_step_sizes = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.zeros_like(p)) for p in self.net.scorer.parameters()] if learn_step_sizes else [])
         self.sites = [(name, model, model.apply(read_queue_log(Path(traces) / name))) for name, model in TRAINING_SITES]
         first = self.sites[0][2]
         self.cfg = first.config(backfill=backfill, window=window, sequence_length=sequence_length)
         self.val_cfg = QueueConfig.from_dict({**self.cfg.to_dict(), "sequence_length": validation_length})
         self.positions = [log.positions(0, log.jobs_before(train_fraction), sequence_length) for *_, log in self.sites]
         self._envs: dict = {}
+        self.site_weights = torch.tensor(self.rule_gaps() if site_sampling == "rule_gap" else [1.0] * len(self.sites))
+
+    def rule_gaps(self) -> list[float]:
+        """Each training site's mean bounded slowdown of the meta-parameters (greedy, unadapted) over
+        the best rule's, on gap_sequences sequences of validation_length jobs of its training range."""
+        hp, gaps = self.hparams, []
+        for site, (name, model, log) in enumerate(self.sites):
+            lo, hi = log.positions(0, log.jobs_before(hp.train_fraction), hp.validation_length)
+            starts = torch.randint(lo, hi + 1, (hp.gap_sequences,),
+                                   generator=torch.Generator().manual_seed(seeds.SELECTION + site))
+            policies = {**heuristic_policies(RULES, self.val_cfg), "policy": (QueuePolicy(self.net), self.val_cfg)}
+            bsld = {n: float(r.sequences["mean_bounded_slowdown"].mean())
+                    for n, r in compare_queue(policies, log, starts).items()}
+            gaps.append(bsld.pop("policy") / min(bsld.values()))
+            print(f"site {name}:{model.name}: policy / best rule {gaps[-1]:.3f}", flush=True)
+        return gaps
 
     def train_dataloader(self):
         return DataLoader(range(self.hparams.iterations_per_epoch), batch_size=None, shuffle=False)
@@ -95,7 +133,18 @@ class QueueMAML(LightningModule):
         return DataLoader([0], batch_size=None)
 
     def configure_optimizers(self):
-        return torch.optim.Adam(self.net.scorer.parameters(), lr=self.hparams.meta_lr)
+        groups = [{"params": list(self.net.scorer.parameters()), "lr": self.hparams.meta_lr}]
+        if self.hparams.learn_step_sizes:
+            groups.append({"params": list(self.log_step_sizes), "lr": self.hparams.step_size_lr})
+        return torch.optim.Adam(groups)
+
+    def step_sizes(self) -> dict[str, torch.Tensor] | None:
+        """Meta-SGD's per-weight multipliers of inner_lr, {scorer parameter name: exp(s)} in the order of
+        scorer.parameters() (differentiable); None without learn_step_sizes."""
+        if not self.hparams.learn_step_sizes:
+            return None
+        return {name: s.exp() for (name, _), s in zip(self.net.scorer.named_parameters(), self.log_step_sizes,
+                                                      strict=True)}
 
     def env(self, site: int) -> QueueEnv:
         """Site `site`'s training env (fresh sequences at every reset), built once."""
@@ -105,10 +154,17 @@ class QueueMAML(LightningModule):
                                         self.positions[site], seed=seeds.training(hp.seed, 0, stream=site))
         return self._envs[site]
 
+    def draw_sites(self, generator: torch.Generator) -> list[int]:
+        """This meta-iteration's meta_batch sites (indices into self.sites; site_sampling)."""
+        if self.hparams.site_sampling == "uniform":
+            return torch.randperm(len(self.sites), generator=generator)[:self.hparams.meta_batch].tolist()
+        return torch.multinomial(self.site_weights, self.hparams.meta_batch, replacement=True,
+                                 generator=generator).tolist()
+
     def training_step(self, batch, batch_idx):
         hp = self.hparams
         generator = torch.Generator().manual_seed(seeds.training(hp.seed, self.global_step, 0))
-        chosen = torch.randperm(len(self.sites), generator=generator)[:hp.meta_batch].tolist()
+        chosen = self.draw_sites(generator)
         inner = torch.optim.SGD(self.net.scorer.parameters(), lr=hp.inner_lr)
         optimizer = self.optimizers()
         optimizer.zero_grad()
@@ -123,10 +179,13 @@ class QueueMAML(LightningModule):
                     meta_loss += float(loss.detach())
                     bsld.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
                 continue
+            step_sizes = self.step_sizes()  # per site: each site's backward frees its graph
+            scale = None if step_sizes is None else (  # Meta-SGD: each gradient times its weight's own step
+                lambda grads, sizes=step_sizes: [g * a for g, a in zip(grads, sizes.values(), strict=True)])
             with higher.innerloop_ctx(self.net.scorer, inner, copy_initial_weights=False,
                                       track_higher_grads=not hp.first_order) as (fnet, diffopt):
                 for _ in range(hp.inner_steps):
-                    diffopt.step(reinforce_loss(fnet, rollout(env, fnet, generator), hp.episodes))
+                    diffopt.step(reinforce_loss(fnet, rollout(env, fnet, generator), hp.episodes), grad_callback=scale)
                 traj = rollout(env, fnet, generator)
                 loss = reinforce_loss(fnet, traj, hp.episodes) / hp.meta_batch
                 self.meta_backward(loss, fnet)
@@ -139,6 +198,10 @@ class QueueMAML(LightningModule):
         self.log_dict({"train/meta_loss": meta_loss, "train/mean_bounded_slowdown": sum(bsld) / len(bsld)},
                       on_step=True, on_epoch=False)
         self.log("bsld", sum(bsld) / len(bsld), prog_bar=True, on_step=True, on_epoch=False, logger=False)
+        if hp.learn_step_sizes:  # geometric mean of each tensor's learned step multiplier
+            self.log_dict({f"train/step_size/{name}": float(s.detach().mean().exp()) for (name, _), s in
+                           zip(self.net.scorer.named_parameters(), self.log_step_sizes, strict=True)},
+                          on_step=True, on_epoch=False)
 
     def meta_backward(self, loss: torch.Tensor, fnet) -> None:
         """The meta-gradient of a site's loss: through the inner steps, or (first order) the gradient
@@ -162,13 +225,15 @@ class QueueMAML(LightningModule):
     def validation_step(self, batch, batch_idx):
         hp = self.hparams
         results = []
+        step_sizes = self.step_sizes()
+        step_sizes = None if step_sizes is None else {name: a.detach() for name, a in step_sizes.items()}
         for site, (_, _, log) in enumerate(self.sites):
             net = copy.deepcopy(self.net)  # adapted here, the meta-policy untouched
             generator = torch.Generator().manual_seed(seeds.VALIDATION + site)
             if hp.inner_steps:
                 adapt(net.scorer, site_env(log, self.cfg, hp.sequences, hp.episodes, self.positions[site],
                                            seed=seeds.VALIDATION + site), hp.inner_steps, hp.inner_lr, hp.episodes,
-                      generator)
+                      generator, step_sizes=step_sizes)
             lo, hi = log.positions(0, log.jobs_before(hp.train_fraction), hp.validation_length)
             start = torch.randint(lo, hi + 1, (1,), generator=generator)
             env = QueueEnv(self.val_cfg, log, batch_size=[1], starts=start)
@@ -181,6 +246,8 @@ class QueueMAML(LightningModule):
     def on_save_checkpoint(self, checkpoint):
         hp = self.hparams
         inner = {"steps": hp.inner_steps, "lr": hp.inner_lr, "sequences": hp.sequences, "episodes": hp.episodes}
+        if hp.learn_step_sizes:  # plain tensors: the record stays readable with weights_only=True
+            inner["step_sizes"] = {name: a.detach().cpu().clone() for name, a in self.step_sizes().items()}
         sites = [f"{name}:{model.name}" for name, model, _ in self.sites]  # log:site model (queue.sites)
         checkpoint[CHECKPOINT_KEY] = QueuePolicyRecord.of(self.net, self.cfg, sites, hp.train_fraction,
                                                           adaptation=inner).to_dict()

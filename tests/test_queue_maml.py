@@ -14,7 +14,11 @@ from test_queue_env import write_log
 from lightning_sched.cli import ScriptParser, add_site_flags, site_from_args
 from lightning_sched.config import ConfigError
 from lightning_sched.files import load_torch_file
+from lightning_sched.queue.adaptation import adaptation_curve
+from lightning_sched.queue.evaluation import network_config
+from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.policy import load_queue_policy, read_queue_record
+from tasks.queue_maml import QueueMAML
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT.parent / "shared" / "traces"
@@ -28,9 +32,13 @@ def run(script: str, *args, cwd: Path):
                           capture_output=True, text=True, timeout=300, env=env)
 
 
+META_SGD = ["--model.init_args.learn_step_sizes", "true", "--model.init_args.step_size_lr", "0.05"]
+
+
 @pytest.mark.parametrize("mode", [["--model.init_args.first_order", "false"],
-                                  ["--model.init_args.inner_steps", "0", "--model.init_args.rollouts_per_site", "2"]],
-                         ids=["second_order", "mixture"])
+                                  ["--model.init_args.inner_steps", "0", "--model.init_args.rollouts_per_site", "2"],
+                                  META_SGD],
+                         ids=["second_order", "mixture", "meta_sgd"])
 def test_queue_maml_trains_validates_and_saves_its_inner_loop(tmp_path, mode):
     tiny = ["--model.init_args.meta_batch", "2", "--model.init_args.sequences", "1", "--model.init_args.episodes", "2",
             "--model.init_args.sequence_length", "32", "--model.init_args.validation_length", "64",
@@ -51,6 +59,57 @@ def test_queue_maml_trains_validates_and_saves_its_inner_loop(tmp_path, mode):
     moved = [not torch.equal(a, b) for a, b in zip(start.scorer.parameters(), trained.scorer.parameters())]
     assert all(moved)  # the meta-gradient reaches every weight of the scorer
     assert load_torch_file(last, "checkpoint", weights_only=True)["global_step"] == 2
+    if mode == META_SGD:  # the learned step sizes: one per scorer weight, moved by the outer steps, saved
+        sizes = record.adaptation["step_sizes"]
+        assert {k: v.shape for k, v in sizes.items()} == {k: p.shape for k, p in trained.scorer.named_parameters()}
+        # the weight matrices' sizes move (a bias can get ~0 gradient: the last one shifts every slot's
+        # score alike, which the softmax ignores)
+        assert all(float((a - 1).abs().max()) > 0.01 for name, a in sizes.items() if name.endswith("weight"))
+        log = write_log(tmp_path / "site.swf", jobs=6000, nodes=64)
+        proc = run("adapt.py", "--env", "queue", "--trace", log, "--policy", last, "--steps", "1",
+                   "--sequences", "1", "--episodes", "2", "--eval_sequences", "2", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert f"{last}: adapting with its learned per-weight step sizes (times lr 0.03)" in proc.stdout
+    else:
+        assert "step_sizes" not in record.adaptation
+
+
+def test_rule_gap_sampling_draws_sites_with_replacement_by_the_policys_gap_to_the_best_rule():
+    module = QueueMAML(str(POLICY), traces=str(TRACES), site_sampling="rule_gap", gap_sequences=1,
+                       validation_length=64)
+    assert module.site_weights.shape == (5,) and bool((module.site_weights > 0).all())
+    assert len(set(module.site_weights.tolist())) == 5  # measured per site, not a constant
+    module.site_weights = torch.tensor([0.0, 0.0, 0.0, 1.0, 0.0])
+    assert module.draw_sites(torch.Generator().manual_seed(0)) == [3] * 5
+    uniform = QueueMAML(str(POLICY), traces=str(TRACES))
+    assert sorted(uniform.draw_sites(torch.Generator().manual_seed(0))) == [0, 1, 2, 3, 4]
+    with pytest.raises(ConfigError, match="site_sampling must be uniform or rule_gap, got 'gap'"):
+        QueueMAML(str(POLICY), traces=str(TRACES), site_sampling="gap")
+
+
+def test_learned_step_sizes_scale_each_weights_adaptation_step(tmp_path):
+    log = read_queue_log(write_log(tmp_path / "site.swf", jobs=3000, nodes=64))
+    net, trained = load_queue_policy(POLICY)
+    cfg = network_config(log.config(sequence_length=64), trained)
+    starts = torch.tensor([2000])
+
+    def adapted(lr, step_sizes=None):
+        _, moved = adaptation_curve(net, log, cfg, starts, 1, lr, 1, 2, 1500, seed=4, train_length=32,
+                                    measure_at=[], step_sizes=step_sizes)
+        return dict(moved.scorer.named_parameters())
+
+    names = [name for name, _ in net.scorer.named_parameters()]
+    doubled = adapted(0.01, {name: torch.full_like(p, 2.0) for name, p in net.scorer.named_parameters()})
+    plain = adapted(0.02)
+    assert all(torch.allclose(doubled[n], plain[n], atol=1e-7) for n in names)
+    frozen = {name: torch.zeros_like(p) for name, p in net.scorer.named_parameters()}
+    frozen[names[0]] = torch.ones_like(frozen[names[0]])  # only the first tensor may move
+    only_first = adapted(0.02, frozen)
+    start = dict(net.scorer.named_parameters())
+    assert not torch.equal(only_first[names[0]], start[names[0]])
+    assert all(torch.equal(only_first[n], start[n]) for n in names[1:])
+    with pytest.raises(ConfigError, match="step_sizes has no entry for the network's"):
+        adapted(0.02, {names[0]: torch.ones_like(start[names[0]])})
 
 
 def test_adapt_queue_prints_paired_differences_and_saves_the_adapted_policy(tmp_path):

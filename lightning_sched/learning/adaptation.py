@@ -20,6 +20,21 @@ from .finite import require_finite
 from .policy_gradient import policy_gradient
 
 
+def scale_gradients(net: torch.nn.Module, step_sizes: dict[str, torch.Tensor] | None) -> None:
+    """Meta-SGD (Li et al., 2017) before a plain SGD step: multiply each weight's gradient by its
+    learned step size, `step_sizes` {parameter name of `net`: tensor of its shape}; None: no-op."""
+    if step_sizes is None:
+        return
+    for name, p in net.named_parameters():
+        if name not in step_sizes:
+            raise ConfigError(f"adaptation step_sizes has no entry for the network's {name!r}")
+        if step_sizes[name].shape != p.shape:
+            raise ConfigError(f"adaptation step_sizes[{name!r}] has shape {tuple(step_sizes[name].shape)}, "
+                              f"the network's {tuple(p.shape)}")
+        if p.grad is not None:  # a weight the loss does not reach has no gradient to scale
+            p.grad.mul_(step_sizes[name].to(p.device))
+
+
 @dataclass
 class AdaptationSettings:
     """How to adapt: the defaults of a meta-policy come from its checkpoint (its inner loop)."""
@@ -71,16 +86,7 @@ class AdaptationSettings:
 
     def scale_gradients(self, net: torch.nn.Module) -> None:
         """Multiply each weight's gradient by its learned step size (no-op without them)."""
-        if self.step_sizes is None:
-            return
-        for name, p in net.named_parameters():
-            if name not in self.step_sizes:
-                raise ConfigError(f"adaptation step_sizes has no entry for the network's {name!r}")
-            if self.step_sizes[name].shape != p.shape:
-                raise ConfigError(f"adaptation step_sizes[{name!r}] has shape {tuple(self.step_sizes[name].shape)}, "
-                                  f"the network's {tuple(p.shape)}")
-            if p.grad is not None:  # a weight the loss does not reach has no gradient to scale
-                p.grad.mul_(self.step_sizes[name].to(p.device))
+        scale_gradients(net, self.step_sizes)
 
     def make_optimizer(self, params) -> torch.optim.Optimizer:
         if self.optimizer == "sgd":

@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..config import ConfigError
+from ..learning.adaptation import scale_gradients
 from ..learning.baselines import TimeIndexedBaseline
 from ..learning.finite import require_finite
 from ..learning.policy_gradient import discounted_returns
@@ -84,10 +86,14 @@ def site_env(log, cfg, sequences: int, episodes: int, positions: tuple[int, int]
 
 
 def adapt(net, env: QueueEnv, steps: int, lr: float, episodes: int, generator: torch.Generator | None = None,
-          optimizer: str = "sgd", after_step=None) -> list[float]:
-    """`steps` REINFORCE steps of `net` (in place) on rollouts of `env` (rows b*E..b*E+E-1 one
+          optimizer: str = "sgd", after_step=None, step_sizes: dict[str, torch.Tensor] | None = None) -> list[float]:
+    """`steps` REINFORCE steps of `net` (a scorer, in place) on rollouts of `env` (rows b*E..b*E+E-1 one
     sequence, E = `episodes`) with SGD (MAML's inner step) or Adam; `after_step(k)` is called after
-    step k (1-based). Returns each step's rollout mean bounded slowdown (sampled actions)."""
+    step k (1-based). `step_sizes` (Meta-SGD, SGD only): each weight's learned multiplier of `lr`,
+    {name in net.named_parameters(): tensor of its shape}. Returns each step's rollout mean bounded
+    slowdown (sampled actions)."""
+    if step_sizes is not None and optimizer != "sgd":
+        raise ConfigError(f"adaptation step_sizes (learned per weight) need optimizer 'sgd', got {optimizer!r}")
     opt = torch.optim.SGD(net.parameters(), lr=lr) if optimizer == "sgd" else torch.optim.Adam(net.parameters(), lr=lr)
     seen = []
     for _ in range(steps):
@@ -95,6 +101,7 @@ def adapt(net, env: QueueEnv, steps: int, lr: float, episodes: int, generator: t
         seen.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
         opt.zero_grad()
         reinforce_loss(net, traj, episodes).backward()
+        scale_gradients(net, step_sizes)
         require_finite(net, f"at adaptation step {len(seen)}", gradients=True)
         opt.step()
         require_finite(net, f"after adaptation step {len(seen)}")
@@ -105,10 +112,12 @@ def adapt(net, env: QueueEnv, steps: int, lr: float, episodes: int, generator: t
 
 def adaptation_curve(net, log, cfg, starts: torch.Tensor, steps: int, lr: float, sequences: int, episodes: int,
                      train_jobs: int, seed: int, optimizer: str = "sgd", train_length: int = 256,
-                     measure_at=None) -> tuple[dict[int, torch.Tensor], torch.nn.Module]:
+                     measure_at=None, step_sizes: dict[str, torch.Tensor] | None = None
+                     ) -> tuple[dict[int, torch.Tensor], torch.nn.Module]:
     """A copy of `net` adapted `steps` times to `log` (rollouts of `train_length` jobs from its first
     `train_jobs` jobs, seeded by `seed`), measured greedily after the steps in `measure_at` (default
-    0..steps; 0: before the first) on the sequences of `cfg` starting at `starts`. Returns ({step:
+    0..steps; 0: before the first) on the sequences of `cfg` starting at `starts`; only its scorer
+    moves (with Meta-SGD's `step_sizes`, adapt's, when given). Returns ({step:
     DoubleTensor[N] of each sequence's mean bounded slowdown}, the adapted copy)."""
     net = copy.deepcopy(net).train()
     measure_at = set(range(steps + 1)) if measure_at is None else set(measure_at)
@@ -122,5 +131,6 @@ def adaptation_curve(net, log, cfg, starts: torch.Tensor, steps: int, lr: float,
             curve[step] = rollout(test_env, net, greedy=True).metrics["mean_bounded_slowdown"]
 
     measure(0)
-    adapt(net, train_env, steps, lr, episodes, torch.Generator().manual_seed(seed), optimizer, after_step=measure)
+    adapt(net.scorer, train_env, steps, lr, episodes, torch.Generator().manual_seed(seed), optimizer,
+          after_step=measure, step_sizes=step_sizes)
     return curve, net
