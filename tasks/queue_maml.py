@@ -34,15 +34,17 @@ from torch.utils.data import DataLoader
 
 from lightning_sched import seeds
 from lightning_sched.config import ConfigError
+from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue.adaptation import adapt, reinforce_loss, rollout, site_env
 from lightning_sched.queue.config import QueueConfig
-from lightning_sched.queue.env import QueueEnv
+from lightning_sched.queue.env import QueueEnv, env_bytes
 from lightning_sched.queue.evaluation import RULES, compare_queue, heuristic_policies
 from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.policy import CHECKPOINT_KEY, QueuePolicy, QueuePolicyRecord, load_queue_policy
 from lightning_sched.queue.sites import TRAINING_SITES
 
 from .base import SchedulerTask, plain_values, require_at_least, require_positive
+from .queue_ppo import DECISION_SECONDS
 
 
 class QueueMAML(LightningModule):
@@ -107,6 +109,14 @@ class QueueMAML(LightningModule):
         first = self.sites[0][2]
         self.cfg = first.config(backfill=backfill, window=window, sequence_length=sequence_length)
         self.val_cfg = QueueConfig.from_dict({**self.cfg.to_dict(), "sequence_length": validation_length})
+        # a meta-iteration holds every site's inner and outer rollouts at once (second order: their graphs)
+        rows, rollouts = sequences * episodes, meta_batch * (inner_steps + 1)
+        decisions = rollouts * rows * sequence_length
+        sizes = {"meta_batch": meta_batch, "inner_steps": inner_steps, "sequences": sequences, "episodes": episodes,
+                 "sequence_length": sequence_length}
+        require_total("QueueMAML", {"envs": rollouts * env_bytes(self.cfg, rows),
+                                    "rollouts": decisions * (window * (4 * 4 + 1) + 64)}, sizes)
+        require_time("QueueMAML", {"a meta-iteration": decisions * DECISION_SECONDS}, sizes)
         self.positions = [log.positions(0, log.jobs_before(train_fraction), sequence_length) for *_, log in self.sites]
         self._envs: dict = {}
         self.site_weights = torch.tensor(self.rule_gaps() if site_sampling == "rule_gap" else [1.0] * len(self.sites))

@@ -154,3 +154,8 @@ def test_declared_site_flags_name_the_log_and_the_model():
     path, model = site_from_args(parser.parse_args(["--site", "nasa-exact", "--traces_dir", "logs"]))
     assert path == str(Path("logs") / "NASA-iPSC-1993-3.1-cln.swf.gz") and model.load == 1.0
     assert site_from_args(parser.parse_args([])) == (None, None)
+
+
+def test_a_meta_iteration_too_large_for_memory_is_refused_at_construction():
+    with pytest.raises(ConfigError, match=r"QueueMAML would need about .*sequences=100000"):
+        QueueMAML(init_from=str(POLICY), traces=str(TRACES), sequences=100_000)
