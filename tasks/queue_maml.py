@@ -37,14 +37,13 @@ from lightning_sched.config import ConfigError
 from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue.adaptation import adapt, reinforce_loss, rollout, site_env
 from lightning_sched.queue.config import QueueConfig
-from lightning_sched.queue.env import QueueEnv, env_bytes
+from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, rollout_bytes
 from lightning_sched.queue.evaluation import RULES, compare_queue, heuristic_policies
 from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.policy import CHECKPOINT_KEY, QueuePolicy, QueuePolicyRecord, load_queue_policy
 from lightning_sched.queue.sites import TRAINING_SITES
 
 from .base import SchedulerTask, plain_values, require_at_least, require_positive
-from .queue_ppo import DECISION_SECONDS
 
 
 class QueueMAML(LightningModule):
@@ -115,7 +114,7 @@ class QueueMAML(LightningModule):
         sizes = {"meta_batch": meta_batch, "inner_steps": inner_steps, "sequences": sequences, "episodes": episodes,
                  "sequence_length": sequence_length}
         require_total("QueueMAML", {"envs": rollouts * env_bytes(self.cfg, rows),
-                                    "rollouts": decisions * (window * (4 * 4 + 1) + 64)}, sizes)
+                                    "rollouts": rollouts * rollout_bytes(self.cfg, rows)}, sizes)
         require_time("QueueMAML", {"a meta-iteration": decisions * DECISION_SECONDS}, sizes)
         self.positions = [log.positions(0, log.jobs_before(train_fraction), sequence_length) for *_, log in self.sites]
         self._envs: dict = {}

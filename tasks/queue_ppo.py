@@ -35,7 +35,7 @@ from lightning_sched.learning.baselines import TimeIndexedBaseline
 from lightning_sched.learning.policy_gradient import discounted_returns
 from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue.config import QueueConfig
-from lightning_sched.queue.env import QueueEnv, env_bytes
+from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, rollout_bytes
 from lightning_sched.queue.heuristics import QueueHeuristic
 from lightning_sched.queue.log import QueueLog, read_queue_log
 from lightning_sched.queue.policy import (
@@ -54,9 +54,6 @@ from .base import SchedulerTask, plain_values, require_at_least, require_positiv
 
 # what a decision keeps for the update: the observation the network reads, and the action's record
 DECISION_KEYS = (*IN_KEYS, "action_mask", "action", "action_log_prob")
-# a lower estimate of one decision's cost (with backfilling off, one a job): the batched rollout
-# alone steps about 40,000 decisions a second on one core (an iteration's PPO epochs cost more)
-DECISION_SECONDS = 1e-5
 METRICS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "utilization", "makespan")
 
 
@@ -93,9 +90,9 @@ class PPOSettings:
     """Episodes of each sampled sequence in an iteration (batch_size / this sequences); > 1 for
     advantage "sequence"."""
     scale_per_sequence: bool = False
-    """With advantage "sequence": divide each sequence's advantages by their standard deviation
-    over its episodes' decisions (root mean square), so that every sequence weighs the same in an update; otherwise
-    the few sequences whose bounded slowdown runs to thousands outweigh the rest."""
+    """With advantage "sequence": divide each sequence's advantages by their root mean square over
+    its episodes' decisions (`per_sequence_scaled`), so that every sequence weighs the same in an
+    update; otherwise the few sequences whose bounded slowdown runs to thousands outweigh the rest."""
 
     def __post_init__(self) -> None:
         require_at_least("QueuePPO.ppo", 1, epochs=self.epochs, minibatch_size=self.minibatch_size,
@@ -190,11 +187,10 @@ class QueuePPO(LightningModule):
         self.cfg = self.logs[0].config(backfill=backfill, window=window, sequence_length=sequence_length,
                                        bsld_threshold=bsld_threshold, reward=reward)
         self.val_cfg = QueueConfig.from_dict({**self.cfg.to_dict(), "sequence_length": validation.sequence_length})
-        # what an iteration holds at once: the training env, the validation env and the rollout's
-        # decisions (at most one a job: the window's features and mask, and a few scalars each)
+        # what an iteration holds at once: the training env, the validation env and the rollout's decisions
         require_total("QueuePPO", {"training env": env_bytes(self.cfg, batch_size),
                                    "validation env": env_bytes(self.val_cfg, validation.sequences),
-                                   "rollout": batch_size * sequence_length * (window * (4 * 4 + 1) + 64)},
+                                   "rollout": rollout_bytes(self.cfg, batch_size)},
                       {"batch_size": batch_size, "sequence_length": sequence_length, "window": window,
                        "validation.sequences": validation.sequences})
         require_time("QueuePPO", {"an iteration": batch_size * sequence_length * DECISION_SECONDS,

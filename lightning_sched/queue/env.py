@@ -31,6 +31,17 @@ def env_bytes(cfg: QueueConfig, rows: int) -> int:
     return rows * (cfg.sequence_length * (7 * 8 + 2 * 4 + 1 + 3 * 8) + cfg.window * (4 * 4 + 4 + 1))
 
 
+# a lower estimate of one decision's cost (with backfilling off, one a job): the batched rollout
+# alone steps about 40,000 decisions a second on one core (a training update costs more)
+DECISION_SECONDS = 1e-5
+
+
+def rollout_bytes(cfg: QueueConfig, rows: int) -> int:
+    """The bytes of the decisions a training rollout of `rows` episodes keeps (at most one a job:
+    the window's features and mask, and a few scalars each)."""
+    return rows * cfg.sequence_length * (cfg.window * (4 * 4 + 1) + 64)
+
+
 class QueueEnv(EnvBase):
     """B queue episodes stepped as one TensorDict.
 
