@@ -125,9 +125,13 @@ class QueueValidation:
     """Jobs per sequence (RLScheduler's evaluation: 1024)."""
     seed: int = seeds.VALIDATION
     start_fraction: float = 0.0
-    """Validation sequences start at or after this share of each log's jobs (and end inside the
-    training range): 0.0, anywhere in it; e.g. 0.6, only its most recent quarter, nearer in time to
-    what a held-out test of the log's end measures."""
+    """Validation sequences start at or after this share of each log's jobs: 0.0, anywhere in the
+    training range; e.g. 0.6, only the most recent part, nearer in time to what a held-out test of
+    the log's end measures."""
+    end_fraction: float | None = None
+    """... and end before this share: None, the training range's end (`train_fraction`). Above it,
+    the validation jobs are ones training never replays (e.g. train on 60%, choose on 60-80%); the
+    checkpoint then records this share as the part of the log the run has read."""
 
 
 def per_sequence_scaled(advantage: torch.Tensor, active: torch.Tensor, episodes: int) -> torch.Tensor:
@@ -178,11 +182,15 @@ class QueuePPO(LightningModule):
         self.automatic_optimization = False  # several optimizer steps an iteration
         require_at_least("QueuePPO", 1, batch_size=batch_size, iterations_per_epoch=iterations_per_epoch,
                          **{f"validation.{k}": getattr(validation, k) for k in ("sequences", "sequence_length")})
-        if not 0 <= validation.start_fraction < train_fraction:
-            raise ConfigError(f"QueuePPO.validation.start_fraction must be in [0, train_fraction={train_fraction}), "
-                              f"got {validation.start_fraction}")
         if not 0 < train_fraction <= 1:
             raise ConfigError(f"QueuePPO.train_fraction must be in (0, 1], got {train_fraction}")
+        val_end = train_fraction if validation.end_fraction is None else validation.end_fraction
+        if not 0 < val_end <= 1:
+            raise ConfigError(f"QueuePPO.validation.end_fraction must be in (0, 1], got {val_end}")
+        if not 0 <= validation.start_fraction < val_end:
+            raise ConfigError(f"QueuePPO.validation.start_fraction must be in [0, end_fraction={val_end}), "
+                              f"got {validation.start_fraction}")
+        self.read_fraction = max(train_fraction, val_end)  # what the checkpoint says the run has seen
         self.logs: list[QueueLog] = [read_queue_log(path) for path in ([log] if isinstance(log, str) else log)]
         self.cfg = self.logs[0].config(backfill=backfill, window=window, sequence_length=sequence_length,
                                        bsld_threshold=bsld_threshold, reward=reward)
@@ -200,11 +208,10 @@ class QueuePPO(LightningModule):
                       "validation.sequence_length": validation.sequence_length})
         self.positions, self.val_positions = [], []
         for one in self.logs:
-            train_jobs = one.jobs_before(train_fraction)
-            self.positions.append(one.positions(0, train_jobs, sequence_length))
+            self.positions.append(one.positions(0, one.jobs_before(train_fraction), sequence_length))
             try:
                 first = one.jobs_before(validation.start_fraction)
-                self.val_positions.append(one.positions(first, train_jobs, validation.sequence_length))
+                self.val_positions.append(one.positions(first, one.jobs_before(val_end), validation.sequence_length))
             except ConfigError as error:
                 raise ConfigError(f"QueuePPO.validation.sequence_length: {error}") from None
         self.teacher = None if imitate is None else QueueHeuristic(imitate, window_only=True)
@@ -370,7 +377,7 @@ class QueuePPO(LightningModule):
     # ----- checkpoints: the policy alone, readable without this module ---------------------------
     def on_save_checkpoint(self, checkpoint):
         checkpoint[CHECKPOINT_KEY] = QueuePolicyRecord.of(self.net, self.cfg, [one.path for one in self.logs],
-                                                          self.hparams.train_fraction).to_dict()
+                                                          self.read_fraction).to_dict()
         checkpoint["rng_state"] = torch.get_rng_state()  # the actor samples from torch's generator
         # LightningCLI's are plain already; a module built in Python holds its arguments as objects
         if self.CHECKPOINT_HYPER_PARAMS_KEY in checkpoint:

@@ -79,6 +79,26 @@ def test_a_job_scores_the_same_whatever_window_it_sits_in():
     assert bool(torch.isinf(masked[:, 5:]).all())
 
 
+def test_context_scorer_reads_the_rest_of_the_window_but_not_empty_slots_or_slot_order():
+    net = QueueNetwork(QueuePolicySpec(context=True, job_area=True))
+    assert QueuePolicySpec.from_dict(net.spec.to_dict()).context and not QueuePolicySpec().context
+    with pytest.raises(ConfigError, match="context must be true or false"):
+        QueuePolicySpec(context=1)
+    td = observation(8, 16)
+    mask = torch.ones(8, 16, dtype=torch.bool)
+    wide = net.scorer(td["job_features"], td["cluster_features"], mask)
+    narrow = net.scorer(td["job_features"][:, :5], td["cluster_features"], mask[:, :5])
+    assert not torch.allclose(wide[:, :5], narrow)  # other jobs change a job's score
+    holes = mask.clone()
+    holes[:, 5:] = False
+    garbage = td["job_features"].clone()
+    garbage[:, 5:] = 7.0
+    torch.testing.assert_close(net.scorer(garbage, td["cluster_features"], holes)[:, :5], narrow)
+    order = torch.randperm(16)
+    shuffled = net.scorer(td["job_features"][:, order], td["cluster_features"], mask)
+    torch.testing.assert_close(shuffled, wide[:, order])
+
+
 def test_value_head_shape_ignores_empty_slots_and_slot_order():
     net = QueueNetwork()
     td = observation(32, 12)
@@ -257,6 +277,13 @@ def test_imitation_warm_start_then_ppo_with_the_sequence_baseline(tmp_path):
     recent = QueuePPO(log, train_fraction=0.8, validation=QueueValidation(sequences=2, sequence_length=48,
                                                                          start_fraction=0.6))
     assert recent.val_positions[0] == (360, 480 - 48)  # the most recent part of the first 80% of 600 jobs
+    unseen = QueuePPO(log, train_fraction=0.6, validation=QueueValidation(sequences=2, sequence_length=48,
+                                                                         start_fraction=0.6, end_fraction=0.8))
+    assert unseen.positions[0] == (0, 360 - 256) and unseen.val_positions[0] == (360, 480 - 48)
+    assert unseen.read_fraction == 0.8 and recent.read_fraction == 0.8  # what the checkpoint says it read
+    with pytest.raises(ConfigError, match="validation.start_fraction must be in .0, end_fraction=0.8."):
+        QueuePPO(log, train_fraction=0.6, validation=QueueValidation(sequences=2, sequence_length=48,
+                                                                     start_fraction=0.8, end_fraction=0.8))
     with pytest.raises(ConfigError, match="imitation_iterations must be > 0 with imitate"):
         QueuePPO(log, imitate="sjf", validation=QueueValidation(sequences=2, sequence_length=48))
 

@@ -87,10 +87,13 @@ def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
     import torch
     from torch import nn
 
+    from ..config import ConfigError
     from ..files import write_file
     from ..queue.policy import load_queue_policy
 
     net, cfg = load_queue_policy(checkpoint)
+    if net.spec.context:  # its scores need the whole window at once, which the service's graph does not take
+        raise ConfigError(f"{checkpoint}: a policy with QueuePolicySpec.context cannot be exported to ONNX yet")
     slot_mlp = net.scorer.mlp
 
     class JobScores(nn.Module):

@@ -41,6 +41,10 @@ class QueuePolicySpec:
     job_area: bool = False
     """Add a fifth job input, log requested time x processor share: the job's area on a log time
     scale, by which F1-like rules rank (a product that an MLP of RLScheduler's size fits poorly)."""
+    context: bool = False
+    """Give the scorer the window's make-up: a per-job embedding (width `embedding`) pooled by mean
+    and max over the visible jobs enters every job's score beside the cluster features, so that one
+    job's score can depend on what else waits (a rule's ranking cannot)."""
 
     def __post_init__(self) -> None:
         self.hidden, self.value_hidden = tuple(self.hidden), tuple(self.value_hidden)
@@ -48,8 +52,9 @@ class QueuePolicySpec:
             widths = getattr(self, name)
             if not widths or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in widths):
                 raise ConfigError(f"QueuePolicySpec.{name} must be one or more integers >= 1, got {widths!r}")
-        if not isinstance(self.job_area, bool):
-            raise ConfigError(f"QueuePolicySpec.job_area must be true or false, got {self.job_area!r}")
+        for name in ("job_area", "context"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"QueuePolicySpec.{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.embedding, bool) or not isinstance(self.embedding, int) or self.embedding < 1:
             raise ConfigError(f"QueuePolicySpec.embedding must be an integer >= 1, got {self.embedding!r}")
 
@@ -102,20 +107,21 @@ def flat(job_features, cluster_features, action_mask):
 
 class SlotMLP(nn.Module):
     """One MLP applied to every visible job: [N, widths[-1]] for the N jobs of `action_mask` (in
-    row-major order) from job_features [B, W, 4] and the rows' cluster_features [B, 2]. Only the
-    slots holding a job are computed: a queue rarely fills the window. The first layer is split in
-    a job part and a cluster part, the cluster part computed once a row."""
+    row-major order) from job_features [B, W, 4] and the rows' features [B, row_inputs] (the
+    cluster features, and the pooled window with `QueuePolicySpec.context`). Only the slots holding
+    a job are computed: a queue rarely fills the window. The first layer is split in a job part and
+    a row part, the row part computed once a row."""
 
-    def __init__(self, widths: list[int], job_area: bool = False):
+    def __init__(self, widths: list[int], job_area: bool = False, row_inputs: int = CLUSTER_FEATURES):
         super().__init__()
         self.job_area = job_area
         self.job_in = nn.Linear(JOB_FEATURES + int(job_area), widths[0])
-        self.cluster_in = nn.Linear(CLUSTER_FEATURES, widths[0], bias=False)
+        self.cluster_in = nn.Linear(row_inputs, widths[0], bias=False)
         self.rest = nn.Sequential(nn.ReLU(), mlp(widths)) if len(widths) > 1 else nn.Identity()
 
     def jobs(self, job_features: torch.Tensor, cluster_features: torch.Tensor) -> torch.Tensor:
-        """Outputs [N, widths[-1]] of N jobs' features [N, 4] with their rows' cluster features
-        [N, 2] (or [1, 2]: one queue)."""
+        """Outputs [N, widths[-1]] of N jobs' features [N, 4] with their rows' features
+        [N, row_inputs] (or [1, row_inputs]: one queue)."""
         first = self.job_in(job_inputs(job_features, self.job_area)) + self.cluster_in(cluster_features)
         return self.rest(first)
 
@@ -126,24 +132,41 @@ class SlotMLP(nn.Module):
         return self.jobs(job_features[row, slot], cluster_features[row]), row
 
 
+def pooled_window(embed: SlotMLP, jobs: torch.Tensor, cluster: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The window's make-up as one vector a row, [N, 2E]: the per-job embedding `embed` (one layer,
+    the same weights for every job) pooled by mean and max over the visible jobs of job_features
+    [N, W, 4], cluster_features [N, 2] and action_mask [N, W]."""
+    embedded, row = embed(jobs, cluster, mask)
+    embedded = torch.relu(embedded)  # [n, E] >= 0, so 0 is a neutral start for the max
+    b, e = mask.shape[0], embedded.shape[-1]
+    total = embedded.new_zeros(b, e).index_add(0, row, embedded)
+    largest = embedded.new_zeros(b, e).scatter_reduce(0, row.unsqueeze(1).expand(-1, e), embedded, "amax")
+    count = mask.sum(-1, keepdim=True).clamp(min=1)
+    return torch.cat([total / count, largest], -1)
+
+
 class JobScorer(nn.Module):
     """The actor: masked logits [B, W] from job_features [B, W, 4], cluster_features [B, 2] and
-    action_mask [B, W], the same MLP for every job; -inf on empty slots."""
+    action_mask [B, W], the same MLP for every job (with `spec.context`, also fed the pooled
+    window); -inf on empty slots."""
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
-        self.mlp = SlotMLP([*spec.hidden, 1], spec.job_area)
+        self.context = SlotMLP([spec.embedding], spec.job_area) if spec.context else None
+        self.mlp = SlotMLP([*spec.hidden, 1], spec.job_area, CLUSTER_FEATURES + 2 * spec.embedding * spec.context)
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
                 action_mask: torch.Tensor) -> torch.Tensor:
-        scores, _ = self.mlp(*flat(job_features, cluster_features, action_mask))
+        jobs, cluster, mask = flat(job_features, cluster_features, action_mask)
+        rows = cluster if self.context is None else \
+            torch.cat([cluster, pooled_window(self.context, jobs, cluster, mask)], -1)
+        scores, _ = self.mlp(jobs, rows, mask)
         logits = torch.full(action_mask.shape, float("-inf"), dtype=scores.dtype, device=scores.device)
         return logits.masked_scatter(action_mask, scores.squeeze(-1))  # row-major, as nonzero() listed them
 
 
 class QueueValue(nn.Module):
-    """The critic: state value [B, 1] from a per-job embedding (one layer, the same weights for
-    every job), its mean and max over the visible jobs, and the cluster features."""
+    """The critic: state value [B, 1] from the pooled window (`pooled_window`) and the cluster features."""
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
@@ -154,13 +177,7 @@ class QueueValue(nn.Module):
                 action_mask: torch.Tensor) -> torch.Tensor:
         lead = action_mask.shape[:-1]
         jobs, cluster, mask = flat(job_features, cluster_features, action_mask)
-        embedded, row = self.embed(jobs, cluster, mask)
-        embedded = torch.relu(embedded)  # [N, E] >= 0, so 0 is a neutral start for the max
-        b, e = mask.shape[0], embedded.shape[-1]
-        total = embedded.new_zeros(b, e).index_add(0, row, embedded)
-        largest = embedded.new_zeros(b, e).scatter_reduce(0, row.unsqueeze(1).expand(-1, e), embedded, "amax")
-        count = mask.sum(-1, keepdim=True).clamp(min=1)
-        return self.head(torch.cat([total / count, largest, cluster], -1)).reshape(*lead, 1)
+        return self.head(torch.cat([pooled_window(self.embed, jobs, cluster, mask), cluster], -1)).reshape(*lead, 1)
 
 
 class QueueNetwork(nn.Module):
@@ -229,7 +246,8 @@ class QueuePolicyRecord:
     log: tuple[str, ...] = ()
     """The logs it trained on."""
     train_fraction: float = 1.0
-    """The share of each log's jobs (in submit order, from the first) its training drew from."""
+    """The share of each log's jobs (in submit order, from the first) its run read: the training
+    sequences, and the validation sequences that chose the checkpoint."""
     adaptation: dict | None = None
     """A meta-policy's inner loop (steps, lr, sequences, episodes: what scripts/adapt.py defaults to);
     None for a policy trained to act as it is."""
