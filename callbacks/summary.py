@@ -43,6 +43,9 @@ class TrainingSummary(Callback):
                              + ", ".join(f"{h} {v:.3f}" for h, v in values.items()))
         installed = os.path.basename(sys.argv[0]).startswith("lsched-")  # run as the wheel's console command
         evaluate = ["lsched-evaluate"] if installed else ["python", "scripts/evaluate.py"]
-        command = [*evaluate, "--policy", path, "tetris", "sjf", "--jobsets", "200"]
-        lines.append(f"evaluate it on unseen jobsets: {shlex.join(command)}")
+        # a module with its own protocol (the queue env's) names its evaluation arguments
+        arguments = getattr(pl_module, "evaluate_arguments", None)
+        default = ["--policy", path, "tetris", "sjf", "--jobsets", "200"]
+        command = [*evaluate, *(arguments(path) if arguments else default)]
+        lines.append(f"evaluate it{'' if arguments else ' on unseen jobsets'}: {shlex.join(command)}")
         return "\n".join(lines)

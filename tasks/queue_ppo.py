@@ -36,7 +36,7 @@ from lightning_sched.learning.policy_gradient import discounted_returns
 from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue.config import QueueConfig
 from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, rollout_bytes
-from lightning_sched.queue.heuristics import QueueHeuristic
+from lightning_sched.queue.heuristics import RULES, QueueHeuristic
 from lightning_sched.queue.log import QueueLog, read_queue_log
 from lightning_sched.queue.policy import (
     CHECKPOINT_KEY,
@@ -366,6 +366,12 @@ class QueuePPO(LightningModule):
         while not bool(td["done"].all()):
             td = env.step(policy(td))["next"]
         return env.episode_metrics()
+
+    def evaluate_arguments(self, checkpoint: str) -> list[str]:
+        """scripts/evaluate.py's arguments that measure `checkpoint` beside the rules on the held-out
+        protocol (the last 20% of each log: jobs the run never read when it read at most 80%)."""
+        return ["--env", "queue", "--protocol", "heldout", "--trace", *[one.path for one in self.logs],
+                "--backfill", self.cfg.backfill, "--policy", *RULES, checkpoint]
 
     def validation_step(self, batch, batch_idx):
         metrics = self.evaluate(self.env("val"))

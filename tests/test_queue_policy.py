@@ -197,6 +197,8 @@ def test_fit_smoke_trains_validates_and_writes_a_loadable_policy(tmp_path):
     seconds = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert seconds < 60, f"the queue smoke run took {seconds:.0f} s"
+    evaluate = next(line for line in proc.stdout.splitlines() if line.startswith("evaluate it"))
+    assert "--env queue --protocol heldout" in evaluate and evaluate.endswith(".ckpt")  # the queue's protocol
     run = tmp_path / "runs" / "queue_smoke"
     header, *rows = (run / "metrics.csv").read_text().splitlines()
     assert "eval/mean_bounded_slowdown" in header and "train/loss_objective" in header
