@@ -195,38 +195,86 @@ static double interval_reward(const StepArgs *a, int64_t b, int64_t time, double
     return reward;
 }
 
-/* Ask for the cache lines row b reads at scattered places (its jobs' entries): beyond the L3 cache
- * (B of 16384 at DeepRM's size) each is otherwise a wait on memory, one after another. */
-static void prefetch_row(const StepArgs *a, int64_t b) {
-    const int64_t jobs = a->max_jobs + 1, M = a->num_slots, T = a->horizon;
-    const int64_t *slot_job = a->slot_job + b * M;
-    const int64_t action = a->action[b], slot = action < 0 ? 0 : (action > M - 1 ? M - 1 : action);
-    const int64_t chosen = slot_job[slot], job = slot_job[0];
-    const int64_t last = slot_job[M - 1] < a->max_jobs ? slot_job[M - 1] : job;
-    const int64_t arrived = a->num_arrived[b];
-    __builtin_prefetch(a->start + b * jobs + chosen);
-    __builtin_prefetch(a->job_start + b * jobs + a->order[b * jobs + chosen]);
-    __builtin_prefetch(a->deadline + b * jobs + job);
-    __builtin_prefetch(a->duration + b * jobs + job);
-    __builtin_prefetch(a->duration + b * jobs + last);
-    for (int64_t r = 0; r < a->num_resources; r++) __builtin_prefetch(a->demand + (b * a->num_resources + r) * jobs + job);
-    __builtin_prefetch(a->arrival + b * jobs + arrived);
-    __builtin_prefetch(a->arrived_weight + b * jobs + arrived);
-    __builtin_prefetch(a->finish_count + b * (T + 1) + (a->time[b] + 1) % (T + 1));
-    __builtin_prefetch(a->finish_weight + b * (T + 1) + (a->time[b] + 1) % (T + 1));
+/* Beyond the L3 cache (B of 16384 at DeepRM's size) every line a row touches is a wait on memory, and
+ * a row touches some 40 arrays, more streams than the hardware prefetcher follows: each row asks for
+ * its lines some rows ahead, in three stages, each reading only what an earlier stage brought in.
+ * The stages are inlined: a function of prefetches alone counts as pure, and the compiler drops its
+ * calls (it did, silently, while they were plain static functions). */
+#define PREFETCH static inline __attribute__((always_inline)) void
+
+PREFETCH prefetch_span(const void *at, int64_t bytes, int write) {
+    for (int64_t i = 0; i < bytes; i += 64) {
+        if (write) __builtin_prefetch((const char *)at + i, 1);
+        else __builtin_prefetch((const char *)at + i);
+    }
 }
 
-#define PREFETCH_AHEAD 4 /* rows: enough to cover a wait on memory with the work of the rows between */
+/* Stage 1: row b's entries of the per-row fields it reads and of the fresh ones it writes. */
+PREFETCH prefetch_fields(const StepArgs *a, int64_t b) {
+    const int64_t M = a->num_slots, R = a->num_resources;
+    const int64_t words = R * a->num_planes * a->num_words * a->word_bytes;
+    const struct { const void *at; int64_t bytes; } read[] = {
+        {a->action + b, 8}, {a->time + b, 8}, {a->num_arrived + b, 8}, {a->queue_head + b, 8}, {a->num_jobs + b, 8},
+        {a->slot_job + b * M, 8 * M}, {a->slot_duration + b * M, 4 * M}, {a->slot_demand + b * R * M, 4 * R * M},
+        {a->slot_offset + b * M, 8 * M}, {(const char *)a->used_bits + b * words, words},
+        {a->finished_count + b, 8}, {a->finished_weight + b, 8}, {a->util_sum + b, 8}, {a->terminated + b, 1},
+        {a->truncated + b, 1}}, written[] = {
+        {a->time_out + b, 8}, {a->num_arrived_out + b, 8}, {a->queue_head_out + b, 8}, {a->slot_job_out + b * M, 8 * M},
+        {a->slot_duration_out + b * M, 4 * M}, {a->slot_demand_out + b * R * M, 4 * R * M},
+        {a->slot_offset_out + b * M, 8 * M}, {(const char *)a->used_bits_out + b * words, words},
+        {a->finished_count_out + b, 8}, {a->finished_weight_out + b, 8}, {a->util_sum_out + b, 8},
+        {a->terminated_out + b, 1}, {a->truncated_out + b, 1}, {a->reward_out + b, 4},
+        {a->action_mask_out + b * (M + 1), M + 1}, {a->slot_deadline_out + b * M, 8 * M},
+        {a->free_now_out + b * R, 8 * R}, {a->since_new_out + b, 4}};
+    for (size_t i = 0; i < sizeof(read) / sizeof(read[0]); i++) prefetch_span(read[i].at, read[i].bytes, 0);
+    for (size_t i = 0; i < sizeof(written) / sizeof(written[0]); i++) prefetch_span(written[i].at, written[i].bytes, 1);
+}
+
+/* Stage 2: the job entries row b reads at scattered places, found from stage 1's fields. */
+PREFETCH prefetch_jobs(const StepArgs *a, int64_t b) {
+    const int64_t jobs = a->max_jobs + 1, M = a->num_slots, R = a->num_resources, T = a->horizon;
+    const int64_t *slot_job = a->slot_job + b * M;
+    const int64_t action = a->action[b], slot = action < 0 ? 0 : (action > M - 1 ? M - 1 : action);
+    const int64_t arrived = a->num_arrived[b], head = a->queue_head[b] < jobs ? a->queue_head[b] : jobs - 1;
+    const int64_t *finish_count = a->finish_count + b * (T + 1), time = a->time[b];
+    const double *finish_weight = a->finish_weight + b * (T + 1);
+    if (action == slot) { /* scheduling, if the job fits: its entries and its finish time's */
+        const int64_t finish_at = (time + a->slot_offset[b * M + slot] + a->slot_duration[b * M + slot]) % (T + 1);
+        __builtin_prefetch(a->order + b * jobs + slot_job[slot]);
+        __builtin_prefetch(a->start + b * jobs + slot_job[slot], 1);
+        __builtin_prefetch(finish_count + (finish_at < 0 ? 0 : finish_at), 1);
+        __builtin_prefetch(finish_weight + (finish_at < 0 ? 0 : finish_at), 1);
+    }
+    __builtin_prefetch(finish_count + (time + 1) % (T + 1), 1); /* the ring slot an advance reads */
+    __builtin_prefetch(finish_weight + (time + 1) % (T + 1), 1);
+    for (int64_t m = 0; m < M && slot_job[m] < a->max_jobs; m++) __builtin_prefetch(a->deadline + b * jobs + slot_job[m]);
+    /* jobs entering the slots come from the queue's head */
+    __builtin_prefetch(a->duration + b * jobs + head);
+    __builtin_prefetch(a->deadline + b * jobs + head);
+    for (int64_t r = 0; r < R; r++) __builtin_prefetch(a->demand + (b * R + r) * jobs + head);
+    __builtin_prefetch(a->arrival + b * jobs + (arrived > 0 ? arrived - 1 : 0));
+    __builtin_prefetch(a->arrival + b * jobs + arrived);
+    __builtin_prefetch(a->arrived_weight + b * jobs + arrived);
+}
+
+/* Stage 3: the chosen job's entry in jobset order, found from stage 2's order. */
+PREFETCH prefetch_job_start(const StepArgs *a, int64_t b) {
+    const int64_t jobs = a->max_jobs + 1, M = a->num_slots, action = a->action[b];
+    if (action >= 0 && action < M) __builtin_prefetch(a->job_start + b * jobs + a->order[b * jobs + a->slot_job[b * M + action]], 1);
+}
+
+/* rows ahead of each stage: enough to cover a wait on memory with the work of the rows between */
+enum { FIELDS_AHEAD = 24, JOBS_AHEAD = 12, JOB_START_AHEAD = 4 };
 
 int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_t row_begin, int64_t row_end) {
     const int64_t L = a->max_jobs, M = a->num_slots, R = a->num_resources, P = a->num_planes,
                   W = a->num_words, T = a->horizon, U = a->resource_units, jobs = L + 1;
     const int n = a->word_bytes == 4 ? 31 : 63, binary = P != U + 2;
     const int64_t planes_words = R * P * W;
-    uint64_t *cur = malloc(sizeof(uint64_t) * (size_t)(planes_words + 3 * W) + sizeof(int64_t) * (size_t)M);
+    uint64_t *cur = malloc(sizeof(uint64_t) * (size_t)(planes_words + 3 * W) + sizeof(int64_t) * (size_t)(2 * M));
     if (!cur) return 1;
     uint64_t *horizon_mask = cur + planes_words, *rows = horizon_mask + W, *fits = rows + W;
-    int64_t *slots = (int64_t *)(fits + W);
+    int64_t *slots = (int64_t *)(fits + W), *slots_from = slots + M;
     for (int64_t w = 0; w < W; w++) {
         int64_t high = T - w * n;
         high = high < 0 ? 0 : (high > n ? n : high);
@@ -234,11 +282,13 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
     }
 
     for (int64_t b = row_begin; b < row_end; b++) {
-        if (b + PREFETCH_AHEAD < row_end) prefetch_row(a, b + PREFETCH_AHEAD);
+        if (b + FIELDS_AHEAD < row_end) prefetch_fields(a, b + FIELDS_AHEAD);
+        if (b + JOBS_AHEAD < row_end) prefetch_jobs(a, b + JOBS_AHEAD);
+        if (b + JOB_START_AHEAD < row_end) prefetch_job_start(a, b + JOB_START_AHEAD);
         const int64_t *order = a->order + b * jobs, *arrival = a->arrival + b * jobs, *deadline = a->deadline + b * jobs;
         const int32_t *duration = a->duration + b * jobs, *demand = a->demand + b * R * jobs;
         const int64_t *slot_job = a->slot_job + b * M;
-        const int32_t *slot_demand = a->slot_demand + b * R * M;
+        const int32_t *slot_duration = a->slot_duration + b * M, *slot_demand = a->slot_demand + b * R * M;
         int64_t *start = a->start + b * jobs, *job_start = a->job_start + b * jobs;
         int64_t *finish_count = a->finish_count + b * (T + 1);
         double *finish_weight = a->finish_weight + b * (T + 1);
@@ -258,18 +308,17 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
         const int schedule = active && action >= 0 && action < M && offset >= 0;
         const int advance = active && !schedule;
         const int64_t job = schedule ? slot_job[slot] : L;
-        const int64_t job_duration = schedule ? a->slot_duration[b * M + slot] : 0;
+        const int64_t job_duration = schedule ? slot_duration[slot] : 0;
         if (offset < 0) offset = 0;
         const int64_t job_begin = time + offset;
-        const int64_t started = schedule ? job_begin : -1;
-        start[job] = started;
-        job_start[order[job]] = started;
-        if (a->objective == DEADLINE) { /* a job that will finish by its deadline no longer counts as pending */
-            const int64_t due = deadline[job];
-            const int64_t column = due < 0 ? 0 : (due > a->max_time + 1 ? a->max_time + 1 : due);
-            a->pending_due[b * a->pending_width + column] -= schedule && job_begin + job_duration <= due;
-        }
-        if (schedule) {
+        if (schedule) { /* else the torch step writes -1 over the sentinel's -1 and adds 0: nothing to touch */
+            start[job] = job_begin;
+            job_start[order[job]] = job_begin;
+            if (a->objective == DEADLINE) { /* a job that will finish by its deadline no longer counts as pending */
+                const int64_t due = deadline[job];
+                const int64_t column = due < 0 ? 0 : (due > a->max_time + 1 ? a->max_time + 1 : due);
+                a->pending_due[b * a->pending_width + column] -= job_begin + job_duration <= due;
+            }
             for (int64_t w = 0; w < W; w++) {
                 int64_t low = offset - w * n, high = offset + job_duration - w * n;
                 low = low < 0 ? 0 : (low > n ? n : low);
@@ -277,13 +326,14 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
                 rows[w] = ((((uint64_t)1) << high) - 1) ^ ((((uint64_t)1) << low) - 1);
             }
             for (int64_t r = 0; r < R; r++) add_demand(cur + r * P * W, P, W, rows, slot_demand[r * M + slot], binary);
+            const int64_t finish_at = (job_begin + job_duration) % (T + 1);
+            finish_count[finish_at] += 1;
+            finish_weight[finish_at] += 1.0 / (double)(job_duration < 1 ? 1 : job_duration);
         }
-        const int64_t finish_at = (job_begin + job_duration) % (T + 1);
-        finish_count[finish_at] += schedule;
-        finish_weight[finish_at] += schedule ? 1.0 / (double)(job_duration < 1 ? 1 : job_duration) : 0.0;
         for (int64_t m = 0; m < M; m++) { /* slots behind the taken one move up */
             const int64_t from = m + (schedule && m >= slot);
             slots[m] = from < M ? slot_job[from] : L;
+            slots_from[m] = from;
         }
 
         /* --- advance time by one step: pay the interval's reward, shift the horizon --- */
@@ -341,23 +391,29 @@ int lightning_sched_step_rows(const StepArgs *a, double tardiness_weight, int64_
         int64_t *slot_job_out = a->slot_job_out + b * M, *slot_offset_out = a->slot_offset_out + b * M;
         int32_t *slot_duration_out = a->slot_duration_out + b * M, *slot_demand_out = a->slot_demand_out + b * R * M;
         for (int64_t m = 0; m < M; m++) {
-            int64_t j = slots[m];
+            int64_t j = slots[m], from = slots_from[m];
             if (m >= filled) {
+                from = M; /* a job new to the slots, or none */
                 const int64_t candidate = head + (m - filled);
                 const int take = candidate < arrived;
                 j = take ? candidate : L;
                 taken += take;
             }
             slot_job_out[m] = j;
-            const int32_t d = duration[j];
+            /* a job that stays in the slots keeps its attributes, and the sentinel's are init_state's
+             * constants: only a job new to the slots is read from the job columns, whose rows beyond
+             * the cache cost a wait on memory each */
+            const int empty = j == L, kept = !empty && from < M;
+            const int32_t d = empty ? 0 : (kept ? slot_duration[from] : duration[j]);
             slot_duration_out[m] = d;
-            for (int64_t r = 0; r < R; r++) slot_demand_out[r * M + m] = demand[r * jobs + j];
+            for (int64_t r = 0; r < R; r++)
+                slot_demand_out[r * M + m] = empty ? 0 : (kept ? slot_demand[r * M + from] : demand[r * jobs + j]);
             int64_t found = -1;
-            if (d > 0 && fitting_rows(cur, R, P, W, U, demand + j, jobs, horizon_mask, binary, fits))
+            if (d > 0 && fitting_rows(cur, R, P, W, U, slot_demand_out + m, M, horizon_mask, binary, fits))
                 found = earliest_run(fits, W, n, d, T);
             slot_offset_out[m] = found;
             a->action_mask_out[b * (M + 1) + m] = found >= 0;
-            a->slot_deadline_out[b * M + m] = deadline[j] - now;
+            a->slot_deadline_out[b * M + m] = (empty ? NEVER : deadline[j]) - now;
         }
         a->action_mask_out[b * (M + 1) + M] = 1; /* void is always valid */
         a->queue_head_out[b] = head + taken;
