@@ -3,7 +3,10 @@ the state and every reward identical, over random clusters, jobsets and actions 
 done rows included); and the fallback to torch ops where the kernel is off or cannot be built."""
 from __future__ import annotations
 
+import platform
 import random
+import shutil
+import subprocess
 from dataclasses import fields
 
 import pytest
@@ -224,3 +227,30 @@ def test_a_compiler_without_openmp_builds_the_one_thread_kernel(monkeypatch, tmp
     assert library is not None and not library.openmp
     monkeypatch.setattr(native, "kernels", lambda: library)
     steps_as_torch(random.Random(41), "without OpenMP")
+
+
+@needs_kernel
+def test_rows_that_prefetch_rows_ahead_step_as_torch():
+    """Batches longer than the prefetch distances (native_step.c reads the fields of rows ahead to
+    find their job entries), their rows diverging under different actions: the torch step's results."""
+    rng = random.Random(51)
+    for _ in range(6):
+        cfg, jobs = random_case(rng)
+        jobs = jobs.repeat_interleave(80 // jobs.batch_size + 1)
+        state = init_state(jobs, cfg)
+        theirs = copy(state)
+        for step in range(30):
+            action = random_actions(state, cfg, rng)
+            assert torch.equal(native.step(state, action, cfg), step_state_torch(theirs, action, cfg))
+            assert_same(state, theirs, f"at step {step} of {cfg}")
+
+
+@needs_kernel
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or shutil.which("objdump") is None,
+                    reason="reads x86 disassembly with objdump")
+def test_the_kernel_keeps_its_prefetches():
+    """The compiler drops calls to a function of prefetches alone (it counts as pure): the built
+    kernel must still hold prefetch instructions, which keep large batches off memory's latency."""
+    library = native.build(native.COMPILER, native.FLAGS)
+    disassembly = subprocess.run(["objdump", "-d", str(library)], capture_output=True, text=True, check=True).stdout
+    assert "prefetch" in disassembly
