@@ -287,6 +287,9 @@ def test_partial_reset_resets_only_those_rows(source):
         td, td_twin = env.step(td)["next"], twin.step(td_twin)["next"]
     assert (td["time"] > 0).all(), "the episodes should have advanced before the reset"
     before_arrival = env.state.arrival.clone()
+    td["_reset"] = torch.zeros(b, 1, dtype=torch.bool)  # a mask of no rows resets nothing
+    td = env.reset(td)
+    assert torch.equal(env.state.arrival, before_arrival) and (td["time"] > 0).all()
     rows = torch.tensor([True, False, True, False])
     td["_reset"] = rows.unsqueeze(-1)
     td = env.reset(td)

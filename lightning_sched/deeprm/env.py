@@ -134,7 +134,7 @@ class ClusterEnv(EnvBase):
         index = rows_to_reset(tensordict, self.state is not None)
         if index is None:
             self.state = self.initial_state()
-        else:  # only the rows asked for start again
+        elif index.numel():  # only the rows asked for start again; an all-False "_reset" resets (and draws) nothing
             self.state = self.state.put_rows(index, self.initial_state(index))
         if self._step_state is None:
             self._step_state = compiled_step(self.state, self.cfg) if self.compile_step else step_state
