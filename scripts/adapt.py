@@ -251,8 +251,9 @@ def queue_main(argv) -> int:
     ap.add_argument("--lr", type=positive_float, help="step size (default: the checkpoint's inner lr, else 0.1; with "
                     "its learned per-weight step sizes, Meta-SGD, each weight moves by lr * its own)")
     ap.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
-    ap.add_argument("--sequences", type=at_least(1), help="sequences of 256 jobs a step (default: its inner loop's, "
-                                                          "else 4)")
+    ap.add_argument("--sequences", type=at_least(1), help="sequences a step (default: its inner loop's, else 4)")
+    ap.add_argument("--sequence_length", type=at_least(2), default=256,
+                    help=f"jobs in each adaptation sequence (the test sequences keep {EVAL_LENGTH})")
     ap.add_argument("--episodes", type=at_least(2), help="episodes of each (default: inner loop's, else 4)")
     ap.add_argument("--eval_sequences", type=at_least(2), default=50, help="test sequences from the last 20%%")
     ap.add_argument("--backfill", choices=("off", "easy"), default="off")
@@ -279,7 +280,8 @@ def queue_main(argv) -> int:
     starts = protocol_starts(log, "heldout", args.eval_sequences)
     train_jobs = log.jobs_before(TRAIN_FRACTION)
     print(f"{Path(trace).name}: {log.summary()}")
-    print(f"adapting on its first {train_jobs} jobs; measured on {len(starts)} sequences of {EVAL_LENGTH} jobs after "
+    print(f"adapting on its first {train_jobs} jobs (sequences of {args.sequence_length}); measured on "
+          f"{len(starts)} sequences of {EVAL_LENGTH} jobs after "
           f"them, backfill {args.backfill}; mean bounded slowdown ± 95% CI over sequences, differences paired")
     rules = {name: evaluate_queue(policy, rule_cfg, log, starts).sequences["mean_bounded_slowdown"]
              for name, (policy, rule_cfg) in heuristic_policies(RULES, cfg).items()}
@@ -303,7 +305,8 @@ def queue_main(argv) -> int:
         curves[spec], net = adaptation_curve(net, log, policy_cfg, starts, args.steps, lr,
                                              args.sequences or inner.get("sequences", 4),
                                              args.episodes or inner.get("episodes", 4), train_jobs, args.seed,
-                                             args.optimizer, measure_at=args.measure, step_sizes=step_sizes)
+                                             args.optimizer, train_length=args.sequence_length,
+                                             measure_at=args.measure, step_sizes=step_sizes)
         adapted_first = adapted_first or (net, policy_cfg)
     for spec, curve in curves.items():
         for step, values in curve.items():

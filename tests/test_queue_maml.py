@@ -133,6 +133,21 @@ def test_adapt_queue_prints_paired_differences_and_saves_the_adapted_policy(tmp_
     assert again.returncode == 2 and "exists" in again.stderr
 
 
+def test_adapt_queue_adapts_on_sequences_of_the_given_length(tmp_path):
+    log = write_log(tmp_path / "site.swf", jobs=6000, nodes=64)
+    weights = {}
+    for length in (32, 96):
+        out = tmp_path / f"adapted_{length}.ckpt"
+        proc = run("adapt.py", "--env", "queue", "--trace", log, "--policy", POLICY, "--steps", "1",
+                   "--sequences", "1", "--episodes", "2", "--sequence_length", length, "--eval_sequences", "2",
+                   "--measure", "0", "--out", out, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert f"jobs (sequences of {length}); measured on 2 sequences of 1024 jobs" in proc.stdout
+        weights[length] = list(load_queue_policy(out)[0].scorer.parameters())
+    # the same seed and step size: only the rollouts' length differs, and the step with it
+    assert any(not torch.equal(a, b) for a, b in zip(weights[32], weights[96]))
+
+
 @pytest.mark.parametrize("flags,message", [
     (["--site", "nowhere"], "--site must be one of"),
     (["--site", "lublin2-tight", "--max_request", "60"], "--max_request cannot change them"),
