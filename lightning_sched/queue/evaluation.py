@@ -142,10 +142,10 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
     resolved = {spec: resolve(spec, cfg, device) for spec in policies}
     starts = protocol_starts(log, protocol, sequences)
     echo(f"{Path(trace).name}: {log.summary()}")
-    covered = int(starts.max() - starts.min()) + EVAL_LENGTH  # overlapping sequences share jobs
-    stretches = min(len(starts), covered / EVAL_LENGTH)
+    ordered = starts.sort().values  # the distinct jobs the sequences cover: overlapping ones share jobs
+    covered = int(ordered.diff().clamp(max=EVAL_LENGTH).sum()) + EVAL_LENGTH
     echo(f"protocol {protocol}: {len(starts)} sequences of {EVAL_LENGTH} jobs, backfill {backfill}, covering "
-         f"{covered} jobs (at most {stretches:.1f} independent stretches: CIs that treat the sequences as "
+         f"{covered} jobs (at most {covered / EVAL_LENGTH:.1f} independent stretches: CIs that treat the sequences as "
          "independent are narrower than a fresh stretch would give); "
          "mean bounded slowdown (lower is better) ± 95% CI over sequences; wait in seconds (lower is better); "
          "utilization (higher is better)")
