@@ -1,6 +1,7 @@
 """`TrainingSummary`: what a finished `fit` leaves, printed at its end: the best checkpoint (where it
 is, its monitored validation value and step), the heuristics' values on the same validation jobsets
-(HeuristicComparison's), and the command that evaluates it on unseen jobsets."""
+(HeuristicComparison's), and the command that evaluates it on unseen jobsets (or, for a module with
+its own protocol, its `evaluation_command`)."""
 from __future__ import annotations
 
 import os
@@ -41,11 +42,10 @@ class TrainingSummary(Callback):
             if values:
                 lines.append(f"heuristics on the same {pl_module.val_jobs.batch_size} validation jobsets, {name}: "
                              + ", ".join(f"{h} {v:.3f}" for h, v in values.items()))
+        # a module with its own protocol (the queue env's) names its script and arguments
+        own = getattr(pl_module, "evaluation_command", None)
+        script, arguments = own(path) if own else ("evaluate", ["--policy", path, "tetris", "sjf", "--jobsets", "200"])
         installed = os.path.basename(sys.argv[0]).startswith("lsched-")  # run as the wheel's console command
-        evaluate = ["lsched-evaluate"] if installed else ["python", "scripts/evaluate.py"]
-        # a module with its own protocol (the queue env's) names its evaluation arguments
-        arguments = getattr(pl_module, "evaluate_arguments", None)
-        default = ["--policy", path, "tetris", "sjf", "--jobsets", "200"]
-        command = [*evaluate, *(arguments(path) if arguments else default)]
-        lines.append(f"evaluate it{'' if arguments else ' on unseen jobsets'}: {shlex.join(command)}")
+        command = [f"lsched-{script}"] if installed else ["python", f"scripts/{script}.py"]
+        lines.append(f"evaluate it{'' if own else ' on unseen jobsets'}: {shlex.join([*command, *arguments])}")
         return "\n".join(lines)

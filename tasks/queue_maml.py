@@ -41,7 +41,7 @@ from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, rol
 from lightning_sched.queue.evaluation import RULES, compare_queue, heuristic_policies
 from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.policy import CHECKPOINT_KEY, QueuePolicy, QueuePolicyRecord, load_queue_policy
-from lightning_sched.queue.sites import TRAINING_SITES
+from lightning_sched.queue.sites import HELDOUT_SITES, TRAINING_SITES
 
 from .base import SchedulerTask, plain_values, require_at_least, require_positive
 
@@ -227,6 +227,14 @@ class QueueMAML(LightningModule):
     check_loss = SchedulerTask.check_loss
     check_gradients = SchedulerTask.check_gradients
     on_train_batch_end = SchedulerTask.on_train_batch_end
+
+    def evaluation_command(self, checkpoint: str) -> tuple[str, list[str]]:
+        """(the script, its arguments) that adapt `checkpoint` with its own inner loop to the first
+        held-out site and measure it beside the rules after each step."""
+        hp = self.hparams
+        return "adapt", ["--env", "queue", "--site", HELDOUT_SITES[0][1].name, "--traces_dir", str(hp.traces),
+                         "--backfill", hp.backfill, "--sequence_length", str(hp.sequence_length), "--policy",
+                         checkpoint, "--threads", "1"]
 
     # ----- validation: adapt as training does, then the greedy policy on fixed sequences ----------
     @torch.inference_mode(False)  # Lightning validates under inference mode; adapting needs gradients

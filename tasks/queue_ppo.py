@@ -367,11 +367,11 @@ class QueuePPO(LightningModule):
             td = env.step(policy(td))["next"]
         return env.episode_metrics()
 
-    def evaluate_arguments(self, checkpoint: str) -> list[str]:
-        """scripts/evaluate.py's arguments that measure `checkpoint` beside the rules on the held-out
+    def evaluation_command(self, checkpoint: str) -> tuple[str, list[str]]:
+        """(the script, its arguments) that measure `checkpoint` beside the rules on the held-out
         protocol (the last 20% of each log: jobs the run never read when it read at most 80%)."""
-        return ["--env", "queue", "--protocol", "heldout", "--trace", *[one.path for one in self.logs],
-                "--backfill", self.cfg.backfill, "--policy", *RULES, checkpoint]
+        return "evaluate", ["--env", "queue", "--protocol", "heldout", "--trace", *[one.path for one in self.logs],
+                            "--backfill", self.cfg.backfill, "--policy", *RULES, checkpoint]
 
     def validation_step(self, batch, batch_idx):
         metrics = self.evaluate(self.env("val"))

@@ -47,6 +47,8 @@ def test_queue_maml_trains_validates_and_saves_its_inner_loop(tmp_path, mode):
     proc = run("fit.py", "fit", "--config", ROOT / "configs" / "base" / "queue_maml.yaml", "--threads", "1",
                "--model.init_args.init_from", POLICY, "--model.init_args.traces", TRACES, *tiny, *mode, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    evaluate = next(line for line in proc.stdout.splitlines() if line.startswith("evaluate it"))
+    assert "scripts/adapt.py --env queue --site nasa-exact" in evaluate  # a meta-policy is measured adapted
     folder = tmp_path / "runs" / "queue_maml"
     header = (folder / "metrics.csv").read_text().splitlines()[0]
     assert "eval/mean_bounded_slowdown" in header and "train/meta_loss" in header
