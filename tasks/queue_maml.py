@@ -106,7 +106,8 @@ class QueueMAML(LightningModule):
             [torch.nn.Parameter(torch.zeros_like(p)) for p in self.net.scorer.parameters()] if learn_step_sizes else [])
         self.sites = [(name, model, model.apply(read_queue_log(Path(traces) / name))) for name, model in TRAINING_SITES]
         first = self.sites[0][2]
-        self.cfg = first.config(backfill=backfill, window=window, sequence_length=sequence_length)
+        self.cfg = first.config(backfill=backfill, window=window, sequence_length=sequence_length,
+                                rule_ranks=self.net.spec.rule_ranks)
         self.val_cfg = QueueConfig.from_dict({**self.cfg.to_dict(), "sequence_length": validation_length})
         # a meta-iteration holds every site's inner and outer rollouts at once (second order: their graphs)
         rows, rollouts = sequences * episodes, meta_batch * (inner_steps + 1)

@@ -191,9 +191,16 @@ class QueuePPO(LightningModule):
             raise ConfigError(f"QueuePPO.validation.start_fraction must be in [0, end_fraction={val_end}), "
                               f"got {validation.start_fraction}")
         self.read_fraction = max(train_fraction, val_end)  # what the checkpoint says the run has seen
+        if init_from is None:
+            self.net = QueueNetwork(policy)
+        else:  # the checkpoint's network, sizes and weights: `policy` does not apply
+            self.net, _ = load_queue_policy(init_from)
+            self.net.train()
+            self.hparams["policy"] = self.net.spec.to_dict()
         self.logs: list[QueueLog] = [read_queue_log(path) for path in ([log] if isinstance(log, str) else log)]
         self.cfg = self.logs[0].config(backfill=backfill, window=window, sequence_length=sequence_length,
-                                       bsld_threshold=bsld_threshold, reward=reward)
+                                       bsld_threshold=bsld_threshold, reward=reward,
+                                       rule_ranks=self.net.spec.rule_ranks)  # the observation the network reads
         self.val_cfg = QueueConfig.from_dict({**self.cfg.to_dict(), "sequence_length": validation.sequence_length})
         # what an iteration holds at once: the training env, the validation env and the rollout's decisions
         require_total("QueuePPO", {"training env": env_bytes(self.cfg, batch_size),
@@ -218,12 +225,7 @@ class QueuePPO(LightningModule):
         if imitation_iterations < 0 or (imitation_iterations > 0) != (imitate is not None):
             raise ConfigError(f"QueuePPO.imitation_iterations must be > 0 with imitate and 0 without, got "
                               f"{imitation_iterations} with imitate={imitate!r}")
-        if init_from is None:
-            self.net = QueueNetwork(policy)
-        else:  # the checkpoint's network, sizes and weights: `policy` does not apply
-            self.net, _ = load_queue_policy(init_from)
-            self.net.train()
-            self.hparams["policy"] = self.net.spec.to_dict()
+
         # functional=False: the loss calls the network's own modules (no parameter copies, DDP works);
         # the state_dict names the shared weights twice, under net. and loss.
         self.loss = ClipPPOLoss(make_actor(self.net), make_critic(self.net), clip_epsilon=ppo.clip,

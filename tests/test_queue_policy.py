@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -304,3 +305,76 @@ def test_per_sequence_scaling_gives_every_sequence_the_same_weight():
     assert torch.equal(scaled.sign(), advantage.sign())  # a rescaling: no decision changes side
     with pytest.raises(ConfigError, match="scale_per_sequence needs advantage 'sequence'"):
         PPOSettings(scale_per_sequence=True)
+
+
+# ----- rule ranks: the rules' orders of the window as inputs ---------------------------------------
+@pytest.mark.parametrize("backfill", ["off", "easy"])
+def test_rule_ranks_put_each_rules_first_pick_at_zero_and_distinct_ranks_on_every_job(tmp_path, backfill):
+    from lightning_sched.queue.heuristics import QueueHeuristic
+
+    log = read_queue_log(write_log(tmp_path / "tiny.swf"))
+    rules = ("f1", "sjf", "wfp3", "unicep", "fcfs")
+    cfg = log.config(window=8, sequence_length=64, backfill=backfill, rule_ranks=list(rules))
+    assert cfg.rule_ranks == rules and log.config(window=8).to_dict().get("rule_ranks") is None
+    env = QueueEnv(cfg, log, batch_size=[6], seed=3)
+    assert env.observation_spec["job_features"].shape == (6, 8, 4 + len(rules))
+    td, steps, generator = env.reset(), 0, torch.Generator().manual_seed(0)
+    while not bool(td["done"].all()):
+        live, mask = ~td["done"].squeeze(-1), td["action_mask"]
+        for i, rule in enumerate(rules):
+            ranks = td["job_features"][..., 4 + i]
+            pick = QueueHeuristic(rule, window_only=True)(td.clone())["action"]
+            assert (ranks.gather(1, pick[:, None]).squeeze(1)[live] == 0).all()  # the rule's pick ranks first
+            for b in live.nonzero().flatten().tolist():  # every visible job has its own place in the order
+                visible = ranks[b][mask[b]]
+                assert visible.unique().numel() == visible.numel() and float(visible.max()) <= 1.0
+            assert (ranks[~mask] == 0).all()
+        td = env.step(td.set("action", torch.multinomial(mask.double(), 1, generator=generator).squeeze(-1)))["next"]
+        steps += 1
+    assert steps > 10
+    with pytest.raises(ConfigError, match="QueueConfig.rule_ranks must be distinct rules of .* got \\['f2'\\]"):
+        log.config(rule_ranks=["f2"])
+    with pytest.raises(ConfigError, match="QueuePolicySpec.rule_ranks must be distinct rules"):
+        QueuePolicySpec(rule_ranks=("sjf", "sjf"))
+
+
+def test_a_rank_reading_policy_trains_follows_its_rule_and_evaluates_from_its_checkpoint(tmp_path):
+    """A scorer reading F1's rank can be exactly F1; a fit with rule ranks writes a checkpoint whose
+    evaluation builds the same observation, and the decision service refuses it in one line."""
+    from lightning.pytorch import Trainer
+
+    from lightning_sched.decide.scorers import TorchScorer
+    from lightning_sched.queue.evaluation import evaluate_queue, heuristic_policies, resolve
+    from tasks.queue_ppo import PPOSettings, QueuePPO, QueueValidation
+
+    path = str(write_log(tmp_path / "tiny.swf"))
+    torch.manual_seed(0)
+    model = QueuePPO(path, window=8, sequence_length=24, batch_size=4, imitate="f1", imitation_iterations=1,
+                     policy=QueuePolicySpec(hidden=(4,), rule_ranks=("sjf", "f1")),
+                     ppo=PPOSettings(epochs=1, minibatch_size=40), validation=QueueValidation(2, 48),
+                     iterations_per_epoch=2)
+    assert model.cfg.rule_ranks == ("sjf", "f1")
+    trainer = Trainer(max_steps=2, val_check_interval=2, check_val_every_n_epoch=None, logger=False,
+                      enable_checkpointing=False, num_sanity_val_steps=0, enable_progress_bar=False,
+                      enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(model)
+    checkpoint = tmp_path / "ranks.ckpt"
+    trainer.save_checkpoint(checkpoint)
+    _, cfg = resolve(str(checkpoint), read_queue_log(path).config(sequence_length=48))
+    assert cfg.rule_ranks == ("sjf", "f1") and cfg.window == 8
+    with pytest.raises(ConfigError, match="reading rule ranks .sjf, f1. cannot serve"):
+        TorchScorer(checkpoint)
+    # weights that read F1's rank alone act as F1 on the window: the same episodes, job for job
+    net = model.net
+    with torch.no_grad():
+        for p in net.scorer.parameters():
+            p.zero_()
+        net.scorer.mlp.job_in.weight[0, 5] = -1.0  # inputs: 4 features, sjf's rank, f1's rank
+        net.scorer.mlp.job_in.bias[0] = 1.0  # ranks are at most 1: the ReLU stays open
+        net.scorer.mlp.rest[1][0].weight.fill_(1.0)
+    log, starts = read_queue_log(path), torch.tensor([0, 150, 300])
+    window_cfg = log.config(window=48, sequence_length=48)  # the window shows the whole queue, as rules see it
+    learned = evaluate_queue(QueuePolicy(net.eval()), replace(window_cfg, rule_ranks=("sjf", "f1")), log, starts)
+    f1, f1_cfg = heuristic_policies(["f1"], window_cfg)["f1"]
+    rule = evaluate_queue(f1, f1_cfg, log, starts)
+    torch.testing.assert_close(learned.sequences["mean_bounded_slowdown"], rule.sequences["mean_bounded_slowdown"])

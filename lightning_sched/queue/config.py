@@ -11,6 +11,9 @@ from ..config import ConfigError
 
 BACKFILL = ("off", "easy")
 REWARDS = ("per_job", "final")
+# the priority rules of queue.heuristics that a "best heuristic" is chosen among and whose window
+# ranks an observation can carry (the buggy reproductions of RLScheduler's cells are not scheduling rules)
+RULES = ("fcfs", "sjf", "f1", "wfp3", "unicep")
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,11 @@ class QueueConfig:
     """Seconds: the wait feature's scale (RLScheduler's MAX_WAIT_TIME, 12 hours)."""
     max_requested: float = 43200.0
     """Seconds: the requested-time feature's scale (12 hours; not clipped)."""
+    rule_ranks: tuple[str, ...] = ()
+    """Priority rules (of RULES) whose ranking of the visible jobs each slot's features also
+    carry, one column a rule after the four (job_features [B, W, 4 + R]): a job's place in each
+    rule's order, which a policy can weigh by what it sees (F1 needs absolute submit times and
+    processor counts, which the four features do not hold)."""
 
     def __post_init__(self) -> None:
         for name in ("nodes", "processors_per_node", "window", "sequence_length"):
@@ -47,6 +55,11 @@ class QueueConfig:
             raise ConfigError(f"QueueConfig.backfill must be one of {', '.join(BACKFILL)}, got {self.backfill!r}")
         if self.reward not in REWARDS:
             raise ConfigError(f"QueueConfig.reward must be one of {', '.join(REWARDS)}, got {self.reward!r}")
+        object.__setattr__(self, "rule_ranks", tuple(self.rule_ranks))  # YAML and JSON give lists
+        bad = [r for r in self.rule_ranks if r not in RULES]
+        if bad or len(set(self.rule_ranks)) != len(self.rule_ranks):
+            raise ConfigError(f"QueueConfig.rule_ranks must be distinct rules of {', '.join(RULES)}, "
+                              f"got {list(self.rule_ranks)!r}")
         for name in ("bsld_threshold", "max_wait", "max_requested"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
@@ -57,7 +70,11 @@ class QueueConfig:
         return self.nodes * self.processors_per_node
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Plain values; rule_ranks as a list, and left out when empty, so that a config without
+        ranks reads the same as one written before they existed."""
+        values = asdict(self)
+        ranks = values.pop("rule_ranks")
+        return {**values, "rule_ranks": list(ranks)} if ranks else values
 
     @classmethod
     def from_dict(cls, values: dict) -> QueueConfig:

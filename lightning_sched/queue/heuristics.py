@@ -15,14 +15,15 @@ as the sequence (`evaluation.evaluate_queue` does); they refuse a window that hi
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from tensordict import TensorDictBase
 
 from ..config import ConfigError
+from .config import RULES
 
-HEURISTICS = ("fcfs", "sjf", "f1", "wfp3", "unicep", "wfp3_rlscheduler", "unicep_rlscheduler", "random")
-# the rules a "best heuristic" is chosen among (the buggy reproductions are not scheduling rules)
-RULES = ("fcfs", "sjf", "f1", "wfp3", "unicep")
+HEURISTICS = (*RULES, "wfp3_rlscheduler", "unicep_rlscheduler", "random")
 
 
 def _log10_positive(x: torch.Tensor) -> torch.Tensor:
@@ -55,6 +56,21 @@ def priority(name: str, td: TensorDictBase) -> torch.Tensor:
     else:
         raise ConfigError(f"queue heuristic must be one of {', '.join(HEURISTICS)}, got {name!r}")
     return torch.where(filled, score, torch.inf)
+
+
+def window_ranks(td, rules) -> torch.Tensor:
+    """Each visible job's place in each rule's order of the window, FloatTensor[B, W, R]:
+    log1p(rank) / log1p(W), 0 for the rule's first pick and for empty slots; ties keep slot order,
+    as the rules' argmin does. `td` holds the keys `priority` reads (a dict will do)."""
+    filled = td["window_job"] >= 0
+    w = filled.shape[-1]
+    positions = torch.arange(w, device=filled.device).expand_as(filled)
+    columns = []
+    for name in rules:
+        order = torch.sort(priority(name, td), dim=-1, stable=True).indices
+        rank = torch.empty_like(order).scatter_(1, order, positions)
+        columns.append(torch.where(filled, torch.log1p(rank.float()) / math.log1p(w), 0.0))
+    return torch.stack(columns, -1)
 
 
 class QueueHeuristic:

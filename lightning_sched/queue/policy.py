@@ -5,7 +5,8 @@ TorchRL actor and critic built on them, greedy acting, and checkpoints readable 
 
 The network reads the env's observation keys (/work/notes/queue_semantics.md):
 
-    job_features:     FloatTensor[B, W, 4]  per slot: wait, requested, processors, fits now (0: empty)
+    job_features:     FloatTensor[B, W, 4 + R]  per slot: wait, requested, processors, fits now (0: empty),
+                      and the slot's rank under each rule of QueuePolicySpec.rule_ranks (R of them)
     cluster_features: FloatTensor[B, 2]     free nodes share, log queue length
     action_mask:      BoolTensor[B, W]      the slot holds a job
 """
@@ -20,7 +21,7 @@ from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
 
 from ..config import ConfigError
 from ..files import load_torch_file
-from .config import QueueConfig
+from .config import RULES, QueueConfig
 
 JOB_FEATURES, CLUSTER_FEATURES = 4, 2
 IN_KEYS = ("job_features", "cluster_features")
@@ -46,8 +47,17 @@ class QueuePolicySpec:
     and max over the visible jobs enters every job's score beside the cluster features, so that one
     job's score can depend on what else waits (a rule's ranking cannot)."""
 
+    rule_ranks: tuple[str, ...] = ()
+    """Rules of the queue's RULES whose ranking of the window each job's inputs also carry (the
+    env's `QueueConfig.rule_ranks`, set to these): the scorer can follow a rule, or weigh several
+    by the queue it sees (with `context`, by the window's make-up)."""
+
     def __post_init__(self) -> None:
         self.hidden, self.value_hidden = tuple(self.hidden), tuple(self.value_hidden)
+        self.rule_ranks = tuple(self.rule_ranks)
+        if any(r not in RULES for r in self.rule_ranks) or len(set(self.rule_ranks)) != len(self.rule_ranks):
+            raise ConfigError(f"QueuePolicySpec.rule_ranks must be distinct rules of {', '.join(RULES)}, "
+                              f"got {list(self.rule_ranks)!r}")
         for name in ("hidden", "value_hidden"):
             widths = getattr(self, name)
             if not widths or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in widths):
@@ -88,9 +98,11 @@ LOG_SCALE = 8.0
 
 
 def job_inputs(job_features: torch.Tensor, job_area: bool = False) -> torch.Tensor:
-    """The network's view of job features [..., 4]: log-scaled times (FEATURE_GAIN), and with
-    `job_area` the log requested time x processor share appended ([..., 5])."""
-    gain = job_features.new_tensor(FEATURE_GAIN)
+    """The network's view of job features [..., 4 + R]: log-scaled times (FEATURE_GAIN), the rest
+    (processor share, fits now, rule ranks) unchanged, and with `job_area` the log requested time x
+    processor share appended ([..., 5 + R])."""
+    gain = job_features.new_zeros(job_features.shape[-1])
+    gain[:len(FEATURE_GAIN)] = gain.new_tensor(FEATURE_GAIN)
     logged = torch.log1p(job_features.clamp(min=0) * gain) / LOG_SCALE
     inputs = torch.where(gain > 0, logged, job_features)
     if job_area:
@@ -99,28 +111,29 @@ def job_inputs(job_features: torch.Tensor, job_area: bool = False) -> torch.Tens
 
 
 def flat(job_features, cluster_features, action_mask):
-    """The inputs with their leading dims ([B] or [B, T]) as one: [N, W, 4], [N, 2], [N, W]."""
+    """The inputs with their leading dims ([B] or [B, T]) as one: [N, W, F], [N, 2], [N, W]."""
     w = action_mask.shape[-1]
-    return job_features.reshape(-1, w, JOB_FEATURES), cluster_features.reshape(-1, CLUSTER_FEATURES), \
+    return job_features.reshape(-1, w, job_features.shape[-1]), cluster_features.reshape(-1, CLUSTER_FEATURES), \
         action_mask.reshape(-1, w)
 
 
 class SlotMLP(nn.Module):
     """One MLP applied to every visible job: [N, widths[-1]] for the N jobs of `action_mask` (in
-    row-major order) from job_features [B, W, 4] and the rows' features [B, row_inputs] (the
+    row-major order) from job_features [B, W, 4 + ranks] and the rows' features [B, row_inputs] (the
     cluster features, and the pooled window with `QueuePolicySpec.context`). Only the slots holding
     a job are computed: a queue rarely fills the window. The first layer is split in a job part and
     a row part, the row part computed once a row."""
 
-    def __init__(self, widths: list[int], job_area: bool = False, row_inputs: int = CLUSTER_FEATURES):
+    def __init__(self, widths: list[int], job_area: bool = False, row_inputs: int = CLUSTER_FEATURES,
+                 ranks: int = 0):
         super().__init__()
         self.job_area = job_area
-        self.job_in = nn.Linear(JOB_FEATURES + int(job_area), widths[0])
+        self.job_in = nn.Linear(JOB_FEATURES + ranks + int(job_area), widths[0])
         self.cluster_in = nn.Linear(row_inputs, widths[0], bias=False)
         self.rest = nn.Sequential(nn.ReLU(), mlp(widths)) if len(widths) > 1 else nn.Identity()
 
     def jobs(self, job_features: torch.Tensor, cluster_features: torch.Tensor) -> torch.Tensor:
-        """Outputs [N, widths[-1]] of N jobs' features [N, 4] with their rows' features
+        """Outputs [N, widths[-1]] of N jobs' features [N, 4 + ranks] with their rows' features
         [N, row_inputs] (or [1, row_inputs]: one queue)."""
         first = self.job_in(job_inputs(job_features, self.job_area)) + self.cluster_in(cluster_features)
         return self.rest(first)
@@ -135,7 +148,7 @@ class SlotMLP(nn.Module):
 def pooled_window(embed: SlotMLP, jobs: torch.Tensor, cluster: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The window's make-up as one vector a row, [N, 2E]: the per-job embedding `embed` (one layer,
     the same weights for every job) pooled by mean and max over the visible jobs of job_features
-    [N, W, 4], cluster_features [N, 2] and action_mask [N, W]."""
+    [N, W, F], cluster_features [N, 2] and action_mask [N, W]."""
     embedded, row = embed(jobs, cluster, mask)
     embedded = torch.relu(embedded)  # [n, E] >= 0, so 0 is a neutral start for the max
     b, e = mask.shape[0], embedded.shape[-1]
@@ -146,14 +159,16 @@ def pooled_window(embed: SlotMLP, jobs: torch.Tensor, cluster: torch.Tensor, mas
 
 
 class JobScorer(nn.Module):
-    """The actor: masked logits [B, W] from job_features [B, W, 4], cluster_features [B, 2] and
+    """The actor: masked logits [B, W] from job_features [B, W, 4 + R], cluster_features [B, 2] and
     action_mask [B, W], the same MLP for every job (with `spec.context`, also fed the pooled
     window); -inf on empty slots."""
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
-        self.context = SlotMLP([spec.embedding], spec.job_area) if spec.context else None
-        self.mlp = SlotMLP([*spec.hidden, 1], spec.job_area, CLUSTER_FEATURES + 2 * spec.embedding * spec.context)
+        ranks = len(spec.rule_ranks)
+        self.context = SlotMLP([spec.embedding], spec.job_area, ranks=ranks) if spec.context else None
+        rows = CLUSTER_FEATURES + 2 * spec.embedding * spec.context
+        self.mlp = SlotMLP([*spec.hidden, 1], spec.job_area, rows, ranks)
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
                 action_mask: torch.Tensor) -> torch.Tensor:
@@ -170,7 +185,7 @@ class QueueValue(nn.Module):
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
-        self.embed = SlotMLP([spec.embedding], spec.job_area)
+        self.embed = SlotMLP([spec.embedding], spec.job_area, ranks=len(spec.rule_ranks))
         self.head = mlp([2 * spec.embedding + CLUSTER_FEATURES, *spec.value_hidden, 1])
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,

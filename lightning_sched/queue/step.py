@@ -3,6 +3,9 @@
 
     advance(state, job, cfg) -> {"bsld_added", "window_job", "job_features", "cluster_features",
                                  "action_mask", "queue_length"}
+
+With `cfg.rule_ranks`, the job features also carry each named rule's ranking of the window
+(`heuristics.window_ranks`), computed with torch ops on either path.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import torch
 
 from . import native
 from .config import QueueConfig
+from .heuristics import window_ranks
 from .state import WAITING, QueueState
 
 
@@ -21,12 +25,16 @@ def advance(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str,
     `state` in place. Returns the bounded slowdowns this step added per row (DoubleTensor[B]) and
     the new observation (see native.step for the shapes)."""
     out = native.step(state, job, cfg)
-    if out is not None:
-        return out
-    from .step_torch import step_torch, window_torch  # the kernel's torch twin, loaded where needed
+    if out is None:
+        from .step_torch import step_torch, window_torch  # the kernel's torch twin, loaded where needed
 
-    added = step_torch(state, job.reshape(-1).to(device=state.status.device, dtype=torch.int64), cfg)
-    return {"bsld_added": added, **observe(state, window_torch(state, cfg), cfg)}
+        added = step_torch(state, job.reshape(-1).to(device=state.status.device, dtype=torch.int64), cfg)
+        out = {"bsld_added": added, **observe(state, window_torch(state, cfg), cfg)}
+    if cfg.rule_ranks:  # [B, W, 4] -> [B, W, 4 + R]
+        keys = {"window_job": out["window_job"], "job_submit": state.submit, "job_requested": state.requested,
+                "job_processors": state.processors, "time": state.time.unsqueeze(1)}
+        out["job_features"] = torch.cat([out["job_features"], window_ranks(keys, cfg.rule_ranks)], -1)
+    return out
 
 
 def observe(state: QueueState, window_job: torch.Tensor, cfg: QueueConfig) -> dict[str, torch.Tensor]:
