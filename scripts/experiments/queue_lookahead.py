@@ -1,0 +1,229 @@
+"""Experiment: how far below the best rule can a scheduler get, and with what knowledge?
+(docs/hpc_queue.md, "What beating the best rule takes")
+
+On a protocol's sequences (default: held out), for each log and backfilling setting:
+- the best of the five rules, and the per-sequence best rule (an oracle that picks a rule for each
+  sequence after the fact): what switching between rules can gain at most;
+- rollout lookahead (Bertsekas' rollout algorithm) over the best rule: at every decision each of the
+  rule's first k picks is tried in a copy of the state, the rule then decides H more times, and the
+  pick whose jobs have the lowest bounded slowdown at the horizon (started jobs: their own; waiting
+  ones: as if they started then) is taken. What the copy knows of the future:
+      known        no more arrivals: only the jobs already submitted (what a scheduler knows)
+      repeat       the last m arrivals repeat from now on, their gaps kept (a naive forecast)
+      clairvoyant  the log's actual next arrivals (no real scheduler has them: a bound)
+  Copies run jobs for their requested time, what a scheduler knows (on the Lublin logs, the actual).
+- `--student EPOCHS`: the rank-reading scorer (QueuePolicySpec.rule_ranks, with context) fitted by
+  cross-entropy to the clairvoyant lookahead's picks on sequences of each log's first 80% (its window
+  of 128 jobs, the picks among the rule's first k there), then run greedy on the protocol: can what
+  the clairvoyant picks be learned from what a policy sees?
+
+    python scripts/experiments/queue_lookahead.py --trace ../shared/traces/lublin_256.swf.gz \\
+        ../shared/traces/lublin_256_new2.swf.gz --backfill off easy --student 30 --threads 1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import set_threads  # noqa: E402
+from lightning_sched.queue.config import RULES, QueueConfig  # noqa: E402
+from lightning_sched.queue.env import QueueEnv  # noqa: E402
+from lightning_sched.queue.evaluation import (  # noqa: E402
+    EVAL_LENGTH,
+    TRAIN_FRACTION,
+    evaluate_queue,
+    heuristic_config,
+    mean_ci95,
+    protocol_starts,
+)
+from lightning_sched.queue.heuristics import QueueHeuristic, priority  # noqa: E402
+from lightning_sched.queue.log import QueueLog, read_queue_log  # noqa: E402
+from lightning_sched.queue.policy import QueueNetwork, QueuePolicy, QueuePolicySpec  # noqa: E402
+from lightning_sched.queue.state import QueueState  # noqa: E402
+from lightning_sched.queue.step import advance  # noqa: E402
+
+FUTURES = ("known", "repeat", "clairvoyant")
+NEVER = 1 << 50  # a submit time no copy reaches within its horizon
+
+
+def rule_keys(state: QueueState, window_job: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What `priority` reads, from a state and its window (LongTensor or IntTensor[B, W])."""
+    return {"window_job": window_job, "job_submit": state.submit, "job_requested": state.requested,
+            "job_processors": state.processors, "time": state.time.unsqueeze(1)}
+
+
+def with_future(state: QueueState, future: str, repeat: int) -> tuple[QueueState, torch.Tensor]:
+    """A copy of `state` whose jobs run for their requested time and whose not-yet-submitted jobs
+    follow `future`; and the jobs whose bounded slowdown the lookahead counts (BoolTensor[B, L])."""
+    sim = state.clone()
+    sim.run = sim.requested.clamp(min=1)
+    arrived = torch.arange(sim.length).unsqueeze(0) < sim.next_arrival.unsqueeze(1)
+    sim.sjf_order.zero_(), sim.size_order.zero_(), sim.order_count.zero_(), sim.order_arrival.zero_()  # rebuilt
+    if future == "known":
+        sim.submit = torch.where(arrived, sim.submit, NEVER)
+        return sim, arrived
+    if future == "repeat":  # future job a + j copies arrived job a - m + (j mod m), shifted to start now
+        first = sim.next_arrival.unsqueeze(1)
+        m = first.clamp(max=repeat)
+        j = (torch.arange(sim.length).unsqueeze(0) - first).clamp(min=0)
+        source = (first - m + j % m).clamp(0, sim.length - 1)
+        anchor = sim.submit.gather(1, first - m)
+        now = sim.time.unsqueeze(1)
+        shifted = sim.submit.gather(1, source) + (now - anchor) + (j // m) * (now - anchor).clamp(min=1)
+        for name in ("run", "requested", "processors", "nodes"):
+            column = getattr(sim, name)
+            setattr(sim, name, torch.where(arrived, column, column.gather(1, source)))
+        sim.submit = torch.cummax(torch.where(arrived, sim.submit, shifted.clamp(min=now)), 1).values
+    return sim, torch.ones_like(arrived)
+
+
+def horizon_cost(sim: QueueState, counted: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Summed bounded slowdown (DoubleTensor[B]) of the `counted` jobs that have arrived by the
+    copy's time: started jobs their own, waiting ones as if they started now."""
+    requested = sim.requested.double()
+    started = sim.start >= 0
+    now = sim.time.unsqueeze(1)
+    wait = torch.where(started, sim.start - sim.submit, now - sim.submit).double()
+    cost = ((wait + requested) / requested.clamp(min=threshold)).clamp(min=1.0)
+    return torch.where(counted & (sim.submit <= now), cost, 0.0).sum(1)
+
+
+def lookahead_pick(state: QueueState, td, rule: str, k: int, horizon: int, future: str, repeat: int,
+                   sim_cfg: QueueConfig) -> torch.Tensor:
+    """The window slot (LongTensor[B]) of the best of `rule`'s first k picks of td's window."""
+    b = state.batch
+    k = min(k, td["action_mask"].shape[-1])
+    slots = priority(rule, td).topk(k, largest=False).indices  # [B, k]
+    first = td["window_job"].long().gather(1, slots).reshape(-1)  # -1 where fewer than k jobs wait
+    sim, counted = with_future(state.rows(torch.arange(b).repeat_interleave(k)), future, repeat)
+    out = advance(sim, torch.where((first >= 0) & ~sim.done, first, -1), sim_cfg)
+    for _ in range(horizon - 1):
+        slot = priority(rule, rule_keys(sim, out["window_job"])).argmin(-1, keepdim=True)
+        job = out["window_job"].long().gather(1, slot).squeeze(1)
+        out = advance(sim, torch.where(sim.done | (job < 0), -1, job), sim_cfg)
+    cost = horizon_cost(sim, counted, sim_cfg.bsld_threshold).reshape(b, k)
+    best = torch.where(first.reshape(b, k) >= 0, cost, torch.inf).argmin(1, keepdim=True)
+    return slots.gather(1, best).squeeze(1)
+
+
+def run_lookahead(log: QueueLog, cfg: QueueConfig, starts: torch.Tensor, rule: str, k: int, horizon: int,
+                  future: str, repeat: int, sim_window: int, record: bool = False):
+    """Each sequence played with the lookahead: (mean bounded slowdowns, DoubleTensor[N]; with
+    `record`, the decisions' observations and picks as a dict of tensors)."""
+    env = QueueEnv(cfg, log, batch_size=[len(starts)], starts=starts)
+    sim_cfg = replace(cfg, window=sim_window, rule_ranks=())
+    td, seen = env.reset(), []
+    while not bool(td["done"].all()):
+        td["action"] = lookahead_pick(env.state, td, rule, k, horizon, future, repeat, sim_cfg)
+        if record:
+            live = ~td["done"].squeeze(-1)
+            seen.append({key: td[key][live] for key in ("job_features", "cluster_features", "action_mask", "action")})
+        td = env.step(td)["next"]
+    data = {key: torch.cat([s[key] for s in seen]) for key in seen[0]} if record else None
+    return env.episode_metrics()["mean_bounded_slowdown"], data
+
+
+def clairvoyant_student(logs: list[QueueLog], backfill: str, args) -> QueueNetwork:
+    """The student fitted to the clairvoyant lookahead over each log's best rule, on
+    `args.student_sequences` sequences from each log's first 80%."""
+    data = []
+    for log in logs:
+        cfg = log.config(sequence_length=EVAL_LENGTH, backfill=backfill, rule_ranks=RULES)
+        high = log.jobs_before(TRAIN_FRACTION) - EVAL_LENGTH
+        starts = torch.randint(0, high + 1, (args.student_sequences,), generator=torch.Generator().manual_seed(7))
+        rule = best_rule(log, cfg, starts)
+        _, picks = run_lookahead(log, cfg, starts, rule, args.candidates, args.horizon, "clairvoyant", args.repeat,
+                                 args.sim_window, record=True)
+        ranks = picks["job_features"][..., 4 + RULES.index(rule)]
+        agree = float((ranks.gather(1, picks["action"][:, None]) == 0).float().mean())
+        print(f"{Path(log.path).name}, backfill {backfill}: the clairvoyant lookahead over {rule} on {len(starts)} "
+              f"training sequences takes {rule}'s own first pick in {agree:.1%} of {len(ranks)} decisions", flush=True)
+        data.append(picks)
+    return fit_student({key: torch.cat([d[key] for d in data]) for key in data[0]}, args.student)
+
+
+def fit_student(data: dict, epochs: int, seed: int = 0) -> QueueNetwork:
+    """The rank-reading scorer fitted by cross-entropy to the recorded picks (Adam 1e-3, minibatches of 1024)."""
+    torch.manual_seed(seed)
+    net = QueueNetwork(QueuePolicySpec(rule_ranks=RULES, context=True))
+    optimizer = torch.optim.Adam(net.scorer.parameters(), lr=1e-3)
+    n = data["action"].shape[0]
+    for _ in range(epochs):
+        for index in torch.randperm(n).split(1024):
+            logits = net.scorer(*(data[key][index] for key in ("job_features", "cluster_features", "action_mask")))
+            loss = torch.nn.functional.cross_entropy(logits, data["action"][index])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return net.eval()
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trace", nargs="+", required=True, help="SWF logs (.swf or .swf.gz)")
+    parser.add_argument("--backfill", nargs="+", default=["off"], choices=["off", "easy"])
+    parser.add_argument("--protocol", default="heldout", choices=["heldout", "recent", "rlscheduler"])
+    parser.add_argument("--sequences", type=int, default=100, help="the protocol's sequences (heldout, recent)")
+    parser.add_argument("--futures", nargs="+", default=list(FUTURES), choices=FUTURES)
+    parser.add_argument("--candidates", type=int, default=4, help="k: the rule's first picks tried")
+    parser.add_argument("--horizon", type=int, default=64, help="H: the rule's decisions in each copy")
+    parser.add_argument("--repeat", type=int, default=128, help="m: arrivals the 'repeat' forecast replays")
+    parser.add_argument("--sim_window", type=int, default=128, help="the window the rule ranks in the copies")
+    parser.add_argument("--student", type=int, default=0, help="epochs of the student's fit (0: none)")
+    parser.add_argument("--student_sequences", type=int, default=16, help="training sequences per log")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    set_threads(args.threads)
+    logs = [read_queue_log(path) for path in args.trace]
+    for backfill in args.backfill:
+        student = clairvoyant_student(logs, backfill, args) if args.student else None
+        for log in logs:
+            name = Path(log.path).name
+            cfg = log.config(sequence_length=EVAL_LENGTH, backfill=backfill)
+            starts = protocol_starts(log, args.protocol, args.sequences)
+            rules = {r: evaluate_queue(QueueHeuristic(r), heuristic_config(cfg), log, starts)
+                     .sequences["mean_bounded_slowdown"] for r in RULES}
+            best = min(rules, key=lambda r: float(rules[r].mean()))
+            mean, ci = mean_ci95(rules[best])
+            print(f"{name}, backfill {backfill}, {args.protocol} ({len(starts)} sequences of {EVAL_LENGTH}): best rule "
+                  f"{best} {mean:.2f} ± {ci:.2f}; differences to it, paired 95% CIs:", flush=True)
+            results = {"per-sequence best rule": torch.stack(list(rules.values())).min(0).values}
+            for future in args.futures:
+                begin = time.perf_counter()
+                results[f"lookahead, {future}"], _ = run_lookahead(
+                    log, heuristic_config(cfg), starts, best, args.candidates, args.horizon, future, args.repeat,
+                    args.sim_window)
+                print(f"  (lookahead, {future}: {time.perf_counter() - begin:.0f} s)", flush=True)
+            if student is not None:
+                net_cfg = replace(cfg, window=128, rule_ranks=RULES)
+                results["student of the clairvoyant"] = evaluate_queue(QueuePolicy(student), net_cfg, log, starts) \
+                    .sequences["mean_bounded_slowdown"]
+            for label, values in results.items():
+                diff, diff_ci = mean_ci95(values - rules[best])
+                print(f"  {label:28s} {float(values.mean()):9.2f}  minus {best}: {diff:+8.2f} ± {diff_ci:.2f}",
+                      flush=True)
+                if args.json:
+                    print(json.dumps({"trace": name, "backfill": backfill, "protocol": args.protocol, "policy": label,
+                                      "best_rule": best, "mean_bounded_slowdown": float(values.mean()),
+                                      "minus_best_rule": diff, "minus_best_rule_ci95": diff_ci,
+                                      "candidates": args.candidates, "horizon": args.horizon}))
+
+
+def best_rule(log: QueueLog, cfg: QueueConfig, starts: torch.Tensor) -> str:
+    """The rule with the lowest mean bounded slowdown on `starts` (the whole queue visible)."""
+    plain = replace(cfg, rule_ranks=())
+    scores = {r: float(evaluate_queue(QueueHeuristic(r), heuristic_config(plain), log, starts)
+                       .sequences["mean_bounded_slowdown"].mean()) for r in RULES}
+    return min(scores, key=scores.get)
+
+
+if __name__ == "__main__":
+    main()
