@@ -107,7 +107,7 @@ class QueueMAML(LightningModule):
         self.sites = [(name, model, model.apply(read_queue_log(Path(traces) / name))) for name, model in TRAINING_SITES]
         first = self.sites[0][2]
         self.cfg = first.config(backfill=backfill, window=window, sequence_length=sequence_length,
-                                rule_ranks=self.net.spec.rule_ranks)
+                                **self.net.spec.observation())
         self.val_cfg = QueueConfig.from_dict({**self.cfg.to_dict(), "sequence_length": validation_length})
         # a meta-iteration holds every site's inner and outer rollouts at once (second order: their graphs)
         rows, rollouts = sequences * episodes, meta_batch * (inner_steps + 1)

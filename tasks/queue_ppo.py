@@ -200,7 +200,7 @@ class QueuePPO(LightningModule):
         self.logs: list[QueueLog] = [read_queue_log(path) for path in ([log] if isinstance(log, str) else log)]
         self.cfg = self.logs[0].config(backfill=backfill, window=window, sequence_length=sequence_length,
                                        bsld_threshold=bsld_threshold, reward=reward,
-                                       rule_ranks=self.net.spec.rule_ranks)  # the observation the network reads
+                                       **self.net.spec.observation())  # the extra job features it reads
         self.val_cfg = QueueConfig.from_dict({**self.cfg.to_dict(), "sequence_length": validation.sequence_length})
         # what an iteration holds at once: the training env, the validation env and the rollout's decisions
         require_total("QueuePPO", {"training env": env_bytes(self.cfg, batch_size),

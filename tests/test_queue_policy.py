@@ -4,6 +4,7 @@ weights_only=True, and real training runs (scripts/fit.py with configs/queue_smo
 backfilling in process) on a small log the tests write."""
 from __future__ import annotations
 
+import math
 import os
 import random
 import subprocess
@@ -362,7 +363,7 @@ def test_a_rank_reading_policy_trains_follows_its_rule_and_evaluates_from_its_ch
     trainer.save_checkpoint(checkpoint)
     _, cfg = resolve(str(checkpoint), read_queue_log(path).config(sequence_length=48))
     assert cfg.rule_ranks == ("sjf", "f1") and cfg.window == 8
-    with pytest.raises(ConfigError, match="reading rule ranks .sjf, f1. cannot serve"):
+    with pytest.raises(ConfigError, match="reading rule ranks or fit delays cannot serve"):
         TorchScorer(checkpoint)
     # weights that read F1's rank alone act as F1 on the window: the same episodes, job for job
     net = model.net
@@ -378,3 +379,37 @@ def test_a_rank_reading_policy_trains_follows_its_rule_and_evaluates_from_its_ch
     f1, f1_cfg = heuristic_policies(["f1"], window_cfg)["f1"]
     rule = evaluate_queue(f1, f1_cfg, log, starts)
     torch.testing.assert_close(learned.sequences["mean_bounded_slowdown"], rule.sequences["mean_bounded_slowdown"])
+
+
+@pytest.mark.parametrize("backfill", ["off", "easy"])
+def test_fit_delay_is_the_wait_until_running_jobs_requested_ends_free_enough_nodes(tmp_path, backfill):
+    """Against a direct reading of each visible job: running jobs sorted by start + requested time free
+    their nodes one after another, and the job fits at the first end after which enough are free."""
+    from lightning_sched.queue.state import RUNNING
+
+    log = read_queue_log(write_log(tmp_path / "tiny.swf"))
+    cfg = log.config(window=8, sequence_length=96, backfill=backfill, rule_ranks=["sjf"], fit_delay=True)
+    assert cfg.job_features == 6 and QueuePolicySpec(rule_ranks=("sjf",), fit_delay=True).extra_inputs == 2
+    env = QueueEnv(cfg, log, batch_size=[4], seed=1)
+    td, generator, waited = env.reset(), torch.Generator().manual_seed(0), 0
+    while not bool(td["done"].all()):
+        s = env.state
+        for b in (~s.done).nonzero().flatten().tolist():
+            ends = sorted((int(s.start[b, j] + s.requested[b, j]), int(s.nodes[b, j]))
+                          for j in (s.status[b] == RUNNING).nonzero().flatten().tolist())
+            for slot, job in enumerate(td["window_job"][b].tolist()):
+                need, free, seconds = (int(s.nodes[b, job]), int(s.free_nodes[b]), 0) if job >= 0 else (0, 0, 0)
+                for end, nodes in ends if need > free else []:
+                    free += nodes
+                    if free >= need:
+                        seconds = max(0, end - int(s.time[b]))
+                        break
+                waited += seconds > 0
+                expected = math.log1p(seconds / 60) / 8
+                assert float(td["job_features"][b, slot, 5]) == pytest.approx(expected, abs=1e-6)
+        td = env.step(td.set("action", torch.multinomial(td["action_mask"].double(), 1, generator=generator)
+                             .squeeze(-1)))["next"]
+    assert waited > 20  # jobs that did not fit were seen
+    with pytest.raises(ConfigError, match="QueueConfig.fit_delay must be true or false, got 'yes'"):
+        log.config(fit_delay="yes")
+    assert "fit_delay" not in log.config().to_dict() and cfg.to_dict()["fit_delay"] is True

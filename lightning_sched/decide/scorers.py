@@ -36,9 +36,8 @@ class TorchScorer:
 
         self.torch = torch
         self.net, cfg = load_queue_policy(path)
-        if cfg.rule_ranks:  # the service's job features are the four of a snapshot, not the rules' ranks
-            raise SnapshotError(f"{path}: a policy reading rule ranks ({', '.join(cfg.rule_ranks)}) cannot serve "
-                                "decisions yet")
+        if cfg.job_features > 4:  # the service's job features are the four of a snapshot
+            raise SnapshotError(f"{path}: a policy reading rule ranks or fit delays cannot serve decisions yet")
         self.config = cfg.to_dict()
 
     def __call__(self, job_features: np.ndarray, cluster_features: np.ndarray) -> np.ndarray:
@@ -95,9 +94,9 @@ def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
     from ..queue.policy import load_queue_policy
 
     net, cfg = load_queue_policy(checkpoint)
-    if net.spec.context or net.spec.rule_ranks:  # they need the whole window at once, which the graph does not take
-        raise ConfigError(f"{checkpoint}: a policy with QueuePolicySpec.context or rule_ranks cannot be exported to "
-                          "ONNX yet")
+    if net.spec.context or net.spec.extra_inputs:  # they need the whole window or queue, which the graph lacks
+        raise ConfigError(f"{checkpoint}: a policy with QueuePolicySpec.context, rule_ranks or fit_delay cannot be "
+                          "exported to ONNX yet")
     slot_mlp = net.scorer.mlp
 
     class JobScores(nn.Module):

@@ -45,6 +45,10 @@ class QueueConfig:
     carry, one column a rule after the four (job_features [B, W, 4 + R]): a job's place in each
     rule's order, which a policy can weigh by what it sees (F1 needs absolute submit times and
     processor counts, which the four features do not hold)."""
+    fit_delay: bool = False
+    """Each slot's features also carry, after the ranks, how long until the job would fit if nothing
+    else started: the first requested end of a running job at which enough nodes are free, as
+    log1p(seconds / 60) / 8 (0: it fits now). The four features show free nodes, not when they free."""
 
     def __post_init__(self) -> None:
         for name in ("nodes", "processors_per_node", "window", "sequence_length"):
@@ -60,21 +64,28 @@ class QueueConfig:
         if bad or len(set(self.rule_ranks)) != len(self.rule_ranks):
             raise ConfigError(f"QueueConfig.rule_ranks must be distinct rules of {', '.join(RULES)}, "
                               f"got {list(self.rule_ranks)!r}")
+        if not isinstance(self.fit_delay, bool):
+            raise ConfigError(f"QueueConfig.fit_delay must be true or false, got {self.fit_delay!r}")
         for name in ("bsld_threshold", "max_wait", "max_requested"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"QueueConfig.{name} must be a number > 0, got {value!r}")
 
     @property
+    def job_features(self) -> int:
+        """Features a window slot carries: 4, one a ranked rule, one for the fit delay."""
+        return 4 + len(self.rule_ranks) + int(self.fit_delay)
+
+    @property
     def processors(self) -> int:
         return self.nodes * self.processors_per_node
 
     def to_dict(self) -> dict:
-        """Plain values; rule_ranks as a list, and left out when empty, so that a config without
-        ranks reads the same as one written before they existed."""
+        """Plain values; rule_ranks as a list. The extra job features are left out when unused, so that
+        a config without them reads the same as one written before they existed."""
         values = asdict(self)
-        ranks = values.pop("rule_ranks")
-        return {**values, "rule_ranks": list(ranks)} if ranks else values
+        ranks, delay = values.pop("rule_ranks"), values.pop("fit_delay")
+        return {**values, **({"rule_ranks": list(ranks)} if ranks else {}), **({"fit_delay": True} if delay else {})}
 
     @classmethod
     def from_dict(cls, values: dict) -> QueueConfig:

@@ -105,7 +105,7 @@ class QueueEnv(EnvBase):
 
     def _make_specs(self) -> None:
         b, w, length, dev = self.batch_size, self.cfg.window, self.cfg.sequence_length, self.device
-        spec = {"job_features": Unbounded(shape=(*b, w, 4 + len(self.cfg.rule_ranks)), dtype=torch.float32, device=dev),
+        spec = {"job_features": Unbounded(shape=(*b, w, self.cfg.job_features), dtype=torch.float32, device=dev),
                 "cluster_features": Unbounded(shape=(*b, 2), dtype=torch.float32, device=dev),
                 "action_mask": Binary(n=w, shape=(*b, w), dtype=torch.bool, device=dev),
                 "window_job": Unbounded(shape=(*b, w), dtype=torch.int32, device=dev),

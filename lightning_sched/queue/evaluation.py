@@ -86,9 +86,9 @@ def evaluate_queue(policy: Callable, cfg: QueueConfig, log: QueueLog, starts: to
 
 def network_config(cfg: QueueConfig, trained: QueueConfig) -> QueueConfig:
     """The config a network runs with on `cfg`'s log: what it was trained to see (`trained`'s
-    window, feature scales and rule ranks)."""
+    window, feature scales and extra job features)."""
     return replace(cfg, window=trained.window, max_wait=trained.max_wait, max_requested=trained.max_requested,
-                   rule_ranks=trained.rule_ranks)
+                   rule_ranks=trained.rule_ranks, fit_delay=trained.fit_delay)
 
 
 def heuristic_config(cfg: QueueConfig) -> QueueConfig:

@@ -6,7 +6,8 @@ TorchRL actor and critic built on them, greedy acting, and checkpoints readable 
 The network reads the env's observation keys (/work/notes/queue_semantics.md):
 
     job_features:     FloatTensor[B, W, 4 + R]  per slot: wait, requested, processors, fits now (0: empty),
-                      and the slot's rank under each rule of QueuePolicySpec.rule_ranks (R of them)
+                      and the slot's rank under each rule of QueuePolicySpec.rule_ranks (R of them),
+                      and with QueuePolicySpec.fit_delay how long until the job would fit
     cluster_features: FloatTensor[B, 2]     free nodes share, log queue length
     action_mask:      BoolTensor[B, W]      the slot holds a job
 """
@@ -52,6 +53,9 @@ class QueuePolicySpec:
     env's `QueueConfig.rule_ranks`, set to these): the scorer can follow a rule, or weigh several
     by the queue it sees (with `context`, by the window's make-up)."""
 
+    fit_delay: bool = False
+    """Each job's inputs also carry how long until it would fit (the env's `QueueConfig.fit_delay`)."""
+
     def __post_init__(self) -> None:
         self.hidden, self.value_hidden = tuple(self.hidden), tuple(self.value_hidden)
         self.rule_ranks = tuple(self.rule_ranks)
@@ -62,11 +66,20 @@ class QueuePolicySpec:
             widths = getattr(self, name)
             if not widths or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in widths):
                 raise ConfigError(f"QueuePolicySpec.{name} must be one or more integers >= 1, got {widths!r}")
-        for name in ("job_area", "context"):
+        for name in ("job_area", "context", "fit_delay"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"QueuePolicySpec.{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.embedding, bool) or not isinstance(self.embedding, int) or self.embedding < 1:
             raise ConfigError(f"QueuePolicySpec.embedding must be an integer >= 1, got {self.embedding!r}")
+
+    def observation(self) -> dict:
+        """The QueueConfig fields of the extra job features this network reads."""
+        return {"rule_ranks": self.rule_ranks, "fit_delay": self.fit_delay}
+
+    @property
+    def extra_inputs(self) -> int:
+        """Job inputs after the four features."""
+        return len(self.rule_ranks) + int(self.fit_delay)
 
     def to_dict(self) -> dict:
         """Plain lists and ints: readable by torch.load(weights_only=True)."""
@@ -119,21 +132,21 @@ def flat(job_features, cluster_features, action_mask):
 
 class SlotMLP(nn.Module):
     """One MLP applied to every visible job: [N, widths[-1]] for the N jobs of `action_mask` (in
-    row-major order) from job_features [B, W, 4 + ranks] and the rows' features [B, row_inputs] (the
+    row-major order) from job_features [B, W, 4 + extra] and the rows' features [B, row_inputs] (the
     cluster features, and the pooled window with `QueuePolicySpec.context`). Only the slots holding
     a job are computed: a queue rarely fills the window. The first layer is split in a job part and
     a row part, the row part computed once a row."""
 
     def __init__(self, widths: list[int], job_area: bool = False, row_inputs: int = CLUSTER_FEATURES,
-                 ranks: int = 0):
+                 extra: int = 0):
         super().__init__()
         self.job_area = job_area
-        self.job_in = nn.Linear(JOB_FEATURES + ranks + int(job_area), widths[0])
+        self.job_in = nn.Linear(JOB_FEATURES + extra + int(job_area), widths[0])
         self.cluster_in = nn.Linear(row_inputs, widths[0], bias=False)
         self.rest = nn.Sequential(nn.ReLU(), mlp(widths)) if len(widths) > 1 else nn.Identity()
 
     def jobs(self, job_features: torch.Tensor, cluster_features: torch.Tensor) -> torch.Tensor:
-        """Outputs [N, widths[-1]] of N jobs' features [N, 4 + ranks] with their rows' features
+        """Outputs [N, widths[-1]] of N jobs' features [N, 4 + extra] with their rows' features
         [N, row_inputs] (or [1, row_inputs]: one queue)."""
         first = self.job_in(job_inputs(job_features, self.job_area)) + self.cluster_in(cluster_features)
         return self.rest(first)
@@ -165,10 +178,9 @@ class JobScorer(nn.Module):
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
-        ranks = len(spec.rule_ranks)
-        self.context = SlotMLP([spec.embedding], spec.job_area, ranks=ranks) if spec.context else None
+        self.context = SlotMLP([spec.embedding], spec.job_area, extra=spec.extra_inputs) if spec.context else None
         rows = CLUSTER_FEATURES + 2 * spec.embedding * spec.context
-        self.mlp = SlotMLP([*spec.hidden, 1], spec.job_area, rows, ranks)
+        self.mlp = SlotMLP([*spec.hidden, 1], spec.job_area, rows, spec.extra_inputs)
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
                 action_mask: torch.Tensor) -> torch.Tensor:
@@ -185,7 +197,7 @@ class QueueValue(nn.Module):
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
-        self.embed = SlotMLP([spec.embedding], spec.job_area, ranks=len(spec.rule_ranks))
+        self.embed = SlotMLP([spec.embedding], spec.job_area, extra=spec.extra_inputs)
         self.head = mlp([2 * spec.embedding + CLUSTER_FEATURES, *spec.value_hidden, 1])
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,

@@ -5,7 +5,8 @@
                                  "action_mask", "queue_length"}
 
 With `cfg.rule_ranks`, the job features also carry each named rule's ranking of the window
-(`heuristics.window_ranks`), computed with torch ops on either path.
+(`heuristics.window_ranks`), and with `cfg.fit_delay` how long until each job would fit (`fit_delay`),
+computed with torch ops on either path.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 from . import native
 from .config import QueueConfig
 from .heuristics import window_ranks
-from .state import WAITING, QueueState
+from .state import RUNNING, WAITING, QueueState
 
 
 def advance(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str, torch.Tensor]:
@@ -30,11 +31,32 @@ def advance(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str,
 
         added = step_torch(state, job.reshape(-1).to(device=state.status.device, dtype=torch.int64), cfg)
         out = {"bsld_added": added, **observe(state, window_torch(state, cfg), cfg)}
-    if cfg.rule_ranks:  # [B, W, 4] -> [B, W, 4 + R]
+    extra = []  # [B, W, 4] -> [B, W, 4 + R (+ 1)]
+    if cfg.rule_ranks:
         keys = {"window_job": out["window_job"], "job_submit": state.submit, "job_requested": state.requested,
                 "job_processors": state.processors, "time": state.time.unsqueeze(1)}
-        out["job_features"] = torch.cat([out["job_features"], window_ranks(keys, cfg.rule_ranks)], -1)
+        extra.append(window_ranks(keys, cfg.rule_ranks))
+    if cfg.fit_delay:
+        extra.append(fit_delay(state, out["window_job"]).unsqueeze(-1))
+    if extra:
+        out["job_features"] = torch.cat([out["job_features"], *extra], -1)
     return out
+
+
+def fit_delay(state: QueueState, window_job: torch.Tensor) -> torch.Tensor:
+    """How long until each window slot's job would fit if nothing else started, FloatTensor[B, W]:
+    running jobs free their nodes at their requested ends (what a scheduler knows), and the job fits
+    at the first end after which enough nodes are free; log1p(seconds / 60) / 8, 0 when it fits now
+    and for empty slots."""
+    running = state.status == RUNNING
+    end = torch.where(running, state.start + state.requested, torch.iinfo(torch.int64).max)
+    order = end.argsort(1)
+    freed = (state.nodes * running).gather(1, order).cumsum(1) + state.free_nodes.unsqueeze(1)  # [B, L], rising
+    need = state.nodes.gather(1, window_job.clamp(min=0).long())  # [B, W]
+    first = torch.searchsorted(freed, need).clamp(max=state.length - 1)  # the end after which it fits
+    when = end.gather(1, order).gather(1, first)
+    seconds = torch.where(need <= state.free_nodes.unsqueeze(1), 0, (when - state.time.unsqueeze(1)).clamp(min=0))
+    return torch.where(window_job >= 0, torch.log1p(seconds.double() / 60) / 8, 0.0).float()
 
 
 def observe(state: QueueState, window_job: torch.Tensor, cfg: QueueConfig) -> dict[str, torch.Tensor]:

@@ -41,11 +41,12 @@ from lightning_sched.queue.evaluation import (  # noqa: E402
     evaluate_queue,
     heuristic_config,
     mean_ci95,
+    network_config,  # noqa: E402
     protocol_starts,
 )
 from lightning_sched.queue.heuristics import QueueHeuristic, priority  # noqa: E402
 from lightning_sched.queue.log import QueueLog, read_queue_log  # noqa: E402
-from lightning_sched.queue.policy import QueueNetwork, QueuePolicy, QueuePolicySpec  # noqa: E402
+from lightning_sched.queue.policy import QueueNetwork, QueuePolicy, QueuePolicySpec, load_queue_policy  # noqa: E402
 from lightning_sched.queue.state import QueueState  # noqa: E402
 from lightning_sched.queue.step import advance  # noqa: E402
 
@@ -95,17 +96,48 @@ def horizon_cost(sim: QueueState, counted: torch.Tensor, threshold: float) -> to
     return torch.where(counted & (sim.submit <= now), cost, 0.0).sum(1)
 
 
-def lookahead_pick(state: QueueState, td, rule: str, k: int, horizon: int, future: str, repeat: int,
+class RuleBase:
+    """A rule as the lookahead's base: its first picks are the candidates and it decides in the copies."""
+
+    def __init__(self, rule: str):
+        self.name = rule
+
+    def config(self, cfg: QueueConfig, sim_window: int) -> tuple[QueueConfig, QueueConfig]:
+        """(the played queue: the whole queue visible, as rules are measured; the copies' queue)."""
+        return heuristic_config(replace(cfg, rule_ranks=())), replace(cfg, window=sim_window, rule_ranks=())
+
+    def scores(self, state: QueueState, obs) -> torch.Tensor:
+        """[B, W], lower first: the rule's priority of the window of `obs` (a td or a step's output)."""
+        return priority(self.name, rule_keys(state, obs["window_job"]))
+
+
+class NetworkBase:
+    """A queue policy network as the lookahead's base: its highest logits are the candidates and it
+    decides (greedy) in the copies, which show it the window it was trained with."""
+
+    def __init__(self, path: str):
+        self.name, (self.net, self.trained) = path, load_queue_policy(path)
+
+    def config(self, cfg: QueueConfig, sim_window: int) -> tuple[QueueConfig, QueueConfig]:
+        played = network_config(cfg, self.trained)
+        return played, played
+
+    @torch.no_grad()
+    def scores(self, state: QueueState, obs) -> torch.Tensor:
+        return -self.net.scorer(obs["job_features"], obs["cluster_features"], obs["action_mask"])
+
+
+def lookahead_pick(state: QueueState, td, base, k: int, horizon: int, future: str, repeat: int,
                    sim_cfg: QueueConfig) -> torch.Tensor:
-    """The window slot (LongTensor[B]) of the best of `rule`'s first k picks of td's window."""
+    """The window slot (LongTensor[B]) of the best of the base's first k picks of td's window."""
     b = state.batch
     k = min(k, td["action_mask"].shape[-1])
-    slots = priority(rule, td).topk(k, largest=False).indices  # [B, k]
+    slots = base.scores(state, td).topk(k, largest=False).indices  # [B, k]
     first = td["window_job"].long().gather(1, slots).reshape(-1)  # -1 where fewer than k jobs wait
     sim, counted = with_future(state.rows(torch.arange(b).repeat_interleave(k)), future, repeat)
     out = advance(sim, torch.where((first >= 0) & ~sim.done, first, -1), sim_cfg)
     for _ in range(horizon - 1):
-        slot = priority(rule, rule_keys(sim, out["window_job"])).argmin(-1, keepdim=True)
+        slot = base.scores(sim, out).argmin(-1, keepdim=True)
         job = out["window_job"].long().gather(1, slot).squeeze(1)
         out = advance(sim, torch.where(sim.done | (job < 0), -1, job), sim_cfg)
     cost = horizon_cost(sim, counted, sim_cfg.bsld_threshold).reshape(b, k)
@@ -113,15 +145,14 @@ def lookahead_pick(state: QueueState, td, rule: str, k: int, horizon: int, futur
     return slots.gather(1, best).squeeze(1)
 
 
-def run_lookahead(log: QueueLog, cfg: QueueConfig, starts: torch.Tensor, rule: str, k: int, horizon: int,
-                  future: str, repeat: int, sim_window: int, record: bool = False):
+def run_lookahead(log: QueueLog, played: QueueConfig, sim_cfg: QueueConfig, starts: torch.Tensor, base, k: int,
+                  horizon: int, future: str, repeat: int, record: bool = False):
     """Each sequence played with the lookahead: (mean bounded slowdowns, DoubleTensor[N]; with
     `record`, the decisions' observations and picks as a dict of tensors)."""
-    env = QueueEnv(cfg, log, batch_size=[len(starts)], starts=starts)
-    sim_cfg = replace(cfg, window=sim_window, rule_ranks=())
+    env = QueueEnv(played, log, batch_size=[len(starts)], starts=starts)
     td, seen = env.reset(), []
     while not bool(td["done"].all()):
-        td["action"] = lookahead_pick(env.state, td, rule, k, horizon, future, repeat, sim_cfg)
+        td["action"] = lookahead_pick(env.state, td, base, k, horizon, future, repeat, sim_cfg)
         if record:
             live = ~td["done"].squeeze(-1)
             seen.append({key: td[key][live] for key in ("job_features", "cluster_features", "action_mask", "action")})
@@ -139,8 +170,9 @@ def clairvoyant_student(logs: list[QueueLog], backfill: str, args) -> QueueNetwo
         high = log.jobs_before(TRAIN_FRACTION) - EVAL_LENGTH
         starts = torch.randint(0, high + 1, (args.student_sequences,), generator=torch.Generator().manual_seed(7))
         rule = best_rule(log, cfg, starts)
-        _, picks = run_lookahead(log, cfg, starts, rule, args.candidates, args.horizon, "clairvoyant", args.repeat,
-                                 args.sim_window, record=True)
+        sim_cfg = replace(cfg, window=args.sim_window, rule_ranks=())
+        _, picks = run_lookahead(log, cfg, sim_cfg, starts, RuleBase(rule), args.candidates, args.horizon,
+                                 "clairvoyant", args.repeat, record=True)
         ranks = picks["job_features"][..., 4 + RULES.index(rule)]
         agree = float((ranks.gather(1, picks["action"][:, None]) == 0).float().mean())
         print(f"{Path(log.path).name}, backfill {backfill}: the clairvoyant lookahead over {rule} on {len(starts)} "
@@ -172,6 +204,9 @@ def main(argv=None) -> None:
     parser.add_argument("--protocol", default="heldout", choices=["heldout", "recent", "rlscheduler"])
     parser.add_argument("--sequences", type=int, default=100, help="the protocol's sequences (heldout, recent)")
     parser.add_argument("--futures", nargs="+", default=list(FUTURES), choices=FUTURES)
+    parser.add_argument("--base", default="best",
+                        help="the lookahead's base: 'best' (the protocol's best rule: an analysis, chosen on the "
+                             "test), a rule name, or a queue policy checkpoint")
     parser.add_argument("--candidates", type=int, default=4, help="k: the rule's first picks tried")
     parser.add_argument("--horizon", type=int, default=64, help="H: the rule's decisions in each copy")
     parser.add_argument("--repeat", type=int, default=128, help="m: arrivals the 'repeat' forecast replays")
@@ -196,11 +231,17 @@ def main(argv=None) -> None:
             print(f"{name}, backfill {backfill}, {args.protocol} ({len(starts)} sequences of {EVAL_LENGTH}): best rule "
                   f"{best} {mean:.2f} ± {ci:.2f}; differences to it, paired 95% CIs:", flush=True)
             results = {"per-sequence best rule": torch.stack(list(rules.values())).min(0).values}
+            base = RuleBase(best if args.base == "best" else args.base) if not args.base.endswith(".ckpt") \
+                else NetworkBase(args.base)
+            if isinstance(base, NetworkBase):
+                played, _ = base.config(cfg, args.sim_window)
+                results["base policy alone"] = evaluate_queue(QueuePolicy(base.net), played, log, starts) \
+                    .sequences["mean_bounded_slowdown"]
             for future in args.futures:
                 begin = time.perf_counter()
                 results[f"lookahead, {future}"], _ = run_lookahead(
-                    log, heuristic_config(cfg), starts, best, args.candidates, args.horizon, future, args.repeat,
-                    args.sim_window)
+                    log, *base.config(cfg, args.sim_window), starts, base, args.candidates, args.horizon, future,
+                    args.repeat)
                 print(f"  (lookahead, {future}: {time.perf_counter() - begin:.0f} s)", flush=True)
             if student is not None:
                 net_cfg = replace(cfg, window=128, rule_ranks=RULES)
@@ -212,6 +253,7 @@ def main(argv=None) -> None:
                       flush=True)
                 if args.json:
                     print(json.dumps({"trace": name, "backfill": backfill, "protocol": args.protocol, "policy": label,
+                                      "base": base.name,
                                       "best_rule": best, "mean_bounded_slowdown": float(values.mean()),
                                       "minus_best_rule": diff, "minus_best_rule_ci95": diff_ci,
                                       "candidates": args.candidates, "horizon": args.horizon}))
