@@ -12,10 +12,11 @@ On a protocol's sequences (default: held out), for each log and backfilling sett
       repeat       the last m arrivals repeat from now on, their gaps kept (a naive forecast)
       clairvoyant  the log's actual next arrivals (no real scheduler has them: a bound)
   Copies run jobs for their requested time, what a scheduler knows (on the Lublin logs, the actual).
-- `--student EPOCHS`: the rank-reading scorer (QueuePolicySpec.rule_ranks, with context) fitted by
-  cross-entropy to the clairvoyant lookahead's picks on sequences of each log's first 80% (its window
-  of 128 jobs, the picks among the rule's first k there), then run greedy on the protocol: can what
-  the clairvoyant picks be learned from what a policy sees?
+- `--student EPOCHS`: the rank-reading scorer (QueuePolicySpec.rule_ranks, with context; with
+  --student_fit_delay also fit delays) fitted by cross-entropy to the lookahead's picks (its future:
+  --student_future, clairvoyant by default) on sequences of each log's first 80% (its window of 128
+  jobs, the picks among the rule's first k there), then run greedy on the protocol: can what the
+  lookahead picks be learned from what a policy sees?
 
     python scripts/experiments/queue_lookahead.py --trace ../shared/traces/lublin_256.swf.gz \\
         ../shared/traces/lublin_256_new2.swf.gz --backfill off easy --student 30 --threads 1
@@ -161,30 +162,33 @@ def run_lookahead(log: QueueLog, played: QueueConfig, sim_cfg: QueueConfig, star
     return env.episode_metrics()["mean_bounded_slowdown"], data
 
 
-def clairvoyant_student(logs: list[QueueLog], backfill: str, args) -> QueueNetwork:
-    """The student fitted to the clairvoyant lookahead over each log's best rule, on
+def lookahead_student(logs: list[QueueLog], backfill: str, args) -> QueueNetwork:
+    """The student fitted to the lookahead (with `args.student_future`) over each log's best rule, on
     `args.student_sequences` sequences from each log's first 80%."""
     data = []
     for log in logs:
-        cfg = log.config(sequence_length=EVAL_LENGTH, backfill=backfill, rule_ranks=RULES)
+        cfg = log.config(sequence_length=EVAL_LENGTH, backfill=backfill, rule_ranks=RULES,
+                         fit_delay=args.student_fit_delay)
         high = log.jobs_before(TRAIN_FRACTION) - EVAL_LENGTH
         starts = torch.randint(0, high + 1, (args.student_sequences,), generator=torch.Generator().manual_seed(7))
         rule = best_rule(log, cfg, starts)
         sim_cfg = replace(cfg, window=args.sim_window, rule_ranks=())
         _, picks = run_lookahead(log, cfg, sim_cfg, starts, RuleBase(rule), args.candidates, args.horizon,
-                                 "clairvoyant", args.repeat, record=True)
+                                 args.student_future, args.repeat, record=True)
         ranks = picks["job_features"][..., 4 + RULES.index(rule)]
         agree = float((ranks.gather(1, picks["action"][:, None]) == 0).float().mean())
-        print(f"{Path(log.path).name}, backfill {backfill}: the clairvoyant lookahead over {rule} on {len(starts)} "
-              f"training sequences takes {rule}'s own first pick in {agree:.1%} of {len(ranks)} decisions", flush=True)
+        print(f"{Path(log.path).name}, backfill {backfill}: the {args.student_future} lookahead over {rule} on "
+              f"{len(starts)} training sequences takes {rule}'s own first pick in {agree:.1%} of {len(ranks)} "
+              "decisions", flush=True)
         data.append(picks)
-    return fit_student({key: torch.cat([d[key] for d in data]) for key in data[0]}, args.student)
+    return fit_student({key: torch.cat([d[key] for d in data]) for key in data[0]}, args.student,
+                       args.student_fit_delay)
 
 
-def fit_student(data: dict, epochs: int, seed: int = 0) -> QueueNetwork:
+def fit_student(data: dict, epochs: int, fit_delay: bool = False, seed: int = 0) -> QueueNetwork:
     """The rank-reading scorer fitted by cross-entropy to the recorded picks (Adam 1e-3, minibatches of 1024)."""
     torch.manual_seed(seed)
-    net = QueueNetwork(QueuePolicySpec(rule_ranks=RULES, context=True))
+    net = QueueNetwork(QueuePolicySpec(rule_ranks=RULES, context=True, fit_delay=fit_delay))
     optimizer = torch.optim.Adam(net.scorer.parameters(), lr=1e-3)
     n = data["action"].shape[0]
     for _ in range(epochs):
@@ -203,7 +207,7 @@ def main(argv=None) -> None:
     parser.add_argument("--backfill", nargs="+", default=["off"], choices=["off", "easy"])
     parser.add_argument("--protocol", default="heldout", choices=["heldout", "recent", "rlscheduler"])
     parser.add_argument("--sequences", type=int, default=100, help="the protocol's sequences (heldout, recent)")
-    parser.add_argument("--futures", nargs="+", default=list(FUTURES), choices=FUTURES)
+    parser.add_argument("--futures", nargs="*", default=list(FUTURES), choices=FUTURES, help="none: no lookahead")
     parser.add_argument("--base", default="best",
                         help="the lookahead's base: 'best' (the protocol's best rule: an analysis, chosen on the "
                              "test), a rule name, or a queue policy checkpoint")
@@ -213,13 +217,15 @@ def main(argv=None) -> None:
     parser.add_argument("--sim_window", type=int, default=128, help="the window the rule ranks in the copies")
     parser.add_argument("--student", type=int, default=0, help="epochs of the student's fit (0: none)")
     parser.add_argument("--student_sequences", type=int, default=16, help="training sequences per log")
+    parser.add_argument("--student_future", default="clairvoyant", choices=FUTURES, help="the teacher's future")
+    parser.add_argument("--student_fit_delay", action="store_true", help="the student also reads fit delays")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     set_threads(args.threads)
     logs = [read_queue_log(path) for path in args.trace]
     for backfill in args.backfill:
-        student = clairvoyant_student(logs, backfill, args) if args.student else None
+        student = lookahead_student(logs, backfill, args) if args.student else None
         for log in logs:
             name = Path(log.path).name
             cfg = log.config(sequence_length=EVAL_LENGTH, backfill=backfill)
@@ -244,9 +250,9 @@ def main(argv=None) -> None:
                     args.repeat)
                 print(f"  (lookahead, {future}: {time.perf_counter() - begin:.0f} s)", flush=True)
             if student is not None:
-                net_cfg = replace(cfg, window=128, rule_ranks=RULES)
-                results["student of the clairvoyant"] = evaluate_queue(QueuePolicy(student), net_cfg, log, starts) \
-                    .sequences["mean_bounded_slowdown"]
+                net_cfg = replace(cfg, window=128, **student.spec.observation())
+                results[f"student of the {args.student_future}"] = evaluate_queue(
+                    QueuePolicy(student), net_cfg, log, starts).sequences["mean_bounded_slowdown"]
             for label, values in results.items():
                 diff, diff_ci = mean_ci95(values - rules[best])
                 print(f"  {label:28s} {float(values.mean()):9.2f}  minus {best}: {diff:+8.2f} ± {diff_ci:.2f}",
