@@ -12,6 +12,9 @@ On a protocol's sequences (default: held out), for each log and backfilling sett
       repeat       the last m arrivals repeat from now on, their gaps kept (a naive forecast)
       clairvoyant  the log's actual next arrivals (no real scheduler has them: a bound)
   Copies run jobs for their requested time, what a scheduler knows (on the Lublin logs, the actual).
+  `--base` sets what the lookahead improves on: the protocol's best rule (chosen on the test: an
+  analysis), a named rule, a queue policy checkpoint, or `rules`: every rule's first pick is a
+  candidate and its copy follows that rule (the rule whose next H decisions look best, each decision).
 - `--student EPOCHS`: the rank-reading scorer (QueuePolicySpec.rule_ranks, with context; with
   --student_fit_delay also fit delays) fitted by cross-entropy to the lookahead's picks (its future:
   --student_future, clairvoyant by default) on sequences of each log's first 80% (its window of 128
@@ -112,6 +115,29 @@ class RuleBase:
         return priority(self.name, rule_keys(state, obs["window_job"]))
 
 
+class RulesBase:
+    """Every rule at once as the lookahead's base: the candidates are the rules' first picks, and the
+    copy of candidate j follows rule j, so that at each decision the lookahead picks the rule whose
+    next H decisions look best."""
+
+    name = "rules"
+
+    def config(self, cfg: QueueConfig, sim_window: int) -> tuple[QueueConfig, QueueConfig]:
+        return RuleBase.config(self, cfg, sim_window)
+
+    def first_picks(self, state: QueueState, td) -> torch.Tensor:
+        """[B, R]: each rule's first pick of td's window."""
+        keys = rule_keys(state, td["window_job"])
+        return torch.stack([priority(rule, keys).argmin(-1) for rule in RULES], 1)
+
+    def scores(self, state: QueueState, obs) -> torch.Tensor:
+        """[B, W] in the copies, copy b*R + j following rule j: its rule's order (0 first)."""
+        keys, rows = rule_keys(state, obs["window_job"]), torch.arange(state.batch)
+        orders = torch.stack([torch.sort(priority(rule, keys), dim=-1, stable=True).indices for rule in RULES])
+        order = orders[rows % len(RULES), rows]  # [B, W]: slots, first pick first
+        return torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1]).expand_as(order))
+
+
 class NetworkBase:
     """A queue policy network as the lookahead's base: its highest logits are the candidates and it
     decides (greedy) in the copies, which show it the window it was trained with."""
@@ -132,8 +158,11 @@ def lookahead_pick(state: QueueState, td, base, k: int, horizon: int, future: st
                    sim_cfg: QueueConfig) -> torch.Tensor:
     """The window slot (LongTensor[B]) of the best of the base's first k picks of td's window."""
     b = state.batch
-    k = min(k, td["action_mask"].shape[-1])
-    slots = base.scores(state, td).topk(k, largest=False).indices  # [B, k]
+    if isinstance(base, RulesBase):  # one candidate a rule: its first pick
+        slots, k = base.first_picks(state, td), len(RULES)
+    else:
+        k = min(k, td["action_mask"].shape[-1])
+        slots = base.scores(state, td).topk(k, largest=False).indices  # [B, k]
     first = td["window_job"].long().gather(1, slots).reshape(-1)  # -1 where fewer than k jobs wait
     sim, counted = with_future(state.rows(torch.arange(b).repeat_interleave(k)), future, repeat)
     out = advance(sim, torch.where((first >= 0) & ~sim.done, first, -1), sim_cfg)
@@ -237,8 +266,8 @@ def main(argv=None) -> None:
             print(f"{name}, backfill {backfill}, {args.protocol} ({len(starts)} sequences of {EVAL_LENGTH}): best rule "
                   f"{best} {mean:.2f} ± {ci:.2f}; differences to it, paired 95% CIs:", flush=True)
             results = {"per-sequence best rule": torch.stack(list(rules.values())).min(0).values}
-            base = RuleBase(best if args.base == "best" else args.base) if not args.base.endswith(".ckpt") \
-                else NetworkBase(args.base)
+            base = NetworkBase(args.base) if args.base.endswith(".ckpt") else RulesBase() if args.base == "rules" \
+                else RuleBase(best if args.base == "best" else args.base)
             if isinstance(base, NetworkBase):
                 played, _ = base.config(cfg, args.sim_window)
                 results["base policy alone"] = evaluate_queue(QueuePolicy(base.net), played, log, starts) \
