@@ -201,13 +201,15 @@ def lookahead_student(logs: list[QueueLog], backfill: str, args) -> QueueNetwork
         high = log.jobs_before(TRAIN_FRACTION) - EVAL_LENGTH
         starts = torch.randint(0, high + 1, (args.student_sequences,), generator=torch.Generator().manual_seed(7))
         rule = best_rule(log, cfg, starts)
-        sim_cfg = replace(cfg, window=args.sim_window, rule_ranks=())
-        _, picks = run_lookahead(log, cfg, sim_cfg, starts, RuleBase(rule), args.candidates, args.horizon,
+        sim_cfg = replace(cfg, window=args.sim_window, rule_ranks=(), fit_delay=False)
+        base = RulesBase() if args.student_base == "rules" else RuleBase(rule)
+        _, picks = run_lookahead(log, cfg, sim_cfg, starts, base, args.candidates, args.horizon,
                                  args.student_future, args.repeat, record=True)
         ranks = picks["job_features"][..., 4 + RULES.index(rule)]
         agree = float((ranks.gather(1, picks["action"][:, None]) == 0).float().mean())
-        print(f"{Path(log.path).name}, backfill {backfill}: the {args.student_future} lookahead over {rule} on "
-              f"{len(starts)} training sequences takes {rule}'s own first pick in {agree:.1%} of {len(ranks)} "
+        print(f"{Path(log.path).name}, backfill {backfill}: the {args.student_future} lookahead over {base.name} on "
+              f"{len(starts)} training sequences takes {rule}'s (the range's best rule) own first pick in "
+              f"{agree:.1%} of {len(ranks)} "
               "decisions", flush=True)
         data.append(picks)
     return fit_student({key: torch.cat([d[key] for d in data]) for key in data[0]}, args.student,
@@ -248,6 +250,8 @@ def main(argv=None) -> None:
     parser.add_argument("--student_sequences", type=int, default=16, help="training sequences per log")
     parser.add_argument("--student_future", default="clairvoyant", choices=FUTURES, help="the teacher's future")
     parser.add_argument("--student_fit_delay", action="store_true", help="the student also reads fit delays")
+    parser.add_argument("--student_base", default="best", choices=["best", "rules"],
+                        help="the teacher's base: the training range's best rule, or every rule (as --base rules)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
