@@ -199,7 +199,8 @@ def lookahead_student(logs: list[QueueLog], backfill: str, args) -> QueueNetwork
         cfg = log.config(sequence_length=EVAL_LENGTH, backfill=backfill, rule_ranks=RULES,
                          fit_delay=args.student_fit_delay)
         high = log.jobs_before(TRAIN_FRACTION) - EVAL_LENGTH
-        starts = torch.randint(0, high + 1, (args.student_sequences,), generator=torch.Generator().manual_seed(7))
+        draw = torch.Generator().manual_seed(7 + 1000 * args.student_seed)
+        starts = torch.randint(0, high + 1, (args.student_sequences,), generator=draw)
         rule = best_rule(log, cfg, starts)
         sim_cfg = replace(cfg, window=args.sim_window, rule_ranks=(), fit_delay=False)
         base = RulesBase() if args.student_base == "rules" else RuleBase(rule)
@@ -213,7 +214,7 @@ def lookahead_student(logs: list[QueueLog], backfill: str, args) -> QueueNetwork
               "decisions", flush=True)
         data.append(picks)
     return fit_student({key: torch.cat([d[key] for d in data]) for key in data[0]}, args.student,
-                       args.student_fit_delay)
+                       args.student_fit_delay, args.student_seed)
 
 
 def fit_student(data: dict, epochs: int, fit_delay: bool = False, seed: int = 0) -> QueueNetwork:
@@ -250,6 +251,7 @@ def main(argv=None) -> None:
     parser.add_argument("--student_sequences", type=int, default=16, help="training sequences per log")
     parser.add_argument("--student_future", default="clairvoyant", choices=FUTURES, help="the teacher's future")
     parser.add_argument("--student_fit_delay", action="store_true", help="the student also reads fit delays")
+    parser.add_argument("--student_seed", type=int, default=0, help="the student's training sequences and weights")
     parser.add_argument("--student_base", default="best", choices=["best", "rules"],
                         help="the teacher's base: the training range's best rule, or every rule (as --base rules)")
     parser.add_argument("--threads", type=int, default=1)
