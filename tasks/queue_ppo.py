@@ -225,7 +225,6 @@ class QueuePPO(LightningModule):
         if imitation_iterations < 0 or (imitation_iterations > 0) != (imitate is not None):
             raise ConfigError(f"QueuePPO.imitation_iterations must be > 0 with imitate and 0 without, got "
                               f"{imitation_iterations} with imitate={imitate!r}")
-
         # functional=False: the loss calls the network's own modules (no parameter copies, DDP works);
         # the state_dict names the shared weights twice, under net. and loss.
         self.loss = ClipPPOLoss(make_actor(self.net), make_critic(self.net), clip_epsilon=ppo.clip,

@@ -16,6 +16,15 @@ REWARDS = ("per_job", "final")
 RULES = ("fcfs", "sjf", "f1", "wfp3", "unicep")
 
 
+def distinct_rules(field: str, rules) -> tuple[str, ...]:
+    """`rules` as a tuple (YAML and JSON give lists); ConfigError naming `field` unless they are
+    distinct names of RULES."""
+    rules = tuple(rules)
+    if any(r not in RULES for r in rules) or len(set(rules)) != len(rules):
+        raise ConfigError(f"{field} must be distinct rules of {', '.join(RULES)}, got {list(rules)!r}")
+    return rules
+
+
 @dataclass(frozen=True)
 class QueueConfig:
     """One queue: the cluster, what the policy sees and how an episode is scored."""
@@ -59,11 +68,7 @@ class QueueConfig:
             raise ConfigError(f"QueueConfig.backfill must be one of {', '.join(BACKFILL)}, got {self.backfill!r}")
         if self.reward not in REWARDS:
             raise ConfigError(f"QueueConfig.reward must be one of {', '.join(REWARDS)}, got {self.reward!r}")
-        object.__setattr__(self, "rule_ranks", tuple(self.rule_ranks))  # YAML and JSON give lists
-        bad = [r for r in self.rule_ranks if r not in RULES]
-        if bad or len(set(self.rule_ranks)) != len(self.rule_ranks):
-            raise ConfigError(f"QueueConfig.rule_ranks must be distinct rules of {', '.join(RULES)}, "
-                              f"got {list(self.rule_ranks)!r}")
+        object.__setattr__(self, "rule_ranks", distinct_rules("QueueConfig.rule_ranks", self.rule_ranks))
         if not isinstance(self.fit_delay, bool):
             raise ConfigError(f"QueueConfig.fit_delay must be true or false, got {self.fit_delay!r}")
         for name in ("bsld_threshold", "max_wait", "max_requested"):

@@ -58,19 +58,28 @@ def priority(name: str, td: TensorDictBase) -> torch.Tensor:
     return torch.where(filled, score, torch.inf)
 
 
+def rule_keys(state, window_job: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What `priority` reads, from a QueueState and its window (IntTensor or LongTensor[B, W])."""
+    return {"window_job": window_job, "job_submit": state.submit, "job_requested": state.requested,
+            "job_processors": state.processors, "time": state.time.unsqueeze(1)}
+
+
+def order_ranks(score: torch.Tensor) -> torch.Tensor:
+    """Each slot's place (LongTensor[B, W], 0 first) in the ascending order of `score` [B, W]; ties
+    keep slot order, as the rules' argmin does."""
+    order = torch.sort(score, dim=-1, stable=True).indices
+    return torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[-1], device=order.device)
+                                            .expand_as(order))
+
+
 def window_ranks(td, rules) -> torch.Tensor:
     """Each visible job's place in each rule's order of the window, FloatTensor[B, W, R]:
-    log1p(rank) / log1p(W), 0 for the rule's first pick and for empty slots; ties keep slot order,
-    as the rules' argmin does. `td` holds the keys `priority` reads (a dict will do)."""
+    log1p(rank) / log1p(W), 0 for the rule's first pick and for empty slots (`order_ranks`). `td`
+    holds the keys `priority` reads (a dict will do: `rule_keys`)."""
     filled = td["window_job"] >= 0
     w = filled.shape[-1]
-    positions = torch.arange(w, device=filled.device).expand_as(filled)
-    columns = []
-    for name in rules:
-        order = torch.sort(priority(name, td), dim=-1, stable=True).indices
-        rank = torch.empty_like(order).scatter_(1, order, positions)
-        columns.append(torch.where(filled, torch.log1p(rank.float()) / math.log1p(w), 0.0))
-    return torch.stack(columns, -1)
+    return torch.stack([torch.where(filled, torch.log1p(order_ranks(priority(name, td)).float()) / math.log1p(w), 0.0)
+                        for name in rules], -1)
 
 
 class QueueHeuristic:

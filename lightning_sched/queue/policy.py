@@ -22,7 +22,7 @@ from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
 
 from ..config import ConfigError
 from ..files import load_torch_file
-from .config import RULES, QueueConfig
+from .config import QueueConfig, distinct_rules
 
 JOB_FEATURES, CLUSTER_FEATURES = 4, 2
 IN_KEYS = ("job_features", "cluster_features")
@@ -49,7 +49,7 @@ class QueuePolicySpec:
     job's score can depend on what else waits (a rule's ranking cannot)."""
 
     rule_ranks: tuple[str, ...] = ()
-    """Rules of the queue's RULES whose ranking of the window each job's inputs also carry (the
+    """Rules of the queue's RULES (queue.config) whose ranking of the window each job's inputs also carry (the
     env's `QueueConfig.rule_ranks`, set to these): the scorer can follow a rule, or weigh several
     by the queue it sees (with `context`, by the window's make-up)."""
 
@@ -58,10 +58,7 @@ class QueuePolicySpec:
 
     def __post_init__(self) -> None:
         self.hidden, self.value_hidden = tuple(self.hidden), tuple(self.value_hidden)
-        self.rule_ranks = tuple(self.rule_ranks)
-        if any(r not in RULES for r in self.rule_ranks) or len(set(self.rule_ranks)) != len(self.rule_ranks):
-            raise ConfigError(f"QueuePolicySpec.rule_ranks must be distinct rules of {', '.join(RULES)}, "
-                              f"got {list(self.rule_ranks)!r}")
+        self.rule_ranks = distinct_rules("QueuePolicySpec.rule_ranks", self.rule_ranks)
         for name in ("hidden", "value_hidden"):
             widths = getattr(self, name)
             if not widths or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in widths):

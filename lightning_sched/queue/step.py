@@ -16,7 +16,7 @@ import torch
 
 from . import native
 from .config import QueueConfig
-from .heuristics import window_ranks
+from .heuristics import rule_keys, window_ranks
 from .state import RUNNING, WAITING, QueueState
 
 
@@ -33,9 +33,7 @@ def advance(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str,
         out = {"bsld_added": added, **observe(state, window_torch(state, cfg), cfg)}
     extra = []  # [B, W, 4] -> [B, W, 4 + R (+ 1)]
     if cfg.rule_ranks:
-        keys = {"window_job": out["window_job"], "job_submit": state.submit, "job_requested": state.requested,
-                "job_processors": state.processors, "time": state.time.unsqueeze(1)}
-        extra.append(window_ranks(keys, cfg.rule_ranks))
+        extra.append(window_ranks(rule_keys(state, out["window_job"]), cfg.rule_ranks))
     if cfg.fit_delay:
         extra.append(fit_delay(state, out["window_job"]).unsqueeze(-1))
     if extra:

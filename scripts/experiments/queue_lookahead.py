@@ -48,7 +48,7 @@ from lightning_sched.queue.evaluation import (  # noqa: E402
     network_config,  # noqa: E402
     protocol_starts,
 )
-from lightning_sched.queue.heuristics import QueueHeuristic, priority  # noqa: E402
+from lightning_sched.queue.heuristics import QueueHeuristic, order_ranks, priority, rule_keys  # noqa: E402
 from lightning_sched.queue.log import QueueLog, read_queue_log  # noqa: E402
 from lightning_sched.queue.policy import QueueNetwork, QueuePolicy, QueuePolicySpec, load_queue_policy  # noqa: E402
 from lightning_sched.queue.state import QueueState  # noqa: E402
@@ -56,12 +56,6 @@ from lightning_sched.queue.step import advance  # noqa: E402
 
 FUTURES = ("known", "repeat", "clairvoyant")
 NEVER = 1 << 50  # a submit time no copy reaches within its horizon
-
-
-def rule_keys(state: QueueState, window_job: torch.Tensor) -> dict[str, torch.Tensor]:
-    """What `priority` reads, from a state and its window (LongTensor or IntTensor[B, W])."""
-    return {"window_job": window_job, "job_submit": state.submit, "job_requested": state.requested,
-            "job_processors": state.processors, "time": state.time.unsqueeze(1)}
 
 
 def with_future(state: QueueState, future: str, repeat: int) -> tuple[QueueState, torch.Tensor]:
@@ -115,15 +109,13 @@ class RuleBase:
         return priority(self.name, rule_keys(state, obs["window_job"]))
 
 
-class RulesBase:
+class RulesBase(RuleBase):
     """Every rule at once as the lookahead's base: the candidates are the rules' first picks, and the
     copy of candidate j follows rule j, so that at each decision the lookahead picks the rule whose
     next H decisions look best."""
 
-    name = "rules"
-
-    def config(self, cfg: QueueConfig, sim_window: int) -> tuple[QueueConfig, QueueConfig]:
-        return RuleBase.config(self, cfg, sim_window)
+    def __init__(self):
+        super().__init__("rules")
 
     def first_picks(self, state: QueueState, td) -> torch.Tensor:
         """[B, R]: each rule's first pick of td's window."""
@@ -133,9 +125,8 @@ class RulesBase:
     def scores(self, state: QueueState, obs) -> torch.Tensor:
         """[B, W] in the copies, copy b*R + j following rule j: its rule's order (0 first)."""
         keys, rows = rule_keys(state, obs["window_job"]), torch.arange(state.batch)
-        orders = torch.stack([torch.sort(priority(rule, keys), dim=-1, stable=True).indices for rule in RULES])
-        order = orders[rows % len(RULES), rows]  # [B, W]: slots, first pick first
-        return torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1]).expand_as(order))
+        ranks = torch.stack([order_ranks(priority(rule, keys)) for rule in RULES])  # [R, B, W]
+        return ranks[rows % len(RULES), rows]
 
 
 class NetworkBase:
