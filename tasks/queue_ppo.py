@@ -4,8 +4,9 @@ with TorchRL's objectives: `GAE` for the advantages and `ClipPPOLoss` for the up
     for each iteration:                                        (training_step)
         draw B sequences of L consecutive jobs from the training range of the log
         roll them out with pi_theta, one batched QueueEnv      (rollout)
-        [the first `imitation_iterations`: roll out the rule `imitate` instead, and fit pi_theta
-         to its picks (cross-entropy) and V to its returns: a warm start at the rule's level]
+        [the first `imitation_iterations`: roll out the teacher `imitate` instead (a rule, or the
+         rollout lookahead over all rules: expert iteration), and fit pi_theta to its picks
+         (cross-entropy) and V to its returns; with `imitation_aggregate`, to all its decisions so far]
         V(s_t) for every decision, GAE(gamma, lambda)          (advantages)
         for each of `epochs` passes, over shuffled minibatches:
             ClipPPOLoss: clipped surrogate + critic + entropy  (one Adam step a minibatch)
@@ -36,8 +37,9 @@ from lightning_sched.learning.policy_gradient import discounted_returns
 from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue.config import QueueConfig
 from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, rollout_bytes
-from lightning_sched.queue.heuristics import RULES, QueueHeuristic
+from lightning_sched.queue.heuristics import HEURISTICS, RULES, QueueHeuristic
 from lightning_sched.queue.log import QueueLog, read_queue_log
+from lightning_sched.queue.lookahead import LookaheadPolicy, LookaheadSettings
 from lightning_sched.queue.policy import (
     CHECKPOINT_KEY,
     IN_KEYS,
@@ -163,9 +165,14 @@ class QueuePPO(LightningModule):
         ppo: `PPOSettings`.
         validation: `QueueValidation`.
         iterations_per_epoch: iterations between epoch ends (pacing only).
-        imitate: a rule of lightning_sched.queue.heuristics (ranking the window, as the network
-            sees it) that the first `imitation_iterations` iterations imitate; None: PPO throughout.
+        imitate: the teacher the first `imitation_iterations` iterations imitate: a rule of
+            lightning_sched.queue.heuristics (ranking the window, as the network sees it), or
+            "lookahead" (`lightning_sched.queue.lookahead`, with the `lookahead` settings; CPU
+            only); None: PPO throughout.
         imitation_iterations: how many.
+        imitation_aggregate: each imitation iteration fits all the teacher's decisions so far
+            (expert iteration's growing dataset; kept in memory, not in checkpoints), not only its own.
+        lookahead: `LookaheadSettings` of the "lookahead" teacher.
         init_from: a queue policy checkpoint whose network (its sizes and weights) this run starts
             from, e.g. to go on with longer sequences; the run's own settings stay.
         seed: seeds the training sequences and the action sampling.
@@ -175,8 +182,8 @@ class QueuePPO(LightningModule):
                  sequence_length: int = 256, bsld_threshold: float = 10.0, reward: str = "per_job",
                  policy: QueuePolicySpec = QueuePolicySpec(), batch_size: int = 16, ppo: PPOSettings = PPOSettings(),
                  validation: QueueValidation = QueueValidation(), iterations_per_epoch: int = 100,
-                 imitate: str | None = None, imitation_iterations: int = 0, init_from: str | None = None,
-                 seed: int = 0):
+                 imitate: str | None = None, imitation_iterations: int = 0, imitation_aggregate: bool = False,
+                 lookahead: LookaheadSettings = LookaheadSettings(), init_from: str | None = None, seed: int = 0):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False  # several optimizer steps an iteration
@@ -184,6 +191,9 @@ class QueuePPO(LightningModule):
                          **{f"validation.{k}": getattr(validation, k) for k in ("sequences", "sequence_length")})
         if not 0 < train_fraction <= 1:
             raise ConfigError(f"QueuePPO.train_fraction must be in (0, 1], got {train_fraction}")
+        if imitate not in (None, "lookahead", *HEURISTICS):
+            raise ConfigError(f"QueuePPO.imitate must be 'lookahead' or one of {', '.join(HEURISTICS)}, "
+                              f"got {imitate!r}")
         val_end = train_fraction if validation.end_fraction is None else validation.end_fraction
         if not 0 < val_end <= 1:
             raise ConfigError(f"QueuePPO.validation.end_fraction must be in (0, 1], got {val_end}")
@@ -221,7 +231,7 @@ class QueuePPO(LightningModule):
                 self.val_positions.append(one.positions(first, one.jobs_before(val_end), validation.sequence_length))
             except ConfigError as error:
                 raise ConfigError(f"QueuePPO.validation.sequence_length: {error}") from None
-        self.teacher = None if imitate is None else QueueHeuristic(imitate, window_only=True)
+        self.imitation_data: TensorDict | None = None
         if imitation_iterations < 0 or (imitation_iterations > 0) != (imitate is not None):
             raise ConfigError(f"QueuePPO.imitation_iterations must be > 0 with imitate and 0 without, got "
                               f"{imitation_iterations} with imitate={imitate!r}")
@@ -234,7 +244,7 @@ class QueuePPO(LightningModule):
         # no value network: the rollout computes every value in one call (next values are the next
         # decision's), so GAE only runs the recursion
         self.gae = GAE(gamma=ppo.gamma, lmbda=ppo.gae_lambda, value_network=None)
-        self.ppo, self.validation, self.seed = ppo, validation, seed
+        self.ppo, self.validation, self.lookahead, self.seed = ppo, validation, lookahead, seed
         self._envs: dict[str, QueueEnv] = {}
 
     @property
@@ -307,6 +317,12 @@ class QueuePPO(LightningModule):
             traj["advantage"], traj["value_target"] = advantage.T.unsqueeze(-1), returns.T.unsqueeze(-1)
         return traj[decided], env.episode_metrics()
 
+    def teacher(self, env: QueueEnv):
+        """The policy the warm start imitates, acting on `env`."""
+        if self.hparams.imitate == "lookahead":
+            return LookaheadPolicy(env, self.lookahead)
+        return QueueHeuristic(self.hparams.imitate, window_only=True)
+
     def imitation(self, data: TensorDict) -> TensorDict:
         """The warm start's losses on decisions of the rule: cross-entropy of pi_theta against the
         rule's picks, and the critic's squared error to the rule's value targets."""
@@ -317,9 +333,14 @@ class QueuePPO(LightningModule):
 
     def training_step(self, batch, batch_idx):
         start = time.perf_counter()
-        imitating = self.teacher is not None and self.global_step < self.hparams.imitation_iterations
-        data, metrics = self.rollout(self.teacher if imitating else None)
-        rollout_s = time.perf_counter() - start
+        imitating = self.global_step < self.hparams.imitation_iterations
+        data, metrics = self.rollout(self.teacher(self.env("train")) if imitating else None)
+        rollout_s, decisions = time.perf_counter() - start, data.shape[0]
+        if imitating and self.hparams.imitation_aggregate:
+            self.imitation_data = data if self.imitation_data is None else torch.cat([self.imitation_data, data])
+            data = self.imitation_data
+        elif not imitating:
+            self.imitation_data = None
         optimizer = self.optimizers()
         n = data.shape[0]
         steps = self.ppo.epochs * -(-n // self.ppo.minibatch_size)
@@ -344,8 +365,8 @@ class QueuePPO(LightningModule):
         seconds = time.perf_counter() - start
         values = {f"train/{k}": v / count for k, v in sums.items()}
         values.update({f"train/{m}": metrics[m].mean().float() for m in METRICS})
-        values.update({"train/decisions": float(n), "perf/rollout_s": rollout_s, "perf/iteration_s": seconds,
-                       "perf/decisions_per_s": n / rollout_s})
+        values.update({"train/decisions": float(decisions), "perf/rollout_s": rollout_s, "perf/iteration_s": seconds,
+                       "perf/decisions_per_s": decisions / rollout_s})
         self.log_dict(values, on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
         self.log("bsld", metrics["mean_bounded_slowdown"].mean().float(), prog_bar=True, on_step=True,
                  on_epoch=False, logger=False)

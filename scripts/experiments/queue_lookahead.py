@@ -37,6 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import set_threads  # noqa: E402
+from lightning_sched.queue import lookahead as rules  # noqa: E402
 from lightning_sched.queue.config import RULES, QueueConfig  # noqa: E402
 from lightning_sched.queue.env import QueueEnv  # noqa: E402
 from lightning_sched.queue.evaluation import (  # noqa: E402
@@ -48,85 +49,23 @@ from lightning_sched.queue.evaluation import (  # noqa: E402
     network_config,  # noqa: E402
     protocol_starts,
 )
-from lightning_sched.queue.heuristics import QueueHeuristic, order_ranks, priority, rule_keys  # noqa: E402
+from lightning_sched.queue.heuristics import QueueHeuristic  # noqa: E402
 from lightning_sched.queue.log import QueueLog, read_queue_log  # noqa: E402
+from lightning_sched.queue.lookahead import FUTURES, lookahead_pick, simulation_config  # noqa: E402
 from lightning_sched.queue.policy import QueueNetwork, QueuePolicy, QueuePolicySpec, load_queue_policy  # noqa: E402
 from lightning_sched.queue.state import QueueState  # noqa: E402
-from lightning_sched.queue.step import advance  # noqa: E402
-
-FUTURES = ("known", "repeat", "clairvoyant")
-NEVER = 1 << 50  # a submit time no copy reaches within its horizon
 
 
-def with_future(state: QueueState, future: str, repeat: int) -> tuple[QueueState, torch.Tensor]:
-    """A copy of `state` whose jobs run for their requested time and whose not-yet-submitted jobs
-    follow `future`; and the jobs whose bounded slowdown the lookahead counts (BoolTensor[B, L])."""
-    sim = state.clone()
-    sim.run = sim.requested.clamp(min=1)
-    arrived = torch.arange(sim.length).unsqueeze(0) < sim.next_arrival.unsqueeze(1)
-    sim.sjf_order.zero_(), sim.size_order.zero_(), sim.order_count.zero_(), sim.order_arrival.zero_()  # rebuilt
-    if future == "known":
-        sim.submit = torch.where(arrived, sim.submit, NEVER)
-        return sim, arrived
-    if future == "repeat":  # future job a + j copies arrived job a - m + (j mod m), shifted to start now
-        first = sim.next_arrival.unsqueeze(1)
-        m = first.clamp(max=repeat)
-        j = (torch.arange(sim.length).unsqueeze(0) - first).clamp(min=0)
-        source = (first - m + j % m).clamp(0, sim.length - 1)
-        anchor = sim.submit.gather(1, first - m)
-        now = sim.time.unsqueeze(1)
-        shifted = sim.submit.gather(1, source) + (now - anchor) + (j // m) * (now - anchor).clamp(min=1)
-        for name in ("run", "requested", "processors", "nodes"):
-            column = getattr(sim, name)
-            setattr(sim, name, torch.where(arrived, column, column.gather(1, source)))
-        sim.submit = torch.cummax(torch.where(arrived, sim.submit, shifted.clamp(min=now)), 1).values
-    return sim, torch.ones_like(arrived)
-
-
-def horizon_cost(sim: QueueState, counted: torch.Tensor, threshold: float) -> torch.Tensor:
-    """Summed bounded slowdown (DoubleTensor[B]) of the `counted` jobs that have arrived by the
-    copy's time: started jobs their own, waiting ones as if they started now."""
-    requested = sim.requested.double()
-    started = sim.start >= 0
-    now = sim.time.unsqueeze(1)
-    wait = torch.where(started, sim.start - sim.submit, now - sim.submit).double()
-    cost = ((wait + requested) / requested.clamp(min=threshold)).clamp(min=1.0)
-    return torch.where(counted & (sim.submit <= now), cost, 0.0).sum(1)
-
-
-class RuleBase:
-    """A rule as the lookahead's base: its first picks are the candidates and it decides in the copies."""
-
-    def __init__(self, rule: str):
-        self.name = rule
+class RuleBase(rules.RuleBase):
+    """A rule as the lookahead's base, played with the whole queue visible as rules are measured."""
 
     def config(self, cfg: QueueConfig, sim_window: int) -> tuple[QueueConfig, QueueConfig]:
-        """(the played queue: the whole queue visible, as rules are measured; the copies' queue)."""
-        return heuristic_config(replace(cfg, rule_ranks=())), replace(cfg, window=sim_window, rule_ranks=())
-
-    def scores(self, state: QueueState, obs) -> torch.Tensor:
-        """[B, W], lower first: the rule's priority of the window of `obs` (a td or a step's output)."""
-        return priority(self.name, rule_keys(state, obs["window_job"]))
+        """(the played queue, the copies' queue)."""
+        return heuristic_config(replace(cfg, rule_ranks=())), simulation_config(cfg, sim_window)
 
 
-class RulesBase(RuleBase):
-    """Every rule at once as the lookahead's base: the candidates are the rules' first picks, and the
-    copy of candidate j follows rule j, so that at each decision the lookahead picks the rule whose
-    next H decisions look best."""
-
-    def __init__(self):
-        super().__init__("rules")
-
-    def first_picks(self, state: QueueState, td) -> torch.Tensor:
-        """[B, R]: each rule's first pick of td's window."""
-        keys = rule_keys(state, td["window_job"])
-        return torch.stack([priority(rule, keys).argmin(-1) for rule in RULES], 1)
-
-    def scores(self, state: QueueState, obs) -> torch.Tensor:
-        """[B, W] in the copies, copy b*R + j following rule j: its rule's order (0 first)."""
-        keys, rows = rule_keys(state, obs["window_job"]), torch.arange(state.batch)
-        ranks = torch.stack([order_ranks(priority(rule, keys)) for rule in RULES])  # [R, B, W]
-        return ranks[rows % len(RULES), rows]
+class RulesBase(rules.RulesBase, RuleBase):
+    pass
 
 
 class NetworkBase:
@@ -143,27 +82,6 @@ class NetworkBase:
     @torch.no_grad()
     def scores(self, state: QueueState, obs) -> torch.Tensor:
         return -self.net.scorer(obs["job_features"], obs["cluster_features"], obs["action_mask"])
-
-
-def lookahead_pick(state: QueueState, td, base, k: int, horizon: int, future: str, repeat: int,
-                   sim_cfg: QueueConfig) -> torch.Tensor:
-    """The window slot (LongTensor[B]) of the best of the base's first k picks of td's window."""
-    b = state.batch
-    if isinstance(base, RulesBase):  # one candidate a rule: its first pick
-        slots, k = base.first_picks(state, td), len(RULES)
-    else:
-        k = min(k, td["action_mask"].shape[-1])
-        slots = base.scores(state, td).topk(k, largest=False).indices  # [B, k]
-    first = td["window_job"].long().gather(1, slots).reshape(-1)  # -1 where fewer than k jobs wait
-    sim, counted = with_future(state.rows(torch.arange(b).repeat_interleave(k)), future, repeat)
-    out = advance(sim, torch.where((first >= 0) & ~sim.done, first, -1), sim_cfg)
-    for _ in range(horizon - 1):
-        slot = base.scores(sim, out).argmin(-1, keepdim=True)
-        job = out["window_job"].long().gather(1, slot).squeeze(1)
-        out = advance(sim, torch.where(sim.done | (job < 0), -1, job), sim_cfg)
-    cost = horizon_cost(sim, counted, sim_cfg.bsld_threshold).reshape(b, k)
-    best = torch.where(first.reshape(b, k) >= 0, cost, torch.inf).argmin(1, keepdim=True)
-    return slots.gather(1, best).squeeze(1)
 
 
 def run_lookahead(log: QueueLog, played: QueueConfig, sim_cfg: QueueConfig, starts: torch.Tensor, base, k: int,
@@ -193,7 +111,7 @@ def lookahead_student(logs: list[QueueLog], backfill: str, args) -> QueueNetwork
         draw = torch.Generator().manual_seed(7 + 1000 * args.student_seed)
         starts = torch.randint(0, high + 1, (args.student_sequences,), generator=draw)
         rule = best_rule(log, cfg, starts)
-        sim_cfg = replace(cfg, window=args.sim_window, rule_ranks=(), fit_delay=False)
+        sim_cfg = simulation_config(cfg, args.sim_window)
         base = RulesBase() if args.student_base == "rules" else RuleBase(rule)
         _, picks = run_lookahead(log, cfg, sim_cfg, starts, base, args.candidates, args.horizon,
                                  args.student_future, args.repeat, record=True)

@@ -1,0 +1,173 @@
+"""Rollout lookahead on the queue env (Bertsekas' rollout algorithm; docs/hpc_queue.md, "What
+beating the best rule takes"): a scheduler that plans at each decision in copies of the state.
+
+    for each decision, in every row of the batch:
+        candidates = the base's first picks (a rule's first k, or with base "rules" each rule's first)
+        for each candidate c, in a copy of the state whose future is a forecast:
+            start c, then let the base decide H more times         (candidate j of "rules": rule j)
+            cost(c) = summed bounded slowdown at the horizon of the jobs arrived by then
+                      (started jobs: their own; waiting ones: as if they started then)
+        pick argmin_c cost(c)
+
+What a copy knows of the future (`future`):
+    known        no more arrivals: only the jobs already submitted
+    repeat       the last m arrivals repeat from now on, their gaps kept (a naive forecast a site
+                 can always make from its own history)
+    clairvoyant  the log's actual next arrivals (no real scheduler has them: a bound)
+Copies run jobs for their requested time, what a scheduler knows. The all-rules lookahead with the
+repeat forecast is the teacher of `tasks.queue_ppo`'s expert-iteration warm start (`imitate:
+lookahead`): it needs no base rule chosen on any range.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from ..config import ConfigError
+from .config import RULES, QueueConfig
+from .heuristics import order_ranks, priority, rule_keys
+from .state import QueueState
+from .step import advance
+
+FUTURES = ("known", "repeat", "clairvoyant")
+NEVER = 1 << 50  # a submit time no copy reaches within its horizon
+
+
+@dataclass(frozen=True)
+class LookaheadSettings:
+    """base: "rules" (every rule's first pick a candidate, its copy following that rule) or one rule
+    of queue.config.RULES; candidates: k, the rule's first picks tried (one rule only); horizon: H,
+    the base's decisions in each copy; future: see the module; repeat: m, arrivals the "repeat"
+    forecast replays; sim_window: the window the base ranks in the copies."""
+
+    base: str = "rules"
+    candidates: int = 4
+    horizon: int = 64
+    future: str = "repeat"
+    repeat: int = 128
+    sim_window: int = 128
+
+    def __post_init__(self) -> None:
+        if self.base != "rules" and self.base not in RULES:
+            raise ConfigError(f"lookahead.base must be 'rules' or one of {', '.join(RULES)}, got {self.base!r}")
+        if self.future not in FUTURES:
+            raise ConfigError(f"lookahead.future must be one of {', '.join(FUTURES)}, got {self.future!r}")
+        for name in ("candidates", "horizon", "repeat", "sim_window"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ConfigError(f"lookahead.{name} must be an integer >= 1, got {getattr(self, name)!r}")
+
+    def make_base(self) -> RuleBase:
+        return RulesBase() if self.base == "rules" else RuleBase(self.base)
+
+
+def with_future(state: QueueState, future: str, repeat: int) -> tuple[QueueState, torch.Tensor]:
+    """A copy of `state` whose jobs run for their requested time and whose not-yet-submitted jobs
+    follow `future`; and the jobs whose bounded slowdown the lookahead counts (BoolTensor[B, L])."""
+    sim = state.clone()
+    sim.run = sim.requested.clamp(min=1)
+    arrived = torch.arange(sim.length).unsqueeze(0) < sim.next_arrival.unsqueeze(1)
+    sim.sjf_order.zero_(), sim.size_order.zero_(), sim.order_count.zero_(), sim.order_arrival.zero_()  # rebuilt
+    if future == "known":
+        sim.submit = torch.where(arrived, sim.submit, NEVER)
+        return sim, arrived
+    if future == "repeat":  # future job a + j copies arrived job a - m + (j mod m), shifted to start now
+        first = sim.next_arrival.unsqueeze(1)
+        m = first.clamp(max=repeat)
+        j = (torch.arange(sim.length).unsqueeze(0) - first).clamp(min=0)
+        source = (first - m + j % m).clamp(0, sim.length - 1)
+        anchor = sim.submit.gather(1, first - m)
+        now = sim.time.unsqueeze(1)
+        shifted = sim.submit.gather(1, source) + (now - anchor) + (j // m) * (now - anchor).clamp(min=1)
+        for name in ("run", "requested", "processors", "nodes"):
+            column = getattr(sim, name)
+            setattr(sim, name, torch.where(arrived, column, column.gather(1, source)))
+        sim.submit = torch.cummax(torch.where(arrived, sim.submit, shifted.clamp(min=now)), 1).values
+    return sim, torch.ones_like(arrived)
+
+
+def horizon_cost(sim: QueueState, counted: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Summed bounded slowdown (DoubleTensor[B]) of the `counted` jobs that have arrived by the
+    copy's time: started jobs their own, waiting ones as if they started now."""
+    requested = sim.requested.double()
+    started = sim.start >= 0
+    now = sim.time.unsqueeze(1)
+    wait = torch.where(started, sim.start - sim.submit, now - sim.submit).double()
+    cost = ((wait + requested) / requested.clamp(min=threshold)).clamp(min=1.0)
+    return torch.where(counted & (sim.submit <= now), cost, 0.0).sum(1)
+
+
+class RuleBase:
+    """A rule as the lookahead's base: its first picks are the candidates and it decides in the copies."""
+
+    def __init__(self, rule: str):
+        self.name = rule
+
+    def scores(self, state: QueueState, obs) -> torch.Tensor:
+        """[B, W], lower first: the rule's priority of the window of `obs` (a td or a step's output)."""
+        return priority(self.name, rule_keys(state, obs["window_job"]))
+
+
+class RulesBase(RuleBase):
+    """Every rule at once as the lookahead's base: the candidates are the rules' first picks, and the
+    copy of candidate j follows rule j, so that at each decision the lookahead picks the rule whose
+    next H decisions look best."""
+
+    def __init__(self):
+        super().__init__("rules")
+
+    def first_picks(self, state: QueueState, td) -> torch.Tensor:
+        """[B, R]: each rule's first pick of td's window."""
+        keys = rule_keys(state, td["window_job"])
+        return torch.stack([priority(rule, keys).argmin(-1) for rule in RULES], 1)
+
+    def scores(self, state: QueueState, obs) -> torch.Tensor:
+        """[B, W] in the copies, copy b*R + j following rule j: its rule's order (0 first)."""
+        keys, rows = rule_keys(state, obs["window_job"]), torch.arange(state.batch)
+        ranks = torch.stack([order_ranks(priority(rule, keys)) for rule in RULES])  # [R, B, W]
+        return ranks[rows % len(RULES), rows]
+
+
+def lookahead_pick(state: QueueState, td, base, k: int, horizon: int, future: str, repeat: int,
+                   sim_cfg: QueueConfig) -> torch.Tensor:
+    """The window slot (LongTensor[B]) of the best of the base's first k picks of td's window
+    (`base` has `scores(state, obs)`, lower first; a RulesBase brings one candidate a rule)."""
+    b = state.batch
+    if isinstance(base, RulesBase):
+        slots, k = base.first_picks(state, td), len(RULES)
+    else:
+        k = min(k, td["action_mask"].shape[-1])
+        slots = base.scores(state, td).topk(k, largest=False).indices  # [B, k]
+    first = td["window_job"].long().gather(1, slots).reshape(-1)  # -1 where fewer than k jobs wait
+    sim, counted = with_future(state.rows(torch.arange(b).repeat_interleave(k)), future, repeat)
+    out = advance(sim, torch.where((first >= 0) & ~sim.done, first, -1), sim_cfg)
+    for _ in range(horizon - 1):
+        slot = base.scores(sim, out).argmin(-1, keepdim=True)
+        job = out["window_job"].long().gather(1, slot).squeeze(1)
+        out = advance(sim, torch.where(sim.done | (job < 0), -1, job), sim_cfg)
+    cost = horizon_cost(sim, counted, sim_cfg.bsld_threshold).reshape(b, k)
+    best = torch.where(first.reshape(b, k) >= 0, cost, torch.inf).argmin(1, keepdim=True)
+    return slots.gather(1, best).squeeze(1)
+
+
+def simulation_config(cfg: QueueConfig, sim_window: int) -> QueueConfig:
+    """The copies' queue: `cfg`'s, with the base's window and no extra job features (rules read none)."""
+    return replace(cfg, window=sim_window, rule_ranks=(), fit_delay=False)
+
+
+class LookaheadPolicy:
+    """The lookahead as a policy of a QueueEnv (called on the td the env last returned, as
+    QueueHeuristic): it plans in copies of `env.state`, so it acts on that env only."""
+
+    def __init__(self, env, settings: LookaheadSettings = LookaheadSettings()):
+        self.env, self.settings, self.base = env, settings, settings.make_base()
+        if torch.device(env.device or "cpu").type != "cpu":  # copies are built with CPU indices
+            raise ConfigError(f"lookahead: plans on the CPU only, got an env on {env.device}")
+        self.sim_cfg = simulation_config(env.cfg, settings.sim_window)
+
+    @torch.no_grad()
+    def __call__(self, td):
+        s = self.settings
+        td["action"] = lookahead_pick(self.env.state, td, self.base, s.candidates, s.horizon, s.future, s.repeat,
+                                      self.sim_cfg)
+        return td

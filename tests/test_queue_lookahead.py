@@ -1,0 +1,100 @@
+"""The rollout lookahead (lightning_sched.queue.lookahead) and the expert-iteration warm start that
+imitates it (tasks.queue_ppo, imitate "lookahead"), on small logs the tests write: one candidate is
+its rule; with the exact future and a horizon to the episode's end it is never worse than its base
+rules (the rollout algorithm's cost improvement); the warm start fits its growing set of picks."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_sched.config import ConfigError
+from lightning_sched.queue.config import RULES
+from lightning_sched.queue.env import QueueEnv
+from lightning_sched.queue.heuristics import QueueHeuristic
+from lightning_sched.queue.log import read_queue_log
+from lightning_sched.queue.lookahead import LookaheadPolicy, LookaheadSettings
+
+
+def exact_log(path: Path, jobs: int = 200, nodes: int = 8, seed: int = 0) -> Path:
+    """A loaded SWF log whose requested times are the run times (field 9 = -1), as the Lublin logs."""
+    rng = random.Random(seed)
+    lines = ["; Version: 2.2", f"; MaxNodes: {nodes}", f"; MaxProcs: {nodes}", ";"]
+    submit = 0
+    for j in range(1, jobs + 1):
+        submit += int(rng.expovariate(1 / 40))
+        procs, run = rng.choice([1, 1, 2, 3, 4, 8]), max(1, int(rng.lognormvariate(5, 1.0)))
+        lines.append(" ".join(str(f) for f in [j, submit, -1, run, procs, -1, -1, procs, -1, -1, 1, 1, 1, -1,
+                                               1, -1, -1, -1]))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def play(env: QueueEnv, policy) -> torch.Tensor:
+    """Each row's mean bounded slowdown (DoubleTensor[B]) under `policy`."""
+    td = env.reset()
+    while not bool(td["done"].all()):
+        td = env.step(policy(td))["next"]
+    return env.episode_metrics()["mean_bounded_slowdown"]
+
+
+STARTS = torch.tensor([0, 30, 70, 120, 150])
+
+
+@pytest.mark.parametrize("backfill", ["off", "easy"])
+def test_one_candidate_is_its_rule_and_the_exact_whole_episode_lookahead_is_never_worse_than_its_rules(
+        tmp_path, backfill):
+    log = read_queue_log(exact_log(tmp_path / "exact.swf"))
+    cfg = log.config(sequence_length=40, window=40, backfill=backfill)  # the window shows the whole queue
+    env = QueueEnv(cfg, log, batch_size=[len(STARTS)], starts=STARTS)
+    rules = {rule: play(env, QueueHeuristic(rule)) for rule in RULES}
+    assert len({tuple(v.tolist()) for v in rules.values()}) > 1  # the rules differ on these sequences
+    one = LookaheadSettings(base="f1", candidates=1, horizon=5, future="known", sim_window=40)
+    assert torch.equal(play(env, LookaheadPolicy(env, one)), rules["f1"])
+    # every remaining decision in the copies, the log's own arrivals, runs as requested (= actual):
+    # a candidate's cost is its rule's true total, and rollout never loses to its base
+    exact = dict(horizon=40, future="clairvoyant", sim_window=40)
+    f1 = play(env, LookaheadPolicy(env, LookaheadSettings(base="f1", candidates=3, **exact)))
+    assert (f1 <= rules["f1"] + 1e-9).all()
+    every = play(env, LookaheadPolicy(env, LookaheadSettings(base="rules", **exact)))
+    best = torch.stack(list(rules.values())).min(0).values
+    assert (every <= best + 1e-9).all() and bool((every < best - 1e-6).any())
+
+
+def test_bad_lookahead_settings_name_the_field():
+    with pytest.raises(ConfigError, match="lookahead.future must be one of known, repeat, clairvoyant, got 'oracle'"):
+        LookaheadSettings(future="oracle")
+    with pytest.raises(ConfigError, match="lookahead.base must be 'rules' or one of"):
+        LookaheadSettings(base="edf")
+    with pytest.raises(ConfigError, match="lookahead.horizon must be an integer >= 1, got 0"):
+        LookaheadSettings(horizon=0)
+
+
+def test_expert_iteration_fits_every_pick_of_the_lookahead_so_far(tmp_path):
+    from lightning.pytorch import Trainer
+
+    from tasks.queue_ppo import PPOSettings, QueuePPO, QueueValidation
+
+    torch.manual_seed(0)
+    log = str(exact_log(tmp_path / "exact.swf"))
+    model = QueuePPO(log, window=16, sequence_length=32, batch_size=4, imitate="lookahead", imitation_iterations=2,
+                     imitation_aggregate=True, lookahead=LookaheadSettings(horizon=8, sim_window=16),
+                     ppo=PPOSettings(epochs=1, minibatch_size=10_000),
+                     validation=QueueValidation(sequences=2, sequence_length=32), iterations_per_epoch=3)
+    fitted, original = [], model.imitation
+
+    def spy(data):
+        fitted.append(data.shape[0])
+        return original(data)
+
+    model.imitation = spy
+    trainer = Trainer(max_steps=3, val_check_interval=3, check_val_every_n_epoch=None, logger=False,
+                      enable_checkpointing=False, num_sanity_val_steps=0, enable_progress_bar=False,
+                      enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(model)
+    assert len(fitted) == 2 and fitted[1] > fitted[0] > 0  # one minibatch an iteration: the second holds both's
+    assert model.imitation_data is None and trainer.global_step == 3  # then PPO, without the set
+    with pytest.raises(ConfigError, match="QueuePPO.imitate must be 'lookahead' or one of fcfs, .*, got 'edf'"):
+        QueuePPO(log, imitate="edf", imitation_iterations=1)
