@@ -6,7 +6,8 @@ with TorchRL's objectives: `GAE` for the advantages and `ClipPPOLoss` for the up
         roll them out with pi_theta, one batched QueueEnv      (rollout)
         [the first `imitation_iterations`: roll out the teacher `imitate` instead (a rule, or the
          rollout lookahead over all rules: expert iteration), and fit pi_theta to its picks
-         (cross-entropy) and V to its returns; with `imitation_aggregate`, to all its decisions so far]
+         (cross-entropy) and V to its returns; with `imitation_aggregate`, to all its decisions so far;
+         with `dagger`, after the first the network acts and the teacher labels the states it visits]
         V(s_t) for every decision, GAE(gamma, lambda)          (advantages)
         for each of `epochs` passes, over shuffled minibatches:
             ClipPPOLoss: clipped surrogate + critic + entropy  (one Adam step a minibatch)
@@ -172,6 +173,8 @@ class QueuePPO(LightningModule):
         imitation_iterations: how many.
         imitation_aggregate: each imitation iteration fits all the teacher's decisions so far
             (expert iteration's growing dataset; kept in memory, not in checkpoints), not only its own.
+        dagger: DAgger (Ross et al., 2011): imitation iterations after the first roll out the
+            network (sampling) and fit it to the teacher's picks in the states it visits.
         lookahead: `LookaheadSettings` of the "lookahead" teacher.
         init_from: a queue policy checkpoint whose network (its sizes and weights) this run starts
             from, e.g. to go on with longer sequences; the run's own settings stay.
@@ -183,7 +186,8 @@ class QueuePPO(LightningModule):
                  policy: QueuePolicySpec = QueuePolicySpec(), batch_size: int = 16, ppo: PPOSettings = PPOSettings(),
                  validation: QueueValidation = QueueValidation(), iterations_per_epoch: int = 100,
                  imitate: str | None = None, imitation_iterations: int = 0, imitation_aggregate: bool = False,
-                 lookahead: LookaheadSettings = LookaheadSettings(), init_from: str | None = None, seed: int = 0):
+                 dagger: bool = False, lookahead: LookaheadSettings = LookaheadSettings(), init_from: str | None = None,
+                 seed: int = 0):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False  # several optimizer steps an iteration
@@ -284,18 +288,22 @@ class QueuePPO(LightningModule):
 
     # ----- training ------------------------------------------------------------------------------
     @torch.no_grad()
-    def rollout(self, policy=None) -> tuple[TensorDict, dict[str, torch.Tensor]]:
+    def rollout(self, policy=None, labeler=None) -> tuple[TensorDict, dict[str, torch.Tensor]]:
         """B episodes with the sampling actor, or with `policy`: (the decisions, [N], with
-        "advantage" and "value_target"; the episodes' metrics, each DoubleTensor[B]). Rows that
-        finish early step on (ignored by the env) until all are done; those steps are dropped."""
+        "advantage" and "value_target", and with a `labeler` policy its pick in each state as
+        "label"; the episodes' metrics, each DoubleTensor[B]). Rows that finish early step on
+        (ignored by the env) until all are done; those steps are dropped."""
         env = self.env("train")
         env.set_seed(seeds.training(self.seed, self.global_step, self.trainer.global_rank))
         td = env.reset()
         steps = []
         while not bool(td["done"].all()):
+            label = None if labeler is None else labeler(td.clone())["action"]
             with set_exploration_type(ExplorationType.RANDOM):  # the actor's default is its mode
                 td = env.step((policy or self.actor)(td))
-            steps.append(td.select(*DECISION_KEYS, "done", ("next", "reward"), ("next", "done"),
+            if label is not None:
+                td["label"] = label
+            steps.append(td.select(*DECISION_KEYS, "label", "done", ("next", "reward"), ("next", "done"),
                                    ("next", "terminated"), strict=False))
             td = td["next"]
         traj = torch.stack(steps, 1)  # [B, T]
@@ -324,9 +332,10 @@ class QueuePPO(LightningModule):
         return QueueHeuristic(self.hparams.imitate, window_only=True)
 
     def imitation(self, data: TensorDict) -> TensorDict:
-        """The warm start's losses on decisions of the rule: cross-entropy of pi_theta against the
-        rule's picks, and the critic's squared error to the rule's value targets."""
-        log_prob = self.actor.get_dist(data.select(*IN_KEYS, "action_mask")).log_prob(data["action"])
+        """The warm start's losses on the teacher's decisions (or, with DAgger, its labels of the
+        network's states): cross-entropy of pi_theta against its picks, and the critic's squared
+        error to the rollout's value targets."""
+        log_prob = self.actor.get_dist(data.select(*IN_KEYS, "action_mask")).log_prob(data["label"])
         value = self.critic(data.select(*IN_KEYS, "action_mask"))["state_value"]
         return TensorDict({"loss_objective": -log_prob.mean(),
                            "loss_critic": self.ppo.critic_coef * (value - data["value_target"]).pow(2).mean()}, [])
@@ -334,8 +343,14 @@ class QueuePPO(LightningModule):
     def training_step(self, batch, batch_idx):
         start = time.perf_counter()
         imitating = self.global_step < self.hparams.imitation_iterations
-        data, metrics = self.rollout(self.teacher(self.env("train")) if imitating else None)
+        if imitating and self.hparams.dagger and self.global_step > 0:
+            data, metrics = self.rollout(labeler=self.teacher(self.env("train")))
+        else:
+            data, metrics = self.rollout(self.teacher(self.env("train")) if imitating else None)
         rollout_s, decisions = time.perf_counter() - start, data.shape[0]
+        if imitating:  # what the warm start fits; when the teacher acted, its picks are the labels
+            data = data.set("label", data.get("label", data["action"])).select(*IN_KEYS, "action_mask", "label",
+                                                                              "value_target")
         if imitating and self.hparams.imitation_aggregate:
             self.imitation_data = data if self.imitation_data is None else torch.cat([self.imitation_data, data])
             data = self.imitation_data

@@ -72,7 +72,8 @@ def test_bad_lookahead_settings_name_the_field():
         LookaheadSettings(horizon=0)
 
 
-def test_expert_iteration_fits_every_pick_of_the_lookahead_so_far(tmp_path):
+@pytest.mark.parametrize("dagger", [False, True])
+def test_expert_iteration_fits_every_pick_of_the_lookahead_so_far(tmp_path, dagger):
     from lightning.pytorch import Trainer
 
     from tasks.queue_ppo import PPOSettings, QueuePPO, QueueValidation
@@ -80,21 +81,29 @@ def test_expert_iteration_fits_every_pick_of_the_lookahead_so_far(tmp_path):
     torch.manual_seed(0)
     log = str(exact_log(tmp_path / "exact.swf"))
     model = QueuePPO(log, window=16, sequence_length=32, batch_size=4, imitate="lookahead", imitation_iterations=2,
-                     imitation_aggregate=True, lookahead=LookaheadSettings(horizon=8, sim_window=16),
+                     imitation_aggregate=True, dagger=dagger, lookahead=LookaheadSettings(horizon=8, sim_window=16),
                      ppo=PPOSettings(epochs=1, minibatch_size=10_000),
                      validation=QueueValidation(sequences=2, sequence_length=32), iterations_per_epoch=3)
     fitted, original = [], model.imitation
+    labels, rollout = [], model.rollout
 
     def spy(data):
         fitted.append(data.shape[0])
         return original(data)
 
-    model.imitation = spy
+    def spy_rollout(policy=None, labeler=None):
+        data, metrics = rollout(policy, labeler)
+        labels.append(None if labeler is None else bool((data["label"] != data["action"]).any()))
+        return data, metrics
+
+    model.imitation, model.rollout = spy, spy_rollout
     trainer = Trainer(max_steps=3, val_check_interval=3, check_val_every_n_epoch=None, logger=False,
                       enable_checkpointing=False, num_sanity_val_steps=0, enable_progress_bar=False,
                       enable_model_summary=False, default_root_dir=tmp_path)
     trainer.fit(model)
     assert len(fitted) == 2 and fitted[1] > fitted[0] > 0  # one minibatch an iteration: the second holds both's
     assert model.imitation_data is None and trainer.global_step == 3  # then PPO, without the set
+    # DAgger: the teacher acts first; then the network acts, and the teacher's picks in its states differ
+    assert labels == ([None, True, None] if dagger else [None, None, None])
     with pytest.raises(ConfigError, match="QueuePPO.imitate must be 'lookahead' or one of fcfs, .*, got 'edf'"):
         QueuePPO(log, imitate="edf", imitation_iterations=1)
