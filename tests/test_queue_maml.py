@@ -15,7 +15,7 @@ from lightning_sched.cli import ScriptParser, add_site_flags, site_from_args
 from lightning_sched.config import ConfigError
 from lightning_sched.files import load_torch_file
 from lightning_sched.queue.adaptation import adaptation_curve
-from lightning_sched.queue.evaluation import network_config
+from lightning_sched.queue.evaluation import RULES, network_config
 from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.policy import load_queue_policy, read_queue_record
 from tasks.queue_maml import QueueMAML
@@ -123,6 +123,10 @@ def test_adapt_queue_prints_paired_differences_and_saves_the_adapted_policy(tmp_
                cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    history, *lines = lines  # the rule a site would pick from its own history, without learning
+    chosen = history["policy"].split(" ")[0]
+    assert history["policy"] == f"{chosen} (best rule on the site's history)" and chosen in RULES
+    assert history["minus_best_rule"] >= 0 and (history["minus_best_rule"] == 0) == (chosen == history["best_rule"])
     assert [(line["policy"].split("/")[-1], line["step"]) for line in lines] == [
         ("queue_bsld.ckpt", 0), ("queue_bsld.ckpt", 1), ("scratch", 0), ("scratch", 1)]
     assert all(line["sequences"] == 3 and "minus_best_rule_ci95" in line for line in lines)
