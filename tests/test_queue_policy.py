@@ -260,7 +260,7 @@ def test_imitation_warm_start_then_ppo_with_the_sequence_baseline(tmp_path):
     original = model.imitation
 
     def spy(data):
-        teacher_picks.append(data["action"])
+        teacher_picks.append(data["label"])
         return original(data)
 
     model.imitation = spy
