@@ -228,6 +228,7 @@ def queue_main(argv) -> int:
         heuristic_policies,
         network_config,
         protocol_starts,
+        spread_starts,
     )
     from lightning_sched.queue.log import read_queue_log
     from lightning_sched.queue.policy import (
@@ -283,13 +284,15 @@ def queue_main(argv) -> int:
     print(f"adapting on its first {train_jobs} jobs (sequences of {args.sequence_length}); measured on "
           f"{len(starts)} sequences of {EVAL_LENGTH} jobs after "
           f"them, backfill {args.backfill}; mean bounded slowdown ± 95% CI over sequences, differences paired")
+    rule_policies = heuristic_policies(RULES, cfg)
     rules = {name: evaluate_queue(policy, rule_cfg, log, starts).sequences["mean_bounded_slowdown"]
-             for name, (policy, rule_cfg) in heuristic_policies(RULES, cfg).items()}
+             for name, (policy, rule_cfg) in rule_policies.items()}
     best = min(rules, key=lambda n: float(rules[n].mean()))
     # the non-meta way to adapt: run every rule on the site's own history and keep the best there
-    history = torch.linspace(*log.positions(0, train_jobs, EVAL_LENGTH), len(starts)).round().long()
-    chosen = min(heuristic_policies(RULES, cfg).items(), key=lambda item: float(evaluate_queue(
-        item[1][0], item[1][1], log, history).sequences["mean_bounded_slowdown"].mean()))[0]
+    history = spread_starts(log, 0, train_jobs, len(starts))
+    on_history = {name: float(evaluate_queue(policy, rule_cfg, log, history).sequences["mean_bounded_slowdown"].mean())
+                  for name, (policy, rule_cfg) in rule_policies.items()}
+    chosen = min(on_history, key=on_history.get)
     for name, values in rules.items():
         mean, ci = mean_ci95(values)
         print(f"  {name:8s} {mean:9.2f} ± {ci:7.2f}" + ("  (best rule)" if name == best else "")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_queue_env import swf_line
 
 from lightning_sched.config import ConfigError
 from lightning_sched.queue.config import RULES
@@ -26,8 +27,7 @@ def exact_log(path: Path, jobs: int = 200, nodes: int = 8, seed: int = 0) -> Pat
     for j in range(1, jobs + 1):
         submit += int(rng.expovariate(1 / 40))
         procs, run = rng.choice([1, 1, 2, 3, 4, 8]), max(1, int(rng.lognormvariate(5, 1.0)))
-        lines.append(" ".join(str(f) for f in [j, submit, -1, run, procs, -1, -1, procs, -1, -1, 1, 1, 1, -1,
-                                               1, -1, -1, -1]))
+        lines.append(swf_line(j, submit, run, procs))
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -51,9 +51,15 @@ def protocol_starts(log: QueueLog, protocol: str, num_sequences: int = 100) -> t
     if protocol in ("heldout", "recent"):
         first, end = (log.jobs_before(TRAIN_FRACTION), log.num_jobs) if protocol == "heldout" else \
             (log.jobs_before(RECENT_FRACTION), log.jobs_before(TRAIN_FRACTION))
-        lo, hi = log.positions(first, end, EVAL_LENGTH)
-        return torch.from_numpy(np.unique(np.linspace(lo, hi, num_sequences).round().astype(np.int64)))
+        return spread_starts(log, first, end, num_sequences)
     raise ConfigError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+
+
+def spread_starts(log: QueueLog, first: int, end: int, num_sequences: int) -> torch.Tensor:
+    """Up to `num_sequences` distinct start positions (LongTensor[N]) spread evenly over the
+    sequences of EVAL_LENGTH jobs inside jobs [first, end) of `log`."""
+    lo, hi = log.positions(first, end, EVAL_LENGTH)
+    return torch.from_numpy(np.unique(np.linspace(lo, hi, num_sequences).round().astype(np.int64)))
 
 
 @dataclass
