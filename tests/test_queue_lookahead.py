@@ -16,7 +16,7 @@ from lightning_sched.queue.config import RULES
 from lightning_sched.queue.env import QueueEnv
 from lightning_sched.queue.heuristics import QueueHeuristic
 from lightning_sched.queue.log import read_queue_log
-from lightning_sched.queue.lookahead import LookaheadPolicy, LookaheadSettings
+from lightning_sched.queue.lookahead import LookaheadPolicy, LookaheadSettings, with_future
 
 
 def exact_log(path: Path, jobs: int = 200, nodes: int = 8, seed: int = 0) -> Path:
@@ -70,6 +70,45 @@ def test_bad_lookahead_settings_name_the_field():
         LookaheadSettings(base="edf")
     with pytest.raises(ConfigError, match="lookahead.horizon must be an integer >= 1, got 0"):
         LookaheadSettings(horizon=0)
+    with pytest.raises(ConfigError, match="lookahead.samples must be an integer >= 1, got 0"):
+        LookaheadSettings(samples=0)
+    with pytest.raises(ConfigError, match="lookahead.samples > 1 needs future 'repeat', got future 'known'"):
+        LookaheadSettings(samples=2, future="known")
+
+
+@pytest.mark.parametrize("back", [0, 7, 25])
+def test_a_repeat_forecast_replays_a_block_of_the_history_from_now_with_its_gaps(tmp_path, back):
+    log = read_queue_log(exact_log(tmp_path / "exact.swf"))
+    env = QueueEnv(log.config(sequence_length=120, window=120), log, batch_size=[1], starts=torch.tensor([10]))
+    td = env.reset()
+    while int(env.state.next_arrival) < 50:
+        td = env.step(QueueHeuristic("fcfs")(td))["next"]
+    state, m = env.state, 10
+    first, now = int(state.next_arrival), int(state.time)
+    sim, _ = with_future(state, "repeat", m, torch.tensor([back]))
+    end = first - back  # the block replayed: arrivals end - m .. end - 1
+    future, block = torch.arange(first, first + 2 * m), torch.arange(end - m, end).repeat(2)
+    for name in ("requested", "processors"):
+        assert torch.equal(sim.__dict__[name][0, future], state.__dict__[name][0, block])
+    submit, original = sim.submit[0], state.submit[0]
+    assert int(submit[first]) == now and torch.equal(submit[:first], original[:first])  # the past is kept
+    assert torch.equal(submit[first + 1:first + m] - submit[first:first + m - 1],
+                       original[end - m + 1:end] - original[end - m:end - 1])  # gaps kept
+    span = (original[end] if back else now) - original[end - m]  # the block repeats every span
+    assert int(submit[first + m] - submit[first]) == int(span)
+    assert torch.equal(sim.run[0, future], sim.requested[0, future])  # copies run for the requested time
+
+
+def test_sampled_forecasts_equal_the_last_block_when_the_history_holds_only_it(tmp_path):
+    log = read_queue_log(exact_log(tmp_path / "exact.swf"))
+    cfg = log.config(sequence_length=40, window=40)
+    env = QueueEnv(cfg, log, batch_size=[len(STARTS)], starts=STARTS)
+    last = dict(base="rules", horizon=6, future="repeat", repeat=40, sim_window=40)  # m = all arrived so far
+    one = play(env, LookaheadPolicy(env, LookaheadSettings(**last)))
+    assert torch.equal(play(env, LookaheadPolicy(env, LookaheadSettings(samples=3, **last))), one)
+    short = dict(last, repeat=4)  # earlier blocks exist: other futures, other picks on some sequence
+    assert not torch.equal(play(env, LookaheadPolicy(env, LookaheadSettings(samples=3, **short))),
+                           play(env, LookaheadPolicy(env, LookaheadSettings(**short))))
 
 
 @pytest.mark.parametrize("dagger", [False, True])

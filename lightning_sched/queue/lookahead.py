@@ -12,7 +12,10 @@ beating the best rule takes"): a scheduler that plans at each decision in copies
 What a copy knows of the future (`future`):
     known        no more arrivals: only the jobs already submitted
     repeat       the last m arrivals repeat from now on, their gaps kept (a naive forecast a site
-                 can always make from its own history)
+                 can always make from its own history); with `samples` s > 1, cost(c) is the mean
+                 over s forecasts: that one and s - 1 blocks of m consecutive arrivals drawn from
+                 random earlier points of the history (a block bootstrap of the arrival process),
+                 the same s futures for every candidate of a row (common random numbers)
     clairvoyant  the log's actual next arrivals (no real scheduler has them: a bound)
 Copies run jobs for their requested time, what a scheduler knows. The all-rules lookahead with the
 repeat forecast is the teacher of `tasks.queue_ppo`'s expert-iteration warm start (`imitate:
@@ -39,7 +42,8 @@ class LookaheadSettings:
     """base: "rules" (every rule's first pick a candidate, its copy following that rule) or one rule
     of queue.config.RULES; candidates: k, the rule's first picks tried (one rule only); horizon: H,
     the base's decisions in each copy; future: see the module; repeat: m, arrivals the "repeat"
-    forecast replays; sim_window: the window the base ranks in the copies."""
+    forecast replays; samples: s, forecasts averaged ("repeat" only); seed: the draw of the
+    forecasts' blocks; sim_window: the window the base ranks in the copies."""
 
     base: str = "rules"
     candidates: int = 4
@@ -47,23 +51,30 @@ class LookaheadSettings:
     future: str = "repeat"
     repeat: int = 128
     sim_window: int = 128
+    samples: int = 1
+    seed: int = 0
 
     def __post_init__(self) -> None:
         if self.base != "rules" and self.base not in RULES:
             raise ConfigError(f"lookahead.base must be 'rules' or one of {', '.join(RULES)}, got {self.base!r}")
         if self.future not in FUTURES:
             raise ConfigError(f"lookahead.future must be one of {', '.join(FUTURES)}, got {self.future!r}")
-        for name in ("candidates", "horizon", "repeat", "sim_window"):
+        for name in ("candidates", "horizon", "repeat", "sim_window", "samples"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"lookahead.{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if self.samples > 1 and self.future != "repeat":
+            raise ConfigError(f"lookahead.samples > 1 needs future 'repeat', got future {self.future!r}")
 
     def make_base(self) -> RuleBase:
         return RulesBase() if self.base == "rules" else RuleBase(self.base)
 
 
-def with_future(state: QueueState, future: str, repeat: int) -> tuple[QueueState, torch.Tensor]:
+def with_future(state: QueueState, future: str, repeat: int, back: torch.Tensor | None = None
+                ) -> tuple[QueueState, torch.Tensor]:
     """A copy of `state` whose jobs run for their requested time and whose not-yet-submitted jobs
-    follow `future`; and the jobs whose bounded slowdown the lookahead counts (BoolTensor[B, L])."""
+    follow `future`; and the jobs whose bounded slowdown the lookahead counts (BoolTensor[B, L]).
+    back (LongTensor[B], "repeat"): how many arrivals before the last m the replayed block ends
+    (0, the default: the last m arrivals)."""
     sim = state.clone()
     sim.run = sim.requested.clamp(min=1)
     arrived = torch.arange(sim.length).unsqueeze(0) < sim.next_arrival.unsqueeze(1)
@@ -71,14 +82,16 @@ def with_future(state: QueueState, future: str, repeat: int) -> tuple[QueueState
     if future == "known":
         sim.submit = torch.where(arrived, sim.submit, NEVER)
         return sim, arrived
-    if future == "repeat":  # future job a + j copies arrived job a - m + (j mod m), shifted to start now
+    if future == "repeat":  # future job a + j copies arrived job e - m + (j mod m), e = a - back, from now on
         first = sim.next_arrival.unsqueeze(1)
         m = first.clamp(max=repeat)
+        end = first if back is None else first - back.unsqueeze(1).clamp(min=0).minimum(first - m)
         j = (torch.arange(sim.length).unsqueeze(0) - first).clamp(min=0)
-        source = (first - m + j % m).clamp(0, sim.length - 1)
-        anchor = sim.submit.gather(1, first - m)
-        now = sim.time.unsqueeze(1)
-        shifted = sim.submit.gather(1, source) + (now - anchor) + (j // m) * (now - anchor).clamp(min=1)
+        source = (end - m + j % m).clamp(0, sim.length - 1)
+        anchor = sim.submit.gather(1, end - m)
+        now = sim.time.unsqueeze(1)  # a block repeats every span: from its first arrival to the next block's
+        span = torch.where(end < first, sim.submit.gather(1, end.clamp(max=sim.length - 1)), now) - anchor
+        shifted = sim.submit.gather(1, source) - anchor + now + (j // m) * span.clamp(min=1)
         for name in ("run", "requested", "processors", "nodes"):
             column = getattr(sim, name)
             setattr(sim, name, torch.where(arrived, column, column.gather(1, source)))
@@ -129,24 +142,33 @@ class RulesBase(RuleBase):
 
 
 def lookahead_pick(state: QueueState, td, base, k: int, horizon: int, future: str, repeat: int,
-                   sim_cfg: QueueConfig) -> torch.Tensor:
+                   sim_cfg: QueueConfig, samples: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
     """The window slot (LongTensor[B]) of the best of the base's first k picks of td's window
-    (`base` has `scores(state, obs)`, lower first; a RulesBase brings one candidate a rule)."""
-    b = state.batch
+    (`base` has `scores(state, obs)`, lower first; a RulesBase brings one candidate a rule), its cost
+    the mean over `samples` forecasts (see the module; blocks drawn with `generator`)."""
+    b, s = state.batch, samples
     if isinstance(base, RulesBase):
         slots, k = base.first_picks(state, td), len(RULES)
     else:
         k = min(k, td["action_mask"].shape[-1])
         slots = base.scores(state, td).topk(k, largest=False).indices  # [B, k]
-    first = td["window_job"].long().gather(1, slots).reshape(-1)  # -1 where fewer than k jobs wait
-    sim, counted = with_future(state.rows(torch.arange(b).repeat_interleave(k)), future, repeat)
+    picks = td["window_job"].long().gather(1, slots)  # [B, k], -1 where fewer than k jobs wait
+    first = picks.unsqueeze(1).expand(b, s, k).reshape(-1)  # copy (row, sample, candidate)
+    back = None
+    if s > 1:  # sample 0 replays the last block; the others a uniform earlier one
+        history = (state.next_arrival - state.next_arrival.clamp(max=repeat)).unsqueeze(1)  # [B, 1]
+        u = torch.rand(b, s, generator=generator, dtype=torch.float64)
+        back = (u * (history + 1)).long().minimum(history)
+        back[:, 0] = 0
+        back = back.unsqueeze(2).expand(b, s, k).reshape(-1)
+    sim, counted = with_future(state.rows(torch.arange(b).repeat_interleave(s * k)), future, repeat, back)
     out = advance(sim, torch.where((first >= 0) & ~sim.done, first, -1), sim_cfg)
     for _ in range(horizon - 1):
         slot = base.scores(sim, out).argmin(-1, keepdim=True)
         job = out["window_job"].long().gather(1, slot).squeeze(1)
         out = advance(sim, torch.where(sim.done | (job < 0), -1, job), sim_cfg)
-    cost = horizon_cost(sim, counted, sim_cfg.bsld_threshold).reshape(b, k)
-    best = torch.where(first.reshape(b, k) >= 0, cost, torch.inf).argmin(1, keepdim=True)
+    cost = horizon_cost(sim, counted, sim_cfg.bsld_threshold).reshape(b, s, k).mean(1)
+    best = torch.where(picks >= 0, cost, torch.inf).argmin(1, keepdim=True)
     return slots.gather(1, best).squeeze(1)
 
 
@@ -164,10 +186,11 @@ class LookaheadPolicy:
         if torch.device(env.device or "cpu").type != "cpu":  # copies are built with CPU indices
             raise ConfigError(f"lookahead: plans on the CPU only, got an env on {env.device}")
         self.sim_cfg = simulation_config(env.cfg, settings.sim_window)
+        self.generator = torch.Generator().manual_seed(settings.seed)
 
     @torch.no_grad()
     def __call__(self, td):
         s = self.settings
         td["action"] = lookahead_pick(self.env.state, td, self.base, s.candidates, s.horizon, s.future, s.repeat,
-                                      self.sim_cfg)
+                                      self.sim_cfg, s.samples, self.generator)
         return td

@@ -85,13 +85,14 @@ class NetworkBase:
 
 
 def run_lookahead(log: QueueLog, played: QueueConfig, sim_cfg: QueueConfig, starts: torch.Tensor, base, k: int,
-                  horizon: int, future: str, repeat: int, record: bool = False):
+                  horizon: int, future: str, repeat: int, record: bool = False, samples: int = 1):
     """Each sequence played with the lookahead: (mean bounded slowdowns, DoubleTensor[N]; with
     `record`, the decisions' observations and picks as a dict of tensors)."""
     env = QueueEnv(played, log, batch_size=[len(starts)], starts=starts)
-    td, seen = env.reset(), []
+    td, seen, draw = env.reset(), [], torch.Generator().manual_seed(0)
     while not bool(td["done"].all()):
-        td["action"] = lookahead_pick(env.state, td, base, k, horizon, future, repeat, sim_cfg)
+        td["action"] = lookahead_pick(env.state, td, base, k, horizon, future, repeat, sim_cfg,
+                                      samples if future == "repeat" else 1, draw)
         if record:
             live = ~td["done"].squeeze(-1)
             seen.append({key: td[key][live] for key in ("job_features", "cluster_features", "action_mask", "action")})
@@ -155,6 +156,8 @@ def main(argv=None) -> None:
     parser.add_argument("--candidates", type=int, default=4, help="k: the rule's first picks tried")
     parser.add_argument("--horizon", type=int, default=64, help="H: the rule's decisions in each copy")
     parser.add_argument("--repeat", type=int, default=128, help="m: arrivals the 'repeat' forecast replays")
+    parser.add_argument("--samples", type=int, default=1,
+                        help="forecasts averaged by the 'repeat' lookahead (the last m arrivals, then random earlier blocks)")
     parser.add_argument("--sim_window", type=int, default=128, help="the window the rule ranks in the copies")
     parser.add_argument("--student", type=int, default=0, help="epochs of the student's fit (0: none)")
     parser.add_argument("--student_sequences", type=int, default=16, help="training sequences per log")
@@ -191,7 +194,7 @@ def main(argv=None) -> None:
                 begin = time.perf_counter()
                 results[f"lookahead, {future}"], _ = run_lookahead(
                     log, *base.config(cfg, args.sim_window), starts, base, args.candidates, args.horizon, future,
-                    args.repeat)
+                    args.repeat, samples=args.samples)
                 print(f"  (lookahead, {future}: {time.perf_counter() - begin:.0f} s)", flush=True)
             if student is not None:
                 net_cfg = replace(cfg, window=128, **student.spec.observation())
@@ -206,7 +209,8 @@ def main(argv=None) -> None:
                                       "base": base.name,
                                       "best_rule": best, "mean_bounded_slowdown": float(values.mean()),
                                       "minus_best_rule": diff, "minus_best_rule_ci95": diff_ci,
-                                      "candidates": args.candidates, "horizon": args.horizon}))
+                                      "candidates": args.candidates, "horizon": args.horizon,
+                                      "samples": args.samples}))
 
 
 def best_rule(log: QueueLog, cfg: QueueConfig, starts: torch.Tensor) -> str:
