@@ -157,7 +157,7 @@ def main(argv=None) -> None:
     parser.add_argument("--horizon", type=int, default=64, help="H: the rule's decisions in each copy")
     parser.add_argument("--repeat", type=int, default=128, help="m: arrivals the 'repeat' forecast replays")
     parser.add_argument("--samples", type=int, default=1,
-                        help="forecasts averaged by the 'repeat' lookahead (the last m arrivals, then random earlier blocks)")
+                        help="forecasts the repeat lookahead averages (the last m arrivals, then earlier blocks)")
     parser.add_argument("--sim_window", type=int, default=128, help="the window the rule ranks in the copies")
     parser.add_argument("--student", type=int, default=0, help="epochs of the student's fit (0: none)")
     parser.add_argument("--student_sequences", type=int, default=16, help="training sequences per log")
