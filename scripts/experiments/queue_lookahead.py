@@ -20,6 +20,9 @@ On a protocol's sequences (default: held out), for each log and backfilling sett
   --student_future, clairvoyant by default) on sequences of each log's first 80% (its window of 128
   jobs, the picks among the rule's first k there), then run greedy on the protocol: can what the
   lookahead picks be learned from what a policy sees?
+- `--agree CKPT`: the lookahead (the first of --futures) played in CKPT's own queue (its window and
+  inputs, as the expert-iteration warm start plays its teacher), and how often CKPT's greedy pick is
+  the lookahead's: a student's agreement with its teacher on the protocol's sequences.
 
     python scripts/experiments/queue_lookahead.py --trace ../shared/traces/lublin_256.swf.gz \\
         ../shared/traces/lublin_256_new2.swf.gz --backfill off easy --student 30 --threads 1
@@ -101,6 +104,22 @@ def run_lookahead(log: QueueLog, played: QueueConfig, sim_cfg: QueueConfig, star
     return env.episode_metrics()["mean_bounded_slowdown"], data
 
 
+@torch.no_grad()
+def agreement(log: QueueLog, cfg: QueueConfig, starts: torch.Tensor, base, path: str, args) -> dict:
+    """The lookahead in the network's queue, and the share of its decisions (all; those with more
+    than one visible job) where the network's greedy pick is the lookahead's."""
+    net, trained = load_queue_policy(path)
+    played = network_config(cfg, trained)
+    bsld, seen = run_lookahead(log, played, simulation_config(played, args.sim_window), starts, base,
+                               args.candidates, args.horizon, args.futures[0], args.repeat, record=True,
+                               samples=args.samples)
+    logits = torch.cat([net.scorer(*(seen[key][i] for key in ("job_features", "cluster_features", "action_mask")))
+                        for i in torch.arange(len(seen["action"])).split(4096)])
+    same, choice = logits.argmax(-1) == seen["action"], seen["action_mask"].sum(-1) > 1
+    return {"lookahead_in_network_queue": float(bsld.mean()), "decisions": len(same),
+            "agreement": float(same.float().mean()), "agreement_with_a_choice": float(same[choice].float().mean())}
+
+
 def lookahead_student(logs: list[QueueLog], backfill: str, args) -> QueueNetwork:
     """The student fitted to the lookahead (with `args.student_future`) over each log's best rule, on
     `args.student_sequences` sequences from each log's first 80%."""
@@ -166,6 +185,7 @@ def main(argv=None) -> None:
     parser.add_argument("--student_seed", type=int, default=0, help="the student's training sequences and weights")
     parser.add_argument("--student_base", default="best", choices=["best", "rules"],
                         help="the teacher's base: the training range's best rule, or every rule (as --base rules)")
+    parser.add_argument("--agree", default=None, help="a queue policy checkpoint: its agreement with the lookahead")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -190,6 +210,14 @@ def main(argv=None) -> None:
                 played, _ = base.config(cfg, args.sim_window)
                 results["base policy alone"] = evaluate_queue(QueuePolicy(base.net), played, log, starts) \
                     .sequences["mean_bounded_slowdown"]
+            if args.agree:
+                found = agreement(log, cfg, starts, base, args.agree, args)
+                print(f"  {args.agree} agrees with the {args.futures[0]} lookahead (samples {args.samples}) played in "
+                      f"its queue: {found}", flush=True)
+                if args.json:
+                    print(json.dumps({"trace": name, "backfill": backfill, "protocol": args.protocol,
+                                      "policy": args.agree, "base": base.name, "samples": args.samples, **found}))
+                continue
             for future in args.futures:
                 begin = time.perf_counter()
                 results[f"lookahead, {future}"], _ = run_lookahead(
