@@ -89,7 +89,7 @@ def test_a_repeat_forecast_replays_a_block_of_the_history_from_now_with_its_gaps
     end = first - back  # the block replayed: arrivals end - m .. end - 1
     future, block = torch.arange(first, first + 2 * m), torch.arange(end - m, end).repeat(2)
     for name in ("requested", "processors"):
-        assert torch.equal(sim.__dict__[name][0, future], state.__dict__[name][0, block])
+        assert torch.equal(getattr(sim, name)[0, future], getattr(state, name)[0, block])
     submit, original = sim.submit[0], state.submit[0]
     assert int(submit[first]) == now and torch.equal(submit[:first], original[:first])  # the past is kept
     assert torch.equal(submit[first + 1:first + m] - submit[first:first + m - 1],

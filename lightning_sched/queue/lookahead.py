@@ -158,7 +158,7 @@ def lookahead_pick(state: QueueState, td, base, k: int, horizon: int, future: st
     if s > 1:  # sample 0 replays the last block; the others a uniform earlier one
         history = (state.next_arrival - state.next_arrival.clamp(max=repeat)).unsqueeze(1)  # [B, 1]
         u = torch.rand(b, s, generator=generator, dtype=torch.float64)
-        back = (u * (history + 1)).long().minimum(history)
+        back = (u * (history + 1)).long()  # with_future keeps it within the history
         back[:, 0] = 0
         back = back.unsqueeze(2).expand(b, s, k).reshape(-1)
     sim, counted = with_future(state.rows(torch.arange(b).repeat_interleave(s * k)), future, repeat, back)
