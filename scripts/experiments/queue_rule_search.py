@@ -45,12 +45,16 @@ FEATURES = (("area", 1.0),              # log10(requested) * processors, F1's fi
             ("processors", 5.0),
             ("log_wait", 200.0),        # log10(wait + 10 s)
             ("fits_now", 500.0),        # 1 when the job's processors are free now
-            ("log_wait_per_requested", 200.0))  # log10((wait + 10 s) / requested), UNICEP-like
-F1_WEIGHTS = (1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+            ("log_wait_per_requested", 200.0),  # log10((wait + 10 s) / requested), UNICEP-like
+            # with --context, what else waits: q = log10(1 + queue length)
+            ("fits_now_x_queue", 300.0),
+            ("area_x_queue", 0.5))
+BASIC = 7  # the features without --context
+F1_WEIGHTS = (1.0, 1.0) + (0.0,) * (len(FEATURES) - 2)
 
 
 def job_features(td) -> tuple[torch.Tensor, torch.Tensor]:
-    """The FEATURES of every window slot, DoubleTensor[B, W, K], and which slots hold a job [B, W]."""
+    """All FEATURES of every window slot, DoubleTensor[B, W, len(FEATURES)], and which slots hold a job [B, W]."""
     job = td["window_job"]
     k = job.clamp(min=0).long()
     submit = td["job_submit"].gather(1, k).double()
@@ -59,20 +63,24 @@ def job_features(td) -> tuple[torch.Tensor, torch.Tensor]:
     wait = (td["time"].double() - submit).clamp(min=0)
     log_requested, log_wait = torch.log10(requested), torch.log10(wait + 10)
     free = td["free_nodes"].double()  # the Lublin logs: one processor a node
-    feats = torch.stack([log_requested * processors, torch.log10(submit.clamp(min=0.1)), log_requested, processors,
-                         log_wait, (processors <= free).double(), log_wait - log_requested], -1)
+    fits, area = (processors <= free).double(), log_requested * processors
+    queue = torch.log10(1 + td["queue_length"].double())
+    feats = torch.stack([area, torch.log10(submit.clamp(min=0.1)), log_requested, processors, log_wait, fits,
+                         log_wait - log_requested, fits * queue, area * queue], -1)
     return feats, job >= 0
 
 
 class LinearRule:
-    """A queue-env policy: the lowest weights . (scale * FEATURES) goes first; row b uses weights[b] ([B, K])."""
+    """A queue-env policy: the lowest weights . (scale * features) goes first; row b uses weights[b] ([B, K]),
+    over the first K FEATURES."""
 
     def __init__(self, weights: torch.Tensor):
-        self.weights = weights.double() * torch.tensor([s for _, s in FEATURES], dtype=torch.double)
+        k = weights.shape[-1]
+        self.weights = weights.double() * torch.tensor([s for _, s in FEATURES[:k]], dtype=torch.double)
 
     def __call__(self, td):
         feats, filled = job_features(td)
-        score = (feats * self.weights[:, None, :]).sum(-1)
+        score = (feats[..., :self.weights.shape[-1]] * self.weights[:, None, :]).sum(-1)
         td["action"] = torch.where(filled, score, torch.inf).argmin(-1)
         return td
 
@@ -87,12 +95,12 @@ def run(weights: torch.Tensor, log, cfg, starts: torch.Tensor) -> torch.Tensor:
 def search(logs, cfgs, train_starts, args, echo) -> torch.Tensor:
     """The cross-entropy method from F1; returns the final mean weights, DoubleTensor[K]."""
     g = torch.Generator().manual_seed(args.seed)
-    mean = torch.tensor(F1_WEIGHTS, dtype=torch.double)
+    mean = torch.tensor(F1_WEIGHTS[:len(FEATURES) if args.context else BASIC], dtype=torch.double)
     std = torch.full_like(mean, args.sigma)
     std[0] = 0.0  # the area weight stays 1
     start = time.time()
     for generation in range(args.generations):
-        weights = mean + std * torch.randn(args.population, len(FEATURES), generator=g, dtype=torch.double)
+        weights = mean + std * torch.randn(args.population, len(mean), generator=g, dtype=torch.double)
         weights[0] = mean  # the current mean runs too: the reference of every sequence
         relative = torch.stack([(b / b[:1]).mean(1) for b in (run(weights, log, cfg, st) for log, cfg, st in
                                                               zip(logs, cfgs, train_starts))]).mean(0)
@@ -116,10 +124,14 @@ def main(argv=None) -> None:
     parser.add_argument("--sigma", type=float, default=0.5, help="the first generation's spread of each weight")
     parser.add_argument("--sequences", type=int, default=100, help="per protocol, for the evaluation")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--weights", type=float, nargs=len(FEATURES), help="evaluate these weights, no search")
+    parser.add_argument("--context", action="store_true", help="also search the FEATURES that read the queue length")
+    parser.add_argument("--weights", type=float, nargs="+", help="evaluate these weights (7, or 9 with the queue "
+                        "length's), no search")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.weights and len(args.weights) not in (BASIC, len(FEATURES)):
+        parser.error(f"--weights takes {BASIC} or {len(FEATURES)} numbers (FEATURES), got {len(args.weights)}")
     set_threads(args.threads)
     echo = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else print
     logs = [read_queue_log(path) for path in args.trace]
@@ -142,7 +154,7 @@ def main(argv=None) -> None:
             line = {"trace": Path(path).name, "backfill": args.backfill, "protocol": protocol,
                     "searched": float(searched.mean()), **{n: float(v.mean()) for n, v in rules.items()},
                     "best_rule": best, "minus_best_rule": diff, "minus_best_rule_ci95": ci,
-                    "weights": dict(zip([n for n, _ in FEATURES], weights.tolist())),
+                    "weights": dict(zip([n for n, _ in FEATURES], weights.tolist())), "context": len(weights) > BASIC,
                     "train_sequences": args.train_sequences, "generations": args.generations,
                     "population": args.population, "seed": args.seed}
             print(json.dumps(line) if args.json else
