@@ -98,14 +98,18 @@ def test_old_rule_names_load_meaning_what_they_meant(tmp_path):
 
 
 def test_every_shipped_checkpoint_loads_with_weights_only():
+    from lightning_sched.queue.linear_rule import load_linear_rule
     from lightning_sched.queue.policy import load_queue_policy
 
     files = sorted((ROOT / "checkpoints").glob("*.ckpt"))
     assert len(files) >= 25
     for path in files:
         data = torch.load(path, map_location="cpu", weights_only=True)
-        if data["lightning_sched"].get("kind") == "queue":  # the queue env's policies have their own reader
+        kind = data["lightning_sched"].get("kind")
+        if kind == "queue":  # the queue env's policies have their own readers
             assert load_queue_policy(path)[1].nodes in (128, 256), path  # Lublin logs; NASA iPSC/860
+        elif kind == "queue_linear_rule":
+            assert load_linear_rule(path)[1]["backfill"] in ("off", "easy"), path
         else:
             assert read_record(path, data).version in (1, RECORD_VERSION), path
 

@@ -122,12 +122,17 @@ def paired(a: QueueResult, b: QueueResult, metric: str = "mean_bounded_slowdown"
 
 
 def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[Callable, QueueConfig]:
-    """A rule name or a queue checkpoint path -> (policy, the config it runs with on `cfg`'s log:
-    a rule with the whole queue visible, a network with the window it was trained with)."""
+    """A rule name or a queue checkpoint path (a network's or a linear rule's) -> (policy, the config it
+    runs with on `cfg`'s log: a rule with the whole queue visible, a network with the window it was
+    trained with)."""
     if spec in HEURISTICS:
         return QueueHeuristic(spec, torch.Generator().manual_seed(seed)), heuristic_config(cfg)
     if spec.endswith(".ckpt"):
+        from .linear_rule import load_linear_rule, rule_entry
         from .policy import QueuePolicy, load_queue_policy
+
+        if rule_entry(spec) is not None:  # a searched linear rule ranks the whole queue, as the rules do
+            return load_linear_rule(spec, cfg.processors_per_node)[0], heuristic_config(cfg)
 
         net, trained = load_queue_policy(spec, device=device)
         return QueuePolicy(net.to(device)), network_config(cfg, trained)

@@ -1,8 +1,7 @@
 """Experiment: a priority rule searched directly on the objective (docs/hpc_queue.md, "A seventh round").
 
-The rules of the literature are fixed formulas (F1 itself was fitted by regression on simulations,
-Carastan-Santos & de Camargo, SC'17). This searches a linear rule over the job features the rules
-read, score = sum_k w_k * scale_k * feature_k (lowest first), with the cross-entropy method: each
+This searches a linear rule (lightning_sched.queue.linear_rule: score = sum_k w_k * scale_k *
+feature_k over the job features the rules read, lowest first) with the cross-entropy method: each
 generation draws a population of weights around the current mean, runs every one on the same
 training sequences (common random numbers), and moves the mean to the best fifth. The objective
 is the mean bounded slowdown itself (no gradient, no surrogate), each sequence relative to the
@@ -12,7 +11,8 @@ is scaled). Training sequences come from the first 60% of each log; the result i
 `recent` (60-80%), `heldout` (last 20%) and `rlscheduler` protocols beside the five rules.
 
     python scripts/experiments/queue_rule_search.py --trace ../shared/traces/lublin_256.swf.gz \
-        --backfill off --threads 1 --json            # 25 min on one core (20 generations)
+        ../shared/traces/lublin_256_new2.swf.gz --backfill easy --train_sequences 64 --seed 1 --threads 1 --json
+    # 25 min on one core with a run beside it; --save PATH writes the rule as a checkpoint
 """
 from __future__ import annotations
 
@@ -36,59 +36,15 @@ from lightning_sched.queue.evaluation import (  # noqa: E402
     protocol_starts,
 )
 from lightning_sched.queue.heuristics import RULES  # noqa: E402
+from lightning_sched.queue.linear_rule import BASIC, F1_WEIGHTS, FEATURES, LinearRule, save_linear_rule  # noqa: E402
 from lightning_sched.queue.log import read_queue_log  # noqa: E402
-
-# (name, scale): a unit of weight moves a job about as far in the order for every feature
-FEATURES = (("area", 1.0),              # log10(requested) * processors, F1's first term
-            ("log_submit", 870.0),      # log10(submit), F1's second term
-            ("log_requested", 50.0),
-            ("processors", 5.0),
-            ("log_wait", 200.0),        # log10(wait + 10 s)
-            ("fits_now", 500.0),        # 1 when the job's processors are free now
-            ("log_wait_per_requested", 200.0),  # log10((wait + 10 s) / requested), UNICEP-like
-            # with --context, what else waits: q = log10(1 + queue length)
-            ("fits_now_x_queue", 300.0),
-            ("area_x_queue", 0.5))
-BASIC = 7  # the features without --context
-F1_WEIGHTS = (1.0, 1.0) + (0.0,) * (len(FEATURES) - 2)
-
-
-def job_features(td) -> tuple[torch.Tensor, torch.Tensor]:
-    """All FEATURES of every window slot, DoubleTensor[B, W, len(FEATURES)], and which slots hold a job [B, W]."""
-    job = td["window_job"]
-    k = job.clamp(min=0).long()
-    submit = td["job_submit"].gather(1, k).double()
-    requested = td["job_requested"].gather(1, k).double().clamp(min=1)
-    processors = td["job_processors"].gather(1, k).double()
-    wait = (td["time"].double() - submit).clamp(min=0)
-    log_requested, log_wait = torch.log10(requested), torch.log10(wait + 10)
-    free = td["free_nodes"].double()  # the Lublin logs: one processor a node
-    fits, area = (processors <= free).double(), log_requested * processors
-    queue = torch.log10(1 + td["queue_length"].double())
-    feats = torch.stack([area, torch.log10(submit.clamp(min=0.1)), log_requested, processors, log_wait, fits,
-                         log_wait - log_requested, fits * queue, area * queue], -1)
-    return feats, job >= 0
-
-
-class LinearRule:
-    """A queue-env policy: the lowest weights . (scale * features) goes first; row b uses weights[b] ([B, K]),
-    over the first K FEATURES."""
-
-    def __init__(self, weights: torch.Tensor):
-        k = weights.shape[-1]
-        self.weights = weights.double() * torch.tensor([s for _, s in FEATURES[:k]], dtype=torch.double)
-
-    def __call__(self, td):
-        feats, filled = job_features(td)
-        score = (feats[..., :self.weights.shape[-1]] * self.weights[:, None, :]).sum(-1)
-        td["action"] = torch.where(filled, score, torch.inf).argmin(-1)
-        return td
 
 
 def run(weights: torch.Tensor, log, cfg, starts: torch.Tensor) -> torch.Tensor:
     """Every weight row [P, K] on every start [S]: mean bounded slowdowns, DoubleTensor[P, S]."""
     p, s = weights.shape[0], starts.numel()
-    result = evaluate_queue(LinearRule(weights.repeat_interleave(s, 0)), cfg, log, starts.repeat(p))
+    rules = LinearRule(weights.repeat_interleave(s, 0), log.processors_per_node)
+    result = evaluate_queue(rules, cfg, log, starts.repeat(p))
     return result.sequences["mean_bounded_slowdown"].reshape(p, s)
 
 
@@ -128,6 +84,7 @@ def main(argv=None) -> None:
     parser.add_argument("--weights", type=float, nargs="+", help="evaluate these weights (7, or 9 with the queue "
                         "length's), no search")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--save", help="write the rule as a checkpoint (evaluate.py --policy reads it)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.weights and len(args.weights) not in (BASIC, len(FEATURES)):
@@ -143,6 +100,13 @@ def main(argv=None) -> None:
         train_starts.append(torch.randint(lo, hi + 1, (args.train_sequences,), generator=g))
     weights = torch.tensor(args.weights, dtype=torch.double) if args.weights else \
         search(logs, cfgs, train_starts, args, echo)
+    if args.save:
+        save_linear_rule(args.save, weights.tolist(), {
+            "logs": [Path(p).name for p in args.trace], "backfill": args.backfill, "train_fraction": RECENT_FRACTION,
+            "search": "cross-entropy method" if not args.weights else "given weights",
+            **{k: getattr(args, k) for k in ("train_sequences", "population", "elite", "generations", "sigma",
+                                             "seed")}})
+        echo(f"wrote {args.save}")
     for path, log, cfg in zip(args.trace, logs, cfgs):
         for protocol in ("recent", "heldout", "rlscheduler"):
             starts = protocol_starts(log, protocol, args.sequences)

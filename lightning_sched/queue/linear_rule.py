@@ -1,0 +1,114 @@
+"""A linear priority rule for the queue env, and its checkpoint (docs/hpc_queue.md, "A seventh round").
+
+The rules of the literature are fixed formulas over a job's requested time, processors and wait
+(F1 itself was fitted by regression on simulations, Carastan-Santos & de Camargo, SC'17). A linear
+rule weighs the same kind of features,
+
+    score = sum_k weight_k * scale_k * feature_k      (the lowest score goes first),
+
+so F1 is one point of the family (area 1, log submit 1, the rest 0), and a search on the objective
+itself (scripts/experiments/queue_rule_search.py: the cross-entropy method on mean bounded
+slowdown) can move from there. Like the rules it ranks the whole queue. Its checkpoint holds the
+feature names and the weights only (plain lists, read with weights_only=True).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..config import ConfigError
+from ..files import load_torch_file, write_torch
+from .policy import CHECKPOINT_KEY
+
+# (name, scale): a unit of weight moves a job about as far in the order for every feature
+FEATURES = (("area", 1.0),              # log10(requested) * processors, F1's first term
+            ("log_submit", 870.0),      # log10(submit), F1's second term
+            ("log_requested", 50.0),
+            ("processors", 5.0),
+            ("log_wait", 200.0),        # log10(wait + 10 s)
+            ("fits_now", 500.0),        # 1 when the job's processors are free now
+            ("log_wait_per_requested", 200.0),  # log10((wait + 10 s) / requested), UNICEP-like
+            # what else waits: q = log10(1 + queue length)
+            ("fits_now_x_queue", 300.0),
+            ("area_x_queue", 0.5))
+BASIC = 7  # the features without the queue length's
+F1_WEIGHTS = (1.0, 1.0) + (0.0,) * (len(FEATURES) - 2)
+RULE_KIND = "queue_linear_rule"  # tells this checkpoint from a queue network's ("queue")
+
+
+def job_features(td, processors_per_node: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """All FEATURES of every window slot, DoubleTensor[B, W, len(FEATURES)], and which slots hold a
+    job, BoolTensor[B, W]; `td` holds the keys the rules read (heuristics.priority), "free_nodes" and
+    "queue_length"."""
+    job = td["window_job"]
+    k = job.clamp(min=0).long()
+    submit = td["job_submit"].gather(1, k).double()
+    requested = td["job_requested"].gather(1, k).double().clamp(min=1)
+    processors = td["job_processors"].gather(1, k).double()
+    wait = (td["time"].double() - submit).clamp(min=0)
+    log_requested, log_wait = torch.log10(requested), torch.log10(wait + 10)
+    nodes = (processors / processors_per_node).ceil()
+    fits, area = (nodes <= td["free_nodes"].double()).double(), log_requested * processors
+    queue = torch.log10(1 + td["queue_length"].double())
+    feats = torch.stack([area, torch.log10(submit.clamp(min=0.1)), log_requested, processors, log_wait, fits,
+                         log_wait - log_requested, fits * queue, area * queue], -1)
+    return feats, job >= 0
+
+
+class LinearRule:
+    """A queue-env policy (td -> td with "action"): the job with the lowest weights . (scale *
+    features) goes first, over the first K FEATURES. `weights`: DoubleTensor[K], or [B, K] for a
+    different rule in each row (a search runs a population at once)."""
+
+    def __init__(self, weights: torch.Tensor, processors_per_node: int = 1):
+        self.processors_per_node = processors_per_node
+        weights = torch.as_tensor(weights, dtype=torch.double)
+        k = weights.shape[-1]
+        if k not in (BASIC, len(FEATURES)):
+            raise ConfigError(f"LinearRule weights must be {BASIC} or {len(FEATURES)} numbers (FEATURES), got {k}")
+        self.weights = weights * torch.tensor([s for _, s in FEATURES[:k]], dtype=torch.double)
+
+    def __call__(self, td):
+        feats, filled = job_features(td, self.processors_per_node)
+        weights = self.weights.to(feats.device)
+        weights = weights if weights.dim() == 2 else weights.expand(feats.shape[0], -1)
+        score = (feats[..., :weights.shape[-1]] * weights[:, None, :]).sum(-1)
+        td["action"] = torch.where(filled, score, torch.inf).argmin(-1)
+        return td
+
+
+def save_linear_rule(path, weights, provenance: dict, overwrite: bool = False):
+    """Write the rule `weights` (K numbers) and `provenance` (how it was found: plain values) as a
+    checkpoint that `load_linear_rule` reads; written whole or not at all (files.write_torch)."""
+    weights = [float(w) for w in weights]
+    if not all(math.isfinite(w) for w in weights):
+        raise ConfigError(f"{path}: weights must be finite numbers, got {weights}; nothing written")
+    LinearRule(torch.tensor(weights))  # the length check
+    entry = {"kind": RULE_KIND, "features": [name for name, _ in FEATURES[:len(weights)]], "weights": weights,
+             "provenance": dict(provenance), "version": 1}
+    return write_torch({CHECKPOINT_KEY: entry}, path, overwrite=overwrite)
+
+
+def rule_entry(path) -> dict | None:
+    """The linear rule entry of checkpoint `path`, or None when the file is another kind of checkpoint."""
+    data = load_torch_file(path, "queue policy checkpoint", weights_only=True)
+    entry = data.get(CHECKPOINT_KEY) if isinstance(data, dict) else None
+    return entry if isinstance(entry, dict) and entry.get("kind") == RULE_KIND else None
+
+
+def load_linear_rule(path, processors_per_node: int = 1) -> tuple[LinearRule, dict]:
+    """(the LinearRule, its provenance) of a checkpoint written by `save_linear_rule`; a ConfigError
+    names the file and the field when it is another kind, or its features or weights do not fit."""
+    entry = rule_entry(path)
+    if entry is None:
+        raise ConfigError(f"{path}: not a linear queue rule (no '{CHECKPOINT_KEY}' entry of kind '{RULE_KIND}')")
+    names, weights = entry.get("features"), entry.get("weights")
+    known = [name for name, _ in FEATURES]
+    if not isinstance(names, list) or names not in (known[:BASIC], known):
+        raise ConfigError(f"{path}: features must be {known[:BASIC]} or {known}, got {names!r}")
+    if not isinstance(weights, list) or len(weights) != len(names) or \
+            not all(isinstance(w, (int, float)) and math.isfinite(w) for w in weights):
+        raise ConfigError(f"{path}: weights must be {len(names)} finite numbers, got {weights!r}")
+    return LinearRule(torch.tensor(weights, dtype=torch.double), processors_per_node), \
+        dict(entry.get("provenance", {}))
