@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "checkpoints").glob("*.ckpt"))
 
 
-def is_queue_policy(path: Path) -> bool:
-    return read_checkpoint(path)["lightning_sched"].get("kind") == "queue"
+def is_queue_policy(path: Path) -> bool:  # a queue network ("queue") or a linear queue rule
+    return read_checkpoint(path)["lightning_sched"].get("kind") in ("queue", "queue_linear_rule")
 
 
 CLUSTER = [p for p in SHIPPED if not is_queue_policy(p)]
