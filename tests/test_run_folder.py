@@ -12,6 +12,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -114,11 +115,10 @@ def test_a_disk_filling_up_during_a_checkpoint_write_leaves_the_previous_file_wh
     previous last.ckpt stays, whole. $TMPDIR on another filesystem where there is one (/dev/shm)."""
     ck = tmp_path / "ck"
     staging = Path("/dev/shm") if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK) else tmp_path
-    with_tmpdir = {"TMPDIR": str(Path(staging) / f"stage-{os.getpid()}")}
-    Path(with_tmpdir["TMPDIR"]).mkdir()
-    proc = fit("fit", "--config", SMOKE, "--trainer.logger", "false", "--checkpoint.dirpath", str(ck),
-               "--trainer.callbacks+=tests.faults.DiskFullAtSecondWrite", "--trainer.callbacks.folder", str(ck),
-               tmp_path=tmp_path, check=False, env=with_tmpdir)
+    with tempfile.TemporaryDirectory(prefix="stage-", dir=staging) as stage:  # a fresh folder, removed after
+        proc = fit("fit", "--config", SMOKE, "--trainer.logger", "false", "--checkpoint.dirpath", str(ck),
+                   "--trainer.callbacks+=tests.faults.DiskFullAtSecondWrite", "--trainer.callbacks.folder", str(ck),
+                   tmp_path=tmp_path, check=False, env={"TMPDIR": stage})
     assert proc.returncode != 0 and "last.ckpt was left as it was" in proc.stderr, proc.stderr[-3000:]
     assert load(ck / "last.ckpt")["global_step"] == 2
     assert not [p for p in ck.iterdir() if p.name.startswith(".")]  # no temporary file left behind
