@@ -131,8 +131,9 @@ def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[C
         from .linear_rule import load_linear_rule, rule_entry
         from .policy import QueuePolicy, load_queue_policy
 
-        if rule_entry(spec) is not None:  # a searched linear rule ranks the whole queue, as the rules do
-            return load_linear_rule(spec, cfg.processors_per_node)[0], heuristic_config(cfg)
+        entry = rule_entry(spec)
+        if entry is not None:  # a searched linear rule ranks the whole queue, as the rules do
+            return load_linear_rule(spec, entry)[0], heuristic_config(cfg)
 
         net, trained = load_queue_policy(spec, device=device)
         return QueuePolicy(net.to(device)), network_config(cfg, trained)

@@ -30,15 +30,19 @@ def _log10_positive(x: torch.Tensor) -> torch.Tensor:
     return torch.log10(torch.where(x > 0, x, torch.full_like(x, 0.1)))  # RLScheduler's guard for 0
 
 
+def window_columns(td) -> tuple[torch.Tensor, ...]:
+    """Which window slots hold a job (BoolTensor[B, W]), and each slot's submit time, requested
+    time and processors (DoubleTensor[B, W] each; an empty slot shows job 0's)."""
+    job = td["window_job"]
+    k = job.clamp(min=0).long()
+    return (job >= 0, *(td[key].gather(1, k).double() for key in ("job_submit", "job_requested", "job_processors")))
+
+
 def priority(name: str, td: TensorDictBase) -> torch.Tensor:
     """Rule `name`'s score of every window slot, [B, W] (lower goes first; empty slots score
     highest): double, or for sjf an exact int64 key (requested time, then submit time)."""
-    job = td["window_job"]
-    filled = job >= 0
-    k = job.clamp(min=0).long()
-    submit = td["job_submit"].gather(1, k).double()
-    requested = td["job_requested"].gather(1, k).double()
-    processors = td["job_processors"].gather(1, k).double()
+    filled, submit, requested, processors = window_columns(td)
+    k = td["window_job"].clamp(min=0).long()
     now = td["time"].double()
     if name == "fcfs":
         score = submit

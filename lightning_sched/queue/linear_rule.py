@@ -19,6 +19,7 @@ import torch
 
 from ..config import ConfigError
 from ..files import load_torch_file, write_torch
+from .heuristics import window_columns
 from .policy import CHECKPOINT_KEY
 
 # (name, scale): a unit of weight moves a job about as far in the order for every feature
@@ -37,23 +38,18 @@ F1_WEIGHTS = (1.0, 1.0) + (0.0,) * (len(FEATURES) - 2)
 RULE_KIND = "queue_linear_rule"  # tells this checkpoint from a queue network's ("queue")
 
 
-def job_features(td, processors_per_node: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def job_features(td) -> tuple[torch.Tensor, torch.Tensor]:
     """All FEATURES of every window slot, DoubleTensor[B, W, len(FEATURES)], and which slots hold a
-    job, BoolTensor[B, W]; `td` holds the keys the rules read (heuristics.priority), "free_nodes" and
-    "queue_length"."""
-    job = td["window_job"]
-    k = job.clamp(min=0).long()
-    submit = td["job_submit"].gather(1, k).double()
-    requested = td["job_requested"].gather(1, k).double().clamp(min=1)
-    processors = td["job_processors"].gather(1, k).double()
+    job, BoolTensor[B, W]; `td` holds the keys the rules read (heuristics.priority), and the env's
+    "job_features" (fits now) and "queue_length"."""
+    filled, submit, requested, processors = window_columns(td)
     wait = (td["time"].double() - submit).clamp(min=0)
-    log_requested, log_wait = torch.log10(requested), torch.log10(wait + 10)
-    nodes = (processors / processors_per_node).ceil()
-    fits, area = (nodes <= td["free_nodes"].double()).double(), log_requested * processors
+    log_requested, log_wait = torch.log10(requested.clamp(min=1)), torch.log10(wait + 10)
+    fits, area = td["job_features"][..., 3].double(), log_requested * processors  # the env's "fits now"
     queue = torch.log10(1 + td["queue_length"].double())
     feats = torch.stack([area, torch.log10(submit.clamp(min=0.1)), log_requested, processors, log_wait, fits,
                          log_wait - log_requested, fits * queue, area * queue], -1)
-    return feats, job >= 0
+    return feats, filled
 
 
 class LinearRule:
@@ -61,8 +57,7 @@ class LinearRule:
     features) goes first, over the first K FEATURES. `weights`: DoubleTensor[K], or [B, K] for a
     different rule in each row (a search runs a population at once)."""
 
-    def __init__(self, weights: torch.Tensor, processors_per_node: int = 1):
-        self.processors_per_node = processors_per_node
+    def __init__(self, weights: torch.Tensor):
         weights = torch.as_tensor(weights, dtype=torch.double)
         k = weights.shape[-1]
         if k not in (BASIC, len(FEATURES)):
@@ -70,7 +65,7 @@ class LinearRule:
         self.weights = weights * torch.tensor([s for _, s in FEATURES[:k]], dtype=torch.double)
 
     def __call__(self, td):
-        feats, filled = job_features(td, self.processors_per_node)
+        feats, filled = job_features(td)
         weights = self.weights.to(feats.device)
         weights = weights if weights.dim() == 2 else weights.expand(feats.shape[0], -1)
         score = (feats[..., :weights.shape[-1]] * weights[:, None, :]).sum(-1)
@@ -97,10 +92,11 @@ def rule_entry(path) -> dict | None:
     return entry if isinstance(entry, dict) and entry.get("kind") == RULE_KIND else None
 
 
-def load_linear_rule(path, processors_per_node: int = 1) -> tuple[LinearRule, dict]:
-    """(the LinearRule, its provenance) of a checkpoint written by `save_linear_rule`; a ConfigError
-    names the file and the field when it is another kind, or its features or weights do not fit."""
-    entry = rule_entry(path)
+def load_linear_rule(path, entry: dict | None = None) -> tuple[LinearRule, dict]:
+    """(the LinearRule, its provenance) of a checkpoint written by `save_linear_rule` (its entry,
+    when `rule_entry` has read it already); a ConfigError names the file and the field when it is
+    another kind, or its features or weights do not fit."""
+    entry = rule_entry(path) if entry is None else entry
     if entry is None:
         raise ConfigError(f"{path}: not a linear queue rule (no '{CHECKPOINT_KEY}' entry of kind '{RULE_KIND}')")
     names, weights = entry.get("features"), entry.get("weights")
@@ -110,5 +106,4 @@ def load_linear_rule(path, processors_per_node: int = 1) -> tuple[LinearRule, di
     if not isinstance(weights, list) or len(weights) != len(names) or \
             not all(isinstance(w, (int, float)) and math.isfinite(w) for w in weights):
         raise ConfigError(f"{path}: weights must be {len(names)} finite numbers, got {weights!r}")
-    return LinearRule(torch.tensor(weights, dtype=torch.double), processors_per_node), \
-        dict(entry.get("provenance", {}))
+    return LinearRule(torch.tensor(weights, dtype=torch.double)), dict(entry.get("provenance", {}))

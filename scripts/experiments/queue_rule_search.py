@@ -26,13 +26,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import set_threads  # noqa: E402
-from lightning_sched.evaluation import mean_ci95  # noqa: E402
 from lightning_sched.queue.evaluation import (  # noqa: E402
     EVAL_LENGTH,
     RECENT_FRACTION,
+    compare_queue,
     evaluate_queue,
     heuristic_config,
     heuristic_policies,
+    paired,
     protocol_starts,
 )
 from lightning_sched.queue.heuristics import RULES  # noqa: E402
@@ -43,8 +44,7 @@ from lightning_sched.queue.log import read_queue_log  # noqa: E402
 def run(weights: torch.Tensor, log, cfg, starts: torch.Tensor) -> torch.Tensor:
     """Every weight row [P, K] on every start [S]: mean bounded slowdowns, DoubleTensor[P, S]."""
     p, s = weights.shape[0], starts.numel()
-    rules = LinearRule(weights.repeat_interleave(s, 0), log.processors_per_node)
-    result = evaluate_queue(rules, cfg, log, starts.repeat(p))
+    result = evaluate_queue(LinearRule(weights.repeat_interleave(s, 0)), cfg, log, starts.repeat(p))
     return result.sequences["mean_bounded_slowdown"].reshape(p, s)
 
 
@@ -110,20 +110,19 @@ def main(argv=None) -> None:
     for path, log, cfg in zip(args.trace, logs, cfgs):
         for protocol in ("recent", "heldout", "rlscheduler"):
             starts = protocol_starts(log, protocol, args.sequences)
-            rules = {name: evaluate_queue(policy, cfg, log, starts).sequences["mean_bounded_slowdown"]
-                     for name, (policy, _) in heuristic_policies(RULES, cfg).items()}
-            best = min(rules, key=lambda n: float(rules[n].mean()))
-            searched = run(weights[None], log, cfg, starts)[0]
-            diff, ci = mean_ci95(searched - rules[best])
-            line = {"trace": Path(path).name, "backfill": args.backfill, "protocol": protocol,
-                    "searched": float(searched.mean()), **{n: float(v.mean()) for n, v in rules.items()},
+            results = compare_queue({**heuristic_policies(RULES, cfg), "searched": (LinearRule(weights), cfg)},
+                                    log, starts)
+            score = {name: result.summary["mean_bounded_slowdown"] for name, result in results.items()}
+            best = min(RULES, key=score.get)
+            diff, ci = paired(results["searched"], results[best])
+            line = {"trace": Path(path).name, "backfill": args.backfill, "protocol": protocol, **score,
                     "best_rule": best, "minus_best_rule": diff, "minus_best_rule_ci95": ci,
                     "weights": dict(zip([n for n, _ in FEATURES], weights.tolist())), "context": len(weights) > BASIC,
                     "train_sequences": args.train_sequences, "generations": args.generations,
                     "population": args.population, "seed": args.seed}
             print(json.dumps(line) if args.json else
                   f"{line['trace']} {protocol} backfill {args.backfill}: searched rule {line['searched']:.2f}, "
-                  f"best rule {best} {float(rules[best].mean()):.2f}, minus it {diff:+.2f} ± {ci:.2f}", flush=True)
+                  f"best rule {best} {score[best]:.2f}, minus it {diff:+.2f} ± {ci:.2f}", flush=True)
 
 
 if __name__ == "__main__":
