@@ -26,6 +26,7 @@ from .config import QueueConfig
 from .env import QueueEnv
 from .heuristics import HEURISTICS, RULES, QueueHeuristic
 from .log import QueueLog, read_queue_log
+from .reservation import SUFFIX, ReservingRule, reserving_config
 
 PROTOCOLS = ("rlscheduler", "heldout", "recent")
 # 0-based positions in the log's job list of RLScheduler's 10 evaluation sequences (its seeded draw)
@@ -122,22 +123,26 @@ def paired(a: QueueResult, b: QueueResult, metric: str = "mean_bounded_slowdown"
 
 
 def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[Callable, QueueConfig]:
-    """A rule name or a queue checkpoint path (a network's or a linear rule's) -> (policy, the config it
-    runs with on `cfg`'s log: a rule with the whole queue visible, a network with the window it was
-    trained with)."""
+    """A rule name (or RULE+reserve: queue.reservation) or a queue checkpoint path (a network's or a
+    linear rule's) -> (policy, the config it runs with on `cfg`'s log: a rule with the whole queue
+    visible, a network with the window it was trained with)."""
     if spec in HEURISTICS:
         return QueueHeuristic(spec, torch.Generator().manual_seed(seed)), heuristic_config(cfg)
+    if spec.endswith(SUFFIX) and spec[:-len(SUFFIX)] in RULES:  # a rule with its own reservation
+        return ReservingRule(spec[:-len(SUFFIX)]), reserving_config(heuristic_config(cfg))
     if spec.endswith(".ckpt"):
         from .linear_rule import load_linear_rule, rule_entry
         from .policy import QueuePolicy, load_queue_policy
 
         entry = rule_entry(spec)
         if entry is not None:  # a searched linear rule ranks the whole queue, as the rules do
-            return load_linear_rule(spec, entry)[0], heuristic_config(cfg)
+            rule = load_linear_rule(spec, entry)[0]
+            return rule, reserving_config(heuristic_config(cfg)) if rule.reserve else heuristic_config(cfg)
 
         net, trained = load_queue_policy(spec, device=device)
         return QueuePolicy(net.to(device)), network_config(cfg, trained)
-    raise ConfigError(f"--policy {spec!r} is neither a queue rule ({', '.join(HEURISTICS)}) nor a .ckpt file")
+    raise ConfigError(f"--policy {spec!r} is neither a queue rule ({', '.join(HEURISTICS)}; or RULE{SUFFIX}, a rule "
+                      "with its own reservation) nor a .ckpt file")
 
 
 def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str = "off", sequences: int = 100,

@@ -21,6 +21,7 @@ from ..config import ConfigError
 from ..files import load_torch_file, write_torch
 from .heuristics import window_columns
 from .policy import CHECKPOINT_KEY
+from .reservation import reserve_pick
 
 # (name, scale): a unit of weight moves a job about as far in the order for every feature
 FEATURES = (("area", 1.0),              # log10(requested) * processors, F1's first term
@@ -55,33 +56,45 @@ def job_features(td) -> tuple[torch.Tensor, torch.Tensor]:
 class LinearRule:
     """A queue-env policy (td -> td with "action"): the job with the lowest weights . (scale *
     features) goes first, over the first K FEATURES. `weights`: DoubleTensor[K], or [B, K] for a
-    different rule in each row (a search runs a population at once)."""
+    different rule in each row (a search runs a population at once). `reserve`: play the ranking
+    with its own reservation (queue.reservation; run it with reservation.reserving_config)."""
 
-    def __init__(self, weights: torch.Tensor):
+    def __init__(self, weights: torch.Tensor, reserve: bool = False):
         weights = torch.as_tensor(weights, dtype=torch.double)
         k = weights.shape[-1]
         if k not in (BASIC, len(FEATURES)):
             raise ConfigError(f"LinearRule weights must be {BASIC} or {len(FEATURES)} numbers (FEATURES), got {k}")
         self.weights = weights * torch.tensor([s for _, s in FEATURES[:k]], dtype=torch.double)
+        self.reserve = reserve
 
     def __call__(self, td):
         feats, filled = job_features(td)
         weights = self.weights.to(feats.device)
         weights = weights if weights.dim() == 2 else weights.expand(feats.shape[0], -1)
         score = (feats[..., :weights.shape[-1]] * weights[:, None, :]).sum(-1)
-        td["action"] = torch.where(filled, score, torch.inf).argmin(-1)
+        score = torch.where(filled, score, torch.inf)
+        td["action"] = reserve_pick(score, td) if self.reserve else score.argmin(-1)
         return td
 
 
-def save_linear_rule(path, weights, provenance: dict, overwrite: bool = False):
-    """Write the rule `weights` (K numbers) and `provenance` (how it was found: plain values) as a
-    checkpoint that `load_linear_rule` reads; written whole or not at all (files.write_torch)."""
+def linear_rule_entry(weights, provenance: dict, reserve: bool = False) -> dict:
+    """The checkpoint entry of the rule `weights` (K finite numbers): plain values only."""
     weights = [float(w) for w in weights]
     if not all(math.isfinite(w) for w in weights):
-        raise ConfigError(f"{path}: weights must be finite numbers, got {weights}; nothing written")
+        raise ConfigError(f"weights must be finite numbers, got {weights}")
     LinearRule(torch.tensor(weights))  # the length check
-    entry = {"kind": RULE_KIND, "features": [name for name, _ in FEATURES[:len(weights)]], "weights": weights,
-             "provenance": dict(provenance), "version": 1}
+    return {"kind": RULE_KIND, "features": [name for name, _ in FEATURES[:len(weights)]], "weights": weights,
+            "reserve": bool(reserve), "provenance": dict(provenance), "version": 1}
+
+
+def save_linear_rule(path, weights, provenance: dict, overwrite: bool = False, reserve: bool = False):
+    """Write the rule `weights` (K numbers), whether it plays with its own reservation (`reserve`)
+    and `provenance` (how it was found: plain values) as a checkpoint that `load_linear_rule` reads;
+    written whole or not at all (files.write_torch)."""
+    try:
+        entry = linear_rule_entry(weights, provenance, reserve)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}; nothing written") from None
     return write_torch({CHECKPOINT_KEY: entry}, path, overwrite=overwrite)
 
 
@@ -106,4 +119,7 @@ def load_linear_rule(path, entry: dict | None = None) -> tuple[LinearRule, dict]
     if not isinstance(weights, list) or len(weights) != len(names) or \
             not all(isinstance(w, (int, float)) and math.isfinite(w) for w in weights):
         raise ConfigError(f"{path}: weights must be {len(names)} finite numbers, got {weights!r}")
-    return LinearRule(torch.tensor(weights, dtype=torch.double)), dict(entry.get("provenance", {}))
+    reserve = entry.get("reserve", False)  # absent in files written before rules could reserve
+    if not isinstance(reserve, bool):
+        raise ConfigError(f"{path}: reserve must be true or false, got {reserve!r}")
+    return LinearRule(torch.tensor(weights, dtype=torch.double), reserve), dict(entry.get("provenance", {}))

@@ -30,43 +30,35 @@ from lightning_sched.queue.evaluation import (  # noqa: E402
     EVAL_LENGTH,
     RECENT_FRACTION,
     compare_queue,
-    evaluate_queue,
     heuristic_config,
     heuristic_policies,
     paired,
     protocol_starts,
 )
 from lightning_sched.queue.heuristics import RULES  # noqa: E402
-from lightning_sched.queue.linear_rule import BASIC, F1_WEIGHTS, FEATURES, LinearRule, save_linear_rule  # noqa: E402
+from lightning_sched.queue.linear_rule import BASIC, FEATURES, LinearRule, save_linear_rule  # noqa: E402
 from lightning_sched.queue.log import read_queue_log  # noqa: E402
-
-
-def run(weights: torch.Tensor, log, cfg, starts: torch.Tensor) -> torch.Tensor:
-    """Every weight row [P, K] on every start [S]: mean bounded slowdowns, DoubleTensor[P, S]."""
-    p, s = weights.shape[0], starts.numel()
-    result = evaluate_queue(LinearRule(weights.repeat_interleave(s, 0)), cfg, log, starts.repeat(p))
-    return result.sequences["mean_bounded_slowdown"].reshape(p, s)
+from lightning_sched.queue.reservation import SUFFIX, ReservingRule, reserving_config  # noqa: E402
+from lightning_sched.queue.rule_search import (  # noqa: E402
+    CrossEntropyMethod,
+    SearchSettings,
+    f1_start,
+    relative_scores,
+    training_starts,
+)
 
 
 def search(logs, cfgs, train_starts, args, echo) -> torch.Tensor:
-    """The cross-entropy method from F1; returns the final mean weights, DoubleTensor[K]."""
-    g = torch.Generator().manual_seed(args.seed)
-    mean = torch.tensor(F1_WEIGHTS[:len(FEATURES) if args.context else BASIC], dtype=torch.double)
-    std = torch.full_like(mean, args.sigma)
-    std[0] = 0.0  # the area weight stays 1
+    """The cross-entropy method from F1 (queue.rule_search); returns the final mean weights, DoubleTensor[K]."""
+    settings = SearchSettings(args.population, args.elite, args.sigma, args.context)
+    weights = f1_start(settings)
+    cem = CrossEntropyMethod([weights], settings, args.seed)
     start = time.time()
     for generation in range(args.generations):
-        weights = mean + std * torch.randn(args.population, len(mean), generator=g, dtype=torch.double)
-        weights[0] = mean  # the current mean runs too: the reference of every sequence
-        relative = torch.stack([(b / b[:1]).mean(1) for b in (run(weights, log, cfg, st) for log, cfg, st in
-                                                              zip(logs, cfgs, train_starts))]).mean(0)
-        elite = weights[relative.argsort()[:args.elite]]
-        mean = elite.mean(0)
-        std = (0.8 * elite.std(0) + 0.2 * std).clamp(min=0.02)
-        std[0] = 0.0
-        echo(f"generation {generation}: best {float(relative.min()):.4f} of the mean's bounded slowdown, "
-             f"mean {[round(w, 3) for w in mean.tolist()]} ({time.time() - start:.0f} s)")
-    return mean
+        best = cem.step(score=lambda w: relative_scores(w, logs, cfgs, train_starts, args.reserve))
+        echo(f"generation {generation}: best {best:.4f} of the mean's bounded slowdown, "
+             f"mean {[round(w, 3) for w in weights.tolist()]} ({time.time() - start:.0f} s)")
+    return weights
 
 
 def main(argv=None) -> None:
@@ -83,6 +75,8 @@ def main(argv=None) -> None:
     parser.add_argument("--context", action="store_true", help="also search the FEATURES that read the queue length")
     parser.add_argument("--weights", type=float, nargs="+", help="evaluate these weights (7, or 9 with the queue "
                         "length's), no search")
+    parser.add_argument("--reserve", action="store_true", help="the rule plays with its own reservation "
+                        "(queue.reservation); the evaluation adds the five rules with theirs")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--save", help="write the rule as a checkpoint (evaluate.py --policy reads it)")
     parser.add_argument("--json", action="store_true")
@@ -93,15 +87,13 @@ def main(argv=None) -> None:
     echo = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else print
     logs = [read_queue_log(path) for path in args.trace]
     cfgs = [heuristic_config(log.config(sequence_length=EVAL_LENGTH, backfill=args.backfill)) for log in logs]
-    g = torch.Generator().manual_seed(args.seed)
-    train_starts = []
-    for log in logs:
-        lo, hi = log.positions(0, log.jobs_before(RECENT_FRACTION), EVAL_LENGTH)
-        train_starts.append(torch.randint(lo, hi + 1, (args.train_sequences,), generator=g))
+    if args.reserve:
+        cfgs = [reserving_config(cfg) for cfg in cfgs]
+    train_starts = training_starts(logs, args.train_sequences, args.seed)
     weights = torch.tensor(args.weights, dtype=torch.double) if args.weights else \
         search(logs, cfgs, train_starts, args, echo)
     if args.save:
-        save_linear_rule(args.save, weights.tolist(), {
+        save_linear_rule(args.save, weights.tolist(), reserve=args.reserve, provenance={
             "logs": [Path(p).name for p in args.trace], "backfill": args.backfill, "train_fraction": RECENT_FRACTION,
             "search": "cross-entropy method" if not args.weights else "given weights",
             **{k: getattr(args, k) for k in ("train_sequences", "population", "elite", "generations", "sigma",
@@ -110,13 +102,20 @@ def main(argv=None) -> None:
     for path, log, cfg in zip(args.trace, logs, cfgs):
         for protocol in ("recent", "heldout", "rlscheduler"):
             starts = protocol_starts(log, protocol, args.sequences)
-            results = compare_queue({**heuristic_policies(RULES, cfg), "searched": (LinearRule(weights), cfg)},
-                                    log, starts)
+            reserving = {f"{rule}{SUFFIX}": (ReservingRule(rule), cfg) for rule in RULES} if args.reserve else {}
+            results = compare_queue({**heuristic_policies(RULES, cfg), **reserving,
+                                     "searched": (LinearRule(weights, args.reserve), cfg)}, log, starts)
             score = {name: result.summary["mean_bounded_slowdown"] for name, result in results.items()}
             best = min(RULES, key=score.get)
             diff, ci = paired(results["searched"], results[best])
+            extra = {}
+            if args.reserve:  # the same reservation around the five rules: what the searched ranking adds
+                best_reserving = min(reserving, key=score.get)
+                extra = dict(zip(("best_reserving_rule", "minus_best_reserving_rule", "minus_best_reserving_rule_ci95"),
+                                 (best_reserving, *paired(results["searched"], results[best_reserving]))))
             line = {"trace": Path(path).name, "backfill": args.backfill, "protocol": protocol, **score,
-                    "best_rule": best, "minus_best_rule": diff, "minus_best_rule_ci95": ci,
+                    "best_rule": best, "minus_best_rule": diff, "minus_best_rule_ci95": ci, **extra,
+                    "reserve": args.reserve,
                     "weights": dict(zip([n for n, _ in FEATURES], weights.tolist())), "context": len(weights) > BASIC,
                     "train_sequences": args.train_sequences, "generations": args.generations,
                     "population": args.population, "seed": args.seed}

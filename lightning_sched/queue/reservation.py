@@ -1,0 +1,73 @@
+"""Backfilling played by the policy's own picks: a reservation for the job a ranking puts first
+(docs/hpc_queue.md, "An eighth round").
+
+With backfilling off the env starts a picked job as soon as it fits and holds everything else
+until then, so a rule whose first job does not fit leaves nodes idle. A scheduler knows when its
+running jobs' requests end, so it knows when that first job would fit (its reservation, EASY's
+shadow time) and can start other jobs before it that cannot delay it:
+
+    first    = the job the ranking puts first
+    if first fits now: pick it
+    shadow   = now + first's fit delay         (requested ends of the running jobs, as EASY reads them)
+    fillers  = waiting jobs j with fit_delay(j) + requested(j) < shadow - now  (done before the reservation)
+    pick the ranking's first filler that fits now; else its first filler (held only until it
+         fits, and done before the shadow); else `first` (held until it fits)
+
+It reads the env's fit-delay feature (`QueueConfig.fit_delay`), so it runs with that config;
+`reserving_config` gives it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import torch
+
+from ..config import ConfigError
+from .config import QueueConfig
+from .heuristics import priority, window_columns
+
+SUFFIX = "+reserve"  # "f1+reserve": rule F1 played with its own reservation
+
+
+def reserving_config(cfg: QueueConfig) -> QueueConfig:
+    """`cfg` with the fit-delay feature a reserving policy reads, and no rule ranks before it."""
+    return replace(cfg, rule_ranks=(), fit_delay=True)
+
+
+def fit_delay_seconds(td) -> torch.Tensor:
+    """Each window slot's fit delay in whole seconds, LongTensor[B, W], decoded from the env's
+    feature log1p(seconds / 60) / 8 (step.fit_delay): exact to the second below about 10^6 s."""
+    features = td["job_features"]
+    if features.shape[-1] != 5:
+        raise ConfigError(f"a reserving policy reads job_features [B, W, 5] (QueueConfig.fit_delay true, no "
+                          f"rule_ranks), got {features.shape[-1]} features; run it with reserving_config")
+    return (torch.expm1(features[..., 4].double() * 8) * 60).round().long()
+
+
+def reserve_pick(score: torch.Tensor, td) -> torch.Tensor:
+    """The slot to pick, LongTensor[B], for a ranking `score` [B, W] (lower first, empty slots inf)
+    of the window in `td` (module docstring)."""
+    filled, _, requested, _ = window_columns(td)
+    delay = fit_delay_seconds(td)
+    first = score.argmin(-1, keepdim=True)
+    shadow = delay.gather(1, first)  # seconds from now; 0 when the first job fits now
+    fillers = filled & (delay + requested.long() < shadow)
+    fits = delay == 0
+    now_fill = torch.where(fillers & fits, score, torch.inf).argmin(-1)
+    later_fill = torch.where(fillers, score, torch.inf).argmin(-1)
+    pick = torch.where((fillers & fits).any(-1), now_fill, torch.where(fillers.any(-1), later_fill, first.squeeze(1)))
+    return pick
+
+
+class ReservingRule:
+    """A priority rule of queue.heuristics with its own reservation (reserve_pick): td -> td with
+    "action". Run it with `reserving_config` (the whole queue visible, as the rules)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.score: Callable = lambda td: priority(name, td).double()  # sjf's exact int64 key fits a double here
+
+    def __call__(self, td):
+        td["action"] = reserve_pick(self.score(td), td)
+        return td

@@ -1,0 +1,132 @@
+"""A linear priority rule for the queue env, searched by the cross-entropy method on mean bounded
+slowdown itself (lightning_sched.queue.rule_search; docs/hpc_queue.md, seventh and eighth rounds).
+
+One training step is one generation: a population of rules runs on the same sequences of the first
+60% of each log, and the search's mean moves to the elite. Validation runs the current mean on the
+`recent` sequences (60-80% of each log) beside the five rules, so the best checkpoint is chosen on
+jobs the search never ran and the held-out test (80-100%) never sees. A checkpoint holds the rule
+as `queue.linear_rule` writes it (read with weights_only=True by evaluate.py --env queue --policy);
+the search's spread and generator are its optimizer's state (queue.rule_search.CrossEntropyMethod),
+so Lightning counts generations as steps and resumes a run as any other.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from lightning.pytorch import LightningModule
+from torch import nn
+from torch.utils.data import DataLoader
+
+from lightning_sched.config import ConfigError
+from lightning_sched.queue.evaluation import (
+    EVAL_LENGTH,
+    RECENT_FRACTION,
+    compare_queue,
+    heuristic_config,
+    heuristic_policies,
+    protocol_starts,
+)
+from lightning_sched.queue.heuristics import RULES
+from lightning_sched.queue.linear_rule import LinearRule, linear_rule_entry
+from lightning_sched.queue.log import read_queue_log
+from lightning_sched.queue.policy import CHECKPOINT_KEY
+from lightning_sched.queue.reservation import reserving_config
+from lightning_sched.queue.rule_search import (
+    CrossEntropyMethod,
+    SearchSettings,
+    f1_start,
+    relative_scores,
+    training_starts,
+)
+
+
+class QueueRuleSearch(LightningModule):
+    """The cross-entropy method over a LinearRule's weights, one generation a step.
+
+    log: one SWF log or several of one cluster size, searched jointly (each weighs the same).
+    backfill: "off" or "easy". reserve: the rule plays with its own reservation (queue.reservation).
+    train_sequences: sequences of 1024 jobs a log, drawn once from its first 60% (common to all
+    generations). validation_sequences: `recent` sequences a log."""
+
+    def __init__(self, log: str | list[str], backfill: str = "off", reserve: bool = False, train_sequences: int = 32,
+                 search: SearchSettings = SearchSettings(), seed: int = 0, validation_sequences: int = 20):
+        super().__init__()
+        self.save_hyperparameters()
+        self.automatic_optimization = False  # no gradient: the search moves its own state
+        if isinstance(train_sequences, bool) or not isinstance(train_sequences, int) or train_sequences < 1:
+            raise ConfigError(f"QueueRuleSearch.train_sequences must be an integer >= 1, got {train_sequences!r}")
+        if not isinstance(reserve, bool):
+            raise ConfigError(f"QueueRuleSearch.reserve must be true or false, got {reserve!r}")
+        if isinstance(search, dict):
+            search = SearchSettings(**search)
+        self.paths = [log] if isinstance(log, str) else list(log)
+        self.logs = [read_queue_log(path) for path in self.paths]
+        self.cfgs = [heuristic_config(one.config(sequence_length=EVAL_LENGTH, backfill=backfill)) for one in self.logs]
+        if reserve:
+            self.cfgs = [reserving_config(cfg) for cfg in self.cfgs]
+        self.reserve, self.settings, self.seed = reserve, search, seed
+        self.train_starts = training_starts(self.logs, train_sequences, seed)
+        self.val_starts = [protocol_starts(one, "recent", validation_sequences) for one in self.logs]
+        self.weights = nn.Parameter(f1_start(search), requires_grad=False)  # the search's mean rule
+        self._best_rules: list[tuple[str, torch.Tensor]] | None = None
+
+    # ----- data: the dataloader only paces generations ---------------------------------------------
+    def train_dataloader(self):  # trainer.max_steps is the number of generations
+        return DataLoader(range(1000), batch_size=None, shuffle=False)
+
+    def val_dataloader(self):
+        return DataLoader([0], batch_size=None)
+
+    def configure_optimizers(self):
+        return CrossEntropyMethod([self.weights], self.settings, self.seed)
+
+    def training_step(self, batch, batch_idx):
+        best = self.optimizers().step(score=lambda weights: relative_scores(weights, self.logs, self.cfgs,
+                                                                            self.train_starts, self.reserve))
+        self.log("train/best_relative_bounded_slowdown", best, on_step=True, batch_size=1)
+        for name, weight in zip(self.rule_entry()["features"], self.weights.tolist()):
+            self.log(f"train/weight_{name}", weight, on_step=True, batch_size=1)
+
+    # ----- validation: the mean rule beside the five rules on `recent` ------------------------------
+    def best_rules(self) -> list[tuple[str, torch.Tensor]]:
+        """Per log, the best of the five rules on its validation sequences (name, per-sequence bsld)."""
+        if self._best_rules is None:
+            self._best_rules = []
+            for log, cfg, starts in zip(self.logs, self.cfgs, self.val_starts):
+                results = compare_queue(heuristic_policies(RULES, cfg), log, starts)
+                name = min(RULES, key=lambda n: results[n].summary["mean_bounded_slowdown"])
+                self._best_rules.append((name, results[name].sequences["mean_bounded_slowdown"]))
+        return self._best_rules
+
+    def validation_step(self, batch, batch_idx):
+        rule, relative, bsld = LinearRule(self.weights.detach(), self.reserve), [], []
+        for (name, best), log, cfg, starts in zip(self.best_rules(), self.logs, self.cfgs, self.val_starts):
+            mine = compare_queue({"rule": (rule, cfg)}, log, starts)["rule"].sequences["mean_bounded_slowdown"]
+            relative.append(float(mine.mean() / best.mean()))
+            bsld.append(float(mine.mean()))
+        self.log("eval/relative_to_best_rule", sum(relative) / len(relative), on_epoch=True, batch_size=1,
+                 prog_bar=True)
+        self.log("eval/mean_bounded_slowdown", sum(bsld) / len(bsld), on_epoch=True, batch_size=1)
+
+    def evaluation_command(self, checkpoint: str) -> tuple[str, list[str]]:
+        """(the script, its arguments) that measure `checkpoint` beside the rules on the held-out protocol."""
+        return "evaluate", ["--env", "queue", "--protocol", "heldout", "--trace", *self.paths,
+                            "--backfill", self.cfgs[0].backfill, "--policy", *RULES, checkpoint]
+
+    # ----- checkpoints: the rule, readable without this module ---------------------------------------
+    def rule_entry(self) -> dict:
+        provenance = {"logs": [Path(one.path).name for one in self.logs], "backfill": self.cfgs[0].backfill,
+                      "train_fraction": RECENT_FRACTION, "search": "cross-entropy method",
+                      "train_sequences": self.hparams.train_sequences, "generations": int(self.global_step),
+                      "population": self.settings.population, "elite": self.settings.elite,
+                      "sigma": self.settings.sigma, "seed": self.seed}
+        return linear_rule_entry(self.weights.tolist(), provenance, self.reserve)
+
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint[CHECKPOINT_KEY] = self.rule_entry()
+        if self.CHECKPOINT_HYPER_PARAMS_KEY in checkpoint:  # plain values: the dataclass as a dict
+            hp = dict(checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY])
+            if isinstance(hp.get("search"), SearchSettings):
+                hp["search"] = vars(hp["search"]).copy()
+            checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY] = hp

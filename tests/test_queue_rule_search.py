@@ -1,0 +1,86 @@
+"""The cross-entropy search of a linear queue rule (lightning_sched.queue.rule_search) and its fit.py
+task (tasks.queue_rule_search): the optimizer resumes exactly from its state, moves toward better
+rules, and a real LightningCLI run writes rule checkpoints that evaluate.py reads."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_queue_env import write_log
+
+from lightning_sched.config import ConfigError
+from lightning_sched.queue.evaluation import resolve
+from lightning_sched.queue.linear_rule import BASIC, F1_WEIGHTS, LinearRule
+from lightning_sched.queue.log import read_queue_log
+from lightning_sched.queue.rule_search import CrossEntropyMethod, SearchSettings, f1_start
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def quadratic(target):
+    return lambda weights: ((weights - target) ** 2).sum(1)
+
+
+def test_the_search_moves_toward_a_better_rule_and_resumes_from_its_state():
+    settings = SearchSettings(population=16, elite=4, sigma=0.5)
+    target = torch.tensor([1.0, 0.2, -0.5, 0.3, 0.0, 0.8, -0.2], dtype=torch.double)
+    weights = f1_start(settings)
+    assert weights.tolist() == list(F1_WEIGHTS[:BASIC])
+    cem = CrossEntropyMethod([weights], settings, seed=3)
+    seen = []
+    score = quadratic(target)
+    for _ in range(3):
+        before = weights.clone()
+        cem.step(score=lambda w: seen.append(w.clone()) or score(w))
+        assert torch.equal(seen[-1][0], before)  # row 0 is the current rule
+    assert all(w[:, 0].eq(1.0).all() for w in seen)  # the area weight never moves
+    assert float(score(weights[None])) < float(score(f1_start(settings)[None]))
+    # a copy of the state resumes exactly: the same draws and the same next mean
+    state = cem.state_dict()
+    again = weights.clone()
+    twin = CrossEntropyMethod([again], settings, seed=99)
+    twin.load_state_dict(state)
+    cem.step(score=score)
+    twin.step(score=score)
+    assert torch.equal(weights, again)
+
+
+def test_search_settings_and_steps_refuse_bad_values_naming_the_field():
+    with pytest.raises(ConfigError, match="search.elite must be below search.population"):
+        SearchSettings(population=4, elite=4)
+    with pytest.raises(ConfigError, match="search.sigma must be a number > 0, got 0"):
+        SearchSettings(sigma=0)
+    with pytest.raises(ConfigError, match="score=fn"):
+        CrossEntropyMethod([f1_start(SearchSettings())], SearchSettings(), 0).step()
+
+
+def test_fit_searches_a_rule_and_writes_checkpoints_evaluate_reads(tmp_path):
+    logs = [write_log(tmp_path / f"log{i}.swf", jobs=5400, nodes=32, seed=i) for i in (1, 2)]
+    env = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
+           "WANDB_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), "fit", "--config",
+                           str(ROOT / "configs" / "base" / "queue_rule.yaml"), "--threads", "1",
+                           "--trainer.logger", "false", "--model.init_args.log", f"[{logs[0]}, {logs[1]}]",
+                           "--model.init_args.train_sequences", "2", "--model.init_args.search.population", "4",
+                           "--model.init_args.search.elite", "2", "--model.init_args.validation_sequences", "2",
+                           "--trainer.max_steps", "2", "--trainer.val_check_interval", "1"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "runs" / "queue_rule"
+    header = (run / "metrics.csv").read_text().splitlines()[0]
+    assert "eval/relative_to_best_rule" in header and "train/weight_fits_now" in header
+    last = run / "checkpoints" / "last.ckpt"
+    data = torch.load(last, map_location="cpu", weights_only=True)  # the whole file: plain values and tensors
+    assert data["global_step"] == 2  # one generation a step
+    log = read_queue_log(logs[0])
+    policy, cfg = resolve(str(last), log.config(sequence_length=1024, backfill="off"))
+    assert isinstance(policy, LinearRule) and policy.reserve and cfg.fit_delay
+    entry = data["lightning_sched"]
+    assert entry["provenance"]["generations"] == 2 and entry["reserve"] is True
+    assert entry["weights"] == data["state_dict"]["weights"].tolist()
+    assert entry["weights"] != list(F1_WEIGHTS[:BASIC])  # two generations moved it
+    assert list((run / "checkpoints").glob("best-*.ckpt"))
