@@ -47,10 +47,12 @@ class QueueRuleSearch(LightningModule):
     log: one SWF log or several of one cluster size, searched jointly (each weighs the same).
     backfill: "off" or "easy". reserve: the rule plays with its own reservation (queue.reservation).
     train_sequences: sequences of 1024 jobs a log, drawn once from its first 60% (common to all
-    generations). validation_sequences: `recent` sequences a log."""
+    generations). start: the first mean's weights (default F1's). validation_sequences: `recent`
+    sequences a log."""
 
     def __init__(self, log: str | list[str], backfill: str = "off", reserve: bool = False, train_sequences: int = 32,
-                 search: SearchSettings = SearchSettings(), seed: int = 0, validation_sequences: int = 20):
+                 search: SearchSettings = SearchSettings(), seed: int = 0, start: list[float] | None = None,
+                 validation_sequences: int = 20):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False  # no gradient: the search moves its own state
@@ -68,7 +70,13 @@ class QueueRuleSearch(LightningModule):
         self.reserve, self.settings, self.seed = reserve, search, seed
         self.train_starts = training_starts(self.logs, train_sequences, seed)
         self.val_starts = [protocol_starts(one, "recent", validation_sequences) for one in self.logs]
-        self.weights = nn.Parameter(f1_start(search), requires_grad=False)  # the search's mean rule
+        first = f1_start(search)
+        if start is not None:
+            if len(start) != len(first):
+                raise ConfigError(f"QueueRuleSearch.start must be {len(first)} weights (search.context "
+                                  f"{search.context}), got {len(start)}")
+            first = torch.tensor(start, dtype=torch.double)
+        self.weights = nn.Parameter(first, requires_grad=False)  # the search's mean rule
         self._best_rules: list[tuple[str, torch.Tensor]] | None = None
 
     # ----- data: the dataloader only paces generations ---------------------------------------------
@@ -120,7 +128,7 @@ class QueueRuleSearch(LightningModule):
                       "train_fraction": RECENT_FRACTION, "search": "cross-entropy method",
                       "train_sequences": self.hparams.train_sequences, "generations": int(self.global_step),
                       "population": self.settings.population, "elite": self.settings.elite,
-                      "sigma": self.settings.sigma, "seed": self.seed}
+                      "sigma": self.settings.sigma, "seed": self.seed, "start": self.hparams.start or "f1"}
         return linear_rule_entry(self.weights.tolist(), provenance, self.reserve)
 
     def on_save_checkpoint(self, checkpoint):

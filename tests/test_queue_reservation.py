@@ -3,6 +3,8 @@ a filler starts only when it cannot delay the ranking's first job, the fit delay
 the exact seconds, and a reserving linear rule round-trips through its checkpoint."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from test_queue_env import swf_line, write_log
@@ -113,3 +115,14 @@ def test_bad_reserving_specs_and_observations_are_refused_in_one_line(tmp_path):
     env = QueueEnv(heuristic_config(cfg), log, batch_size=[1], starts=[0])  # no fit-delay feature
     with pytest.raises(ConfigError, match="QueueConfig.fit_delay true"):
         ReservingRule("f1")(env.reset())
+
+
+def test_the_shipped_reserving_rule_loads_and_schedules_every_job(tmp_path):
+    path = Path(__file__).resolve().parents[1] / "checkpoints" / "queue_bsld_rule.ckpt"
+    rule, provenance = load_linear_rule(path)
+    assert rule.reserve and provenance["backfill"] == "off" and provenance["train_fraction"] <= 0.8
+    log = read_queue_log(write_log(tmp_path / "log.swf", jobs=2000, nodes=32))
+    policy, cfg = resolve(str(path), log.config(sequence_length=256, backfill="off"))
+    result = evaluate_queue(policy, cfg, log, torch.tensor([0, 300, 900, 1500]))
+    assert int(result.summary["jobs"]) == 4 * 256
+    assert torch.isfinite(result.sequences["mean_bounded_slowdown"]).all()

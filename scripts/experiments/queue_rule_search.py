@@ -9,6 +9,9 @@ current mean's, averaged over the logs so that each weighs the same. It starts a
 log submit 1, the rest 0); the area weight stays 1 (an argmin does not change when every weight
 is scaled). Training sequences come from the first 60% of each log; the result is then run on the
 `recent` (60-80%), `heldout` (last 20%) and `rlscheduler` protocols beside the five rules.
+The same search runs through fit.py (tasks/queue_rule_search.py, configs/base/queue_rule.yaml);
+this script adds the searches of the docs' tables: --reserve (the rule's own reservation, with the
+five rules' reserving versions in the evaluation), --site (declared sites, issue 31's), --start.
 
     python scripts/experiments/queue_rule_search.py --trace ../shared/traces/lublin_256.swf.gz \
         ../shared/traces/lublin_256_new2.swf.gz --backfill easy --train_sequences 64 --seed 1 --threads 1 --json
@@ -46,12 +49,13 @@ from lightning_sched.queue.rule_search import (  # noqa: E402
     relative_scores,
     training_starts,
 )
+from lightning_sched.queue.sites import HELDOUT_SITES, TRAINING_SITES  # noqa: E402
 
 
 def search(logs, cfgs, train_starts, args, echo) -> torch.Tensor:
     """The cross-entropy method from F1 (queue.rule_search); returns the final mean weights, DoubleTensor[K]."""
     settings = SearchSettings(args.population, args.elite, args.sigma, args.context)
-    weights = f1_start(settings)
+    weights = torch.tensor(args.start, dtype=torch.double) if args.start else f1_start(settings)
     cem = CrossEntropyMethod([weights], settings, args.seed)
     start = time.time()
     for generation in range(args.generations):
@@ -63,7 +67,13 @@ def search(logs, cfgs, train_starts, args, echo) -> torch.Tensor:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trace", nargs="+", required=True, help="SWF logs of one cluster size, searched jointly")
+    parser.add_argument("--trace", nargs="+", help="SWF logs of one cluster size, searched jointly")
+    parser.add_argument("--site", nargs="+", help="declared sites instead (lightning_sched.queue.sites), each its "
+                        "log rewritten with the site's hidden parameters; logs from --traces_dir")
+    parser.add_argument("--traces_dir", default="../shared/traces")
+    parser.add_argument("--start", type=float, nargs="+", help="the search's first mean (default F1's weights)")
+    parser.add_argument("--protocols", nargs="+", default=["recent", "heldout", "rlscheduler"],
+                        choices=["recent", "heldout", "rlscheduler"])
     parser.add_argument("--backfill", default="off", choices=["off", "easy"])
     parser.add_argument("--train_sequences", type=int, default=32, help="per log, drawn from its first 60%%")
     parser.add_argument("--population", type=int, default=24)
@@ -85,7 +95,18 @@ def main(argv=None) -> None:
         parser.error(f"--weights takes {BASIC} or {len(FEATURES)} numbers (FEATURES), got {len(args.weights)}")
     set_threads(args.threads)
     echo = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else print
-    logs = [read_queue_log(path) for path in args.trace]
+    if bool(args.trace) == bool(args.site):
+        parser.error("give --trace or --site")
+    if args.site:
+        declared = {model.name: (name, model) for name, model in (*TRAINING_SITES, *HELDOUT_SITES)}
+        unknown = [name for name in args.site if name not in declared]
+        if unknown:
+            parser.error(f"--site must be among {', '.join(declared)}, got {unknown[0]!r}")
+        logs = [declared[name][1].apply(read_queue_log(Path(args.traces_dir) / declared[name][0]))
+                for name in args.site]
+        args.trace = list(args.site)  # the names the outputs carry
+    else:
+        logs = [read_queue_log(path) for path in args.trace]
     cfgs = [heuristic_config(log.config(sequence_length=EVAL_LENGTH, backfill=args.backfill)) for log in logs]
     if args.reserve:
         cfgs = [reserving_config(cfg) for cfg in cfgs]
@@ -97,10 +118,10 @@ def main(argv=None) -> None:
             "logs": [Path(p).name for p in args.trace], "backfill": args.backfill, "train_fraction": RECENT_FRACTION,
             "search": "cross-entropy method" if not args.weights else "given weights",
             **{k: getattr(args, k) for k in ("train_sequences", "population", "elite", "generations", "sigma",
-                                             "seed")}})
+                                             "seed")}, "start": args.start or "f1"})
         echo(f"wrote {args.save}")
     for path, log, cfg in zip(args.trace, logs, cfgs):
-        for protocol in ("recent", "heldout", "rlscheduler"):
+        for protocol in args.protocols:
             starts = protocol_starts(log, protocol, args.sequences)
             reserving = {f"{rule}{SUFFIX}": (ReservingRule(rule), cfg) for rule in RULES} if args.reserve else {}
             results = compare_queue({**heuristic_policies(RULES, cfg), **reserving,
