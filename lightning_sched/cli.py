@@ -319,12 +319,12 @@ def site_from_args(args):
     the parser has it, is the site's arrival load. ConfigError naming the flag."""
     from pathlib import Path
 
-    from .queue.sites import HELDOUT_SITES, TRAINING_SITES, SiteModel
+    from .queue.sites import SiteModel, declared_sites
 
     custom = [f for f in ("request_factors", "max_request", "size_length_correlation") if getattr(args, f) is not None]
     load = getattr(args, "load", None)
     if args.site is not None:
-        declared = {model.name: (name, model) for name, model in (*TRAINING_SITES, *HELDOUT_SITES)}
+        declared = declared_sites()
         if args.site not in declared:
             raise ConfigError(f"--site must be one of {', '.join(declared)}, got {args.site!r}")
         if custom or (load is not None and declared[args.site][1].load is not None):

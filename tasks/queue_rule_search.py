@@ -23,15 +23,15 @@ from lightning_sched.queue.evaluation import (
     EVAL_LENGTH,
     RECENT_FRACTION,
     compare_queue,
+    evaluate_queue,
     heuristic_config,
     heuristic_policies,
     protocol_starts,
 )
 from lightning_sched.queue.heuristics import RULES
-from lightning_sched.queue.linear_rule import LinearRule, linear_rule_entry
+from lightning_sched.queue.linear_rule import FEATURES, LinearRule, linear_rule_entry
 from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.policy import CHECKPOINT_KEY
-from lightning_sched.queue.reservation import reserving_config
 from lightning_sched.queue.rule_search import (
     CrossEntropyMethod,
     SearchSettings,
@@ -64,9 +64,8 @@ class QueueRuleSearch(LightningModule):
             search = SearchSettings(**search)
         self.paths = [log] if isinstance(log, str) else list(log)
         self.logs = [read_queue_log(path) for path in self.paths]
-        self.cfgs = [heuristic_config(one.config(sequence_length=EVAL_LENGTH, backfill=backfill)) for one in self.logs]
-        if reserve:
-            self.cfgs = [reserving_config(cfg) for cfg in self.cfgs]
+        self.cfgs = [heuristic_config(one.config(sequence_length=EVAL_LENGTH, backfill=backfill), reserve)
+                     for one in self.logs]
         self.reserve, self.settings, self.seed = reserve, search, seed
         self.train_starts = training_starts(self.logs, train_sequences, seed)
         self.val_starts = [protocol_starts(one, "recent", validation_sequences) for one in self.logs]
@@ -93,7 +92,7 @@ class QueueRuleSearch(LightningModule):
         best = self.optimizers().step(score=lambda weights: relative_scores(weights, self.logs, self.cfgs,
                                                                             self.train_starts, self.reserve))
         self.log("train/best_relative_bounded_slowdown", best, on_step=True, batch_size=1)
-        for name, weight in zip(self.rule_entry()["features"], self.weights.tolist()):
+        for (name, _), weight in zip(FEATURES, self.weights.tolist()):
             self.log(f"train/weight_{name}", weight, on_step=True, batch_size=1)
 
     # ----- validation: the mean rule beside the five rules on `recent` ------------------------------
@@ -110,7 +109,7 @@ class QueueRuleSearch(LightningModule):
     def validation_step(self, batch, batch_idx):
         rule, relative, bsld = LinearRule(self.weights.detach(), self.reserve), [], []
         for (name, best), log, cfg, starts in zip(self.best_rules(), self.logs, self.cfgs, self.val_starts):
-            mine = compare_queue({"rule": (rule, cfg)}, log, starts)["rule"].sequences["mean_bounded_slowdown"]
+            mine = evaluate_queue(rule, cfg, log, starts).sequences["mean_bounded_slowdown"]
             relative.append(float(mine.mean() / best.mean()))
             bsld.append(float(mine.mean()))
         self.log("eval/relative_to_best_rule", sum(relative) / len(relative), on_epoch=True, batch_size=1,

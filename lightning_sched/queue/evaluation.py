@@ -98,9 +98,11 @@ def network_config(cfg: QueueConfig, trained: QueueConfig) -> QueueConfig:
                    rule_ranks=trained.rule_ranks, fit_delay=trained.fit_delay)
 
 
-def heuristic_config(cfg: QueueConfig) -> QueueConfig:
-    """The config heuristics run with: a window that shows the whole queue."""
-    return replace(cfg, window=cfg.sequence_length)
+def heuristic_config(cfg: QueueConfig, reserve: bool = False) -> QueueConfig:
+    """The config heuristics run with: a window that shows the whole queue; with `reserve`, also the
+    fit delay a rule playing its own reservation reads (reservation.reserving_config)."""
+    full = replace(cfg, window=cfg.sequence_length)
+    return reserving_config(full) if reserve else full
 
 
 def compare_queue(policies: Mapping[str, tuple[Callable, QueueConfig]], log: QueueLog, starts: torch.Tensor,
@@ -129,7 +131,7 @@ def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[C
     if spec in HEURISTICS:
         return QueueHeuristic(spec, torch.Generator().manual_seed(seed)), heuristic_config(cfg)
     if spec.endswith(SUFFIX) and spec[:-len(SUFFIX)] in RULES:  # a rule with its own reservation
-        return ReservingRule(spec[:-len(SUFFIX)]), reserving_config(heuristic_config(cfg))
+        return ReservingRule(spec[:-len(SUFFIX)]), heuristic_config(cfg, reserve=True)
     if spec.endswith(".ckpt"):
         from .linear_rule import load_linear_rule, rule_entry
         from .policy import QueuePolicy, load_queue_policy
@@ -137,7 +139,7 @@ def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[C
         entry = rule_entry(spec)
         if entry is not None:  # a searched linear rule ranks the whole queue, as the rules do
             rule = load_linear_rule(spec, entry)[0]
-            return rule, reserving_config(heuristic_config(cfg)) if rule.reserve else heuristic_config(cfg)
+            return rule, heuristic_config(cfg, rule.reserve)
 
         net, trained = load_queue_policy(spec, device=device)
         return QueuePolicy(net.to(device)), network_config(cfg, trained)

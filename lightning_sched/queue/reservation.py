@@ -18,7 +18,6 @@ It reads the env's fit-delay feature (`QueueConfig.fit_delay`), so it runs with 
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -66,8 +65,7 @@ class ReservingRule:
 
     def __init__(self, name: str):
         self.name = name
-        self.score: Callable = lambda td: priority(name, td).double()  # sjf's exact int64 key fits a double here
 
     def __call__(self, td):
-        td["action"] = reserve_pick(self.score(td), td)
+        td["action"] = reserve_pick(priority(self.name, td).double(), td)  # sjf's exact int64 key fits a double
         return td

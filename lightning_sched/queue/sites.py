@@ -122,3 +122,8 @@ HELDOUT_SITES = (
     ("lublin_256.swf.gz", SiteModel("lublin1-over-anticorr", OVERESTIMATING, FIVE_DAYS, size_length_correlation=-0.4,
                                     seed=22)),
 )
+
+
+def declared_sites() -> dict[str, tuple[str, SiteModel]]:
+    """{site name: (its log's file name in ../shared/traces, the SiteModel)} of TRAINING_SITES and HELDOUT_SITES."""
+    return {model.name: (name, model) for name, model in (*TRAINING_SITES, *HELDOUT_SITES)}

@@ -41,7 +41,7 @@ from lightning_sched.queue.evaluation import (  # noqa: E402
 from lightning_sched.queue.heuristics import RULES  # noqa: E402
 from lightning_sched.queue.linear_rule import BASIC, FEATURES, LinearRule, save_linear_rule  # noqa: E402
 from lightning_sched.queue.log import read_queue_log  # noqa: E402
-from lightning_sched.queue.reservation import SUFFIX, ReservingRule, reserving_config  # noqa: E402
+from lightning_sched.queue.reservation import SUFFIX, ReservingRule  # noqa: E402
 from lightning_sched.queue.rule_search import (  # noqa: E402
     CrossEntropyMethod,
     SearchSettings,
@@ -49,7 +49,7 @@ from lightning_sched.queue.rule_search import (  # noqa: E402
     relative_scores,
     training_starts,
 )
-from lightning_sched.queue.sites import HELDOUT_SITES, TRAINING_SITES  # noqa: E402
+from lightning_sched.queue.sites import declared_sites  # noqa: E402
 
 
 def search(logs, cfgs, train_starts, args, echo) -> torch.Tensor:
@@ -98,7 +98,7 @@ def main(argv=None) -> None:
     if bool(args.trace) == bool(args.site):
         parser.error("give --trace or --site")
     if args.site:
-        declared = {model.name: (name, model) for name, model in (*TRAINING_SITES, *HELDOUT_SITES)}
+        declared = declared_sites()
         unknown = [name for name in args.site if name not in declared]
         if unknown:
             parser.error(f"--site must be among {', '.join(declared)}, got {unknown[0]!r}")
@@ -107,9 +107,8 @@ def main(argv=None) -> None:
         args.trace = list(args.site)  # the names the outputs carry
     else:
         logs = [read_queue_log(path) for path in args.trace]
-    cfgs = [heuristic_config(log.config(sequence_length=EVAL_LENGTH, backfill=args.backfill)) for log in logs]
-    if args.reserve:
-        cfgs = [reserving_config(cfg) for cfg in cfgs]
+    cfgs = [heuristic_config(log.config(sequence_length=EVAL_LENGTH, backfill=args.backfill), args.reserve)
+            for log in logs]
     train_starts = training_starts(logs, args.train_sequences, args.seed)
     weights = torch.tensor(args.weights, dtype=torch.double) if args.weights else \
         search(logs, cfgs, train_starts, args, echo)
