@@ -51,12 +51,14 @@ from lightning_sched.queue.policy import (
     load_queue_policy,
     make_actor,
     make_critic,
+    reserved_action,
 )
 
 from .base import SchedulerTask, plain_values, require_at_least, require_positive
 
 # what a decision keeps for the update: the observation the network reads, and the action's record
-DECISION_KEYS = (*IN_KEYS, "action_mask", "action", "action_log_prob")
+# ("first": a reserving policy's sampled job, which its log-prob is of; "action" is what the env started)
+DECISION_KEYS = (*IN_KEYS, "action_mask", "action", "first", "action_log_prob")
 METRICS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "utilization", "makespan")
 
 
@@ -236,6 +238,9 @@ class QueuePPO(LightningModule):
             except ConfigError as error:
                 raise ConfigError(f"QueuePPO.validation.sequence_length: {error}") from None
         self.imitation_data: TensorDict | None = None
+        if imitate is not None and self.net.spec.reserve:
+            raise ConfigError("QueuePPO.imitate: a reserving policy (policy.reserve) learns its ranking's first job, "
+                              "which a rule's pick does not give; start it from a rule with policy.prior instead")
         if imitation_iterations < 0 or (imitation_iterations > 0) != (imitate is not None):
             raise ConfigError(f"QueuePPO.imitation_iterations must be > 0 with imitate and 0 without, got "
                               f"{imitation_iterations} with imitate={imitate!r}")
@@ -244,7 +249,9 @@ class QueuePPO(LightningModule):
         self.loss = ClipPPOLoss(make_actor(self.net), make_critic(self.net), clip_epsilon=ppo.clip,
                                 entropy_coeff=ppo.entropy_coef, critic_coeff=ppo.critic_coef, normalize_advantage=True,
                                 functional=False)
-        self.loss.set_keys(sample_log_prob="action_log_prob")
+        # a reserving policy's probabilities are of the job its ranking puts first; the env starts the
+        # reservation's pick, a function of that job and the state (policy.reserved_action)
+        self.loss.set_keys(sample_log_prob="action_log_prob", action="first" if self.net.spec.reserve else "action")
         # no value network: the rollout computes every value in one call (next values are the next
         # decision's), so GAE only runs the recursion
         self.gae = GAE(gamma=ppo.gamma, lmbda=ppo.gae_lambda, value_network=None)
@@ -300,7 +307,11 @@ class QueuePPO(LightningModule):
         while not bool(td["done"].all()):
             label = None if labeler is None else labeler(td.clone())["action"]
             with set_exploration_type(ExplorationType.RANDOM):  # the actor's default is its mode
-                td = env.step((policy or self.actor)(td))
+                td = (policy or self.actor)(td)
+            if policy is None and self.net.spec.reserve:
+                td["first"] = td["action"]
+                td["action"] = reserved_action(self.net.spec, td["logits"], td["first"], td)
+            td = env.step(td)
             if label is not None:
                 td["label"] = label
             steps.append(td.select(*DECISION_KEYS, "label", "done", ("next", "reward"), ("next", "done"),

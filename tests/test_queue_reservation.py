@@ -3,6 +3,7 @@ a filler starts only when it cannot delay the ranking's first job, the fit delay
 the exact seconds, and a reserving linear rule round-trips through its checkpoint."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from lightning_sched.queue.evaluation import evaluate_queue, heuristic_config, r
 from lightning_sched.queue.heuristics import QueueHeuristic, priority
 from lightning_sched.queue.linear_rule import BASIC, F1_WEIGHTS, LinearRule, load_linear_rule, save_linear_rule
 from lightning_sched.queue.log import read_queue_log
-from lightning_sched.queue.policy import CHECKPOINT_KEY
+from lightning_sched.queue.policy import CHECKPOINT_KEY, QueueNetwork, QueuePolicy, QueuePolicySpec
 from lightning_sched.queue.reservation import ReservingRule, fit_delay_seconds, reserving_config
 from lightning_sched.queue.state import RUNNING
 
@@ -126,3 +127,62 @@ def test_the_shipped_reserving_rule_loads_and_schedules_every_job(tmp_path):
     result = evaluate_queue(policy, cfg, log, torch.tensor([0, 300, 900, 1500]))
     assert int(result.summary["jobs"]) == 4 * 256
     assert torch.isfinite(result.sequences["mean_bounded_slowdown"]).all()
+
+
+def test_an_untrained_network_with_the_f1_prior_and_a_reservation_plays_f1_reserving(tmp_path):
+    # the residual starts at zero, so the greedy network ranks the window by F1's rank feature: with
+    # the whole queue visible, exactly the rule F1 played with its own reservation
+    log = read_queue_log(write_log(tmp_path / "log.swf", jobs=2000, nodes=32))
+    cfg = log.config(sequence_length=256, backfill="off")
+    starts = torch.tensor([0, 300, 900, 1500])
+    spec = QueuePolicySpec(rule_ranks=("sjf", "f1"), prior="f1", fit_delay=True, reserve=True)
+    net = QueueNetwork(spec).eval()
+    net_cfg = replace(heuristic_config(cfg), **spec.observation())
+    network = evaluate_queue(QueuePolicy(net), net_cfg, log, starts).sequences["mean_bounded_slowdown"]
+    rule = evaluate_queue(*resolve("f1+reserve", cfg), log, starts).sequences["mean_bounded_slowdown"]
+    assert torch.equal(network, rule)
+    with torch.no_grad():  # a scorer that departs from the prior plays differently
+        net.scorer.mlp.job_in.weight.normal_(generator=torch.Generator().manual_seed(0))
+        net.scorer.mlp.rest[-1][-1].weight.fill_(5.0)
+    moved = evaluate_queue(QueuePolicy(net), net_cfg, log, starts).sequences["mean_bounded_slowdown"]
+    assert not torch.equal(moved, rule)
+
+
+def test_bad_prior_and_reserve_specs_are_refused_in_one_line():
+    for values, message in (({"prior": "f1"}, "prior must be one of rule_ranks \\(none\\), got 'f1'"),
+                            ({"rule_ranks": ["f1"], "prior": "f1", "prior_scale": 0},
+                             "prior_scale must be a number > 0"),
+                            ({"reserve": True}, "reserve needs fit_delay: true"),
+                            ({"reserve": "yes", "fit_delay": True}, "reserve must be true or false, got 'yes'")):
+        with pytest.raises(ConfigError, match=message):
+            QueuePolicySpec.from_dict(values)
+
+
+def test_ppo_learns_a_reserving_rankings_first_job_and_its_checkpoint_plays_the_reservation(tmp_path):
+    from lightning.pytorch import Trainer
+
+    from tasks.queue_ppo import PPOSettings, QueuePPO, QueueValidation
+
+    path = str(write_log(tmp_path / "log.swf", jobs=600, nodes=32))
+    spec = QueuePolicySpec(hidden=(8,), rule_ranks=("f1",), prior="f1", fit_delay=True, reserve=True)
+    with pytest.raises(ConfigError, match="a reserving policy .* learns its ranking's first job"):
+        QueuePPO(path, policy=spec, imitate="f1", imitation_iterations=1, validation=QueueValidation(2, 64))
+    torch.manual_seed(0)
+    model = QueuePPO(path, window=64, sequence_length=64, batch_size=8, policy=spec,
+                     ppo=PPOSettings(epochs=1, minibatch_size=128), validation=QueueValidation(2, 64),
+                     iterations_per_epoch=2)
+    assert model.loss.tensor_keys.action == "first"  # the probabilities are of the ranking's first job
+    trainer = Trainer(max_steps=2, val_check_interval=2, check_val_every_n_epoch=None, logger=False,
+                      enable_checkpointing=False, num_sanity_val_steps=0, enable_progress_bar=False,
+                      enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(model)
+    data, _ = model.rollout()
+    assert (data["action"] != data["first"]).any()  # some picks were fillers before a reserved job
+    inputs = data.select("job_features", "cluster_features", "action_mask")
+    torch.testing.assert_close(model.actor.get_dist(inputs).log_prob(data["first"]), data["action_log_prob"])
+    checkpoint = tmp_path / "reserving.ckpt"
+    trainer.save_checkpoint(checkpoint)
+    policy, cfg = resolve(str(checkpoint), read_queue_log(path).config(sequence_length=128, backfill="off"))
+    assert policy.net.spec.reserve and cfg.fit_delay and cfg.rule_ranks == ("f1",)
+    result = evaluate_queue(policy, cfg, read_queue_log(path), torch.tensor([0, 200]))
+    assert int(result.summary["jobs"]) == 2 * 128 and torch.isfinite(result.sequences["mean_bounded_slowdown"]).all()

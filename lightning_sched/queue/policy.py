@@ -23,6 +23,7 @@ from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
 from ..config import ConfigError
 from ..files import load_torch_file
 from .config import QueueConfig, distinct_rules
+from .reservation import reserve_pick
 
 JOB_FEATURES, CLUSTER_FEATURES = 4, 2
 IN_KEYS = ("job_features", "cluster_features")
@@ -56,6 +57,19 @@ class QueuePolicySpec:
     fit_delay: bool = False
     """Each job's inputs also carry how long until it would fit (the env's `QueueConfig.fit_delay`)."""
 
+    prior: str | None = None
+    """A rule of `rule_ranks` whose ranking the scores start from (residual policy learning, Silver
+    et al. 2018): logit = scorer output - prior_scale x the job's rank feature under the rule, with
+    the scorer's last layer zero at the start, so an untrained network plays the rule (sampling
+    near it); training learns where to depart from it."""
+    prior_scale: float = 20.0
+    """The prior's weight on the rank feature log1p(rank) / log1p(window): with a window of 1024,
+    20 gives the rule's first pick about 0.8 of the probability."""
+    reserve: bool = False
+    """Play the ranking with its own reservation (queue.reservation, backfilling off): the sampled
+    (or greedy) job is the ranking's first; when it does not fit, a job that ends before its
+    reservation starts instead. Needs `fit_delay`."""
+
     def __post_init__(self) -> None:
         self.hidden, self.value_hidden = tuple(self.hidden), tuple(self.value_hidden)
         self.rule_ranks = distinct_rules("QueuePolicySpec.rule_ranks", self.rule_ranks)
@@ -68,6 +82,17 @@ class QueuePolicySpec:
                 raise ConfigError(f"QueuePolicySpec.{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.embedding, bool) or not isinstance(self.embedding, int) or self.embedding < 1:
             raise ConfigError(f"QueuePolicySpec.embedding must be an integer >= 1, got {self.embedding!r}")
+        if self.prior is not None and self.prior not in self.rule_ranks:
+            ranks = ", ".join(self.rule_ranks) or "none"
+            raise ConfigError(f"QueuePolicySpec.prior must be one of rule_ranks ({ranks}), got {self.prior!r}")
+        if isinstance(self.prior_scale, bool) or not isinstance(self.prior_scale, (int, float)) or \
+                not self.prior_scale > 0:
+            raise ConfigError(f"QueuePolicySpec.prior_scale must be a number > 0, got {self.prior_scale!r}")
+        if not isinstance(self.reserve, bool):
+            raise ConfigError(f"QueuePolicySpec.reserve must be true or false, got {self.reserve!r}")
+        if self.reserve and not self.fit_delay:
+            raise ConfigError("QueuePolicySpec.reserve needs fit_delay: true (the reservation reads each job's "
+                              "fit delay)")
 
     def observation(self) -> dict:
         """The QueueConfig fields of the extra job features this network reads."""
@@ -178,6 +203,13 @@ class JobScorer(nn.Module):
         self.context = SlotMLP([spec.embedding], spec.job_area, extra=spec.extra_inputs) if spec.context else None
         rows = CLUSTER_FEATURES + 2 * spec.embedding * spec.context
         self.mlp = SlotMLP([*spec.hidden, 1], spec.job_area, rows, spec.extra_inputs)
+        # the prior's rank column; the residual starts at zero, so the untrained scorer is the rule
+        self.prior_column = None if spec.prior is None else JOB_FEATURES + spec.rule_ranks.index(spec.prior)
+        self.prior_scale = spec.prior_scale
+        if spec.prior is not None:
+            last = self.mlp.rest[-1][-1]  # hidden has one width at least: rest ends in mlp's last Linear
+            nn.init.zeros_(last.weight)
+            nn.init.zeros_(last.bias)
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
                 action_mask: torch.Tensor) -> torch.Tensor:
@@ -185,6 +217,8 @@ class JobScorer(nn.Module):
         rows = cluster if self.context is None else \
             torch.cat([cluster, pooled_window(self.context, jobs, cluster, mask)], -1)
         scores, _ = self.mlp(jobs, rows, mask)
+        if self.prior_column is not None:
+            scores = scores - self.prior_scale * jobs[..., self.prior_column][mask].unsqueeze(-1)
         logits = torch.full(action_mask.shape, float("-inf"), dtype=scores.dtype, device=scores.device)
         return logits.masked_scatter(action_mask, scores.squeeze(-1))  # row-major, as nonzero() listed them
 
@@ -233,9 +267,21 @@ def make_critic(net: QueueNetwork) -> ValueOperator:
     return ValueOperator(net.value, in_keys=[*IN_KEYS, "action_mask"])
 
 
+def reserved_action(spec: QueuePolicySpec, logits: torch.Tensor, first: torch.Tensor, td) -> torch.Tensor:
+    """The slot the env starts, LongTensor[B]: `first` (the job picked from `logits` [B, W]), or with
+    `spec.reserve` the reservation's pick (queue.reservation.reserve_pick) for the ranking that puts
+    `first` ahead and the rest in the order of their logits."""
+    if not spec.reserve:
+        return first
+    score = torch.where(td["action_mask"], -logits.double(), torch.inf)
+    score = score.scatter(1, first.unsqueeze(1), -torch.inf)
+    return reserve_pick(score, td, len(spec.rule_ranks))
+
+
 class QueuePolicy:
     """A network as a policy of the queue env: td -> td with "action" (LongTensor[B]), the argmax
-    of the masked logits (greedy, for evaluation) or a draw from their softmax with `generator`.
+    of the masked logits (greedy, for evaluation) or a draw from their softmax with `generator`,
+    played with its reservation when the network's spec says so (`reserved_action`).
     A finished row's mask allows slot 0 only (the env ignores its action)."""
 
     def __init__(self, net: QueueNetwork, greedy: bool = True, generator: torch.Generator | None = None):
@@ -245,10 +291,10 @@ class QueuePolicy:
     def __call__(self, td):
         logits = self.net(td["job_features"], td["cluster_features"], td["action_mask"])
         if self.greedy:
-            action = logits.argmax(-1)
+            first = logits.argmax(-1)
         else:
-            action = torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator).squeeze(-1)
-        td["action"] = action
+            first = torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator).squeeze(-1)
+        td["action"] = reserved_action(self.net.spec, logits, first, td)
         return td
 
 

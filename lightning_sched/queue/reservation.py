@@ -34,21 +34,23 @@ def reserving_config(cfg: QueueConfig) -> QueueConfig:
     return replace(cfg, rule_ranks=(), fit_delay=True)
 
 
-def fit_delay_seconds(td) -> torch.Tensor:
+def fit_delay_seconds(td, rule_ranks: int = 0) -> torch.Tensor:
     """Each window slot's fit delay in whole seconds, LongTensor[B, W], decoded from the env's
-    feature log1p(seconds / 60) / 8 (step.fit_delay): exact to the second below about 10^6 s."""
+    feature log1p(seconds / 60) / 8 (step.fit_delay; the last job feature, after `rule_ranks` rank
+    columns): exact to the second below about 10^6 s."""
     features = td["job_features"]
-    if features.shape[-1] != 5:
-        raise ConfigError(f"a reserving policy reads job_features [B, W, 5] (QueueConfig.fit_delay true, no "
-                          f"rule_ranks), got {features.shape[-1]} features; run it with reserving_config")
-    return (torch.expm1(features[..., 4].double() * 8) * 60).round().long()
+    if features.shape[-1] != 5 + rule_ranks:
+        raise ConfigError(f"a reserving policy reads job_features [B, W, {5 + rule_ranks}] (QueueConfig.fit_delay "
+                          f"true, {rule_ranks} rule_ranks), got {features.shape[-1]} features; run it with "
+                          "reserving_config")
+    return (torch.expm1(features[..., -1].double() * 8) * 60).round().long()
 
 
-def reserve_pick(score: torch.Tensor, td) -> torch.Tensor:
+def reserve_pick(score: torch.Tensor, td, rule_ranks: int = 0) -> torch.Tensor:
     """The slot to pick, LongTensor[B], for a ranking `score` [B, W] (lower first, empty slots inf)
-    of the window in `td` (module docstring)."""
+    of the window in `td` (module docstring), whose job features carry `rule_ranks` rank columns."""
     filled, _, requested, _ = window_columns(td)
-    delay = fit_delay_seconds(td)
+    delay = fit_delay_seconds(td, rule_ranks)
     first = score.argmin(-1, keepdim=True)
     shadow = delay.gather(1, first)  # seconds from now; 0 when the first job fits now
     fillers = filled & (delay + requested.long() < shadow)
