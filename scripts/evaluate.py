@@ -207,6 +207,9 @@ def queue_main(argv) -> int:
     ap.add_argument("--policy", nargs="+", default=["fcfs", "sjf", "f1", "wfp3", "unicep"],
                     help=f"rules ({', '.join(QUEUE_HEURISTICS)}) and/or queue checkpoints")
     ap.add_argument("--backfill", choices=("off", "easy"), nargs="+", default=["off"], help="one case each")
+    ap.add_argument("--versus", metavar="POLICY",
+                    help="one of --policy: also print every other policy's paired difference to it (e.g. a "
+                         "trained policy against the rule it started from)")
     ap.add_argument("--sequences", type=at_least(2), default=100, help="heldout, recent: number of sequences")
     ap.add_argument("--load", type=positive_float,
                     help="scale the log's inter-arrival times to this offered load (default: as recorded)")
@@ -231,7 +234,8 @@ def queue_main(argv) -> int:
         for backfill in args.backfill:
             case, per_sequence = run_protocol(trace, args.protocol, args.policy, backfill=backfill,
                                               sequences=args.sequences, site=site,
-                                              bsld_threshold=args.bsld_threshold, device=args.device, echo=print)
+                                              bsld_threshold=args.bsld_threshold, device=args.device,
+                                              versus=args.versus, echo=print)
             lines += case
             label = f"{Path(trace).name}, backfill {backfill}"
             panels[label] = per_sequence

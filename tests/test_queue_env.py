@@ -191,16 +191,24 @@ def test_evaluate_script_on_a_log(tmp_path):
     log = write_log(tmp_path / "log.swf", jobs=6000, nodes=64)
     out = subprocess.run([sys.executable, str(ROOT / "scripts/evaluate.py"), "--env", "queue", "--trace", str(log),
                           "--protocol", "heldout", "--sequences", "4", "--backfill", "easy", "--policy", "fcfs",
-                          "sjf", "f1", "--threads", "1", "--json"], capture_output=True, text=True, timeout=300)
+                          "sjf", "f1", "--versus", "sjf", "--threads", "1", "--json"],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
     assert [x["policy"] for x in lines] == ["fcfs", "sjf", "f1"]
     best = min(lines, key=lambda x: x["mean_bounded_slowdown"])
     assert all(x["best_heuristic"] == best["policy"] for x in lines if x is not best)
+    for x in lines:  # --versus: each other policy's paired difference to sjf, the mean of the differences
+        assert ("minus_versus" in x) == (x["policy"] != "sjf")
+        if x["policy"] != "sjf":
+            assert x["minus_versus"] == pytest.approx(x["mean_bounded_slowdown"] - lines[1]["mean_bounded_slowdown"])
     assert all(x["num_sequences"] == 4 and x["log"]["kept"] == 6000 for x in lines)
     bad = subprocess.run([sys.executable, str(ROOT / "scripts/evaluate.py"), "--env", "queue", "--trace", str(log),
                           "--policy", "lifo"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'lifo'" in bad.stderr
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts/evaluate.py"), "--env", "queue", "--trace", str(log),
+                          "--policy", "f1", "--versus", "sjf"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--versus 'sjf' is not one of" in bad.stderr
 
 
 def test_bench_env_queue_prints_rates_and_an_iteration(tmp_path):

@@ -148,13 +148,15 @@ def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[C
 
 
 def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str = "off", sequences: int = 100,
-                 site=None, bsld_threshold: float = 10.0, device="cpu",
+                 site=None, bsld_threshold: float = 10.0, device="cpu", versus: str | None = None,
                  echo=print) -> tuple[list[dict], dict[str, torch.Tensor]]:
     """Every policy of `policies` on `trace` (rewritten as `site`, a queue.sites.SiteModel, when
     given) under `protocol`; prints a table through `echo` and
     returns one dict per policy (the metrics with 95% CIs over sequences, and, where a rule of
-    RULES ran, the paired difference to the best of them, "best heuristic") and each policy's
-    per-sequence mean bounded slowdowns."""
+    RULES ran, the paired difference to the best of them, "best heuristic"; with `versus`, one of
+    `policies`, also the paired difference to it) and each policy's per-sequence mean bounded slowdowns."""
+    if versus is not None and versus not in policies:
+        raise ConfigError(f"--versus {versus!r} is not one of the policies evaluated ({', '.join(policies)})")
     log = read_queue_log(trace)
     if site is not None:
         log = site.apply(log)
@@ -183,6 +185,10 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
             diff, ci = paired(result, results[best])
             line.update(best_heuristic=best, minus_best_heuristic=diff, minus_best_heuristic_ci95=ci)
             text += f"  minus {best}: {diff:+.2f} ± {ci:.2f} (paired 95% CI, {len(starts)} sequences)"
+        if versus is not None and name != versus:
+            diff, ci = paired(result, results[versus])
+            line.update(versus=versus, minus_versus=diff, minus_versus_ci95=ci)
+            text += f"  minus {versus}: {diff:+.2f} ± {ci:.2f}"
         echo(text)
         lines.append(line)
     return lines, {name: r.sequences["mean_bounded_slowdown"] for name, r in results.items()}
