@@ -186,3 +186,14 @@ def test_ppo_learns_a_reserving_rankings_first_job_and_its_checkpoint_plays_the_
     assert policy.net.spec.reserve and cfg.fit_delay and cfg.rule_ranks == ("f1",)
     result = evaluate_queue(policy, cfg, read_queue_log(path), torch.tensor([0, 200]))
     assert int(result.summary["jobs"]) == 2 * 128 and torch.isfinite(result.sequences["mean_bounded_slowdown"]).all()
+
+
+def test_the_shipped_reserving_network_plays_its_reservation_and_schedules_every_job(tmp_path):
+    path = Path(__file__).resolve().parents[1] / "checkpoints" / "queue_bsld_reserve.ckpt"
+    log = read_queue_log(write_log(tmp_path / "log.swf", jobs=2000, nodes=32))
+    policy, cfg = resolve(str(path), log.config(sequence_length=256, backfill="off"))
+    spec = policy.net.spec
+    assert spec.reserve and spec.prior == "f1" and cfg.fit_delay and cfg.rule_ranks == ("f1",)
+    result = evaluate_queue(policy, cfg, log, torch.tensor([0, 300, 900, 1500]))
+    assert int(result.summary["jobs"]) == 4 * 256
+    assert torch.isfinite(result.sequences["mean_bounded_slowdown"]).all()
