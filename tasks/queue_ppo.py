@@ -94,6 +94,10 @@ class PPOSettings:
     episodes_per_sequence: int = 1
     """Episodes of each sampled sequence in an iteration (batch_size / this sequences); > 1 for
     advantage "sequence"."""
+    prior_kl: float = 0.0
+    """With a network that starts from a rule (policy.prior): weight of KL(pi_theta || the rule's
+    softmax) per decision in the loss, which keeps the learned departures from the rule small where
+    the returns do not pay for them. 0: none."""
     scale_per_sequence: bool = False
     """With advantage "sequence": divide each sequence's advantages by their root mean square over
     its episodes' decisions (`per_sequence_scaled`), so that every sequence weighs the same in an
@@ -114,7 +118,7 @@ class PPOSettings:
         for name in ("gamma", "gae_lambda"):
             if not 0 < getattr(self, name) <= 1:
                 raise ConfigError(f"QueuePPO.ppo.{name} must be in (0, 1], got {getattr(self, name)}")
-        for name in ("entropy_coef", "critic_coef"):
+        for name in ("entropy_coef", "critic_coef", "prior_kl"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"QueuePPO.ppo.{name} must be >= 0, got {getattr(self, name)}")
 
@@ -238,6 +242,8 @@ class QueuePPO(LightningModule):
             except ConfigError as error:
                 raise ConfigError(f"QueuePPO.validation.sequence_length: {error}") from None
         self.imitation_data: TensorDict | None = None
+        if ppo.prior_kl > 0 and self.net.spec.prior is None:
+            raise ConfigError(f"QueuePPO.ppo.prior_kl {ppo.prior_kl} needs a network with a prior (policy.prior)")
         if imitate is not None and self.net.spec.reserve:
             raise ConfigError("QueuePPO.imitate: a reserving policy (policy.reserve) learns its ranking's first job, "
                               "which a rule's pick does not give; start it from a rule with policy.prior instead")
@@ -351,6 +357,14 @@ class QueuePPO(LightningModule):
         return TensorDict({"loss_objective": -log_prob.mean(),
                            "loss_critic": self.ppo.critic_coef * (value - data["value_target"]).pow(2).mean()}, [])
 
+    def prior_kl(self, data: TensorDict) -> torch.Tensor:
+        """Mean over the decisions of `data` of KL(pi_theta || softmax of the prior rule's logits)."""
+        mask = data["action_mask"]
+        logits = self.net.scorer(data["job_features"], data["cluster_features"], mask)
+        log_p = torch.log_softmax(logits, -1).masked_fill(~mask, 0.0)  # empty slots: -inf - -inf would be nan
+        log_q = torch.log_softmax(self.net.scorer.prior_logits(data["job_features"], mask), -1).masked_fill(~mask, 0.0)
+        return (log_p.exp() * mask * (log_p - log_q)).sum(-1).mean()
+
     def training_step(self, batch, batch_idx):
         start = time.perf_counter()
         imitating = self.global_step < self.hparams.imitation_iterations
@@ -374,7 +388,10 @@ class QueuePPO(LightningModule):
         for epoch in range(self.ppo.epochs):
             for index in torch.randperm(n, device=self.device).split(self.ppo.minibatch_size):
                 parts = self.imitation(data[index]) if imitating else self.loss(data[index])
-                loss = parts["loss_objective"] + parts["loss_critic"] + parts.get("loss_entropy", 0.0)
+                if self.ppo.prior_kl > 0 and not imitating:
+                    parts["loss_prior_kl"] = self.ppo.prior_kl * self.prior_kl(data[index])
+                loss = parts["loss_objective"] + parts["loss_critic"] + parts.get("loss_entropy", 0.0) + \
+                    parts.get("loss_prior_kl", 0.0)
                 self.check_loss(loss)
                 optimizer.zero_grad()
                 self.manual_backward(loss)
@@ -384,7 +401,7 @@ class QueuePPO(LightningModule):
                 # trainer.global_step: max_steps, seeds and checkpoints count iterations
                 steps -= 1
                 optimizer.step() if steps == 0 else optimizer.optimizer.step()
-                for key in ("loss_objective", "loss_critic", "entropy", "clip_fraction", "kl_approx"):
+                for key in ("loss_objective", "loss_critic", "loss_prior_kl", "entropy", "clip_fraction", "kl_approx"):
                     if key in parts.keys():
                         sums[key] = sums.get(key, 0.0) + float(parts[key].detach())
         count = self.ppo.epochs * -(-n // self.ppo.minibatch_size)

@@ -223,6 +223,15 @@ class JobScorer(nn.Module):
         return logits.masked_scatter(action_mask, scores.squeeze(-1))  # row-major, as nonzero() listed them
 
 
+    def prior_logits(self, job_features: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
+        """The prior rule's logits alone, [B, W] (-inf on empty slots): what the scorer plays with a
+        zero residual. ConfigError without `QueuePolicySpec.prior`."""
+        if self.prior_column is None:
+            raise ConfigError("the scorer has no prior (QueuePolicySpec.prior)")
+        prior = -self.prior_scale * job_features[..., self.prior_column]
+        return torch.where(action_mask, prior, float("-inf"))
+
+
 class QueueValue(nn.Module):
     """The critic: state value [B, 1] from the pooled window (`pooled_window`) and the cluster features."""
 
