@@ -197,3 +197,31 @@ def test_the_shipped_reserving_network_plays_its_reservation_and_schedules_every
     result = evaluate_queue(policy, cfg, log, torch.tensor([0, 300, 900, 1500]))
     assert int(result.summary["jobs"]) == 4 * 256
     assert torch.isfinite(result.sequences["mean_bounded_slowdown"]).all()
+
+
+def test_the_prior_kl_is_zero_at_the_start_grows_with_the_residual_and_needs_a_prior(tmp_path):
+    from lightning.pytorch import Trainer
+
+    from tasks.queue_ppo import PPOSettings, QueuePPO, QueueValidation
+
+    path = str(write_log(tmp_path / "log.swf", jobs=600, nodes=32))
+    with pytest.raises(ConfigError, match="ppo.prior_kl 0.5 needs a network with a prior"):
+        QueuePPO(path, ppo=PPOSettings(prior_kl=0.5), validation=QueueValidation(2, 64))
+    spec = QueuePolicySpec(hidden=(8,), rule_ranks=("f1",), prior="f1", fit_delay=True, reserve=True)
+    torch.manual_seed(0)
+    model = QueuePPO(path, window=64, sequence_length=64, batch_size=8, policy=spec,
+                     ppo=PPOSettings(epochs=1, minibatch_size=128, prior_kl=0.5), validation=QueueValidation(2, 64),
+                     iterations_per_epoch=1)
+    trainer = Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                      num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False,
+                      default_root_dir=tmp_path)
+    trainer.fit(model)
+    assert "train/loss_prior_kl" in trainer.logged_metrics
+    data, _ = model.rollout()
+    with torch.no_grad():
+        model.net.scorer.mlp.rest[-1][-1].weight.zero_()
+        model.net.scorer.mlp.rest[-1][-1].bias.zero_()
+        assert float(model.prior_kl(data)) == pytest.approx(0.0, abs=1e-6)  # the residual is zero: pi is the prior
+        model.net.scorer.mlp.job_in.weight.normal_(generator=torch.Generator().manual_seed(0))
+        model.net.scorer.mlp.rest[-1][-1].weight.fill_(5.0)
+        assert float(model.prior_kl(data)) > 0.01
