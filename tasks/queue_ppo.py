@@ -4,6 +4,8 @@ with TorchRL's objectives: `GAE` for the advantages and `ClipPPOLoss` for the up
     for each iteration:                                        (training_step)
         draw B sequences of L consecutive jobs from the training range of the log
         roll them out with pi_theta, one batched QueueEnv      (rollout)
+        [policy.reserve: pi_theta samples the ranking's first job, the env starts the reservation's
+         pick (queue.reservation); the update is on the first job's probabilities]
         [the first `imitation_iterations`: roll out the teacher `imitate` instead (a rule, or the
          rollout lookahead over all rules: expert iteration), and fit pi_theta to its picks
          (cross-entropy) and V to its returns; with `imitation_aggregate`, to all its decisions so far;
@@ -11,6 +13,7 @@ with TorchRL's objectives: `GAE` for the advantages and `ClipPPOLoss` for the up
         V(s_t) for every decision, GAE(gamma, lambda)          (advantages)
         for each of `epochs` passes, over shuffled minibatches:
             ClipPPOLoss: clipped surrogate + critic + entropy  (one Adam step a minibatch)
+            [+ prior_kl x KL(pi_theta || the prior rule's softmax), with policy.prior]
 
 RLScheduler (Zhang et al., SC'20) trains its kernel network with PPO, gamma 1, lambda 0.97, clip
 0.2 on sequences of 256 jobs; those are the defaults here. Validation runs the greedy policy on
