@@ -222,7 +222,6 @@ class JobScorer(nn.Module):
         logits = torch.full(action_mask.shape, float("-inf"), dtype=scores.dtype, device=scores.device)
         return logits.masked_scatter(action_mask, scores.squeeze(-1))  # row-major, as nonzero() listed them
 
-
     def prior_logits(self, job_features: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
         """The prior rule's logits alone, [B, W] (-inf on empty slots): what the scorer plays with a
         zero residual. ConfigError without `QueuePolicySpec.prior`."""
