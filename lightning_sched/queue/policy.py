@@ -217,10 +217,9 @@ class JobScorer(nn.Module):
         rows = cluster if self.context is None else \
             torch.cat([cluster, pooled_window(self.context, jobs, cluster, mask)], -1)
         scores, _ = self.mlp(jobs, rows, mask)
-        if self.prior_column is not None:
-            scores = scores - self.prior_scale * jobs[..., self.prior_column][mask].unsqueeze(-1)
         logits = torch.full(action_mask.shape, float("-inf"), dtype=scores.dtype, device=scores.device)
-        return logits.masked_scatter(action_mask, scores.squeeze(-1))  # row-major, as nonzero() listed them
+        logits = logits.masked_scatter(action_mask, scores.squeeze(-1))  # row-major, as nonzero() listed them
+        return logits if self.prior_column is None else logits + self.prior_logits(job_features, action_mask)
 
     def prior_logits(self, job_features: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
         """The prior rule's logits alone, [B, W] (-inf on empty slots): what the scorer plays with a
