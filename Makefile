@@ -25,9 +25,10 @@ run: setup
 smoke: setup
 	$(BIN)/python scripts/fit.py fit --config configs/smoke.yaml
 
+# two pytest workers of one thread each: one per core of the 2-core CI machine
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -m "not gpu" tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not gpu" -n 2 tests
 
 lint: setup
 	$(BIN)/ruff check .
