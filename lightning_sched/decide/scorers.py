@@ -97,6 +97,8 @@ def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
     if net.spec.context or net.spec.extra_inputs:  # they need the whole window or queue, which the graph lacks
         raise ConfigError(f"{checkpoint}: a policy with QueuePolicySpec.context, rule_ranks or fit_delay cannot be "
                           "exported to ONNX yet")
+    if net.spec.ensemble > 1:
+        raise ConfigError(f"{checkpoint}: an ensemble (QueuePolicySpec.ensemble) cannot be exported to ONNX yet")
     slot_mlp = net.scorer.mlp
 
     class JobScores(nn.Module):

@@ -13,7 +13,7 @@ The network reads the env's observation keys (/work/notes/queue_semantics.md):
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import torch
 from tensordict.nn import TensorDictModule
@@ -69,6 +69,11 @@ class QueuePolicySpec:
     """Play the ranking with its own reservation (queue.reservation, backfilling off): the sampled
     (or greedy) job is the ranking's first; when it does not fit, a job that ends before its
     reservation starts instead. Needs `fit_delay`."""
+    ensemble: int = 1
+    """How many scorers of this spec, trained apart (one run each), act together: the logits are their
+    mean, so with a shared `prior` the prior plus the mean of the learned residuals (departures the
+    members agree on stay, one member's own fade). Built from trained checkpoints by
+    scripts/ensemble.py (`ensemble_record`)."""
 
     def __post_init__(self) -> None:
         self.hidden, self.value_hidden = tuple(self.hidden), tuple(self.value_hidden)
@@ -93,6 +98,8 @@ class QueuePolicySpec:
         if self.reserve and not self.fit_delay:
             raise ConfigError("QueuePolicySpec.reserve needs fit_delay: true (the reservation reads each job's "
                               "fit delay)")
+        if isinstance(self.ensemble, bool) or not isinstance(self.ensemble, int) or self.ensemble < 1:
+            raise ConfigError(f"QueuePolicySpec.ensemble must be an integer >= 1, got {self.ensemble!r}")
 
     def observation(self) -> dict:
         """The QueueConfig fields of the extra job features this network reads."""
@@ -230,6 +237,22 @@ class JobScorer(nn.Module):
         return torch.where(action_mask, prior, float("-inf"))
 
 
+class EnsembleScorer(nn.Module):
+    """`spec.ensemble` JobScorers of one spec acting as one: their mean masked logits [B, W]."""
+
+    def __init__(self, spec: QueuePolicySpec):
+        super().__init__()
+        self.members = nn.ModuleList(JobScorer(replace(spec, ensemble=1)) for _ in range(spec.ensemble))
+
+    def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
+                action_mask: torch.Tensor) -> torch.Tensor:
+        return torch.stack([m(job_features, cluster_features, action_mask) for m in self.members]).mean(0)
+
+    def prior_logits(self, job_features: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
+        """The members' shared prior (`JobScorer.prior_logits`)."""
+        return self.members[0].prior_logits(job_features, action_mask)
+
+
 class QueueValue(nn.Module):
     """The critic: state value [B, 1] from the pooled window (`pooled_window`) and the cluster features."""
 
@@ -252,7 +275,7 @@ class QueueNetwork(nn.Module):
     def __init__(self, spec: QueuePolicySpec = QueuePolicySpec()):
         super().__init__()
         self.spec = spec
-        self.scorer = JobScorer(spec)
+        self.scorer = JobScorer(spec) if spec.ensemble == 1 else EnsembleScorer(spec)
         self.value = QueueValue(spec)
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
@@ -392,3 +415,31 @@ def queue_network(record: QueuePolicyRecord, path="") -> QueueNetwork:
         raise ConfigError(f"{path}: its weights do not fit its policy {net.spec!r} "
                           f"({str(error).strip().splitlines()[-1].strip()[:200]})") from error
     return net
+
+
+def ensemble_record(records: dict[str, QueuePolicyRecord]) -> QueuePolicyRecord:
+    """One record acting as the mean of the scorers of `records` (path -> record; QueuePolicySpec.ensemble),
+    with the first one's value head. They must be runs of one recipe: the same queue config, policy
+    spec, logs and train fraction (ConfigError naming the field and the file that differs); ensembles
+    and meta-policies are refused as members."""
+    if len(records) < 2:
+        raise ConfigError(f"an ensemble needs two policies at least, got {len(records)}")
+    (first_path, first), *_ = records.items()
+    described = {"queue": lambda r: r.queue.to_dict(), "policy": lambda r: r.policy.to_dict(),
+                 "log": lambda r: list(r.log), "train_fraction": lambda r: r.train_fraction}
+    for path, record in records.items():
+        if record.policy.ensemble != 1 or record.adaptation is not None:
+            raise ConfigError(f"{path}: already an ensemble or a meta-policy; members are single trained policies")
+        for name, value in described.items():
+            if value(record) != value(first):
+                mine, theirs = value(record), value(first)
+                if isinstance(mine, dict):
+                    key = next(k for k in mine if mine[k] != theirs.get(k))
+                    name, mine, theirs = f"{name}.{key}", mine[key], theirs.get(key)
+                raise ConfigError(f"{path}: {name} is {mine!r}, {first_path} has {theirs!r}; an ensemble's members "
+                                  "are runs of one recipe")
+    state = {k: v for k, v in first.state_dict.items() if not k.startswith("scorer.")}
+    for i, record in enumerate(records.values()):
+        state.update({f"scorer.members.{i}.{k[len('scorer.'):]}": v for k, v in record.state_dict.items()
+                      if k.startswith("scorer.")})
+    return replace(first, policy=replace(first.policy, ensemble=len(records)), state_dict=state)
