@@ -56,6 +56,7 @@ from lightning_sched.queue.policy import (
     make_critic,
     reserved_action,
 )
+from lightning_sched.queue.sites import ArrivalCopies
 
 from .base import SchedulerTask, plain_values, require_at_least, require_positive
 
@@ -187,6 +188,7 @@ class QueuePPO(LightningModule):
         lookahead: `LookaheadSettings` of the "lookahead" teacher.
         init_from: a queue policy checkpoint whose network (its sizes and weights) this run starts
             from, e.g. to go on with longer sequences; the run's own settings stay.
+        arrival_copies: `ArrivalCopies`, training logs beyond the logs themselves.
         seed: seeds the training sequences and the action sampling.
     """
 
@@ -196,7 +198,7 @@ class QueuePPO(LightningModule):
                  validation: QueueValidation = QueueValidation(), iterations_per_epoch: int = 100,
                  imitate: str | None = None, imitation_iterations: int = 0, imitation_aggregate: bool = False,
                  dagger: bool = False, lookahead: LookaheadSettings = LookaheadSettings(), init_from: str | None = None,
-                 seed: int = 0):
+                 arrival_copies: ArrivalCopies = ArrivalCopies(), seed: int = 0):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False  # several optimizer steps an iteration
@@ -236,9 +238,13 @@ class QueuePPO(LightningModule):
                      {"batch_size": batch_size, "sequence_length": sequence_length,
                       "validation.sequences": validation.sequences,
                       "validation.sequence_length": validation.sequence_length})
-        self.positions, self.val_positions = [], []
+        self.train_logs = arrival_copies.of(self.logs)  # the copies keep the jobs: the same training range
+        if len(self.train_logs) * ppo.episodes_per_sequence > batch_size:
+            raise ConfigError(f"QueuePPO.batch_size {batch_size} is below {len(self.train_logs)} training logs (with "
+                              f"arrival_copies) x ppo.episodes_per_sequence {ppo.episodes_per_sequence}")
+        self.positions = [one.positions(0, one.jobs_before(train_fraction), sequence_length) for one in self.train_logs]
+        self.val_positions = []
         for one in self.logs:
-            self.positions.append(one.positions(0, one.jobs_before(train_fraction), sequence_length))
             try:
                 first = one.jobs_before(validation.start_fraction)
                 self.val_positions.append(one.positions(first, one.jobs_before(val_end), validation.sequence_length))
@@ -290,7 +296,7 @@ class QueuePPO(LightningModule):
         env = self._envs.get(name)
         if env is None or env.device != self.device:
             if name == "train":
-                env = QueueEnv(self.cfg, self.logs, batch_size=[self.hparams.batch_size],
+                env = QueueEnv(self.cfg, self.train_logs, batch_size=[self.hparams.batch_size],
                                positions=self.positions, device=self.device,
                                episodes_per_sequence=self.ppo.episodes_per_sequence)
             else:  # row b validates on log b % len(logs), as the training rows

@@ -7,7 +7,15 @@ from test_queue_env import write_log
 
 from lightning_sched.config import ConfigError
 from lightning_sched.queue.log import read_queue_log
-from lightning_sched.queue.sites import HELDOUT_SITES, OVERESTIMATING, TIGHT, TRAINING_SITES, SiteModel
+from lightning_sched.queue.sites import (
+    HELDOUT_SITES,
+    OVERESTIMATING,
+    TIGHT,
+    TRAINING_SITES,
+    ArrivalCopies,
+    SiteModel,
+    perturbed_arrivals,
+)
 
 
 def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
@@ -72,3 +80,45 @@ def test_the_declared_split_pairs_no_held_out_log_and_model_seen_in_training():
 def test_bad_site_parameters_name_the_field(fields, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         SiteModel("bad", **fields)
+
+
+def test_perturbed_arrivals_keep_the_jobs_and_their_order_and_move_the_load_within_its_spread(log):
+    copies = ArrivalCopies(copies=3, gap_jitter=0.5, load_spread=0.2, seed=4).of([log])
+    assert len(copies) == 4 and copies[0] is log
+    for other in copies[1:]:
+        for name in ("run", "requested", "processors", "job_number"):
+            assert np.array_equal(getattr(other, name), getattr(log, name))
+        assert (np.diff(other.submit) >= 0).all() and other.submit[0] == log.submit[0]
+        assert not np.array_equal(other.submit, log.submit)
+        assert 0.8 * 0.999 <= other.offered_load() / log.offered_load() <= 1.2 * 1.001
+        assert other.summary()["arrivals_perturbed"]["gap_jitter"] == 0.5
+    again = ArrivalCopies(copies=3, gap_jitter=0.5, load_spread=0.2, seed=4).of([log])
+    assert all(np.array_equal(a.submit, b.submit) for a, b in zip(copies, again, strict=True))
+    unchanged = perturbed_arrivals(log, gap_jitter=0.0, load_spread=0.0, seed=0)
+    assert np.abs(unchanged.submit - log.submit).max() <= 1  # rounding only
+    for fields, message in (({"copies": -1}, "copies must be an integer >= 0, got -1"),
+                            ({"load_spread": 1.0}, "load_spread must be in \\[0, 1\\), got 1.0"),
+                            ({"gap_jitter": -0.1}, "gap_jitter must be >= 0, got -0.1")):
+        with pytest.raises(ConfigError, match=message):
+            ArrivalCopies(**fields)
+
+
+def test_ppo_trains_on_the_copies_and_validates_on_the_logs_themselves(tmp_path):
+    from lightning.pytorch import Trainer
+
+    from tasks.queue_ppo import PPOSettings, QueuePPO, QueueValidation
+
+    path = str(write_log(tmp_path / "log.swf", jobs=600, nodes=32))
+    settings = {"window": 64, "sequence_length": 64, "validation": QueueValidation(2, 64), "iterations_per_epoch": 1,
+                "ppo": PPOSettings(epochs=1, minibatch_size=128, advantage="sequence", episodes_per_sequence=2)}
+    with pytest.raises(ConfigError, match="batch_size 4 is below 3 training logs .* ppo.episodes_per_sequence 2"):
+        QueuePPO(path, batch_size=4, arrival_copies=ArrivalCopies(copies=2), **settings)
+    model = QueuePPO(path, batch_size=6, arrival_copies=ArrivalCopies(copies=2), **settings)
+    train, validation = model.env("train"), model.env("validation")
+    assert len(train.logs) == 3 and len(validation.logs) == 1
+    assert not np.array_equal(train.logs[1].submit, train.logs[0].submit)
+    Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_checkpointing=False, num_sanity_val_steps=0,
+            enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path).fit(model)
+    checkpoint = {}
+    model.on_save_checkpoint(checkpoint)
+    assert checkpoint["lightning_sched"]["log"] == [path]
