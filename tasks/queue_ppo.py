@@ -239,9 +239,10 @@ class QueuePPO(LightningModule):
                       "validation.sequences": validation.sequences,
                       "validation.sequence_length": validation.sequence_length})
         self.train_logs = arrival_copies.of(self.logs)  # the copies keep the jobs: the same training range
-        if len(self.train_logs) * ppo.episodes_per_sequence > batch_size:
-            raise ConfigError(f"QueuePPO.batch_size {batch_size} is below {len(self.train_logs)} training logs (with "
-                              f"arrival_copies) x ppo.episodes_per_sequence {ppo.episodes_per_sequence}")
+        if len(self.train_logs) * ppo.episodes_per_sequence > batch_size:  # a log without rows would never train
+            copies = " (with arrival_copies)" if arrival_copies.copies else ""
+            raise ConfigError(f"QueuePPO.batch_size {batch_size} is below {len(self.train_logs)} training logs{copies} "
+                              f"x ppo.episodes_per_sequence {ppo.episodes_per_sequence}")
         self.positions = [one.positions(0, one.jobs_before(train_fraction), sequence_length) for one in self.train_logs]
         self.val_positions = []
         for one in self.logs:
