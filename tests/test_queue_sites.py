@@ -14,7 +14,6 @@ from lightning_sched.queue.sites import (
     TRAINING_SITES,
     ArrivalCopies,
     SiteModel,
-    perturbed_arrivals,
 )
 
 
@@ -94,7 +93,7 @@ def test_perturbed_arrivals_keep_the_jobs_and_their_order_and_move_the_load_with
         assert other.summary()["arrivals_perturbed"]["gap_jitter"] == 0.5
     again = ArrivalCopies(copies=3, gap_jitter=0.5, load_spread=0.2, seed=4).of([log])
     assert all(np.array_equal(a.submit, b.submit) for a, b in zip(copies, again, strict=True))
-    unchanged = perturbed_arrivals(log, gap_jitter=0.0, load_spread=0.0, seed=0)
+    unchanged = ArrivalCopies(copies=1, gap_jitter=0.0, load_spread=0.0).perturbed(log, seed=0)
     assert np.abs(unchanged.submit - log.submit).max() <= 1  # rounding only
     for fields, message in (({"copies": -1}, "copies must be an integer >= 0, got -1"),
                             ({"load_spread": 1.0}, "load_spread must be in \\[0, 1\\), got 1.0"),

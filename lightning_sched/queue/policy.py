@@ -431,8 +431,8 @@ def ensemble_record(records: dict[str, QueuePolicyRecord]) -> QueuePolicyRecord:
         if record.policy.ensemble != 1 or record.adaptation is not None:
             raise ConfigError(f"{path}: already an ensemble or a meta-policy; members are single trained policies")
         for name, value in described.items():
-            if value(record) != value(first):
-                mine, theirs = value(record), value(first)
+            mine, theirs = value(record), value(first)
+            if mine != theirs:
                 if isinstance(mine, dict):
                     key = next(k for k in mine if mine[k] != theirs.get(k))
                     name, mine, theirs = f"{name}.{key}", mine[key], theirs.get(key)

@@ -10,7 +10,7 @@
   `size_length_correlation` (a Gaussian copula on ranks; each column keeps its values), or as logged.
 
 Every change is counted in the log's `summary()`, with the site's parameters, so a run records them.
-`perturbed_arrivals` and `ArrivalCopies` redraw a log's arrivals around the logged ones: training data
+`ArrivalCopies` redraws a log's arrivals around the logged ones: training data
 beyond the log itself.
 """
 from __future__ import annotations
@@ -83,27 +83,11 @@ class SiteModel:
         return site if self.load is None else site.with_load(self.load)
 
 
-def perturbed_arrivals(log: QueueLog, gap_jitter: float, load_spread: float, seed: int) -> QueueLog:
-    """`log` with its arrivals redrawn around the logged ones, as training data that is not the log
-    itself: each inter-arrival gap times exp(N(0, gap_jitter)), then all gaps scaled to an offered load
-    of the log's times a factor uniform in [1 - load_spread, 1 + load_spread]. The jobs, their order
-    and their requests stay; the change is counted in `summary()`."""
-    if not (0 <= gap_jitter and 0 <= load_spread < 1):
-        raise ConfigError(f"perturbed_arrivals: gap_jitter must be >= 0 and load_spread in [0, 1), got "
-                          f"{gap_jitter!r} and {load_spread!r}")
-    rng = np.random.default_rng(seed)
-    gaps = np.diff(log.submit.astype(np.float64)) * np.exp(rng.normal(0.0, gap_jitter, log.num_jobs - 1))
-    submit = log.submit[0] + np.round(np.concatenate([[0.0], np.cumsum(gaps)])).astype(np.int64)
-    counts = {**log.counts, "arrivals_perturbed": {"gap_jitter": gap_jitter, "load_spread": load_spread, "seed": seed}}
-    jittered = replace(log, submit=submit, counts=counts)
-    return jittered.with_load(log.offered_load() * rng.uniform(1 - load_spread, 1 + load_spread))
-
-
 @dataclass
 class ArrivalCopies:
     """Training data beyond the log: `copies` versions of each training log whose arrivals are
-    redrawn around the logged ones (queue.sites.perturbed_arrivals), replayed beside the log itself.
-    Validation replays the logs as they are."""
+    redrawn around the logged ones (`perturbed`), replayed beside the log itself. Validation replays
+    the logs as they are."""
 
     copies: int = 0
     """Perturbed versions of each log (0: the logs alone)."""
@@ -123,8 +107,20 @@ class ArrivalCopies:
 
     def of(self, logs: list[QueueLog]) -> list[QueueLog]:
         """`logs` followed by their perturbed copies (copy c of log i seeded by seed, c and i)."""
-        return [*logs, *(perturbed_arrivals(log, self.gap_jitter, self.load_spread, self.seed + 1000 * c + i)
+        return [*logs, *(self.perturbed(log, self.seed + 1000 * c + i)
                          for c in range(self.copies) for i, log in enumerate(logs))]
+
+    def perturbed(self, log: QueueLog, seed: int) -> QueueLog:
+        """One copy of `log`: each inter-arrival gap times exp(N(0, gap_jitter)), then all gaps scaled
+        to an offered load of the log's times a factor uniform in [1 - load_spread, 1 + load_spread].
+        The jobs, their order and their requests stay; the change is counted in `summary()`."""
+        rng = np.random.default_rng(seed)
+        gaps = np.diff(log.submit.astype(np.float64)) * np.exp(rng.normal(0.0, self.gap_jitter, log.num_jobs - 1))
+        submit = log.submit[0] + np.round(np.concatenate([[0.0], np.cumsum(gaps)])).astype(np.int64)
+        counts = {**log.counts, "arrivals_perturbed": {"gap_jitter": self.gap_jitter, "load_spread": self.load_spread,
+                                                       "seed": seed}}
+        jittered = replace(log, submit=submit, counts=counts)
+        return jittered.with_load(log.offered_load() * rng.uniform(1 - self.load_spread, 1 + self.load_spread))
 
 
 def _repair(processors: np.ndarray, run: np.ndarray, rho: float, rng: np.random.Generator) -> np.ndarray:
