@@ -363,7 +363,7 @@ def test_a_rank_reading_policy_trains_follows_its_rule_and_evaluates_from_its_ch
     trainer.save_checkpoint(checkpoint)
     _, cfg = resolve(str(checkpoint), read_queue_log(path).config(sequence_length=48))
     assert cfg.rule_ranks == ("sjf", "f1") and cfg.window == 8
-    with pytest.raises(ConfigError, match="reading rule ranks or fit delays cannot serve"):
+    with pytest.raises(ConfigError, match="reading rule ranks, fit delays or the clock cannot serve"):
         TorchScorer(checkpoint)
     # weights that read F1's rank alone act as F1 on the window: the same episodes, job for job
     net = model.net
@@ -413,3 +413,55 @@ def test_fit_delay_is_the_wait_until_running_jobs_requested_ends_free_enough_nod
     with pytest.raises(ConfigError, match="QueueConfig.fit_delay must be true or false, got 'yes'"):
         log.config(fit_delay="yes")
     assert "fit_delay" not in log.config().to_dict() and cfg.to_dict()["fit_delay"] is True
+
+
+def test_the_clock_is_the_time_of_day_beside_the_cluster_features_and_a_clock_policy_round_trips(tmp_path):
+    """With QueueConfig.clock the row features end in sin, cos of the time of day; the first two are
+    the clockless env's; a policy trained with it records it, evaluates with it, and the decision
+    service refuses it (its snapshots carry no clock)."""
+    from lightning.pytorch import Trainer
+
+    from lightning_sched.decide.scorers import TorchScorer
+    from lightning_sched.decide.snapshot import SnapshotError
+    from lightning_sched.queue.evaluation import evaluate_queue, resolve
+    from tasks.queue_ppo import PPOSettings, QueuePPO, QueueValidation
+
+    path = write_log(tmp_path / "tiny.swf", jobs=600)
+    log = read_queue_log(path)
+    plain = log.config(window=8, sequence_length=96)
+    timed = replace(plain, clock=True)
+    assert (plain.cluster_features, timed.cluster_features) == (2, 4)
+    envs = [QueueEnv(cfg, log, batch_size=[3], starts=torch.tensor([0, 200, 400])) for cfg in (plain, timed)]
+    tds, generator, days = [env.reset() for env in envs], torch.Generator().manual_seed(0), set()
+    while not bool(tds[0]["done"].all()):
+        angle = (tds[1]["time"].squeeze(-1) % 86400).double() * 2 * math.pi / 86400
+        clock = torch.stack([angle.sin(), angle.cos()], -1).float()
+        torch.testing.assert_close(tds[1]["cluster_features"][:, 2:], clock)
+        torch.testing.assert_close(tds[1]["cluster_features"][:, :2], tds[0]["cluster_features"])
+        days.update((tds[1]["time"] // 3600 % 24).flatten().tolist())
+        action = torch.multinomial(tds[0]["action_mask"].double(), 1, generator=generator).squeeze(-1)
+        tds = [env.step(td.set("action", action))["next"] for env, td in zip(envs, tds)]
+    assert len(days) >= 6  # the test log's sequences span several hours of the day
+    with pytest.raises(ConfigError, match="QueueConfig.clock must be true or false, got 'yes'"):
+        log.config(clock="yes")
+    assert "clock" not in plain.to_dict() and timed.to_dict()["clock"] is True
+    with pytest.raises(ConfigError, match="QueuePolicySpec.clock must be true or false, got 1"):
+        QueuePolicySpec.from_dict({"clock": 1})
+
+    spec = QueuePolicySpec(hidden=(8,), embedding=4, context=True, clock=True)
+    model = QueuePPO(str(path), window=16, sequence_length=32, batch_size=4, policy=spec,
+                     ppo=PPOSettings(epochs=1, minibatch_size=64), validation=QueueValidation(2, 32),
+                     iterations_per_epoch=1)
+    assert model.cfg.clock
+    trainer = Trainer(max_steps=1, logger=False, enable_checkpointing=False, num_sanity_val_steps=0,
+                      limit_val_batches=0, enable_progress_bar=False, enable_model_summary=False,
+                      default_root_dir=tmp_path)
+    trainer.fit(model)
+    checkpoint = tmp_path / "clock.ckpt"
+    trainer.save_checkpoint(checkpoint)
+    policy, cfg = resolve(str(checkpoint), log.config(sequence_length=64))
+    assert policy.net.spec.clock and cfg.clock and cfg.cluster_features == 4
+    result = evaluate_queue(policy, cfg, log, torch.tensor([0, 300]))
+    assert int(result.summary["jobs"]) == 2 * 64
+    with pytest.raises(SnapshotError, match="clock.ckpt: a policy reading .* the clock cannot serve decisions"):
+        TorchScorer(checkpoint)

@@ -135,12 +135,14 @@ def test_an_untrained_network_with_the_f1_prior_and_a_reservation_plays_f1_reser
     log = read_queue_log(write_log(tmp_path / "log.swf", jobs=2000, nodes=32))
     cfg = log.config(sequence_length=256, backfill="off")
     starts = torch.tensor([0, 300, 900, 1500])
-    spec = QueuePolicySpec(rule_ranks=("sjf", "f1"), prior="f1", fit_delay=True, reserve=True)
-    net = QueueNetwork(spec).eval()
-    net_cfg = replace(heuristic_config(cfg), **spec.observation())
-    network = evaluate_queue(QueuePolicy(net), net_cfg, log, starts).sequences["mean_bounded_slowdown"]
     rule = evaluate_queue(*resolve("f1+reserve", cfg), log, starts).sequences["mean_bounded_slowdown"]
-    assert torch.equal(network, rule)
+    for spec in (QueuePolicySpec(rule_ranks=("sjf", "f1"), prior="f1", fit_delay=True, reserve=True),
+                 QueuePolicySpec(rule_ranks=("f1",), prior="f1", fit_delay=True, reserve=True, context=True,
+                                 clock=True)):  # the window's make-up and the clock feed only the residual
+        net = QueueNetwork(spec).eval()
+        net_cfg = replace(heuristic_config(cfg), **spec.observation())
+        network = evaluate_queue(QueuePolicy(net), net_cfg, log, starts).sequences["mean_bounded_slowdown"]
+        assert torch.equal(network, rule)
     with torch.no_grad():  # a scorer that departs from the prior plays differently
         net.scorer.mlp.job_in.weight.normal_(generator=torch.Generator().manual_seed(0))
         net.scorer.mlp.rest[-1][-1].weight.fill_(5.0)

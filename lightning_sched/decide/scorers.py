@@ -36,8 +36,9 @@ class TorchScorer:
 
         self.torch = torch
         self.net, cfg = load_queue_policy(path)
-        if cfg.job_features > 4:  # the service's job features are the four of a snapshot
-            raise SnapshotError(f"{path}: a policy reading rule ranks or fit delays cannot serve decisions yet")
+        if cfg.job_features > 4 or cfg.clock:  # the service's features are the four and two of a snapshot
+            raise SnapshotError(f"{path}: a policy reading rule ranks, fit delays or the clock cannot serve "
+                                "decisions yet")
         self.config = cfg.to_dict()
 
     def __call__(self, job_features: np.ndarray, cluster_features: np.ndarray) -> np.ndarray:
@@ -94,9 +95,9 @@ def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
     from ..queue.policy import load_queue_policy
 
     net, cfg = load_queue_policy(checkpoint)
-    if net.spec.context or net.spec.extra_inputs:  # they need the whole window or queue, which the graph lacks
-        raise ConfigError(f"{checkpoint}: a policy with QueuePolicySpec.context, rule_ranks or fit_delay cannot be "
-                          "exported to ONNX yet")
+    if net.spec.context or net.spec.extra_inputs or net.spec.clock:  # inputs the graph does not take yet
+        raise ConfigError(f"{checkpoint}: a policy with QueuePolicySpec.context, rule_ranks, fit_delay or clock "
+                          "cannot be exported to ONNX yet")
     if net.spec.ensemble > 1:
         raise ConfigError(f"{checkpoint}: an ensemble (QueuePolicySpec.ensemble) cannot be exported to ONNX yet")
     slot_mlp = net.scorer.mlp

@@ -58,6 +58,11 @@ class QueueConfig:
     """Each slot's features also carry, after the ranks, how long until the job would fit if nothing
     else started: the first requested end of a running job at which enough nodes are free, as
     log1p(seconds / 60) / 8 (0: it fits now). The four features show free nodes, not when they free."""
+    clock: bool = False
+    """The row's features also carry the time of day, sin and cos of 2 pi (now mod 86400) / 86400
+    (cluster_features [B, 4]): arrivals follow a daily cycle (the Lublin model's logs: about 10x more an
+    hour at noon than at 4 am), which the queue alone does not show. The log's time 0 is taken as
+    midnight, as in the Lublin logs and in NASA iPSC/860's (its header: 00:00:03 local)."""
 
     def __post_init__(self) -> None:
         for name in ("nodes", "processors_per_node", "window", "sequence_length"):
@@ -69,8 +74,9 @@ class QueueConfig:
         if self.reward not in REWARDS:
             raise ConfigError(f"QueueConfig.reward must be one of {', '.join(REWARDS)}, got {self.reward!r}")
         object.__setattr__(self, "rule_ranks", distinct_rules("QueueConfig.rule_ranks", self.rule_ranks))
-        if not isinstance(self.fit_delay, bool):
-            raise ConfigError(f"QueueConfig.fit_delay must be true or false, got {self.fit_delay!r}")
+        for name in ("fit_delay", "clock"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"QueueConfig.{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("bsld_threshold", "max_wait", "max_requested"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
@@ -82,6 +88,11 @@ class QueueConfig:
         return 4 + len(self.rule_ranks) + int(self.fit_delay)
 
     @property
+    def cluster_features(self) -> int:
+        """Features a row carries: free nodes share, log queue length; with `clock` the time of day."""
+        return 2 + 2 * int(self.clock)
+
+    @property
     def processors(self) -> int:
         return self.nodes * self.processors_per_node
 
@@ -89,8 +100,9 @@ class QueueConfig:
         """Plain values; rule_ranks as a list. The extra job features are left out when unused, so that
         a config without them reads the same as one written before they existed."""
         values = asdict(self)
-        ranks, delay = values.pop("rule_ranks"), values.pop("fit_delay")
-        return {**values, **({"rule_ranks": list(ranks)} if ranks else {}), **({"fit_delay": True} if delay else {})}
+        ranks, delay, clock = values.pop("rule_ranks"), values.pop("fit_delay"), values.pop("clock")
+        return {**values, **({"rule_ranks": list(ranks)} if ranks else {}), **({"fit_delay": True} if delay else {}),
+                **({"clock": True} if clock else {})}
 
     @classmethod
     def from_dict(cls, values: dict) -> QueueConfig:

@@ -106,7 +106,7 @@ class QueueEnv(EnvBase):
     def _make_specs(self) -> None:
         b, w, length, dev = self.batch_size, self.cfg.window, self.cfg.sequence_length, self.device
         spec = {"job_features": Unbounded(shape=(*b, w, self.cfg.job_features), dtype=torch.float32, device=dev),
-                "cluster_features": Unbounded(shape=(*b, 2), dtype=torch.float32, device=dev),
+                "cluster_features": Unbounded(shape=(*b, self.cfg.cluster_features), dtype=torch.float32, device=dev),
                 "action_mask": Binary(n=w, shape=(*b, w), dtype=torch.bool, device=dev),
                 "window_job": Unbounded(shape=(*b, w), dtype=torch.int32, device=dev),
                 "time": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev),

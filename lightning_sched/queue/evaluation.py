@@ -93,9 +93,9 @@ def evaluate_queue(policy: Callable, cfg: QueueConfig, log: QueueLog, starts: to
 
 def network_config(cfg: QueueConfig, trained: QueueConfig) -> QueueConfig:
     """The config a network runs with on `cfg`'s log: what it was trained to see (`trained`'s
-    window, feature scales and extra job features)."""
+    window, feature scales, extra job features and clock)."""
     return replace(cfg, window=trained.window, max_wait=trained.max_wait, max_requested=trained.max_requested,
-                   rule_ranks=trained.rule_ranks, fit_delay=trained.fit_delay)
+                   rule_ranks=trained.rule_ranks, fit_delay=trained.fit_delay, clock=trained.clock)
 
 
 def heuristic_config(cfg: QueueConfig, reserve: bool = False) -> QueueConfig:

@@ -8,7 +8,8 @@ The network reads the env's observation keys (/work/notes/queue_semantics.md):
     job_features:     FloatTensor[B, W, 4 + R]  per slot: wait, requested, processors, fits now (0: empty),
                       and the slot's rank under each rule of QueuePolicySpec.rule_ranks (R of them),
                       and with QueuePolicySpec.fit_delay how long until the job would fit
-    cluster_features: FloatTensor[B, 2]     free nodes share, log queue length
+    cluster_features: FloatTensor[B, 2 (+2)] free nodes share, log queue length (and with
+                      QueuePolicySpec.clock the time of day, sin and cos)
     action_mask:      BoolTensor[B, W]      the slot holds a job
 """
 from __future__ import annotations
@@ -56,6 +57,9 @@ class QueuePolicySpec:
 
     fit_delay: bool = False
     """Each job's inputs also carry how long until it would fit (the env's `QueueConfig.fit_delay`)."""
+    clock: bool = False
+    """The row's inputs also carry the time of day (the env's `QueueConfig.clock`): a departure from
+    the prior can depend on where the daily cycle of arrivals stands."""
 
     prior: str | None = None
     """A rule of `rule_ranks` whose ranking the scores start from (residual policy learning, Silver
@@ -82,7 +86,7 @@ class QueuePolicySpec:
             widths = getattr(self, name)
             if not widths or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in widths):
                 raise ConfigError(f"QueuePolicySpec.{name} must be one or more integers >= 1, got {widths!r}")
-        for name in ("job_area", "context", "fit_delay"):
+        for name in ("job_area", "context", "fit_delay", "clock"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"QueuePolicySpec.{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.embedding, bool) or not isinstance(self.embedding, int) or self.embedding < 1:
@@ -102,8 +106,13 @@ class QueuePolicySpec:
             raise ConfigError(f"QueuePolicySpec.ensemble must be an integer >= 1, got {self.ensemble!r}")
 
     def observation(self) -> dict:
-        """The QueueConfig fields of the extra job features this network reads."""
-        return {"rule_ranks": self.rule_ranks, "fit_delay": self.fit_delay}
+        """The QueueConfig fields of the extra features this network reads."""
+        return {"rule_ranks": self.rule_ranks, "fit_delay": self.fit_delay, "clock": self.clock}
+
+    @property
+    def cluster_inputs(self) -> int:
+        """Row inputs: the two cluster features, and the time of day with `clock`."""
+        return CLUSTER_FEATURES + 2 * int(self.clock)
 
     @property
     def extra_inputs(self) -> int:
@@ -153,10 +162,10 @@ def job_inputs(job_features: torch.Tensor, job_area: bool = False) -> torch.Tens
 
 
 def flat(job_features, cluster_features, action_mask):
-    """The inputs with their leading dims ([B] or [B, T]) as one: [N, W, F], [N, 2], [N, W]."""
+    """The inputs with their leading dims ([B] or [B, T]) as one: [N, W, F], [N, C], [N, W]."""
     w = action_mask.shape[-1]
-    return job_features.reshape(-1, w, job_features.shape[-1]), cluster_features.reshape(-1, CLUSTER_FEATURES), \
-        action_mask.reshape(-1, w)
+    rows = cluster_features.reshape(-1, cluster_features.shape[-1])
+    return job_features.reshape(-1, w, job_features.shape[-1]), rows, action_mask.reshape(-1, w)
 
 
 class SlotMLP(nn.Module):
@@ -190,7 +199,7 @@ class SlotMLP(nn.Module):
 def pooled_window(embed: SlotMLP, jobs: torch.Tensor, cluster: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The window's make-up as one vector a row, [N, 2E]: the per-job embedding `embed` (one layer,
     the same weights for every job) pooled by mean and max over the visible jobs of job_features
-    [N, W, F], cluster_features [N, 2] and action_mask [N, W]."""
+    [N, W, F], cluster_features [N, C] and action_mask [N, W]."""
     embedded, row = embed(jobs, cluster, mask)
     embedded = torch.relu(embedded)  # [n, E] >= 0, so 0 is a neutral start for the max
     b, e = mask.shape[0], embedded.shape[-1]
@@ -201,14 +210,15 @@ def pooled_window(embed: SlotMLP, jobs: torch.Tensor, cluster: torch.Tensor, mas
 
 
 class JobScorer(nn.Module):
-    """The actor: masked logits [B, W] from job_features [B, W, 4 + R], cluster_features [B, 2] and
+    """The actor: masked logits [B, W] from job_features [B, W, 4 + R], cluster_features [B, C] and
     action_mask [B, W], the same MLP for every job (with `spec.context`, also fed the pooled
     window); -inf on empty slots."""
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
-        self.context = SlotMLP([spec.embedding], spec.job_area, extra=spec.extra_inputs) if spec.context else None
-        rows = CLUSTER_FEATURES + 2 * spec.embedding * spec.context
+        self.context = SlotMLP([spec.embedding], spec.job_area, spec.cluster_inputs, spec.extra_inputs) \
+            if spec.context else None
+        rows = spec.cluster_inputs + 2 * spec.embedding * spec.context
         self.mlp = SlotMLP([*spec.hidden, 1], spec.job_area, rows, spec.extra_inputs)
         # the prior's rank column; the residual starts at zero, so the untrained scorer is the rule
         self.prior_column = None if spec.prior is None else JOB_FEATURES + spec.rule_ranks.index(spec.prior)
@@ -258,8 +268,8 @@ class QueueValue(nn.Module):
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
-        self.embed = SlotMLP([spec.embedding], spec.job_area, extra=spec.extra_inputs)
-        self.head = mlp([2 * spec.embedding + CLUSTER_FEATURES, *spec.value_hidden, 1])
+        self.embed = SlotMLP([spec.embedding], spec.job_area, spec.cluster_inputs, spec.extra_inputs)
+        self.head = mlp([2 * spec.embedding + spec.cluster_inputs, *spec.value_hidden, 1])
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
                 action_mask: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,8 @@
 
 With `cfg.rule_ranks`, the job features also carry each named rule's ranking of the window
 (`heuristics.window_ranks`), and with `cfg.fit_delay` how long until each job would fit (`fit_delay`),
-computed with torch ops on either path.
+computed with torch ops on either path; with `cfg.clock` the cluster features also carry the time
+of day (`clock`).
 """
 from __future__ import annotations
 
@@ -38,7 +39,16 @@ def advance(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str,
         extra.append(fit_delay(state, out["window_job"]).unsqueeze(-1))
     if extra:
         out["job_features"] = torch.cat([out["job_features"], *extra], -1)
+    if cfg.clock:
+        out["cluster_features"] = torch.cat([out["cluster_features"], clock(state.time)], -1)
     return out
+
+
+def clock(time: torch.Tensor) -> torch.Tensor:
+    """The time of day of `time` (LongTensor[B], seconds, the log's time 0 at midnight) as
+    FloatTensor[B, 2]: sin and cos of 2 pi (time mod 86400) / 86400."""
+    angle = (time % 86400).double() * (2 * math.pi / 86400)
+    return torch.stack([angle.sin(), angle.cos()], -1).float()
 
 
 def fit_delay(state: QueueState, window_job: torch.Tensor) -> torch.Tensor:
