@@ -19,16 +19,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import set_threads  # noqa: E402
-from lightning_sched.queue.evaluation import EVAL_LENGTH, TRAIN_FRACTION, evaluate_queue, heuristic_config  # noqa: E402
-from lightning_sched.queue.heuristics import RULES, QueueHeuristic  # noqa: E402
+from lightning_sched.queue.evaluation import EVAL_LENGTH, TRAIN_FRACTION, evaluate_queue, resolve  # noqa: E402
+from lightning_sched.queue.heuristics import RULES  # noqa: E402
 from lightning_sched.queue.log import read_queue_log  # noqa: E402
+from lightning_sched.queue.reservation import SUFFIX  # noqa: E402
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace", nargs="+", required=True, help="SWF logs (.swf or .swf.gz)")
     parser.add_argument("--backfill", nargs="+", default=["off"], choices=["off", "easy"])
-    parser.add_argument("--rules", nargs="+", default=[r for r in RULES if r != "fcfs"], choices=RULES)
+    parser.add_argument("--rules", nargs="+", default=[r for r in RULES if r != "fcfs"],
+                        choices=[*RULES, *(r + SUFFIX for r in RULES)], help="rules, or RULE+reserve (backfill off)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     set_threads(args.threads)
@@ -37,15 +39,15 @@ def main(argv=None) -> None:
         starts = torch.arange(0, log.num_jobs - EVAL_LENGTH + 1, EVAL_LENGTH)
         boundary = log.jobs_before(TRAIN_FRACTION)
         for backfill in args.backfill:
-            cfg = heuristic_config(log.config(sequence_length=EVAL_LENGTH, backfill=backfill))
-            scores = {rule: evaluate_queue(QueueHeuristic(rule), cfg, log, starts).sequences["mean_bounded_slowdown"]
+            cfg = log.config(sequence_length=EVAL_LENGTH, backfill=backfill)
+            scores = {rule: evaluate_queue(*resolve(rule, cfg), log, starts).sequences["mean_bounded_slowdown"]
                       for rule in args.rules}
             print(f"{Path(path).name}, backfill {backfill}: mean bounded slowdown of each {EVAL_LENGTH}-job stretch")
-            print(f"{'jobs':>12} " + " ".join(f"{r:>9}" for r in args.rules) + "  best")
+            print(f"{'jobs':>12} " + " ".join(f"{r:>10}" for r in args.rules) + "  best")
             for i, start in enumerate(starts.tolist()):
                 row = {r: float(scores[r][i]) for r in args.rules}
                 part = "  (last 20%)" if start >= boundary else ""
-                print(f"{start:>5}-{start + EVAL_LENGTH - 1:<6} " + " ".join(f"{row[r]:9.1f}" for r in args.rules)
+                print(f"{start:>5}-{start + EVAL_LENGTH - 1:<6} " + " ".join(f"{row[r]:10.1f}" for r in args.rules)
                       + f"  {min(row, key=row.get)}{part}")
 
 
