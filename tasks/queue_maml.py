@@ -183,7 +183,7 @@ class QueueMAML(LightningModule):
             env = self.env(site)
             if hp.inner_steps == 0:  # the mixture baseline: the meta-parameters' own loss, as many samples
                 for _ in range(hp.rollouts_per_site):
-                    traj = rollout(env, self.net.scorer, generator)
+                    traj = rollout(env, self.net.scorer, self.net.spec, generator)
                     loss = reinforce_loss(self.net.scorer, traj, hp.episodes) / (hp.meta_batch * hp.rollouts_per_site)
                     self.manual_backward(loss)
                     meta_loss += float(loss.detach())
@@ -195,8 +195,9 @@ class QueueMAML(LightningModule):
             with higher.innerloop_ctx(self.net.scorer, inner, copy_initial_weights=False,
                                       track_higher_grads=not hp.first_order) as (fnet, diffopt):
                 for _ in range(hp.inner_steps):
-                    diffopt.step(reinforce_loss(fnet, rollout(env, fnet, generator), hp.episodes), grad_callback=scale)
-                traj = rollout(env, fnet, generator)
+                    diffopt.step(reinforce_loss(fnet, rollout(env, fnet, self.net.spec, generator), hp.episodes),
+                                 grad_callback=scale)
+                traj = rollout(env, fnet, self.net.spec, generator)
                 loss = reinforce_loss(fnet, traj, hp.episodes) / hp.meta_batch
                 self.meta_backward(loss, fnet)
             meta_loss += float(loss.detach())
@@ -249,14 +250,16 @@ class QueueMAML(LightningModule):
             net = copy.deepcopy(self.net)  # adapted here, the meta-policy untouched
             generator = torch.Generator().manual_seed(seeds.VALIDATION + site)
             if hp.inner_steps:
-                adapt(net.scorer, site_env(log, self.cfg, hp.sequences, hp.episodes, self.positions[site],
-                                           seed=seeds.VALIDATION + site), hp.inner_steps, hp.inner_lr, hp.episodes,
-                      generator, step_sizes=step_sizes)
+                train_env = site_env(log, self.cfg, hp.sequences, hp.episodes, self.positions[site],
+                                     seed=seeds.VALIDATION + site)
+                adapt(net.scorer, net.spec, train_env, hp.inner_steps, hp.inner_lr, hp.episodes, generator,
+                      step_sizes=step_sizes)
             lo, hi = log.positions(0, log.jobs_before(hp.train_fraction), hp.validation_length)
             start = torch.randint(lo, hi + 1, (1,), generator=generator)
             env = QueueEnv(self.val_cfg, log, batch_size=[1], starts=start)
             with torch.no_grad():
-                results.append(float(rollout(env, net.scorer, greedy=True).metrics["mean_bounded_slowdown"][0]))
+                played = rollout(env, net.scorer, net.spec, greedy=True)
+                results.append(float(played.metrics["mean_bounded_slowdown"][0]))
         value = sum(results) / len(results)
         self.log("eval/mean_bounded_slowdown", value, on_step=False, on_epoch=True, batch_size=1)
         self.log("val_bsld", value, prog_bar=True, logger=False, on_epoch=True, batch_size=1)

@@ -227,3 +227,24 @@ def test_the_prior_kl_is_zero_at_the_start_grows_with_the_residual_and_needs_a_p
         model.net.scorer.mlp.job_in.weight.normal_(generator=torch.Generator().manual_seed(0))
         model.net.scorer.mlp.rest[-1][-1].weight.fill_(5.0)
         assert float(model.prior_kl(data)) > 0.01
+
+
+def test_adaptation_plays_a_reserving_policy_with_its_reservation(tmp_path):
+    # adapt.py --env queue and queue MAML roll a policy out themselves: a reserving network must play
+    # its reservation there too, and learn from the probabilities of its ranking's first job
+    from lightning_sched.queue.adaptation import adaptation_curve, rollout
+
+    log = read_queue_log(write_log(tmp_path / "log.swf", jobs=2000, nodes=32))
+    cfg = log.config(sequence_length=256, backfill="off")
+    starts = torch.tensor([1500, 1700])
+    spec = QueuePolicySpec(rule_ranks=("f1",), prior="f1", fit_delay=True, reserve=True)
+    torch.manual_seed(0)
+    net = QueueNetwork(spec)
+    net_cfg = replace(heuristic_config(cfg), **spec.observation())
+    curve, moved = adaptation_curve(net, log, net_cfg, starts, 1, 0.03, 2, 2, 1400, seed=0, train_length=64)
+    rule = evaluate_queue(*resolve("f1+reserve", cfg), log, starts).sequences["mean_bounded_slowdown"]
+    assert torch.equal(curve[0], rule)  # before any step: the untrained network is f1+reserve
+    assert any(not torch.equal(a, b) for a, b in zip(moved.scorer.parameters(), net.scorer.parameters()))
+    env = QueueEnv(net_cfg, log, batch_size=[2], starts=starts)
+    plain = rollout(env, net.scorer, replace(spec, reserve=False), greedy=True).metrics["mean_bounded_slowdown"]
+    assert not torch.equal(plain, rule)  # without its reservation the same network plays F1

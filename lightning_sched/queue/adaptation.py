@@ -22,6 +22,7 @@ from ..learning.baselines import TimeIndexedBaseline
 from ..learning.finite import require_finite
 from ..learning.policy_gradient import discounted_returns
 from .env import QueueEnv
+from .policy import QueuePolicySpec, reserved_action
 
 
 @dataclass
@@ -29,7 +30,10 @@ class QueueRollout:
     """T decisions of B episodes, rows b*E..b*E+E-1 replaying one sequence.
 
     job_features: FloatTensor[T, B, W, 4]; cluster_features: FloatTensor[T, B, 2]
-    action_mask: BoolTensor[T, B, W]; action: LongTensor[T, B]; reward: FloatTensor[T, B]
+    action_mask: BoolTensor[T, B, W]; reward: FloatTensor[T, B]
+    action: LongTensor[T, B]  the job drawn from the policy's softmax (its log-probability is the loss's);
+                              with a reservation (QueuePolicySpec.reserve) the ranking's first job, and
+                              the env may have started a filler before it
     active: BoolTensor[T, B]  the row was not finished before decision t (its action counted)
     metrics: the episodes' metrics (QueueEnv.episode_metrics), DoubleTensor[B] each
     """
@@ -44,9 +48,11 @@ class QueueRollout:
 
 
 @torch.no_grad()
-def rollout(env: QueueEnv, net, generator: torch.Generator | None = None, greedy: bool = False) -> QueueRollout:
-    """Every row of `env` from its reset to its end with `net` (a QueueNetwork or a functional copy):
-    actions drawn from the softmax of its masked scores with `generator`, or its argmax."""
+def rollout(env: QueueEnv, net, spec: QueuePolicySpec, generator: torch.Generator | None = None,
+            greedy: bool = False) -> QueueRollout:
+    """Every row of `env` from its reset to its end with `net` (a QueueNetwork, its scorer or a
+    functional copy of it) of policy `spec`: actions drawn from the softmax of its masked scores with
+    `generator`, or its argmax, played with the reservation when `spec.reserve` (as QueuePolicy plays it)."""
     td = env.reset()
     steps = []
     while not bool(td["done"].all()):
@@ -55,7 +61,7 @@ def rollout(env: QueueEnv, net, generator: torch.Generator | None = None, greedy
             action = logits.argmax(-1)
         else:
             action = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1)
-        td["action"] = action
+        td["action"] = reserved_action(spec, logits, action, td)
         active = ~td["done"].squeeze(-1)
         steps.append((td["job_features"], td["cluster_features"], td["action_mask"], action, active))
         td = env.step(td)["next"]
@@ -85,10 +91,11 @@ def site_env(log, cfg, sequences: int, episodes: int, positions: tuple[int, int]
                     episodes_per_sequence=episodes)
 
 
-def adapt(net, env: QueueEnv, steps: int, lr: float, episodes: int, generator: torch.Generator | None = None,
-          optimizer: str = "sgd", after_step=None, step_sizes: dict[str, torch.Tensor] | None = None) -> list[float]:
-    """`steps` REINFORCE steps of `net` (a scorer, in place) on rollouts of `env` (rows b*E..b*E+E-1 one
-    sequence, E = `episodes`) with SGD (MAML's inner step) or Adam; `after_step(k)` is called after
+def adapt(net, spec: QueuePolicySpec, env: QueueEnv, steps: int, lr: float, episodes: int,
+          generator: torch.Generator | None = None, optimizer: str = "sgd", after_step=None,
+          step_sizes: dict[str, torch.Tensor] | None = None) -> list[float]:
+    """`steps` REINFORCE steps of `net` (a scorer of policy `spec`, in place) on rollouts of `env` (rows
+    b*E..b*E+E-1 one sequence, E = `episodes`) with SGD (MAML's inner step) or Adam; `after_step(k)` is called after
     step k (1-based). `step_sizes` (Meta-SGD, SGD only): each weight's learned multiplier of `lr`,
     {name in net.named_parameters(): tensor of its shape}. Returns each step's rollout mean bounded
     slowdown (sampled actions)."""
@@ -97,7 +104,7 @@ def adapt(net, env: QueueEnv, steps: int, lr: float, episodes: int, generator: t
     opt = torch.optim.SGD(net.parameters(), lr=lr) if optimizer == "sgd" else torch.optim.Adam(net.parameters(), lr=lr)
     seen = []
     for _ in range(steps):
-        traj = rollout(env, net, generator)
+        traj = rollout(env, net, spec, generator)
         seen.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
         opt.zero_grad()
         reinforce_loss(net, traj, episodes).backward()
@@ -128,9 +135,9 @@ def adaptation_curve(net, log, cfg, starts: torch.Tensor, steps: int, lr: float,
 
     def measure(step: int) -> None:
         if step in measure_at:
-            curve[step] = rollout(test_env, net, greedy=True).metrics["mean_bounded_slowdown"]
+            curve[step] = rollout(test_env, net, net.spec, greedy=True).metrics["mean_bounded_slowdown"]
 
     measure(0)
-    adapt(net.scorer, train_env, steps, lr, episodes, torch.Generator().manual_seed(seed), optimizer,
+    adapt(net.scorer, net.spec, train_env, steps, lr, episodes, torch.Generator().manual_seed(seed), optimizer,
           after_step=measure, step_sizes=step_sizes)
     return curve, net

@@ -33,7 +33,7 @@ def peakedness(ckpt: str, log, sequences: int, episodes: int, length: int, seed:
     net, trained = load_queue_policy(ckpt)
     cfg = network_config(log.config(sequence_length=length, backfill="off"), trained)
     env = site_env(log, cfg, sequences, episodes, log.positions(0, log.jobs_before(TRAIN_FRACTION), length), seed)
-    traj = rollout(env, net.scorer, torch.Generator().manual_seed(seed))
+    traj = rollout(env, net.scorer, net.spec, torch.Generator().manual_seed(seed))
     active = traj.active
     with torch.no_grad():
         logits = net.scorer(traj.job_features[active], traj.cluster_features[active], traj.action_mask[active])
