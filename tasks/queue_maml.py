@@ -40,7 +40,14 @@ from lightning_sched.queue.config import QueueConfig
 from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, rollout_bytes
 from lightning_sched.queue.evaluation import RULES, compare_queue, heuristic_policies
 from lightning_sched.queue.log import read_queue_log
-from lightning_sched.queue.policy import CHECKPOINT_KEY, QueuePolicy, QueuePolicyRecord, load_queue_policy
+from lightning_sched.queue.policy import (
+    CHECKPOINT_KEY,
+    QueueNetwork,
+    QueuePolicy,
+    QueuePolicyRecord,
+    QueuePolicySpec,
+    load_queue_policy,
+)
 from lightning_sched.queue.sites import HELDOUT_SITES, TRAINING_SITES
 
 from .base import SchedulerTask, plain_values, require_at_least, require_positive
@@ -49,6 +56,7 @@ from .base import SchedulerTask, plain_values, require_at_least, require_positiv
 class QueueMAML(LightningModule):
     """Args:
         init_from: a queue policy checkpoint the meta-policy starts from (its network and weights).
+        policy: instead of init_from, a fresh network of this spec (with a `prior`, it starts as that rule).
         traces: the folder of the training sites' logs (lightning_sched.queue.sites.TRAINING_SITES).
         train_fraction: each site's sequences come from the first this share of its log.
         backfill, window, sequence_length: the QueueConfig (the cluster comes from the logs).
@@ -66,6 +74,10 @@ class QueueMAML(LightningModule):
             baseline's samples match a MAML run with inner_steps = this - 1).
         meta_lr: Adam's step on the meta-parameters.
         first_order: the meta-gradient taken at the adapted weights (no gradient through the inner steps).
+        inner_params: which scorer weights the inner steps move: "all", or "prior_weights" (with
+            QueuePolicySpec.prior_mix: only the weights over the rules' ranks, R numbers; the outer step
+            still trains every weight). Recorded as fixed step sizes (1 on those, 0 elsewhere) in the
+            checkpoint's adaptation record, so scripts/adapt.py --env queue adapts the same weights.
         learn_step_sizes: Meta-SGD (Li et al., 2017): meta-learn a step size exp(s) for every weight of the
             scorer, multiplying inner_lr (s starts at 0); saved in the checkpoint's adaptation record, which
             scripts/adapt.py --env queue then adapts with. Needs inner_steps >= 1 and second order.
@@ -75,13 +87,13 @@ class QueueMAML(LightningModule):
         seed: seeds the sites drawn, the sequences and the actions.
     """
 
-    def __init__(self, init_from: str, traces: str = "../shared/traces", train_fraction: float = 0.8,
+    def __init__(self, init_from: str | None = None, traces: str = "../shared/traces", train_fraction: float = 0.8,
                  backfill: str = "off", window: int = 128, sequence_length: int = 256, meta_batch: int = 5,
                  inner_steps: int = 1, inner_lr: float = 0.1, sequences: int = 4, episodes: int = 4,
                  rollouts_per_site: int = 1, meta_lr: float = 1e-4, first_order: bool = False,
                  learn_step_sizes: bool = False, step_size_lr: float = 0.01, validation_length: int = 1024,
                  site_sampling: str = "uniform", gap_sequences: int = 8, iterations_per_epoch: int = 50,
-                 seed: int = 0):
+                 seed: int = 0, policy: QueuePolicySpec | None = None, inner_params: str = "all"):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -100,7 +112,21 @@ class QueueMAML(LightningModule):
         if meta_batch > len(TRAINING_SITES):
             raise ConfigError(f"QueueMAML.meta_batch must be at most the {len(TRAINING_SITES)} training sites, "
                               f"got {meta_batch}")
-        self.net, _ = load_queue_policy(init_from)
+        if (init_from is None) == (policy is None):
+            raise ConfigError("QueueMAML needs one of init_from (a checkpoint) and policy (a fresh network's spec)")
+        if inner_params not in ("all", "prior_weights"):
+            raise ConfigError(f"QueueMAML.inner_params must be all or prior_weights, got {inner_params!r}")
+        if inner_params != "all" and learn_step_sizes:
+            raise ConfigError("QueueMAML.inner_params prior_weights fixes the step sizes; learn_step_sizes learns "
+                              "them: choose one")
+        if policy is None:
+            self.net, _ = load_queue_policy(init_from)
+        else:
+            torch.manual_seed(seed)
+            self.net = QueueNetwork(policy)
+            self.hparams["policy"] = policy.to_dict()
+        if inner_params == "prior_weights" and not self.net.spec.prior_mix:
+            raise ConfigError("QueueMAML.inner_params prior_weights needs a policy with prior_mix: true")
         self.net.train()
         self.log_step_sizes = torch.nn.ParameterList(
             [torch.nn.Parameter(torch.zeros_like(p)) for p in self.net.scorer.parameters()] if learn_step_sizes else [])
@@ -150,7 +176,11 @@ class QueueMAML(LightningModule):
 
     def step_sizes(self) -> dict[str, torch.Tensor] | None:
         """Meta-SGD's per-weight multipliers of inner_lr, {scorer parameter name: exp(s)} in the order of
-        scorer.parameters() (differentiable); None without learn_step_sizes."""
+        scorer.parameters() (differentiable); with inner_params prior_weights the fixed ones (1 on
+        them, 0 elsewhere); None otherwise."""
+        if self.hparams.inner_params == "prior_weights":
+            return {name: torch.full_like(p, float(name == "prior_weights")).detach()
+                    for name, p in self.net.scorer.named_parameters()}
         if not self.hparams.learn_step_sizes:
             return None
         return {name: s.exp() for (name, _), s in zip(self.net.scorer.named_parameters(), self.log_step_sizes,
@@ -267,7 +297,7 @@ class QueueMAML(LightningModule):
     def on_save_checkpoint(self, checkpoint):
         hp = self.hparams
         inner = {"steps": hp.inner_steps, "lr": hp.inner_lr, "sequences": hp.sequences, "episodes": hp.episodes}
-        if hp.learn_step_sizes:  # plain tensors: the record stays readable with weights_only=True
+        if hp.learn_step_sizes or hp.inner_params != "all":  # plain tensors: readable with weights_only=True
             inner["step_sizes"] = {name: a.detach().cpu().clone() for name, a in self.step_sizes().items()}
         sites = [f"{name}:{model.name}" for name, model, _ in self.sites]  # log:site model (queue.sites)
         checkpoint[CHECKPOINT_KEY] = QueuePolicyRecord.of(self.net, self.cfg, sites, hp.train_fraction,

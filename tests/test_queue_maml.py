@@ -180,3 +180,44 @@ def test_declared_site_flags_name_the_log_and_the_model():
 def test_a_meta_iteration_too_large_for_memory_is_refused_at_construction():
     with pytest.raises(ConfigError, match=r"QueueMAML would need about .*sequences=100000"):
         QueueMAML(init_from=str(POLICY), traces=str(TRACES), sequences=100_000)
+
+
+def test_a_meta_policy_over_rule_weights_adapts_only_them(tmp_path):
+    """inner_params prior_weights: a fresh reserving network whose prior weighs the five rules' ranks;
+    the outer step trains every weight, the inner steps (in training and in adapt.py, through the
+    checkpoint's step sizes) only the R rule weights."""
+    from lightning.pytorch import Trainer
+
+    from lightning_sched.queue.policy import QueuePolicySpec
+
+    spec = QueuePolicySpec(hidden=(4,), rule_ranks=RULES, prior="f1", prior_mix=True, fit_delay=True, reserve=True)
+    for kwargs, message in (({"init_from": str(POLICY), "policy": spec}, "needs one of init_from .* and policy"),
+                            ({"init_from": str(POLICY), "inner_params": "prior_weights"},
+                             "inner_params prior_weights needs a policy with prior_mix: true"),
+                            ({"policy": spec, "inner_params": "prior"}, "inner_params must be all or prior_weights"),
+                            ({"policy": spec, "inner_params": "prior_weights", "learn_step_sizes": True},
+                             "fixes the step sizes; learn_step_sizes learns them")):
+        with pytest.raises(ConfigError, match=message):
+            QueueMAML(traces=str(TRACES), **kwargs)
+    module = QueueMAML(policy=spec, traces=str(TRACES), window=64, meta_batch=2, sequences=1, episodes=2,
+                       sequence_length=32, validation_length=64, iterations_per_epoch=1, inner_lr=1.0, meta_lr=0.01,
+                       inner_params="prior_weights")
+    start = {name: p.detach().clone() for name, p in module.net.scorer.named_parameters()}
+    trainer = Trainer(max_steps=1, logger=False, enable_checkpointing=False, num_sanity_val_steps=0,
+                      limit_val_batches=0, enable_progress_bar=False, enable_model_summary=False,
+                      default_root_dir=tmp_path)
+    trainer.fit(module)
+    moved_outer = {name for name, p in module.net.scorer.named_parameters() if not torch.equal(p, start[name])}
+    assert "prior_weights" in moved_outer and len(moved_outer) > 1  # the outer step moves the rule weights and more
+    trainer.save_checkpoint(tmp_path / "mix.ckpt")
+    record = read_queue_record(tmp_path / "mix.ckpt")
+    sizes = record.adaptation["step_sizes"]
+    assert all(bool((s == float(name == "prior_weights")).all()) for name, s in sizes.items())
+    net, trained = load_queue_policy(tmp_path / "mix.ckpt")
+    log = read_queue_log(write_log(tmp_path / "site.swf", jobs=3000, nodes=64))
+    cfg = network_config(log.config(sequence_length=64, backfill="off"), trained)
+    _, moved = adaptation_curve(net, log, cfg, torch.tensor([2000]), 1, 1.0, 2, 4, 1500, seed=4, train_length=64,
+                                measure_at=[], step_sizes=sizes)
+    after = dict(moved.scorer.named_parameters())
+    changed = {name for name, p in net.scorer.named_parameters() if not torch.equal(p, after[name])}
+    assert changed == {"prior_weights"}

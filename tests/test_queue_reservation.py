@@ -138,7 +138,9 @@ def test_an_untrained_network_with_the_f1_prior_and_a_reservation_plays_f1_reser
     rule = evaluate_queue(*resolve("f1+reserve", cfg), log, starts).sequences["mean_bounded_slowdown"]
     for spec in (QueuePolicySpec(rule_ranks=("sjf", "f1"), prior="f1", fit_delay=True, reserve=True),
                  QueuePolicySpec(rule_ranks=("f1",), prior="f1", fit_delay=True, reserve=True, context=True,
-                                 clock=True)):  # the window's make-up and the clock feed only the residual
+                                 clock=True),  # the window's make-up and the clock feed only the residual
+                 QueuePolicySpec(rule_ranks=("sjf", "f1", "wfp3"), prior="f1", prior_mix=True, fit_delay=True,
+                                 reserve=True)):  # the rules' weights start at 1 on F1, 0 on the others
         net = QueueNetwork(spec).eval()
         net_cfg = replace(heuristic_config(cfg), **spec.observation())
         network = evaluate_queue(QueuePolicy(net), net_cfg, log, starts).sequences["mean_bounded_slowdown"]
@@ -155,6 +157,7 @@ def test_bad_prior_and_reserve_specs_are_refused_in_one_line():
                             ({"rule_ranks": ["f1"], "prior": "f1", "prior_scale": 0},
                              "prior_scale must be a number > 0"),
                             ({"reserve": True}, "reserve needs fit_delay: true"),
+                            ({"rule_ranks": ["f1"], "prior_mix": True}, "prior_mix needs a prior"),
                             ({"reserve": "yes", "fit_delay": True}, "reserve must be true or false, got 'yes'")):
         with pytest.raises(ConfigError, match=message):
             QueuePolicySpec.from_dict(values)

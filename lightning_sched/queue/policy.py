@@ -66,6 +66,11 @@ class QueuePolicySpec:
     et al. 2018): logit = scorer output - prior_scale x the job's rank feature under the rule, with
     the scorer's last layer zero at the start, so an untrained network plays the rule (sampling
     near it); training learns where to depart from it."""
+    prior_mix: bool = False
+    """Make the prior a weighted sum of the rank features of every rule of `rule_ranks`, with learned
+    weights (`JobScorer.prior_weights`, [R]) that start at 1 on `prior` and 0 on the others: the
+    untrained scorer still plays `prior`, and a few gradient steps on R numbers can move the ranking
+    toward another rule (a site's adaptation: F1's order on one site, WFP3's aging on another)."""
     prior_scale: float = 20.0
     """The prior's weight on the rank feature log1p(rank) / log1p(window): with a window of 1024,
     20 gives the rule's first pick about 0.8 of the probability."""
@@ -86,7 +91,7 @@ class QueuePolicySpec:
             widths = getattr(self, name)
             if not widths or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in widths):
                 raise ConfigError(f"QueuePolicySpec.{name} must be one or more integers >= 1, got {widths!r}")
-        for name in ("job_area", "context", "fit_delay", "clock"):
+        for name in ("job_area", "context", "fit_delay", "clock", "prior_mix"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"QueuePolicySpec.{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.embedding, bool) or not isinstance(self.embedding, int) or self.embedding < 1:
@@ -94,6 +99,8 @@ class QueuePolicySpec:
         if self.prior is not None and self.prior not in self.rule_ranks:
             ranks = ", ".join(self.rule_ranks) or "none"
             raise ConfigError(f"QueuePolicySpec.prior must be one of rule_ranks ({ranks}), got {self.prior!r}")
+        if self.prior_mix and self.prior is None:
+            raise ConfigError("QueuePolicySpec.prior_mix needs a prior (the rule its weights start on)")
         if isinstance(self.prior_scale, bool) or not isinstance(self.prior_scale, (int, float)) or \
                 not self.prior_scale > 0:
             raise ConfigError(f"QueuePolicySpec.prior_scale must be a number > 0, got {self.prior_scale!r}")
@@ -223,6 +230,9 @@ class JobScorer(nn.Module):
         # the prior's rank column; the residual starts at zero, so the untrained scorer is the rule
         self.prior_column = None if spec.prior is None else JOB_FEATURES + spec.rule_ranks.index(spec.prior)
         self.prior_scale = spec.prior_scale
+        self.rank_columns = slice(JOB_FEATURES, JOB_FEATURES + len(spec.rule_ranks))
+        self.prior_weights = nn.Parameter(torch.eye(len(spec.rule_ranks))[spec.rule_ranks.index(spec.prior)]) \
+            if spec.prior_mix else None
         if spec.prior is not None:
             last = self.mlp.rest[-1][-1]  # hidden has one width at least: rest ends in mlp's last Linear
             nn.init.zeros_(last.weight)
@@ -243,8 +253,11 @@ class JobScorer(nn.Module):
         zero residual. ConfigError without `QueuePolicySpec.prior`."""
         if self.prior_column is None:
             raise ConfigError("the scorer has no prior (QueuePolicySpec.prior)")
-        prior = -self.prior_scale * job_features[..., self.prior_column]
-        return torch.where(action_mask, prior, float("-inf"))
+        if self.prior_weights is None:
+            rank = job_features[..., self.prior_column]
+        else:  # QueuePolicySpec.prior_mix: the rules' rank features weighed
+            rank = (job_features[..., self.rank_columns] * self.prior_weights).sum(-1)
+        return torch.where(action_mask, -self.prior_scale * rank, float("-inf"))
 
 
 class EnsembleScorer(nn.Module):
