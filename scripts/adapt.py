@@ -250,7 +250,8 @@ def queue_main(argv) -> int:
     ap.add_argument("--steps", type=at_least(0), default=5, help="adaptation steps")
     ap.add_argument("--measure", type=at_least(0), nargs="+", help="steps after which to measure (default 0..steps)")
     ap.add_argument("--lr", type=positive_float, help="step size (default: the checkpoint's inner lr, else 0.1; with "
-                    "its learned per-weight step sizes, Meta-SGD, each weight moves by lr * its own)")
+                    "its recorded per-weight step sizes, learned by Meta-SGD or fixed by inner_params, each "
+                    "weight moves by lr * its own)")
     ap.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
     ap.add_argument("--sequences", type=at_least(1), help="sequences a step (default: its inner loop's, else 4)")
     ap.add_argument("--sequence_length", type=at_least(2), default=256,
@@ -314,7 +315,8 @@ def queue_main(argv) -> int:
         lr = args.lr or inner.get("lr", 0.1)
         step_sizes = inner.get("step_sizes") if args.optimizer == "sgd" else None  # Meta-SGD's: they scale SGD
         if step_sizes is not None:
-            print(f"{spec}: adapting with its learned per-weight step sizes (times lr {lr})")
+            print(f"{spec}: adapting with its recorded per-weight step sizes (times lr {lr}; Meta-SGD's learned "
+                  "ones, or 0 on the weights its inner loop leaves alone)")
         curves[spec], net = adaptation_curve(net, log, policy_cfg, starts, args.steps, lr,
                                              args.sequences or inner.get("sequences", 4),
                                              args.episodes or inner.get("episodes", 4), train_jobs, args.seed,
