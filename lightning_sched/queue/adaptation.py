@@ -29,7 +29,7 @@ from .policy import QueuePolicySpec, reserved_action
 class QueueRollout:
     """T decisions of B episodes, rows b*E..b*E+E-1 replaying one sequence.
 
-    job_features: FloatTensor[T, B, W, 4]; cluster_features: FloatTensor[T, B, 2]
+    job_features: FloatTensor[T, B, W, F]; cluster_features: FloatTensor[T, B, C]
     action_mask: BoolTensor[T, B, W]; reward: FloatTensor[T, B]
     action: LongTensor[T, B]  the job drawn from the policy's softmax (its log-probability is the loss's);
                               with a reservation (QueuePolicySpec.reserve) the ranking's first job, and
@@ -94,11 +94,12 @@ def site_env(log, cfg, sequences: int, episodes: int, positions: tuple[int, int]
 def adapt(net, spec: QueuePolicySpec, env: QueueEnv, steps: int, lr: float, episodes: int,
           generator: torch.Generator | None = None, optimizer: str = "sgd", after_step=None,
           step_sizes: dict[str, torch.Tensor] | None = None) -> list[float]:
-    """`steps` REINFORCE steps of `net` (a scorer of policy `spec`, in place) on rollouts of `env` (rows
-    b*E..b*E+E-1 one sequence, E = `episodes`) with SGD (MAML's inner step) or Adam; `after_step(k)` is called after
-    step k (1-based). `step_sizes` (Meta-SGD, SGD only): each weight's learned multiplier of `lr`,
-    {name in net.named_parameters(): tensor of its shape}. Returns each step's rollout mean bounded
-    slowdown (sampled actions)."""
+    """`steps` REINFORCE steps of `net` (a scorer of policy `spec`, in place) on rollouts of `env`
+    (rows b*E..b*E+E-1 one sequence, E = `episodes`) with SGD (MAML's inner step) or Adam;
+    `after_step(k)` is called after step k (1-based). `step_sizes` (SGD only): each weight's
+    multiplier of `lr`, learned by Meta-SGD or fixed (1 or 0) by QueueMAML.inner_params, {name in
+    net.named_parameters(): tensor of its shape}. Returns each step's rollout mean bounded slowdown
+    (sampled actions)."""
     if step_sizes is not None and optimizer != "sgd":
         raise ConfigError(f"adaptation step_sizes (learned per weight) need optimizer 'sgd', got {optimizer!r}")
     opt = torch.optim.SGD(net.parameters(), lr=lr) if optimizer == "sgd" else torch.optim.Adam(net.parameters(), lr=lr)
@@ -124,7 +125,7 @@ def adaptation_curve(net, log, cfg, starts: torch.Tensor, steps: int, lr: float,
     """A copy of `net` adapted `steps` times to `log` (rollouts of `train_length` jobs from its first
     `train_jobs` jobs, seeded by `seed`), measured greedily after the steps in `measure_at` (default
     0..steps; 0: before the first) on the sequences of `cfg` starting at `starts`; only its scorer
-    moves (with Meta-SGD's `step_sizes`, adapt's, when given). Returns ({step:
+    moves (with `step_sizes`, adapt's, when given). Returns ({step:
     DoubleTensor[N] of each sequence's mean bounded slowdown}, the adapted copy)."""
     net = copy.deepcopy(net).train()
     measure_at = set(range(steps + 1)) if measure_at is None else set(measure_at)
