@@ -14,6 +14,13 @@ REWARDS = ("per_job", "final")
 # the priority rules of queue.heuristics that a "best heuristic" is chosen among and whose window
 # ranks an observation can carry (the buggy reproductions of RLScheduler's cells are not scheduling rules)
 RULES = ("fcfs", "sjf", "f1", "wfp3", "unicep")
+CLUSTER_FEATURES = 2  # a row's features: free node share, log queue length
+CLOCK_FEATURES = 2  # with QueueConfig.clock: sin and cos of the time of day
+
+
+def row_features(clock: bool) -> int:
+    """Features a row carries (cluster_features [B, this]): the cluster's, and the time of day's with `clock`."""
+    return CLUSTER_FEATURES + CLOCK_FEATURES * int(clock)
 
 
 def distinct_rules(field: str, rules) -> tuple[str, ...]:
@@ -89,8 +96,8 @@ class QueueConfig:
 
     @property
     def cluster_features(self) -> int:
-        """Features a row carries: free nodes share, log queue length; with `clock` the time of day."""
-        return 2 + 2 * int(self.clock)
+        """Features a row carries (`row_features`)."""
+        return row_features(self.clock)
 
     @property
     def processors(self) -> int:

@@ -23,10 +23,10 @@ from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
 
 from ..config import ConfigError
 from ..files import load_torch_file
-from .config import QueueConfig, distinct_rules
+from .config import CLUSTER_FEATURES, QueueConfig, distinct_rules, row_features
 from .reservation import reserve_pick
 
-JOB_FEATURES, CLUSTER_FEATURES = 4, 2
+JOB_FEATURES = 4
 IN_KEYS = ("job_features", "cluster_features")
 CHECKPOINT_KEY = "lightning_sched"  # the same entry name as the cluster policies' (policies.checkpoints)
 POLICY_KIND = "queue"  # tells a queue policy's entry from a cluster policy's
@@ -118,8 +118,8 @@ class QueuePolicySpec:
 
     @property
     def cluster_inputs(self) -> int:
-        """Row inputs: the two cluster features, and the time of day with `clock`."""
-        return CLUSTER_FEATURES + 2 * int(self.clock)
+        """Row inputs: the cluster features, and the time of day with `clock` (config.row_features)."""
+        return row_features(self.clock)
 
     @property
     def extra_inputs(self) -> int:
