@@ -167,8 +167,9 @@ def queue_iteration(trace: str, backfill: str) -> dict[str, float]:
 
     model = QueuePPO(trace, backfill=backfill, batch_size=32, validation=QueueValidation(sequences=2),
                      ppo=PPOSettings(advantage="sequence", episodes_per_sequence=4))
-    trainer = Trainer(max_steps=2, logger=False, enable_checkpointing=False, num_sanity_val_steps=0,
-                      limit_val_batches=0, enable_progress_bar=False, enable_model_summary=False)
+    trainer = Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
+                      num_sanity_val_steps=0, limit_val_batches=0, enable_progress_bar=False,
+                      enable_model_summary=False)  # the CPU table's iteration, also where a GPU is present
     trainer.fit(model)
     m = trainer.logged_metrics
     return {"rollout_s": round(float(m["perf/rollout_s"]), 3), "iteration_s": round(float(m["perf/iteration_s"]), 3),
@@ -198,6 +199,25 @@ def queue_table(args, device, generator, result) -> None:
                   "decisions, "
                   f"4 epochs): {iteration['iteration_s']:.2f} s, of which the rollout {iteration['rollout_s']:.2f} s",
                   flush=True)
+
+
+def batch_rates(args, cfg: ClusterConfig, b: int, device, generator, rates: dict) -> None:
+    """The DeepRM table's rows for one observation mode and batch size: the hot path, and through
+    TorchRL at B = 1 and from 1024 up (where the batch amortises its overhead); with --torch_step
+    and --compile also those variants. Prints each row and records it in `rates`."""
+    jobs = make_jobsets(DeepRMWorkload(load=args.load, simu_len=args.simu_len), b, seed=b).to(device)
+    steps = args.steps if b >= 256 else args.steps * 3
+    paths = [("hot", hot_path_rate, {})]
+    paths += [("hot_torch", hot_path_rate, {"torch_step": True})] if args.torch_step else []
+    paths += [("compiled", hot_path_rate, {"compile_step": True})] if args.compile else []
+    if b == 1 or b >= 1024:
+        paths += [("torchrl", torchrl_rate, {})]
+        paths += [("torchrl_torch", torchrl_rate, {"torch_step": True})] if args.torch_step else []
+        paths += [("torchrl_compiled", torchrl_rate, {"compile_step": True})] if args.compile else []
+    for name, rate_of, options in paths:
+        rate = statistics.median(rate_of(cfg, jobs, steps, device, generator, **options) for _ in range(args.repeats))
+        rates[f"{cfg.observation}/{name}/{b}"] = round(rate)
+        print(f"{cfg.observation:8s} {name.replace('_', '/'):8s} {b:6d} {rate:22,.0f}", flush=True)
 
 
 def library_table(args) -> None:
@@ -335,35 +355,12 @@ def main() -> None:
     for mode in args.modes:
         cfg = ClusterConfig(observation=mode, objective=args.objective)
         for b in args.batch_sizes:
-            jobs = make_jobsets(DeepRMWorkload(load=args.load, simu_len=args.simu_len), b, seed=b).to(device)
-            steps = args.steps if b >= 256 else args.steps * 3
-            rate = statistics.median(hot_path_rate(cfg, jobs, steps, device, generator) for _ in range(args.repeats))
-            result["decisions_per_s"][f"{mode}/hot/{b}"] = round(rate)
-            print(f"{mode:8s} {'hot':8s} {b:6d} {rate:22,.0f}", flush=True)
-            if args.torch_step:
-                rate = statistics.median(hot_path_rate(cfg, jobs, steps, device, generator, torch_step=True)
-                                         for _ in range(args.repeats))
-                result["decisions_per_s"][f"{mode}/hot_torch/{b}"] = round(rate)
-                print(f"{mode:8s} {'hot/torch':8s} {b:6d} {rate:22,.0f}", flush=True)
-            if args.compile:
-                rate = statistics.median(hot_path_rate(cfg, jobs, steps, device, generator, compile_step=True)
-                                         for _ in range(args.repeats))
-                result["decisions_per_s"][f"{mode}/compiled/{b}"] = round(rate)
-                print(f"{mode:8s} {'compiled':8s} {b:6d} {rate:22,.0f}", flush=True)
-            if b == 1 or b >= 1024:  # through TorchRL too, where the batch amortises its overhead
-                rate = statistics.median(torchrl_rate(cfg, jobs, steps, device, generator) for _ in range(args.repeats))
-                result["decisions_per_s"][f"{mode}/torchrl/{b}"] = round(rate)
-                print(f"{mode:8s} {'torchrl':8s} {b:6d} {rate:22,.0f}", flush=True)
-                if args.torch_step:
-                    rate = statistics.median(torchrl_rate(cfg, jobs, steps, device, generator, torch_step=True)
-                                             for _ in range(args.repeats))
-                    result["decisions_per_s"][f"{mode}/torchrl_torch/{b}"] = round(rate)
-                    print(f"{mode:8s} {'torchrl/torch':8s} {b:6d} {rate:22,.0f}", flush=True)
-                if args.compile:
-                    rate = statistics.median(torchrl_rate(cfg, jobs, steps, device, generator, compile_step=True)
-                                             for _ in range(args.repeats))
-                    result["decisions_per_s"][f"{mode}/torchrl_compiled/{b}"] = round(rate)
-                    print(f"{mode:8s} {'torchrl, compiled':8s} {b:6d} {rate:22,.0f}", flush=True)
+            try:
+                batch_rates(args, cfg, b, device, generator, result["decisions_per_s"])
+            except torch.OutOfMemoryError:  # a batch too large for the card: say so, measure the rest
+                result.setdefault("out_of_memory", []).append(f"{mode}/{b}")
+                print(f"{mode:8s} {'':8s} {b:6d} {'out of device memory':>22s}", flush=True)
+                torch.cuda.empty_cache()
     best = max((v, k) for k, v in result["decisions_per_s"].items())
     result["best"] = {"config": best[1], "decisions_per_s": best[0]}
 
