@@ -14,7 +14,10 @@ On a protocol's sequences (default: held out), for each log and backfilling sett
   Copies run jobs for their requested time, what a scheduler knows (on the Lublin logs, the actual).
   `--base` sets what the lookahead improves on: the protocol's best rule (chosen on the test: an
   analysis), a named rule, a queue policy checkpoint, or `rules`: every rule's first pick is a
-  candidate and its copy follows that rule (the rule whose next H decisions look best, each decision).
+  candidate and its copy follows that rule (the rule whose next H decisions look best, each decision),
+  or a rule with its own reservation (`f1+reserve`): its reservation's pick and the rule's first k - 1
+  picks are the candidates, and in the copies it decides with its reservation. "base alone" then
+  prints the base played without the lookahead.
 - `--student EPOCHS`: the rank-reading scorer (QueuePolicySpec.rule_ranks, with context; with
   --student_fit_delay also fit delays) fitted by cross-entropy to the lookahead's picks (its future:
   --student_future, clairvoyant by default) on sequences of each log's first 80% (its window of 128
@@ -52,10 +55,11 @@ from lightning_sched.queue.evaluation import (  # noqa: E402
     network_config,  # noqa: E402
     protocol_starts,
 )
-from lightning_sched.queue.heuristics import QueueHeuristic  # noqa: E402
+from lightning_sched.queue.heuristics import QueueHeuristic, priority, rule_keys  # noqa: E402
 from lightning_sched.queue.log import QueueLog, read_queue_log  # noqa: E402
 from lightning_sched.queue.lookahead import FUTURES, lookahead_pick, simulation_config  # noqa: E402
 from lightning_sched.queue.policy import QueueNetwork, QueuePolicy, QueuePolicySpec, load_queue_policy  # noqa: E402
+from lightning_sched.queue.reservation import SUFFIX, ReservingRule, reserve_pick, reserving_config  # noqa: E402
 from lightning_sched.queue.state import QueueState  # noqa: E402
 
 
@@ -85,6 +89,24 @@ class NetworkBase:
     @torch.no_grad()
     def scores(self, state: QueueState, obs) -> torch.Tensor:
         return -self.net.scorer(obs["job_features"], obs["cluster_features"], obs["action_mask"])
+
+
+class ReservingBase:
+    """A rule with its own reservation as the lookahead's base: its reservation's pick scores lowest,
+    then the rule's order, so the candidates are that pick and the rule's first picks, and in the
+    copies (which show the fit delays it reads) it decides with its reservation."""
+
+    def __init__(self, name: str):
+        self.name, self.rule = name, name[:-len(SUFFIX)]
+
+    def config(self, cfg: QueueConfig, sim_window: int) -> tuple[QueueConfig, QueueConfig]:
+        played = reserving_config(heuristic_config(replace(cfg, rule_ranks=())))
+        return played, replace(simulation_config(cfg, sim_window), fit_delay=True)
+
+    def scores(self, state: QueueState, obs) -> torch.Tensor:
+        keys = {**rule_keys(state, obs["window_job"]), "job_features": obs["job_features"]}
+        score = priority(self.rule, keys).double()
+        return score.scatter(1, reserve_pick(score, keys)[:, None], -torch.inf)
 
 
 def run_lookahead(log: QueueLog, played: QueueConfig, sim_cfg: QueueConfig, starts: torch.Tensor, base, k: int,
@@ -171,7 +193,7 @@ def main(argv=None) -> None:
     parser.add_argument("--futures", nargs="*", default=list(FUTURES), choices=FUTURES, help="none: no lookahead")
     parser.add_argument("--base", default="best",
                         help="the lookahead's base: 'best' (the protocol's best rule: an analysis, chosen on the "
-                             "test), a rule name, or a queue policy checkpoint")
+                             "test), a rule name, RULE+reserve, 'rules', or a queue policy checkpoint")
     parser.add_argument("--candidates", type=int, default=4, help="k: the rule's first picks tried")
     parser.add_argument("--horizon", type=int, default=64, help="H: the rule's decisions in each copy")
     parser.add_argument("--repeat", type=int, default=128, help="m: arrivals the 'repeat' forecast replays")
@@ -205,10 +227,15 @@ def main(argv=None) -> None:
                   f"{best} {mean:.2f} ± {ci:.2f}; differences to it, paired 95% CIs:", flush=True)
             results = {"per-sequence best rule": torch.stack(list(rules.values())).min(0).values}
             base = NetworkBase(args.base) if args.base.endswith(".ckpt") else RulesBase() if args.base == "rules" \
+                else ReservingBase(args.base) if args.base.endswith(SUFFIX) \
                 else RuleBase(best if args.base == "best" else args.base)
             if isinstance(base, NetworkBase):
                 played, _ = base.config(cfg, args.sim_window)
                 results["base policy alone"] = evaluate_queue(QueuePolicy(base.net), played, log, starts) \
+                    .sequences["mean_bounded_slowdown"]
+            if isinstance(base, ReservingBase):
+                played, _ = base.config(cfg, args.sim_window)
+                results["base alone"] = evaluate_queue(ReservingRule(base.rule), played, log, starts) \
                     .sequences["mean_bounded_slowdown"]
             if args.agree:
                 found = agreement(log, cfg, starts, base, args.agree, args)
