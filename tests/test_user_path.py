@@ -95,3 +95,21 @@ def test_the_single_episode_loop_of_docs_library_runs(capsys):
     exec(compile(library_loop(), "docs/library.md", "exec"), {})
     printed = capsys.readouterr().out.split()
     assert len(printed) == 2 and int(printed[0]) > 0 and math.isfinite(float(printed[1]))
+
+
+def test_each_row_reports_its_own_metrics_on_the_step_its_episode_ends():
+    cfg = ClusterConfig(observation="none")
+    jobs = make_jobsets(DeepRMWorkload(load=0.9, simu_len=20), 6, seed=11)  # rows end at different steps
+    env = ClusterEnv(cfg, jobs, batch_size=[6])
+    tetris = make_heuristic("tetris", cfg)
+    td, reported = env.reset(), {}
+    while not bool(td["done"].all()):
+        td = env.step(tetris(td))["next"]
+        for row in td["episode", "final_time"].squeeze(-1).isfinite().nonzero().squeeze(1).tolist():
+            assert row not in reported, f"row {row} reported twice"
+            reported[row] = {k: td["episode", k][row].item() for k in ("mean_slowdown", "utilization", "final_time")}
+    assert sorted(reported) == list(range(6)) and len({r["final_time"] for r in reported.values()}) > 1
+    expected = env.episode_metrics()  # every row done and frozen: the metrics of each finished episode
+    for row, got in reported.items():
+        for key, value in got.items():
+            assert value == pytest.approx(expected[key][row].item()), (row, key)

@@ -179,8 +179,9 @@ class ClusterEnv(EnvBase):
         nan = torch.full((self.rows, 1), float("nan"), dtype=torch.float64, device=self.device)
         if ended is None or not bool(ended.any()):
             return {k: nan for k in EPISODE_KEYS}
-        metrics = episode_metrics(self.state)
-        return {k: torch.where(ended.unsqueeze(-1), metrics[k].double().unsqueeze(-1), nan) for k in EPISODE_KEYS}
+        rows = ended.nonzero().squeeze(1)  # the metrics read every job of a row: only the rows that ended
+        metrics = episode_metrics(self.state.rows(rows))
+        return {k: nan.index_put((rows,), metrics[k].double().unsqueeze(-1)) for k in EPISODE_KEYS}
 
     def step_bytes(self) -> int:
         """Bytes of one step's outputs over the batch: every observation key, the action, the reward
