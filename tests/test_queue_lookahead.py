@@ -64,7 +64,8 @@ def test_one_candidate_is_its_rule_and_the_exact_whole_episode_lookahead_is_neve
 
 
 def test_bad_lookahead_settings_name_the_field():
-    with pytest.raises(ConfigError, match="lookahead.future must be one of known, repeat, clairvoyant, got 'oracle'"):
+    with pytest.raises(ConfigError,
+                       match="lookahead.future must be one of known, repeat, daily, clairvoyant, got 'oracle'"):
         LookaheadSettings(future="oracle")
     with pytest.raises(ConfigError, match="lookahead.base must be 'rules' or one of"):
         LookaheadSettings(base="edf")
@@ -97,6 +98,28 @@ def test_a_repeat_forecast_replays_a_block_of_the_history_from_now_with_its_gaps
     span = (original[end] if back else now) - original[end - m]  # the block repeats every span
     assert int(submit[first + m] - submit[first]) == int(span)
     assert torch.equal(sim.run[0, future], sim.requested[0, future])  # copies run for the requested time
+
+
+def test_a_daily_forecast_replays_the_last_day_of_arrivals_a_day_later(tmp_path):
+    path = tmp_path / "hourly.swf"  # one arrival an hour, each job its own run time and size
+    path.write_text("\n".join(["; MaxNodes: 8", "; MaxProcs: 8"]
+                              + [swf_line(k + 1, 1 + 3600 * k, 100 + k, 1 + k % 3) for k in range(60)]) + "\n")
+    log = read_queue_log(path)
+    env = QueueEnv(log.config(sequence_length=60, window=60), log, batch_size=[1], starts=torch.tensor([0]))
+    td = env.reset()
+    while int(env.state.next_arrival) < 40:
+        td = env.step(QueueHeuristic("fcfs")(td))["next"]
+    state = env.state
+    first, now = int(state.next_arrival), int(state.time)
+    sim, counted = with_future(state, "daily", repeat=1)
+    day = [k for k in range(first) if int(state.submit[0, k]) >= now - 86400]  # the last 24 hours' arrivals
+    future = torch.arange(first, min(first + 2 * len(day), 60))
+    source = torch.tensor(day * 2)[:len(future)]
+    for name in ("requested", "processors"):
+        assert torch.equal(getattr(sim, name)[0, future], getattr(state, name)[0, source])
+    laps = torch.arange(len(future)) // len(day) + 1
+    assert torch.equal(sim.submit[0, future], (state.submit[0, source] + 86400 * laps).clamp(min=now))
+    assert torch.equal(sim.submit[0, :first], state.submit[0, :first]) and bool(counted.all())
 
 
 def test_sampled_forecasts_equal_the_last_block_when_the_history_holds_only_it(tmp_path):

@@ -16,6 +16,8 @@ What a copy knows of the future (`future`):
                  over s forecasts: that one and s - 1 blocks of m consecutive arrivals drawn from
                  random earlier points of the history (a block bootstrap of the arrival process),
                  the same s futures for every candidate of a row (common random numbers)
+    daily        the arrivals of the last 24 hours repeat 24 hours later (the daily cycle of a site's
+                 submissions, which the repeat forecast replays out of phase)
     clairvoyant  the log's actual next arrivals (no real scheduler has them: a bound)
 Copies run jobs for their requested time, what a scheduler knows. The all-rules lookahead with the
 repeat forecast is the teacher of `tasks.queue_ppo`'s expert-iteration warm start (`imitate:
@@ -33,7 +35,8 @@ from .heuristics import order_ranks, priority, rule_keys
 from .state import QueueState
 from .step import advance
 
-FUTURES = ("known", "repeat", "clairvoyant")
+FUTURES = ("known", "repeat", "daily", "clairvoyant")
+DAY = 86400  # seconds
 NEVER = 1 << 50  # a submit time no copy reaches within its horizon
 
 
@@ -92,6 +95,17 @@ def with_future(state: QueueState, future: str, repeat: int, back: torch.Tensor 
         now = sim.time.unsqueeze(1)  # a block repeats every span: from its first arrival to the next block's
         span = torch.where(end < first, sim.submit.gather(1, end.clamp(max=sim.length - 1)), now) - anchor
         shifted = sim.submit.gather(1, source) - anchor + now + (j // m) * span.clamp(min=1)
+        for name in ("run", "requested", "processors", "nodes"):
+            column = getattr(sim, name)
+            setattr(sim, name, torch.where(arrived, column, column.gather(1, source)))
+        sim.submit = torch.cummax(torch.where(arrived, sim.submit, shifted.clamp(min=now)), 1).values
+    if future == "daily":  # future job a + j copies the (j mod m)-th of the m arrivals of the last day, a day on
+        first, now = sim.next_arrival.unsqueeze(1), sim.time.unsqueeze(1)
+        start = torch.searchsorted(sim.submit.contiguous(), now - DAY).minimum(first - 1).clamp(min=0)  # [B, 1]
+        m = (first - start).clamp(min=1)
+        j = (torch.arange(sim.length).unsqueeze(0) - first).clamp(min=0)
+        source = (start + j % m).clamp(0, sim.length - 1)
+        shifted = sim.submit.gather(1, source) + DAY * (1 + j // m)
         for name in ("run", "requested", "processors", "nodes"):
             column = getattr(sim, name)
             setattr(sim, name, torch.where(arrived, column, column.gather(1, source)))
