@@ -10,6 +10,7 @@ On a protocol's sequences (default: held out), for each log and backfilling sett
   ones: as if they started then) is taken. What the copy knows of the future:
       known        no more arrivals: only the jobs already submitted (what a scheduler knows)
       repeat       the last m arrivals repeat from now on, their gaps kept (a naive forecast)
+      daily        the last 24 hours' arrivals repeat 24 hours later (the daily cycle)
       clairvoyant  the log's actual next arrivals (no real scheduler has them: a bound)
   Copies run jobs for their requested time, what a scheduler knows (on the Lublin logs, the actual).
   `--base` sets what the lookahead improves on: the protocol's best rule (chosen on the test: an
