@@ -85,31 +85,27 @@ def with_future(state: QueueState, future: str, repeat: int, back: torch.Tensor 
     if future == "known":
         sim.submit = torch.where(arrived, sim.submit, NEVER)
         return sim, arrived
-    if future == "repeat":  # future job a + j copies arrived job e - m + (j mod m), e = a - back, from now on
-        first = sim.next_arrival.unsqueeze(1)
+    first, now = sim.next_arrival.unsqueeze(1), sim.time.unsqueeze(1)  # [B, 1]
+    j = (torch.arange(sim.length).unsqueeze(0) - first).clamp(min=0)  # future job a + j, a = first
+    if future == "repeat":  # job a + j copies arrived job e - m + (j mod m), e = a - back, from now on
         m = first.clamp(max=repeat)
         end = first if back is None else first - back.unsqueeze(1).clamp(min=0).minimum(first - m)
-        j = (torch.arange(sim.length).unsqueeze(0) - first).clamp(min=0)
         source = (end - m + j % m).clamp(0, sim.length - 1)
         anchor = sim.submit.gather(1, end - m)
-        now = sim.time.unsqueeze(1)  # a block repeats every span: from its first arrival to the next block's
+        # a block repeats every span: from its first arrival to the next block's
         span = torch.where(end < first, sim.submit.gather(1, end.clamp(max=sim.length - 1)), now) - anchor
         shifted = sim.submit.gather(1, source) - anchor + now + (j // m) * span.clamp(min=1)
-        for name in ("run", "requested", "processors", "nodes"):
-            column = getattr(sim, name)
-            setattr(sim, name, torch.where(arrived, column, column.gather(1, source)))
-        sim.submit = torch.cummax(torch.where(arrived, sim.submit, shifted.clamp(min=now)), 1).values
-    if future == "daily":  # future job a + j copies the (j mod m)-th of the m arrivals of the last day, a day on
-        first, now = sim.next_arrival.unsqueeze(1), sim.time.unsqueeze(1)
-        start = torch.searchsorted(sim.submit.contiguous(), now - DAY).minimum(first - 1).clamp(min=0)  # [B, 1]
+    elif future == "daily":  # job a + j copies the (j mod m)-th of the m arrivals of the last day, a day on
+        start = torch.searchsorted(sim.submit.contiguous(), now - DAY).minimum(first - 1).clamp(min=0)
         m = (first - start).clamp(min=1)
-        j = (torch.arange(sim.length).unsqueeze(0) - first).clamp(min=0)
         source = (start + j % m).clamp(0, sim.length - 1)
         shifted = sim.submit.gather(1, source) + DAY * (1 + j // m)
-        for name in ("run", "requested", "processors", "nodes"):
-            column = getattr(sim, name)
-            setattr(sim, name, torch.where(arrived, column, column.gather(1, source)))
-        sim.submit = torch.cummax(torch.where(arrived, sim.submit, shifted.clamp(min=now)), 1).values
+    else:  # clairvoyant: the log's own next arrivals
+        return sim, torch.ones_like(arrived)
+    for name in ("run", "requested", "processors", "nodes"):  # the forecast jobs are copies of `source`
+        column = getattr(sim, name)
+        setattr(sim, name, torch.where(arrived, column, column.gather(1, source)))
+    sim.submit = torch.cummax(torch.where(arrived, sim.submit, shifted.clamp(min=now)), 1).values
     return sim, torch.ones_like(arrived)
 
 
