@@ -297,8 +297,9 @@ class QueueMAML(LightningModule):
     def on_save_checkpoint(self, checkpoint):
         hp = self.hparams
         inner = {"steps": hp.inner_steps, "lr": hp.inner_lr, "sequences": hp.sequences, "episodes": hp.episodes}
-        if hp.learn_step_sizes or hp.inner_params != "all":  # plain tensors: readable with weights_only=True
-            inner["step_sizes"] = {name: a.detach().cpu().clone() for name, a in self.step_sizes().items()}
+        step_sizes = self.step_sizes()
+        if step_sizes is not None:  # plain tensors: readable with weights_only=True
+            inner["step_sizes"] = {name: a.detach().cpu().clone() for name, a in step_sizes.items()}
         sites = [f"{name}:{model.name}" for name, model, _ in self.sites]  # log:site model (queue.sites)
         checkpoint[CHECKPOINT_KEY] = QueuePolicyRecord.of(self.net, self.cfg, sites, hp.train_fraction,
                                                           adaptation=inner).to_dict()

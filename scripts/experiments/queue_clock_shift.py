@@ -40,11 +40,12 @@ def main(argv=None) -> None:
             policy, policy_cfg = resolve(ckpt, cfg)
             if not policy_cfg.clock:
                 raise ConfigError(f"--policy {ckpt}: not trained with the clock (QueuePolicySpec.clock)")
-            step.clock = true_clock
             true = evaluate_queue(policy, policy_cfg, log, starts).sequences["mean_bounded_slowdown"]
             step.clock = lambda time: true_clock(time + args.shift)  # advance() reads the module's clock
-            shifted = evaluate_queue(policy, policy_cfg, log, starts).sequences["mean_bounded_slowdown"]
-            step.clock = true_clock
+            try:
+                shifted = evaluate_queue(policy, policy_cfg, log, starts).sequences["mean_bounded_slowdown"]
+            finally:
+                step.clock = true_clock
             diff, ci = mean_ci95(shifted - true)
             print(f"{Path(path).name} {args.protocol} {ckpt}: bsld {float(true.mean()):.2f}; clock shifted "
                   f"{args.shift} s minus true {diff:+.2f} ± {ci:.2f} (paired 95% CI, {len(starts)} sequences)")
