@@ -177,9 +177,11 @@ def queue_iteration(trace: str, backfill: str) -> dict[str, float]:
 
 
 def queue_table(args, device, generator, result) -> None:
+    from lightning_sched.queue import native as queue_native
     from lightning_sched.queue.log import read_queue_log
 
     log = read_queue_log(args.trace)
+    kernel_applies = device.type == "cpu" and queue_native.kernel() is not None
     print(f"queue env: {args.trace}, sequences of 256 jobs, window 128; decisions/s through QueueEnv.step (median)")
     print(f"{'backfill':8s} {'picks':7s} {'step':6s} {'B':>6s} {'decisions/s':>14s}")
     for backfill in ("off", "easy"):
@@ -189,7 +191,7 @@ def queue_table(args, device, generator, result) -> None:
                 for torch_step in (False, True) if args.torch_step else (False,):
                     rate = statistics.median(queue_rate(cfg, log, b, args.steps, device, generator, picks, torch_step)
                                              for _ in range(args.repeats))
-                    step = "torch" if torch_step or device.type != "cpu" else "native"
+                    step = "native" if kernel_applies and not torch_step else "torch"
                     result["decisions_per_s"][f"queue/{backfill}/{picks}/{step}/{b}"] = round(rate)
                     print(f"{backfill:8s} {picks:7s} {step:6s} {b:6d} {rate:14,.0f}", flush=True)
         if device.type == "cpu":

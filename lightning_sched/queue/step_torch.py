@@ -2,10 +2,13 @@
 where the native kernel (native_queue.c) cannot be built, and the second implementation of the
 semantics that the kernel is tested against.
 
-Every operation works on all rows at once, masked to the rows it concerns; the only Python loops run
-over events (an arrival or one completion per iteration, for every row still waiting on one) and over
-the jobs a backfilling pass starts, with one host sync per iteration. The event loops work on a copy
-of the rows still waiting, shrunk as they settle: most rows need no event while a few need many.
+Every operation works on all rows at once, masked to the rows it concerns. Without backfilling the
+events between two decisions are settled in closed form: a held job starts at the first completion
+(in end order) that frees enough nodes, and every job submitted by then has arrived; an empty queue
+takes the completions before the next submit, then that arrival. With EASY backfilling each event can
+start jobs, so a Python loop runs over events (an arrival or one completion per iteration, for every
+row still waiting on one) and over the jobs a backfilling pass starts, with one host sync per
+iteration; it works on a copy of the rows still waiting, shrunk as they settle.
 
 As the kernel does: of running jobs that end in the same second, the one started first (lowest
 start_rank) ends first; and a step's bounded slowdowns are summed in start order, then added to
@@ -56,6 +59,50 @@ def _event(state: QueueState, rows: torch.Tensor) -> torch.Tensor:
     state.next_arrival += arrive
     state.free_nodes += torch.where(release, _pick(ending, state.nodes), 0)
     return arrive
+
+
+def _hold_until_fits(state: QueueState, rows: torch.Tensor, need: torch.Tensor) -> None:
+    """The events of `rows` (BoolTensor[B]) while their held job, needing need[b] nodes, waits
+    without backfilling, in closed form: completions in release order (actual end, ties: started
+    first) until enough nodes are free, at time T; and every arrival submitted at or before T (arrivals
+    win ties; submit times rise along a row, so these are the next jobs)."""
+    index = rows.nonzero()[:, 0]
+    if index.numel() == 0:
+        return
+    status, start_rank, nodes = state.status[index], state.start_rank[index], state.nodes[index]
+    running = status == RUNNING
+    by_rank = torch.where(running, start_rank, NEVER).argsort(dim=1, stable=True)
+    end = torch.where(running, state.start[index] + state.run[index], NEVER).gather(1, by_rank)
+    by_end = end.argsort(dim=1, stable=True)
+    order, end = by_rank.gather(1, by_end), end.gather(1, by_end)  # [N, L]: jobs in release order, their ends
+    freed = (nodes * running).gather(1, order).cumsum(dim=1) + state.free_nodes[index, None]  # rises
+    last = torch.searchsorted(freed, need[index, None]).clamp(max=state.length - 1)  # the release that fits it
+    fits_at = end.gather(1, last)  # [N, 1]
+    released = torch.arange(state.length, device=index.device) <= last  # [N, L] in release order
+    status.masked_fill_(torch.zeros_like(released).scatter_(1, order, released) & running, ENDED)
+    arrived = torch.maximum(torch.searchsorted(state.submit[index], fits_at, right=True).squeeze(1),
+                            state.next_arrival[index])
+    job = torch.arange(state.length, device=index.device)
+    status.masked_fill_((job >= state.next_arrival[index, None]) & (job < arrived[:, None]), WAITING)
+    state.status[index] = status
+    state.free_nodes[index] = freed.gather(1, last).squeeze(1)
+    state.time[index] = torch.maximum(state.time[index], fits_at.squeeze(1))
+    state.next_arrival[index] = arrived
+
+
+def _refill(state: QueueState, rows: torch.Tensor) -> None:
+    """An empty queue on `rows` (BoolTensor[B], each with a job still to arrive): the completions
+    that come strictly before the next submit, then that one arrival (arrivals win ties)."""
+    upcoming = state.next_arrival.clamp(max=state.length - 1)
+    next_submit = _pick(upcoming, state.submit)
+    running = state.status == RUNNING
+    ends = rows[:, None] & running & (state.start + state.run < next_submit[:, None])
+    state.status.masked_fill_(ends, ENDED)
+    state.free_nodes += (state.nodes * ends).sum(dim=1)
+    state.status.scatter_(1, upcoming[:, None], torch.where(rows, WAITING, _pick(upcoming, state.status).long())
+                          .to(state.status.dtype)[:, None])
+    state.time.copy_(torch.where(rows, torch.maximum(state.time, next_submit), state.time))
+    state.next_arrival += rows
 
 
 def _start(state: QueueState, rows: torch.Tensor, job: torch.Tensor, added: torch.Tensor,
@@ -156,21 +203,23 @@ def step_torch(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> torch.
     def shadow_once(rows: QueueState, extra: dict) -> None:
         extra["shadow"] = _shadow(rows, extra["need"])
 
-    def hold(rows: QueueState, extra: dict, still: torch.Tensor) -> torch.Tensor:
-        if easy:
-            _backfill_pass(rows, still, extra["shadow"], extra["added"], cfg)
+    def hold_and_backfill(rows: QueueState, extra: dict, still: torch.Tensor) -> torch.Tensor:
+        _backfill_pass(rows, still, extra["shadow"], extra["added"], cfg)
         _event(rows, still)
         return still & (extra["need"] > rows.free_nodes)
 
-    _until_settled(state, active & (need > state.free_nodes), hold, {"need": need, "added": added},
-                   shadow_once if easy else None)
+    held = active & (need > state.free_nodes)
+    if easy:
+        _until_settled(state, held, hold_and_backfill, {"need": need, "added": added}, shadow_once)
+    else:
+        _hold_until_fits(state, held, need)
     _start(state, active, job, added, cfg)
     state.bsld_sum += added
-    # refill: an empty queue takes events up to the next arrival; with every job arrived, the row is done
+    # an empty queue takes events up to the next arrival; with every job arrived, the row is done
     idle = active & ~(state.status == WAITING).any(dim=1)
     finished = idle & (state.next_arrival >= length)
     state.done |= finished
-    _until_settled(state, idle & ~finished, lambda rows, extra, still: still & ~_event(rows, still), {})
+    _refill(state, idle & ~finished)
     return added
 
 
