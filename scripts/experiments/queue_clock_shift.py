@@ -1,7 +1,7 @@
 """Experiment: does a policy trained with the time of day (QueuePolicySpec.clock) use it, and does what it
 learned carry? Each checkpoint runs a protocol's sequences twice, with the true clock and with the clock
 it reads shifted by `--shift` seconds (the env is unchanged: only the time-of-day feature moves), and the
-paired difference shifted minus true is printed per log (docs/hpc_queue.md, "A thirteenth round").
+paired difference shifted minus true is printed per log (docs/hpc_queue_rounds.md, "A thirteenth round").
 
     python scripts/experiments/queue_clock_shift.py --policy RUN/checkpoints/last.ckpt \
         --trace ../shared/traces/lublin_256.swf.gz ../shared/traces/lublin_256_new2.swf.gz --protocol recent

@@ -1,5 +1,5 @@
 """Experiment: how far below the best rule can a scheduler get, and with what knowledge?
-(docs/hpc_queue.md, "What beating the best rule takes")
+(docs/hpc_queue_rounds.md, "What beating the best rule takes")
 
 On a protocol's sequences (default: held out), for each log and backfilling setting:
 - the best of the five rules, and the per-sequence best rule (an oracle that picks a rule for each

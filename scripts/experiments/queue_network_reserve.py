@@ -1,4 +1,4 @@
-"""Experiment: a trained queue network ranks, its own reservation picks (backfilling off; docs/hpc_queue.md,
+"""Experiment: a trained queue network ranks, its own reservation picks (backfilling off; docs/hpc_queue_rounds.md,
 "An eighth round"). The network is not retrained: its scores order the window, and
 lightning_sched.queue.reservation starts a filler when the first job does not fit. Prints, per log, the
 network with and without the reservation minus F1 (paired 95% CIs) on a protocol's sequences.

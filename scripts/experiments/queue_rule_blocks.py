@@ -1,4 +1,4 @@
-"""Experiment: which rule wins where along a log (docs/hpc_queue.md, "A third round").
+"""Experiment: which rule wins where along a log (docs/hpc_queue_rounds.md, "A third round").
 
 Each log is cut into consecutive, non-overlapping stretches of 1024 jobs (every stretch starts on an
 empty cluster, as the protocols' sequences do); every rule runs on every stretch, and the table gives

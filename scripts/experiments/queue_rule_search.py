@@ -1,4 +1,4 @@
-"""Experiment: a priority rule searched directly on the objective (docs/hpc_queue.md, "A seventh round").
+"""Experiment: a priority rule searched directly on the objective (docs/hpc_queue_rounds.md, "A seventh round").
 
 This searches a linear rule (lightning_sched.queue.linear_rule: score = sum_k w_k * scale_k *
 feature_k over the job features the rules read, lowest first) with the cross-entropy method: each
