@@ -16,7 +16,7 @@ run 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_env.py tests/t
 run 100 python3 scripts/bench_env.py --device cuda --batch_sizes 4096 65536 262144 --modes none image --repeats 3 --steps 50
 run 40 python3 scripts/bench_env.py --device cpu --threads 2 --batch_sizes 4096 --modes none image --repeats 3 --steps 50
 run 100 python3 scripts/bench_env.py --env queue --device cuda --batch_sizes 4096 65536 --trace $LOG --repeats 3 --steps 30
-run 60 python3 scripts/experiments/queue_step_ops.py --device cuda --trace $LOG --batch 4096 --steps 10
+run 40 python3 scripts/experiments/queue_step_ops.py --device cuda --trace $LOG --batch 4096 --steps 10 --backfill off
 run 60 python3 scripts/bench_env.py --env queue --device cpu --threads 2 --batch_sizes 4096 --trace $LOG --repeats 3 --steps 30
 run 50 python3 scripts/bench_train.py --device cuda --slots --repeats 3
 run 50 python3 scripts/bench_train.py --device cpu --threads 2 --slots --repeats 3

@@ -25,6 +25,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace", default="../shared/traces/lublin_256.swf.gz")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--backfill", nargs="+", default=["off", "easy"], choices=["off", "easy"])
     parser.add_argument("--batch", type=at_least(1), default=4096)
     parser.add_argument("--steps", type=at_least(1), default=10)
     parser.add_argument("--warmup", type=at_least(0), default=5)
@@ -45,7 +46,7 @@ def main(argv=None) -> None:
               "ops_per_step": {}, "decisions_per_s": {}}
     print(f"queue env's torch step on {args.device}, {args.trace}, B = {args.batch}, {threads} thread(s)")
     print(f"{'backfill':8s} {'picks':7s} {'ops a step':>11s} {'decisions/s':>12s}")
-    for backfill in ("off", "easy"):
+    for backfill in args.backfill:
         for picks in ("random", "fcfs"):
             cfg = log.config(sequence_length=256, backfill=backfill)
             env = QueueEnv(cfg, log, batch_size=[args.batch], device=device, seed=1)
