@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checks a lent GPU machine runs (docs/performance.md, "On a GPU"): the gpu-marked tests, both
 # envs' benchmarks beside a CPU baseline of the same machine, REINFORCE's iteration, a queue PPO
-# iteration, the queue torch step's operation count, and fit.py end to end on the GPU for both envs with the checkpoint read back on the CPU.
+# iteration, the queue torch step's operation count, and fit.py end to end on the GPU for both envs
+# with the checkpoint read back on the CPU.
 # The machine lacks the project's pip packages: bring them as wheels in .whl (../shared/gpu/README.md;
 # for fit.py also wandb, jsonargparse and their needs) and a copy of the Lublin-1 log in .dev/.
 #   bash scripts/gpu_check.sh    (in one device call, carry [".whl", ".dev"]; 6-9 minutes on an H100)
@@ -16,7 +17,7 @@ run 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_env.py tests/t
 run 100 python3 scripts/bench_env.py --device cuda --batch_sizes 4096 65536 262144 --modes none image --repeats 3 --steps 50
 run 40 python3 scripts/bench_env.py --device cpu --threads 2 --batch_sizes 4096 --modes none image --repeats 3 --steps 50
 run 100 python3 scripts/bench_env.py --env queue --device cuda --batch_sizes 4096 65536 --trace $LOG --repeats 3 --steps 30
-run 40 python3 scripts/experiments/queue_step_ops.py --device cuda --trace $LOG --batch 4096 --steps 10 --backfill off
+run 30 python3 scripts/experiments/queue_step_ops.py --device cuda --trace $LOG --batch 4096 --steps 10 --backfill off
 run 60 python3 scripts/bench_env.py --env queue --device cpu --threads 2 --batch_sizes 4096 --trace $LOG --repeats 3 --steps 30
 run 50 python3 scripts/bench_train.py --device cuda --slots --repeats 3
 run 50 python3 scripts/bench_train.py --device cpu --threads 2 --slots --repeats 3

@@ -103,6 +103,16 @@ def test_bad_input_is_refused_naming_the_field():
         step_torch(state, torch.tensor([7, 0]), cfg)
 
 
+@pytest.mark.parametrize("backfill", ["off", "easy"])
+def test_an_inconsistent_state_is_refused_not_stepped(backfill):
+    # nodes that no running job will ever free: the held job could never fit
+    cfg = QueueConfig(nodes=4, window=4, sequence_length=2, backfill=backfill)
+    state = make_state(cfg, [(0, 10, 10, 2), (5, 10, 10, 2)])
+    state.free_nodes -= 3  # 1 node free, nothing running
+    with pytest.raises(RuntimeError, match="inconsistent"):
+        step_torch(state, torch.tensor([0]), cfg)
+
+
 def test_no_decision_leaves_a_row_unchanged():
     cfg = QueueConfig(nodes=4, window=4, sequence_length=2)
     state = make_state(cfg, [(0, 1, 1, 1), (9, 1, 1, 1)], [(0, 1, 1, 1), (0, 1, 1, 1)])

@@ -2,13 +2,14 @@
 where the native kernel (native_queue.c) cannot be built, and the second implementation of the
 semantics that the kernel is tested against.
 
-Every operation works on all rows at once, masked to the rows it concerns. Without backfilling the
-events between two decisions are settled in closed form: a held job starts at the first completion
-(in end order) that frees enough nodes, and every job submitted by then has arrived; an empty queue
-takes the completions before the next submit, then that arrival. With EASY backfilling each event can
-start jobs, so a Python loop runs over events (an arrival or one completion per iteration, for every
-row still waiting on one) and over the jobs a backfilling pass starts, with one host sync per
-iteration; it works on a copy of the rows still waiting, shrunk as they settle.
+Every operation works on all rows at once, masked to the rows it concerns. Where nothing else can
+start, the events between two decisions are settled in closed form: without backfilling a held job
+starts at the first completion (in end order) that frees enough nodes, and every job submitted by
+then has arrived; an empty queue (either setting) takes the completions before the next submit, then
+that arrival. With EASY backfilling each event while a job is held can start others, so a Python
+loop runs over those events (an arrival or one completion per iteration, for every row still
+waiting on one) and over the jobs a backfilling pass starts, with one host sync per iteration; it
+works on a copy of the rows still waiting, shrunk as they settle.
 
 As the kernel does: of running jobs that end in the same second, the one started first (lowest
 start_rank) ends first; and a step's bounded slowdowns are summed in start order, then added to
@@ -62,26 +63,33 @@ def _event(state: QueueState, rows: torch.Tensor) -> torch.Tensor:
 
 
 def _hold_until_fits(state: QueueState, rows: torch.Tensor, need: torch.Tensor) -> None:
-    """The events of `rows` (BoolTensor[B]) while their held job, needing need[b] nodes, waits
-    without backfilling, in closed form: completions in release order (actual end, ties: started
-    first) until enough nodes are free, at time T; and every arrival submitted at or before T (arrivals
-    win ties; submit times rise along a row, so these are the next jobs)."""
+    """The events of `rows` (BoolTensor[B]) while each holds a job needing need[b] nodes (LongTensor[B],
+    more than are free) without backfilling, in closed form, mutating `state`: completions in release
+    order (actual end, ties: started first) until enough nodes are free, at time T, and every arrival
+    submitted at or before T (arrivals win ties; submit times rise along a row, so these are the next
+    jobs). Raises RuntimeError if the running jobs could never free enough nodes (an inconsistent state)."""
     index = rows.nonzero()[:, 0]
     if index.numel() == 0:
         return
     status, start_rank, nodes = state.status[index], state.start_rank[index], state.nodes[index]
     running = status == RUNNING
+    # release order: a stable sort by end of the jobs already in start_rank order keeps that order in ties
     by_rank = torch.where(running, start_rank, NEVER).argsort(dim=1, stable=True)
     end = torch.where(running, state.start[index] + state.run[index], NEVER).gather(1, by_rank)
     by_end = end.argsort(dim=1, stable=True)
     order, end = by_rank.gather(1, by_end), end.gather(1, by_end)  # [N, L]: jobs in release order, their ends
-    freed = (nodes * running).gather(1, order).cumsum(dim=1) + state.free_nodes[index, None]  # rises
-    last = torch.searchsorted(freed, need[index, None]).clamp(max=state.length - 1)  # the release that fits it
+    # free nodes after each release, never decreasing (jobs not running come last and free none), as
+    # searchsorted needs
+    freed = (nodes * running).gather(1, order).cumsum(dim=1) + state.free_nodes[index, None]
+    if bool((freed[:, -1] < need[index]).any()):
+        raise RuntimeError("step_torch: a held job needs more nodes than its row's running jobs can free; "
+                           "the state is inconsistent")
+    last = torch.searchsorted(freed, need[index, None])  # [N, 1]: the release after which it fits
     fits_at = end.gather(1, last)  # [N, 1]
     released = torch.arange(state.length, device=index.device) <= last  # [N, L] in release order
-    status.masked_fill_(torch.zeros_like(released).scatter_(1, order, released) & running, ENDED)
-    arrived = torch.maximum(torch.searchsorted(state.submit[index], fits_at, right=True).squeeze(1),
-                            state.next_arrival[index])
+    status.masked_fill_(torch.zeros_like(released).scatter_(1, order, released) & running, ENDED)  # in job order
+    arrived = torch.searchsorted(state.submit[index], fits_at, right=True).squeeze(1)  # jobs submitted by T
+    arrived = torch.maximum(arrived, state.next_arrival[index])  # a guard: arrived jobs stay arrived
     job = torch.arange(state.length, device=index.device)
     status.masked_fill_((job >= state.next_arrival[index, None]) & (job < arrived[:, None]), WAITING)
     state.status[index] = status

@@ -1,9 +1,10 @@
-"""Experiment: how many torch operations one decision of the queue env's torch step (step_torch.py, the
-path a GPU runs) launches, and its decisions/s on --device (docs/performance.md, "On a GPU").
-On a GPU each operation is at least one kernel launch of a few microseconds, so at moderate batch
-sizes the operation count, not the arithmetic, sets the step's time there. Counted with torch's
-profiler (every aten operation, nested ones included) through TorchRL's QueueEnv.step, Lublin-1
-sequences of 256 jobs, window 128, random valid picks or FCFS picks, after a few warm-up steps.
+"""Experiment: how many torch operations one decision of the queue env takes with its torch step
+(step_torch.py, the path a GPU runs), and its decisions/s on --device (docs/performance.md, "On a
+GPU"). On a GPU most operations are a kernel launch of a few microseconds, so at moderate batch sizes
+the count, not the arithmetic, sets the step's time there. Counted with torch's profiler over the
+whole TorchRL QueueEnv.step (the step, the window, the observation; every aten operation, nested and
+view ones included, so the count approximates the launches), Lublin-1 sequences of 256 jobs, window
+128, random valid picks or FCFS picks, after a few warm-up steps.
 
     python scripts/experiments/queue_step_ops.py --batch 4096 --steps 10 --threads 1     # --device cuda
 """
