@@ -38,9 +38,7 @@ Prints a table and, last, a JSON line. Medians over --repeats runs.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -53,6 +51,7 @@ from lightning_sched import ClusterConfig, ClusterEnv, DeepRMWorkload
 from lightning_sched.cli import THREADS_HELP, ScriptParser, at_least, positive_float, thread_count, torch_device
 from lightning_sched.deeprm import native
 from lightning_sched.deeprm.cluster import compiled_step, init_state, step_state
+from lightning_sched.deeprm.native import stepping_with_torch
 from lightning_sched.deeprm.observations import observe
 from lightning_sched.deeprm.rollout import play
 from lightning_sched.deeprm.state import ClusterState
@@ -69,21 +68,6 @@ def random_valid(mask: torch.Tensor, generator) -> torch.Tensor:
     """Uniform over the valid actions (void always valid): LongTensor[B]."""
     scores = torch.rand(mask.shape, device=mask.device, generator=generator)
     return torch.where(mask, scores, -1.0).argmax(-1)
-
-
-@contextlib.contextmanager
-def stepping_with_torch(torch_step: bool):
-    """The torch step instead of the native one while inside, with torch_step."""
-    before = os.environ.get(native.SWITCH)
-    if torch_step:
-        os.environ[native.SWITCH] = "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(native.SWITCH, None)
-        else:
-            os.environ[native.SWITCH] = before
 
 
 def hot_path_rate(cfg, jobs, steps, device, generator, compile_step=False, torch_step=False) -> float:

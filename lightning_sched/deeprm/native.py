@@ -14,6 +14,7 @@ the torch step's exactly (tests/test_native_step.py compares every field).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -122,6 +123,22 @@ def build_and_load(compiler: str, flags: tuple[str, ...], sources: tuple[Path, .
     warnings.warn(f"the {what} could not be built with {compiler!r} ({type(failure).__name__}: "
                   f"{failure} {detail.decode(errors='replace')[-500:]}); stepping with torch ops instead", stacklevel=4)
     return None
+
+
+@contextlib.contextmanager
+def stepping_with_torch(torch_step: bool = True):
+    """While inside, the torch step instead of the native kernels (both envs'), with torch_step; the
+    switch's earlier value comes back on leaving."""
+    before = os.environ.get(SWITCH)
+    if torch_step:
+        os.environ[SWITCH] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(SWITCH, None)
+        else:
+            os.environ[SWITCH] = before
 
 
 @functools.lru_cache(maxsize=None)

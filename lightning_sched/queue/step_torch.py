@@ -72,6 +72,7 @@ def _hold_until_fits(state: QueueState, rows: torch.Tensor, need: torch.Tensor) 
     if index.numel() == 0:
         return
     status, start_rank, nodes = state.status[index], state.start_rank[index], state.nodes[index]
+    need, next_arrival = need[index, None], state.next_arrival[index, None]  # [N, 1] each
     running = status == RUNNING
     # release order: a stable sort by end of the jobs already in start_rank order keeps that order in ties
     by_rank = torch.where(running, start_rank, NEVER).argsort(dim=1, stable=True)
@@ -81,21 +82,21 @@ def _hold_until_fits(state: QueueState, rows: torch.Tensor, need: torch.Tensor) 
     # free nodes after each release, never decreasing (jobs not running come last and free none), as
     # searchsorted needs
     freed = (nodes * running).gather(1, order).cumsum(dim=1) + state.free_nodes[index, None]
-    if bool((freed[:, -1] < need[index]).any()):
+    if bool((freed[:, -1:] < need).any()):
         raise RuntimeError("step_torch: a held job needs more nodes than its row's running jobs can free; "
                            "the state is inconsistent")
-    last = torch.searchsorted(freed, need[index, None])  # [N, 1]: the release after which it fits
+    last = torch.searchsorted(freed, need)  # [N, 1]: the release after which it fits
     fits_at = end.gather(1, last)  # [N, 1]
     released = torch.arange(state.length, device=index.device) <= last  # [N, L] in release order
     status.masked_fill_(torch.zeros_like(released).scatter_(1, order, released) & running, ENDED)  # in job order
-    arrived = torch.searchsorted(state.submit[index], fits_at, right=True).squeeze(1)  # jobs submitted by T
-    arrived = torch.maximum(arrived, state.next_arrival[index])  # a guard: arrived jobs stay arrived
+    arrived = torch.searchsorted(state.submit[index], fits_at, right=True)  # [N, 1]: jobs submitted by T
+    arrived = torch.maximum(arrived, next_arrival)  # a guard: arrived jobs stay arrived
     job = torch.arange(state.length, device=index.device)
-    status.masked_fill_((job >= state.next_arrival[index, None]) & (job < arrived[:, None]), WAITING)
+    status.masked_fill_((job >= next_arrival) & (job < arrived), WAITING)
     state.status[index] = status
     state.free_nodes[index] = freed.gather(1, last).squeeze(1)
     state.time[index] = torch.maximum(state.time[index], fits_at.squeeze(1))
-    state.next_arrival[index] = arrived
+    state.next_arrival[index] = arrived.squeeze(1)
 
 
 def _refill(state: QueueState, rows: torch.Tensor) -> None:

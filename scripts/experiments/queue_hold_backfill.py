@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -39,6 +38,7 @@ def main(argv=None) -> None:
 
     import torch
 
+    from lightning_sched.deeprm.native import stepping_with_torch
     from lightning_sched.evaluation import mean_ci95
     from lightning_sched.queue import step_torch as torch_step
     from lightning_sched.queue.evaluation import evaluate_queue, heuristic_config, heuristic_policies, protocol_starts
@@ -65,14 +65,14 @@ def main(argv=None) -> None:
         for name, backfill in (("off", "off"), ("easy", "easy"), ("easy_at_decisions", "easy")):
             cfg = heuristic_config(log.config(sequence_length=1024, backfill=backfill))
             policy = heuristic_policies([args.rule], cfg)[args.rule][0]
-            if name == "easy_at_decisions":
-                os.environ["LIGHTNING_SCHED_NATIVE"] = "0"  # the torch step, whose step function this swaps
+            swapped = name == "easy_at_decisions"  # on the torch step, whose step function it swaps
+            if swapped:
                 torch_step.step_torch = easy_at_decisions
             try:
-                results[name] = evaluate_queue(policy, cfg, log, starts).sequences["mean_bounded_slowdown"]
+                with stepping_with_torch(swapped):
+                    results[name] = evaluate_queue(policy, cfg, log, starts).sequences["mean_bounded_slowdown"]
             finally:
                 torch_step.step_torch = env_step
-                os.environ.pop("LIGHTNING_SCHED_NATIVE", None)
         line = {"log": Path(trace).name, "protocol": args.protocol, "rule": args.rule}
         for name, values in results.items():
             line[name] = "{:.2f} ± {:.2f}".format(*mean_ci95(values))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -33,11 +32,11 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=thread_count, default=1, help=THREADS_HELP)
     args = parser.parse_args(argv)
     threads = set_threads(args.threads)
-    os.environ["LIGHTNING_SCHED_NATIVE"] = "0"  # the torch step, as off the CPU
 
     import torch
     from torch.profiler import profile
 
+    from lightning_sched.deeprm.native import stepping_with_torch
     from lightning_sched.queue.env import QueueEnv
     from lightning_sched.queue.log import read_queue_log
 
@@ -47,37 +46,38 @@ def main(argv=None) -> None:
               "ops_per_step": {}, "decisions_per_s": {}}
     print(f"queue env's torch step on {args.device}, {args.trace}, B = {args.batch}, {threads} thread(s)")
     print(f"{'backfill':8s} {'picks':7s} {'ops a step':>11s} {'decisions/s':>12s}")
-    for backfill in args.backfill:
-        for picks in ("random", "fcfs"):
-            cfg = log.config(sequence_length=256, backfill=backfill)
-            env = QueueEnv(cfg, log, batch_size=[args.batch], device=device, seed=1)
-            generator = torch.Generator(device=device).manual_seed(0)
+    with stepping_with_torch():  # the torch step, as off the CPU
+        for backfill in args.backfill:
+            for picks in ("random", "fcfs"):
+                cfg = log.config(sequence_length=256, backfill=backfill)
+                env = QueueEnv(cfg, log, batch_size=[args.batch], device=device, seed=1)
+                generator = torch.Generator(device=device).manual_seed(0)
 
-            def step(td):
-                if picks == "random":  # the visible jobs fill the first slots
-                    td["action"] = (torch.rand(args.batch, generator=generator, device=device)
-                                    * td["action_mask"].sum(-1)).long()
-                else:
-                    td["action"] = torch.zeros(args.batch, dtype=torch.long, device=device)
-                return env.step(td)["next"]
+                def step(td):
+                    if picks == "random":  # the visible jobs fill the first slots
+                        td["action"] = (torch.rand(args.batch, generator=generator, device=device)
+                                        * td["action_mask"].sum(-1)).long()
+                    else:
+                        td["action"] = torch.zeros(args.batch, dtype=torch.long, device=device)
+                    return env.step(td)["next"]
 
-            td = env.reset()
-            for _ in range(args.warmup):
-                td = step(td)
-            with profile() as prof:
-                for _ in range(args.steps):
+                td = env.reset()
+                for _ in range(args.warmup):
                     td = step(td)
-            ops = sum(e.count for e in prof.key_averages() if e.key.startswith("aten::")) / args.steps
-            decisions, began = 0, time.perf_counter()
-            for _ in range(args.steps):
-                decisions += int((~td["done"].squeeze(-1)).sum())
-                td = step(td)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            rate = decisions / (time.perf_counter() - began)
-            key = f"{backfill}/{picks}"
-            result["ops_per_step"][key], result["decisions_per_s"][key] = round(ops), round(rate)
-            print(f"{backfill:8s} {picks:7s} {ops:11,.0f} {rate:12,.0f}", flush=True)
+                with profile() as prof:
+                    for _ in range(args.steps):
+                        td = step(td)
+                ops = sum(e.count for e in prof.key_averages() if e.key.startswith("aten::")) / args.steps
+                decisions, began = 0, time.perf_counter()
+                for _ in range(args.steps):
+                    decisions += int((~td["done"].squeeze(-1)).sum())
+                    td = step(td)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                rate = decisions / (time.perf_counter() - began)
+                key = f"{backfill}/{picks}"
+                result["ops_per_step"][key], result["decisions_per_s"][key] = round(ops), round(rate)
+                print(f"{backfill:8s} {picks:7s} {ops:11,.0f} {rate:12,.0f}", flush=True)
     print(json.dumps(result))
 
 
