@@ -21,7 +21,7 @@ also measures every rate with the torch step (LIGHTNING_SCHED_NATIVE=0) in the s
 
 With --env queue instead: the queue env (lightning_sched.queue) on --trace's sequences of 256 jobs,
 decisions/s through TorchRL's `QueueEnv.step` with the observation built every step, at each
---batch_sizes, backfilling off and EASY, with random valid picks (uniform over the visible jobs) and
+--batch_sizes, backfilling off and EASY (--backfill), with random valid picks (uniform over the visible jobs) and
 with FCFS picks (slot 0); done rows start a fresh sequence every 16 steps (TorchRL's partial reset),
 and only decisions of rows not done count.
 
@@ -168,7 +168,7 @@ def queue_table(args, device, generator, result) -> None:
     kernel_applies = device.type == "cpu" and queue_native.kernel() is not None
     print(f"queue env: {args.trace}, sequences of 256 jobs, window 128; decisions/s through QueueEnv.step (median)")
     print(f"{'backfill':8s} {'picks':7s} {'step':6s} {'B':>6s} {'decisions/s':>14s}")
-    for backfill in ("off", "easy"):
+    for backfill in args.backfill:
         cfg = log.config(sequence_length=256, backfill=backfill)
         for picks in ("random", "fcfs"):
             for b in args.batch_sizes:
@@ -302,6 +302,8 @@ def main() -> None:
                     help="episodes stepped at once in the --sizes table")
     ap.add_argument("--env", choices=("deeprm", "queue"), default="deeprm")
     ap.add_argument("--trace", default="../shared/traces/lublin_256.swf.gz", help="--env queue: the log")
+    ap.add_argument("--backfill", nargs="+", choices=("off", "easy"), default=["off", "easy"],
+                    help="--env queue: the settings measured")
     ap.add_argument("--default_malloc", action="store_true",
                     help="leave glibc's malloc thresholds at their defaults (lightning_sched.allocator)")
     ap.add_argument("--library", action="store_true",

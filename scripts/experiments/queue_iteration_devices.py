@@ -25,6 +25,7 @@ def main(argv=None) -> None:
     parser.add_argument("--trace", default="../shared/traces/lublin_256.swf.gz")
     parser.add_argument("--devices", nargs="+", default=["cpu"], choices=["cpu", "cuda"])
     parser.add_argument("--episodes", nargs="+", type=at_least(1), default=[64])
+    parser.add_argument("--backfill", nargs="+", default=["off", "easy"], choices=["off", "easy"])
     parser.add_argument("--iterations", type=at_least(2), default=4)
     parser.add_argument("--threads", type=thread_count, default=1, help=THREADS_HELP)
     args = parser.parse_args(argv)
@@ -45,7 +46,7 @@ def main(argv=None) -> None:
             self.ends.append(time.perf_counter())
 
     for device in args.devices:
-        for backfill in ("off", "easy"):
+        for backfill in args.backfill:
             for episodes in args.episodes:
                 torch.manual_seed(0)
                 model = QueuePPO(args.trace, train_fraction=0.8, backfill=backfill, batch_size=episodes,
