@@ -13,7 +13,7 @@ LOG=.dev/lublin_256.swf.gz
 quiet() { grep -v -i -E "warn|litlogger|pytree|data_connector|tensor cores|set_float32"; }
 run() { echo "== $*"; timeout "$@" 2>&1 | quiet; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-run 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_env.py tests/test_queue_step_torch.py
+run 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_env.py tests/test_queue_step_torch.py tests/test_queue_policy.py
 run 100 python3 scripts/bench_env.py --device cuda --batch_sizes 4096 65536 262144 --modes none image --repeats 3 --steps 50
 run 40 python3 scripts/bench_env.py --device cpu --threads 2 --batch_sizes 4096 --modes none image --repeats 3 --steps 50
 run 110 python3 scripts/bench_env.py --env queue --backfill off --device cuda --batch_sizes 4096 65536 262144 --trace $LOG --repeats 2 \
@@ -23,7 +23,8 @@ run 30 python3 scripts/experiments/queue_step_ops.py --device cuda --trace $LOG 
 run 60 python3 scripts/bench_env.py --env queue --device cpu --threads 2 --batch_sizes 4096 --trace $LOG --repeats 3 --steps 30
 run 50 python3 scripts/bench_train.py --device cuda --slots --repeats 3
 run 50 python3 scripts/bench_train.py --device cpu --threads 2 --slots --repeats 3
-run 100 python3 scripts/experiments/queue_iteration_devices.py --trace $LOG --devices cuda cpu --backfill off --episodes 64
+run 150 python3 scripts/experiments/queue_iteration_devices.py --trace $LOG --devices cuda cpu --env_device auto module \
+    --backfill off easy --episodes 64 --iterations 3
 run 50 python3 scripts/fit.py fit --config configs/base/deeprm.yaml --trainer.max_steps 2 --trainer.val_check_interval 2 \
     --trainer.default_root_dir /tmp/gpu_deeprm --trainer.accelerator gpu
 run 25 python3 scripts/evaluate.py --policy /tmp/gpu_deeprm/checkpoints/best-2.ckpt tetris --jobsets 20 --device cpu

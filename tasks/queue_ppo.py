@@ -39,6 +39,7 @@ from lightning_sched.config import ConfigError
 from lightning_sched.learning.baselines import TimeIndexedBaseline
 from lightning_sched.learning.policy_gradient import discounted_returns
 from lightning_sched.limits import require_time, require_total
+from lightning_sched.queue import native as queue_native
 from lightning_sched.queue.config import QueueConfig
 from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, rollout_bytes
 from lightning_sched.queue.heuristics import HEURISTICS, RULES, QueueHeuristic
@@ -64,6 +65,7 @@ from .base import SchedulerTask, plain_values, require_at_least, require_positiv
 # ("first": a reserving policy's sampled job, which its log-prob is of; "action" is what the env started)
 DECISION_KEYS = (*IN_KEYS, "action_mask", "action", "first", "action_log_prob")
 METRICS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "utilization", "makespan")
+ENV_DEVICES = ("auto", "cpu", "module")  # QueuePPO.env_device
 
 
 @dataclass
@@ -189,6 +191,10 @@ class QueuePPO(LightningModule):
         init_from: a queue policy checkpoint whose network (its sizes and weights) this run starts
             from, e.g. to go on with longer sequences; the run's own settings stay.
         arrival_copies: `ArrivalCopies`, training logs beyond the logs themselves.
+        env_device: where the training and validation envs step: "auto", on the CPU when the native
+            kernel loads (at training batch sizes it outruns the torch step on a GPU, many times over
+            with EASY: docs/performance.md, "On a GPU"), else with the network; "cpu"; "module",
+            with the network. The network runs on the module's device either way.
         seed: seeds the training sequences and the action sampling.
     """
 
@@ -198,12 +204,14 @@ class QueuePPO(LightningModule):
                  validation: QueueValidation = QueueValidation(), iterations_per_epoch: int = 100,
                  imitate: str | None = None, imitation_iterations: int = 0, imitation_aggregate: bool = False,
                  dagger: bool = False, lookahead: LookaheadSettings = LookaheadSettings(), init_from: str | None = None,
-                 arrival_copies: ArrivalCopies = ArrivalCopies(), seed: int = 0):
+                 arrival_copies: ArrivalCopies = ArrivalCopies(), env_device: str = "auto", seed: int = 0):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False  # several optimizer steps an iteration
         require_at_least("QueuePPO", 1, batch_size=batch_size, iterations_per_epoch=iterations_per_epoch,
                          **{f"validation.{k}": getattr(validation, k) for k in ("sequences", "sequence_length")})
+        if env_device not in ENV_DEVICES:
+            raise ConfigError(f"QueuePPO.env_device must be one of {', '.join(ENV_DEVICES)}, got {env_device!r}")
         if not 0 < train_fraction <= 1:
             raise ConfigError(f"QueuePPO.train_fraction must be in (0, 1], got {train_fraction}")
         if imitate not in (None, "lookahead", *HEURISTICS):
@@ -291,21 +299,29 @@ class QueuePPO(LightningModule):
     def val_dataloader(self):
         return DataLoader([0], batch_size=None)
 
+    def env_device(self) -> torch.device:
+        """The device the envs step on (`env_device`)."""
+        choice = self.hparams.env_device
+        if choice == "cpu" or (choice == "auto" and queue_native.kernel() is not None):
+            return torch.device("cpu")
+        return self.device
+
     def env(self, name: str) -> QueueEnv:
         """The training env (fresh sequences at every reset) or the validation env (fixed ones), on
-        the module's device, built once."""
+        `env_device()`, built once."""
         env = self._envs.get(name)
-        if env is None or env.device != self.device:
+        if env is None or env.device != self.env_device():
             if name == "train":
                 env = QueueEnv(self.cfg, self.train_logs, batch_size=[self.hparams.batch_size],
-                               positions=self.positions, device=self.device,
+                               positions=self.positions, device=self.env_device(),
                                episodes_per_sequence=self.ppo.episodes_per_sequence)
             else:  # row b validates on log b % len(logs), as the training rows
                 v = self.validation
                 generator = torch.Generator().manual_seed(v.seed)
                 ranges = [self.val_positions[b % len(self.logs)] for b in range(v.sequences)]
                 starts = torch.stack([torch.randint(lo, hi + 1, (), generator=generator) for lo, hi in ranges])
-                env = QueueEnv(self.val_cfg, self.logs, batch_size=[v.sequences], starts=starts, device=self.device)
+                env = QueueEnv(self.val_cfg, self.logs, batch_size=[v.sequences], starts=starts,
+                               device=self.env_device())
             self._envs[name] = env
         return env
 
@@ -315,25 +331,29 @@ class QueuePPO(LightningModule):
         """B episodes with the sampling actor, or with `policy`: (the decisions, [N], with
         "advantage" and "value_target", and with a `labeler` policy its pick in each state as
         "label"; the episodes' metrics, each DoubleTensor[B]). Rows that finish early step on
-        (ignored by the env) until all are done; those steps are dropped."""
+        (ignored by the env) until all are done; those steps are dropped. A teacher acts on the env's
+        device, the network on the module's."""
         env = self.env("train")
         env.set_seed(seeds.training(self.seed, self.global_step, self.trainer.global_rank))
         td = env.reset()
         steps = []
         while not bool(td["done"].all()):
             label = None if labeler is None else labeler(td.clone())["action"]
-            with set_exploration_type(ExplorationType.RANDOM):  # the actor's default is its mode
-                td = (policy or self.actor)(td)
-            if policy is None and self.net.spec.reserve:
-                td["first"] = td["action"]
-                td["action"] = reserved_action(self.net.spec, td["logits"], td["first"], td)
-            td = env.step(td)
+            if policy is not None:
+                td = policy(td)
+            else:
+                with set_exploration_type(ExplorationType.RANDOM):  # the actor's default is its mode
+                    td = self.actor(td.to(self.device))
+                if self.net.spec.reserve:
+                    td["first"] = td["action"]
+                    td["action"] = reserved_action(self.net.spec, td["logits"], td["first"], td)
+            td = env.step(td.to(env.device))
             if label is not None:
                 td["label"] = label
             steps.append(td.select(*DECISION_KEYS, "label", "done", ("next", "reward"), ("next", "done"),
                                    ("next", "terminated"), strict=False))
             td = td["next"]
-        traj = torch.stack(steps, 1)  # [B, T]
+        traj = torch.stack(steps, 1).to(self.device)  # [B, T]
         value = self.critic(traj.select(*IN_KEYS, "action_mask"))["state_value"]  # [B, T, 1]
         traj["state_value"] = value
         # s_{t+1} is the next decision's state; after the last decision every row is terminated
@@ -350,7 +370,7 @@ class QueuePPO(LightningModule):
             if self.ppo.scale_per_sequence:
                 advantage = per_sequence_scaled(advantage, active, self.ppo.episodes_per_sequence)
             traj["advantage"], traj["value_target"] = advantage.T.unsqueeze(-1), returns.T.unsqueeze(-1)
-        return traj[decided], env.episode_metrics()
+        return traj[decided], self.on_module_device(env.episode_metrics())
 
     def teacher(self, env: QueueEnv):
         """The policy the warm start imitates, acting on `env`."""
@@ -439,8 +459,12 @@ class QueuePPO(LightningModule):
         policy = QueuePolicy(self.net, greedy=True)
         td = env.reset()
         while not bool(td["done"].all()):
-            td = env.step(policy(td))["next"]
-        return env.episode_metrics()
+            td = env.step(policy(td.to(self.device)).to(env.device))["next"]
+        return self.on_module_device(env.episode_metrics())
+
+    def on_module_device(self, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`metrics` where logging (and DDP's reduction of them) expects them."""
+        return {name: value.to(self.device) for name, value in metrics.items()}
 
     def evaluation_command(self, checkpoint: str) -> tuple[str, list[str]]:
         """(the script, its arguments) that measure `checkpoint` beside the rules on the held-out

@@ -242,6 +242,51 @@ def test_ppo_with_easy_backfilling_in_process(tmp_path):
     assert any(not torch.equal(before[k], v) for k, v in model.net.state_dict().items())
 
 
+def test_env_device_choice_and_bad_value(tmp_path, monkeypatch):
+    from tasks.queue_ppo import QueuePPO, QueueValidation
+
+    log = str(write_log(tmp_path / "tiny.swf"))
+    small = dict(window=8, sequence_length=24, batch_size=2,
+                 validation=QueueValidation(sequences=2, sequence_length=48))
+    with pytest.raises(ConfigError, match="QueuePPO.env_device must be one of auto, cpu, module, got 'gpu'"):
+        QueuePPO(log, env_device="gpu", **small)
+    for choice in ("auto", "cpu", "module"):
+        assert QueuePPO(log, env_device=choice, **small).env("train").device == torch.device("cpu")
+    model = QueuePPO(log, **small)
+    monkeypatch.setattr(type(model), "device", property(lambda self: torch.device("meta")))
+    assert model.env_device() == torch.device("cpu")  # the kernel loads here (or the switch is off: module's)
+    monkeypatch.setenv("LIGHTNING_SCHED_NATIVE", "0")
+    assert model.env_device() == torch.device("meta")  # no kernel: the torch step, with the network
+    model.hparams.env_device = "cpu"
+    assert model.env_device() == torch.device("cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backfill", ["off", "easy"])
+def test_ppo_on_cuda_with_the_env_on_the_cpu(tmp_path, backfill):
+    from lightning.pytorch import Callback, Trainer
+
+    from tasks.queue_ppo import PPOSettings, QueuePPO, QueueValidation
+
+    torch.manual_seed(0)
+    model = QueuePPO(str(write_log(tmp_path / "tiny.swf")), backfill=backfill, window=8, sequence_length=24,
+                     batch_size=4, ppo=PPOSettings(epochs=1, minibatch_size=40), env_device="cpu",
+                     validation=QueueValidation(sequences=2, sequence_length=48))
+    devices = []
+
+    class Where(Callback):  # during training: Lightning moves the module back to the CPU after fit
+        def on_train_batch_end(self, trainer, module, *_):
+            devices.append((module.env("train").device.type, next(module.net.parameters()).device.type))
+
+    trainer = Trainer(accelerator="gpu", devices=1, max_steps=2, val_check_interval=2, check_val_every_n_epoch=None,
+                      logger=False, enable_checkpointing=False, num_sanity_val_steps=0, enable_progress_bar=False,
+                      enable_model_summary=False, default_root_dir=tmp_path, callbacks=[Where()])
+    trainer.fit(model)
+    assert devices == [("cpu", "cuda")] * 2
+    metrics = {k: float(v) for k, v in trainer.logged_metrics.items()}
+    assert metrics["eval/mean_bounded_slowdown"] >= 1 and metrics["train/mean_bounded_slowdown"] >= 1
+
+
 def test_imitation_warm_start_then_ppo_with_the_sequence_baseline(tmp_path):
     from lightning.pytorch import Trainer
 
