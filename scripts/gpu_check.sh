@@ -5,7 +5,7 @@
 # with the checkpoint read back on the CPU.
 # The machine lacks the project's pip packages: bring them as wheels in .whl (../shared/gpu/README.md;
 # for fit.py also wandb, jsonargparse and their needs) and a copy of the Lublin-1 log in .dev/.
-#   bash scripts/gpu_check.sh    (in one device call, carry [".whl", ".dev"]; 6-9 minutes on an H100)
+#   bash scripts/gpu_check.sh    (in one device call, carry [".whl", ".dev"]; about 8-10 minutes on an H100)
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$PWD/.site" .whl/*.whl || exit
 export PYTHONPATH=$PWD/.site:$PWD:$PWD/scripts PYTHONUNBUFFERED=1 WANDB_MODE=offline
@@ -13,7 +13,8 @@ LOG=.dev/lublin_256.swf.gz
 quiet() { grep -v -i -E "warn|litlogger|pytree|data_connector|tensor cores|set_float32"; }
 run() { echo "== $*"; timeout "$@" 2>&1 | quiet; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-run 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_env.py tests/test_queue_step_torch.py tests/test_queue_policy.py
+run 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_env.py tests/test_queue_step_torch.py tests/test_queue_policy.py \
+    tests/test_queue_maml.py
 run 100 python3 scripts/bench_env.py --device cuda --batch_sizes 4096 65536 262144 --modes none image --repeats 3 --steps 50
 run 40 python3 scripts/bench_env.py --device cpu --threads 2 --batch_sizes 4096 --modes none image --repeats 3 --steps 50
 run 110 python3 scripts/bench_env.py --env queue --backfill off --device cuda --batch_sizes 4096 65536 262144 --trace $LOG --repeats 2 \

@@ -213,7 +213,7 @@ class QueueMAML(LightningModule):
             env = self.env(site)
             if hp.inner_steps == 0:  # the mixture baseline: the meta-parameters' own loss, as many samples
                 for _ in range(hp.rollouts_per_site):
-                    traj = rollout(env, self.net.scorer, self.net.spec, generator)
+                    traj = rollout(env, self.net.scorer, self.net.spec, generator, device=self.device)
                     loss = reinforce_loss(self.net.scorer, traj, hp.episodes) / (hp.meta_batch * hp.rollouts_per_site)
                     self.manual_backward(loss)
                     meta_loss += float(loss.detach())
@@ -225,9 +225,9 @@ class QueueMAML(LightningModule):
             with higher.innerloop_ctx(self.net.scorer, inner, copy_initial_weights=False,
                                       track_higher_grads=not hp.first_order) as (fnet, diffopt):
                 for _ in range(hp.inner_steps):
-                    diffopt.step(reinforce_loss(fnet, rollout(env, fnet, self.net.spec, generator), hp.episodes),
-                                 grad_callback=scale)
-                traj = rollout(env, fnet, self.net.spec, generator)
+                    played = rollout(env, fnet, self.net.spec, generator, device=self.device)
+                    diffopt.step(reinforce_loss(fnet, played, hp.episodes), grad_callback=scale)
+                traj = rollout(env, fnet, self.net.spec, generator, device=self.device)
                 loss = reinforce_loss(fnet, traj, hp.episodes) / hp.meta_batch
                 self.meta_backward(loss, fnet)
             meta_loss += float(loss.detach())
@@ -288,7 +288,7 @@ class QueueMAML(LightningModule):
             start = torch.randint(lo, hi + 1, (1,), generator=generator)
             env = QueueEnv(self.val_cfg, log, batch_size=[1], starts=start)
             with torch.no_grad():
-                played = rollout(env, net.scorer, net.spec, greedy=True)
+                played = rollout(env, net.scorer, net.spec, greedy=True, device=self.device)
                 results.append(float(played.metrics["mean_bounded_slowdown"][0]))
         value = sum(results) / len(results)
         self.log("eval/mean_bounded_slowdown", value, on_step=False, on_epoch=True, batch_size=1)

@@ -27,11 +27,16 @@ POLICY = ROOT / "checkpoints" / "queue_bsld.ckpt"
 
 def run(script: str, *args, cwd: Path):
     env = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd),
-           "WANDB_DIR": str(cwd), "PYTHONPATH": str(ROOT)}
+           "WANDB_DIR": str(cwd),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=300, env=env)
 
 
+TINY = ["--model.init_args.meta_batch", "2", "--model.init_args.sequences", "1", "--model.init_args.episodes", "2",
+        "--model.init_args.sequence_length", "32", "--model.init_args.validation_length", "64",
+        "--model.init_args.iterations_per_epoch", "2", "--trainer.max_steps", "2", "--trainer.val_check_interval", "2",
+        "--trainer.logger", "false"]
 META_SGD = ["--model.init_args.learn_step_sizes", "true", "--model.init_args.step_size_lr", "0.05"]
 
 
@@ -40,12 +45,8 @@ META_SGD = ["--model.init_args.learn_step_sizes", "true", "--model.init_args.ste
                                   META_SGD],
                          ids=["second_order", "mixture", "meta_sgd"])
 def test_queue_maml_trains_validates_and_saves_its_inner_loop(tmp_path, mode):
-    tiny = ["--model.init_args.meta_batch", "2", "--model.init_args.sequences", "1", "--model.init_args.episodes", "2",
-            "--model.init_args.sequence_length", "32", "--model.init_args.validation_length", "64",
-            "--model.init_args.iterations_per_epoch", "2", "--trainer.max_steps", "2", "--trainer.val_check_interval",
-            "2", "--trainer.logger", "false"]
     proc = run("fit.py", "fit", "--config", ROOT / "configs" / "base" / "queue_maml.yaml", "--threads", "1",
-               "--model.init_args.init_from", POLICY, "--model.init_args.traces", TRACES, *tiny, *mode, cwd=tmp_path)
+               "--model.init_args.init_from", POLICY, "--model.init_args.traces", TRACES, *TINY, *mode, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     evaluate = next(line for line in proc.stdout.splitlines() if line.startswith("evaluate it"))
     assert "scripts/adapt.py --env queue --site nasa-exact" in evaluate  # a meta-policy is measured adapted
@@ -74,6 +75,16 @@ def test_queue_maml_trains_validates_and_saves_its_inner_loop(tmp_path, mode):
         assert f"{last}: adapting with its recorded per-weight step sizes (times lr 0.03" in proc.stdout
     else:
         assert "step_sizes" not in record.adaptation
+
+
+@pytest.mark.gpu
+def test_queue_maml_on_cuda_steps_the_sites_on_the_cpu(tmp_path):
+    proc = run("fit.py", "fit", "--config", ROOT / "configs" / "base" / "queue_maml.yaml", "--threads", "1",
+               "--model.init_args.init_from", POLICY, "--model.init_args.traces", TRACES, *TINY,
+               "--trainer.accelerator", "gpu", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert load_torch_file(tmp_path / "runs" / "queue_maml" / "checkpoints" / "last.ckpt", "checkpoint",
+                           weights_only=True)["global_step"] == 2
 
 
 def test_rule_gap_sampling_draws_sites_with_replacement_by_the_policys_gap_to_the_best_rule():

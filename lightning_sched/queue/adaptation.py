@@ -49,23 +49,29 @@ class QueueRollout:
 
 @torch.no_grad()
 def rollout(env: QueueEnv, net, spec: QueuePolicySpec, generator: torch.Generator | None = None,
-            greedy: bool = False) -> QueueRollout:
+            greedy: bool = False, device: torch.device | str | None = None) -> QueueRollout:
     """Every row of `env` from its reset to its end with `net` (a QueueNetwork, its scorer or a
     functional copy of it) of policy `spec`: actions drawn from the softmax of its masked scores with
-    `generator`, or its argmax, played with the reservation when `spec.reserve` (as QueuePolicy plays it)."""
+    `generator` (on the generator's device), or its argmax, played with the reservation when
+    `spec.reserve` (as QueuePolicy plays it). `net` runs on `device` (None: the env's), and so does
+    the returned trajectory; the metrics stay on the env's."""
+    device = env.device if device is None else torch.device(device)
     td = env.reset()
     steps = []
     while not bool(td["done"].all()):
-        logits = net(td["job_features"], td["cluster_features"], td["action_mask"])
+        seen = td.to(device)
+        logits = net(seen["job_features"], seen["cluster_features"], seen["action_mask"])
         if greedy:
             action = logits.argmax(-1)
         else:
-            action = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1)
-        td["action"] = reserved_action(spec, logits, action, td)
-        active = ~td["done"].squeeze(-1)
-        steps.append((td["job_features"], td["cluster_features"], td["action_mask"], action, active))
+            probs = torch.softmax(logits, -1)
+            draw_on = probs.device if generator is None else generator.device
+            action = torch.multinomial(probs.to(draw_on), 1, generator=generator).squeeze(-1).to(device)
+        td["action"] = reserved_action(spec, logits, action, seen).to(env.device)
+        active = ~seen["done"].squeeze(-1)
+        steps.append((seen["job_features"], seen["cluster_features"], seen["action_mask"], action, active))
         td = env.step(td)["next"]
-        steps[-1] += (td["reward"].squeeze(-1),)
+        steps[-1] += (td["reward"].squeeze(-1).to(device),)
     fields = [torch.stack(column) for column in zip(*steps)]
     return QueueRollout(*fields[:4], reward=fields[5], active=fields[4], metrics=env.episode_metrics())
 
@@ -105,7 +111,7 @@ def adapt(net, spec: QueuePolicySpec, env: QueueEnv, steps: int, lr: float, epis
     opt = torch.optim.SGD(net.parameters(), lr=lr) if optimizer == "sgd" else torch.optim.Adam(net.parameters(), lr=lr)
     seen = []
     for _ in range(steps):
-        traj = rollout(env, net, spec, generator)
+        traj = rollout(env, net, spec, generator, device=next(net.parameters()).device)
         seen.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
         opt.zero_grad()
         reinforce_loss(net, traj, episodes).backward()
