@@ -4,12 +4,13 @@
 # iteration, the queue torch step's operation count, and fit.py end to end on the GPU for both envs
 # with the checkpoint read back on the CPU.
 # The machine lacks the project's pip packages: bring them as wheels in .whl (../shared/gpu/README.md;
-# for fit.py also wandb, jsonargparse and their needs) and a copy of the Lublin-1 log in .dev/.
+# for fit.py also wandb, jsonargparse and their needs) and copies of ../shared/traces' three logs in .dev/traces/.
 #   bash scripts/gpu_check.sh    (in one device call, carry [".whl", ".dev"]; about 8-10 minutes on an H100)
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$PWD/.site" .whl/*.whl || exit
 export PYTHONPATH=$PWD/.site:$PWD:$PWD/scripts PYTHONUNBUFFERED=1 WANDB_MODE=offline
-LOG=.dev/lublin_256.swf.gz
+LOG=.dev/traces/lublin_256.swf.gz
+export LIGHTNING_SCHED_TEST_TRACES=$PWD/.dev/traces  # tests/test_queue_maml.py's sites
 quiet() { grep -v -i -E "warn|litlogger|pytree|data_connector|tensor cores|set_float32"; }
 run() { echo "== $*"; timeout "$@" 2>&1 | quiet; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader

@@ -36,7 +36,7 @@ from torchrl.objectives.value import GAE
 
 from lightning_sched import seeds
 from lightning_sched.config import ConfigError
-from lightning_sched.learning.baselines import TimeIndexedBaseline
+from lightning_sched.learning.baselines import TimeIndexedBaseline, per_sequence_scaled
 from lightning_sched.learning.policy_gradient import discounted_returns
 from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue import native as queue_native
@@ -147,18 +147,6 @@ class QueueValidation:
     """... and end before this share: None, the training range's end (`train_fraction`). Above it,
     the validation jobs are ones training never replays (e.g. train on 60%, choose on 60-80%); the
     checkpoint then records this share as the part of the log the run has read."""
-
-
-def per_sequence_scaled(advantage: torch.Tensor, active: torch.Tensor, episodes: int) -> torch.Tensor:
-    """advantage [T, B] (rows b*E..b*E+E-1 replay one sequence) divided by the root mean square of
-    its sequence's advantages over the decisions taken (`active`, [T, B]; about their standard
-    deviation, since the baseline centres them)."""
-    t, b = advantage.shape
-    group = (t, b // episodes, episodes)
-    taken = active.view(group)
-    count = taken.sum((0, 2), keepdim=True).clamp(min=1)
-    var = (advantage.view(group) * taken).pow(2).sum((0, 2), keepdim=True) / count  # mean 0 by the baseline
-    return (advantage.view(group) / (var.sqrt() + 1e-8)).view(t, b)
 
 
 class QueuePPO(LightningModule):
@@ -341,13 +329,14 @@ class QueuePPO(LightningModule):
             label = None if labeler is None else labeler(td.clone())["action"]
             if policy is not None:
                 td = policy(td)
-            else:
+            else:  # only what the network reads travels to its device, and its picks back
                 with set_exploration_type(ExplorationType.RANDOM):  # the actor's default is its mode
-                    td = self.actor(td.to(self.device))
+                    picked = self.actor(td.select(*IN_KEYS, "action_mask").to(self.device))
+                td.update(picked.select("logits", "action", "action_log_prob").to(env.device))
                 if self.net.spec.reserve:
                     td["first"] = td["action"]
                     td["action"] = reserved_action(self.net.spec, td["logits"], td["first"], td)
-            td = env.step(td.to(env.device))
+            td = env.step(td)
             if label is not None:
                 td["label"] = label
             steps.append(td.select(*DECISION_KEYS, "label", "done", ("next", "reward"), ("next", "done"),
@@ -483,7 +472,9 @@ class QueuePPO(LightningModule):
     def on_save_checkpoint(self, checkpoint):
         checkpoint[CHECKPOINT_KEY] = QueuePolicyRecord.of(self.net, self.cfg, [one.path for one in self.logs],
                                                           self.read_fraction).to_dict()
-        checkpoint["rng_state"] = torch.get_rng_state()  # the actor samples from torch's generator
+        checkpoint["rng_state"] = torch.get_rng_state()  # the actor samples from torch's generator (or the GPU's)
+        if self.device.type == "cuda":
+            checkpoint["cuda_rng_state"] = torch.cuda.get_rng_state(self.device)
         # LightningCLI's are plain already; a module built in Python holds its arguments as objects
         if self.CHECKPOINT_HYPER_PARAMS_KEY in checkpoint:
             checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY] = plain_values(checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY])
@@ -496,3 +487,5 @@ class QueuePPO(LightningModule):
             raise ConfigError(f"the checkpoint's queue differs from this run's: {', '.join(differ)}")
         if "rng_state" in checkpoint:
             torch.set_rng_state(checkpoint["rng_state"])
+        if "cuda_rng_state" in checkpoint and torch.cuda.is_available():
+            torch.cuda.set_rng_state(checkpoint["cuda_rng_state"])

@@ -64,3 +64,15 @@ class ClusterTimeBaseline(Baseline):
         mean = at_time.view(b // episodes, episodes, -1).mean(1, keepdim=True)  # [N, 1, last+1]
         baseline = mean.expand(-1, episodes, -1).reshape(b, -1).gather(1, time.T.clamp(0, last)).T  # [S, B]
         return torch.where(active, returns - baseline, 0.0)
+
+
+def per_sequence_scaled(advantage: torch.Tensor, active: torch.Tensor, episodes: int) -> torch.Tensor:
+    """advantage [T, B] (rows b*E..b*E+E-1 replay one sequence) divided by the root mean square of
+    its sequence's advantages over the decisions taken (`active`, [T, B]; about their standard
+    deviation, since the baseline centres them)."""
+    t, b = advantage.shape
+    group = (t, b // episodes, episodes)
+    taken = active.view(group)
+    count = taken.sum((0, 2), keepdim=True).clamp(min=1)
+    var = (advantage.view(group) * taken).pow(2).sum((0, 2), keepdim=True) / count  # mean 0 by the baseline
+    return (advantage.view(group) / (var.sqrt() + 1e-8)).view(t, b)
