@@ -1,13 +1,15 @@
 """What the batched envs (deeprm.env.ClusterEnv, queue.env.QueueEnv) share: which rows a TorchRL
-reset asks for, what lets a batched policy drive an unbatched env, and the dtype checks of what a
-step or reset is given (one check per call, no scan of the rows: a float action would be truncated,
-0.9 scheduling slot 0, and an integer "_reset" of row indices read as a mask)."""
+reset asks for and how its output is merged, what lets a batched policy drive an unbatched env, and
+the dtype checks of what a step or reset is given (one check per call, no scan of the rows: a float
+action would be truncated, 0.9 scheduling slot 0, and an integer "_reset" of row indices read as a
+mask)."""
 from __future__ import annotations
 
 import functools
 
 import torch
 from tensordict import TensorDictBase
+from torchrl.envs import EnvBase
 
 from .config import ConfigError
 
@@ -29,6 +31,38 @@ def rows_to_reset(tensordict: TensorDictBase | None, has_state: bool) -> torch.T
     if rows is None or not has_state:
         return None
     return rows.reshape(-1).nonzero().squeeze(1)
+
+
+class EveryRowReset(EnvBase):
+    """An EnvBase whose `_reset` returns every row, the rows a partial reset leaves exactly as their
+    last step showed them, but in `STEP_ONLY_KEYS` (what only a step reports, e.g. the metrics of the
+    episodes that ended at it). TorchRL merges a partial reset's output with a `where` over every key
+    by the "_reset" mask, which here copies what is there (images, [B, L] sequences); this merge gives
+    the same result: the reset's keys, but STEP_ONLY_KEYS of the rows not reset kept, and 0 in the
+    keys the reset does not write (a step's "reward") for the rows reset (TorchRL's padding)."""
+
+    STEP_ONLY_KEYS: tuple = ()
+
+    def _reset_proc_data(self, tensordict, tensordict_reset):
+        if tensordict is None or not self.batch_size:  # nothing to merge into, or no rows to merge
+            return super()._reset_proc_data(tensordict, tensordict_reset)
+        self._complete_done(self.full_done_spec, tensordict_reset)
+        self._reset_check_done(tensordict, tensordict_reset)
+        reset = tensordict.pop("_reset", None)  # these envs' one reset key: done flags at the root
+        if reset is not None and not bool(reset.all()):
+            rows = reset.reshape(-1)
+
+            def mask(value):
+                return rows.view(-1, *[1] * (value.ndim - 1))
+
+            for key in set(tensordict.keys(True, True)) - set(tensordict_reset.keys(True, True)):
+                value = tensordict.get(key)
+                tensordict.set(key, value.masked_fill(mask(value), 0))
+            for key in self.STEP_ONLY_KEYS:
+                if key in tensordict.keys(True, True):
+                    fresh = tensordict_reset.get(key)
+                    tensordict_reset.set(key, torch.where(mask(fresh), fresh, tensordict.get(key)))
+        return tensordict.update(tensordict_reset)
 
 
 def accepts_unbatched(call):

@@ -84,6 +84,39 @@ def test_a_rollout_keeps_finished_episodes_metrics_apart_from_the_reset_ones():
     assert not bool(env.episode_metrics()["final_time"].eq(td["next", "episode", "final_time"][:, -1, 0]).all())
 
 
+@pytest.mark.parametrize("observation", ["compact", "image"])
+def test_partial_resets_merge_as_torchrls_where_does(observation):
+    from torchrl.envs import EnvBase
+
+    class Upstream(ClusterEnv):  # TorchRL's own merge: a where over every key by the "_reset" mask
+        _reset_proc_data = EnvBase._reset_proc_data
+
+    cfg = ClusterConfig(observation=observation, max_time=40)
+    workload = DeepRMWorkload(load=0.9, simu_len=6)
+    ours, theirs = ClusterEnv(cfg, workload, batch_size=[6], seed=2), Upstream(cfg, workload, batch_size=[6], seed=2)
+    g = torch.Generator().manual_seed(0)
+    td_a, td_b = ours.reset(), theirs.reset()
+    resets = ended = 0
+    for i in range(200):
+        action = (torch.rand(6, generator=g) * (cfg.num_slots + 1)).long()  # void or a slot, valid or not
+        td_a["action"], td_b["action"] = action, action.clone()
+        if i % 2 == 0:  # TorchRL's path: done rows start again
+            stepped, td_a = ours.step_and_maybe_reset(td_a)
+            _, td_b = theirs.step_and_maybe_reset(td_b)
+            ended += int(stepped["next", "done"].sum())
+        else:  # a reset of some rows, done or not, asked directly
+            td_a, td_b = ours.step(td_a)["next"], theirs.step(td_b)["next"]
+            rows = torch.rand(6, 1, generator=g) < 0.1
+            td_a["_reset"], td_b["_reset"] = rows, rows.clone()
+            td_a, td_b = ours.reset(td_a), theirs.reset(td_b)
+            resets += int(rows.sum())
+        assert set(td_a.keys(True, True)) == set(td_b.keys(True, True))
+        for key in td_b.keys(True, True):
+            assert torch.equal(td_a[key], td_b[key]) or (td_a[key].isnan() == td_b[key].isnan()).all() and \
+                torch.equal(td_a[key].nan_to_num(), td_b[key].nan_to_num()), (i, key)
+    assert resets > 20 and ended > 5  # rows asked to reset, and done rows TorchRL reset
+
+
 def library_loop() -> str:
     """The python block under docs/library.md's "One episode" heading."""
     text = (ROOT / "docs" / "library.md").read_text()

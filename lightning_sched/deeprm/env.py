@@ -9,10 +9,9 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Categorical, Composite, Unbounded
-from torchrl.envs import EnvBase
 
 from ..allocator import Buffers
-from ..batched import require_integer_action, rows_to_reset
+from ..batched import EveryRowReset, require_integer_action, rows_to_reset
 from ..config import ClusterConfig, ConfigError
 from ..jobs import JobSet
 from ..limits import require_memory
@@ -29,7 +28,7 @@ EPISODE_KEYS = ("mean_slowdown", "mean_completion_time", "makespan", "utilizatio
 ROLLOUT_COPIES = 3.5
 
 
-class ClusterEnv(EnvBase):
+class ClusterEnv(EveryRowReset):
     """B cluster episodes stepped as one TensorDict.
 
     Args:
@@ -45,6 +44,7 @@ class ClusterEnv(EnvBase):
     """
 
     batch_locked = True
+    STEP_ONLY_KEYS = tuple(("episode", key) for key in EPISODE_KEYS)  # NaN at a reset (_finished_metrics)
 
     def __init__(self, cfg: ClusterConfig, workload, batch_size=(1,), device="cpu", seed: int | None = None,
                  compile_step: bool = False):

@@ -14,9 +14,8 @@ from pathlib import Path
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Categorical, Composite, Unbounded
-from torchrl.envs import EnvBase
 
-from ..batched import require_integer_action, rows_to_reset
+from ..batched import EveryRowReset, require_integer_action, rows_to_reset
 from ..config import ConfigError
 from ..limits import require_memory
 from .config import QueueConfig
@@ -42,7 +41,7 @@ def rollout_bytes(cfg: QueueConfig, rows: int) -> int:
     return rows * cfg.sequence_length * (cfg.window * (4 * 4 + 1) + 64)
 
 
-class QueueEnv(EnvBase):
+class QueueEnv(EveryRowReset):
     """B queue episodes stepped as one TensorDict.
 
     Args:
@@ -151,24 +150,6 @@ class QueueEnv(EnvBase):
             self.state.put_rows(index, self.initial_state(index))
         none = torch.full((self.batch_size[0],), -1, dtype=torch.int64, device=self.device)
         return self._output(advance(self.state, none, self.cfg), reward=None)
-
-    def _reset_proc_data(self, tensordict, tensordict_reset):
-        """TorchRL's merge of a reset's output into the input, without its `where` over every key:
-        `_reset` returns every row, the rows a partial reset leaves exactly as their last step showed
-        them (all its keys come from the state), so merging by the "_reset" mask would copy what is
-        already there, the [B, L] sequences among it. As TorchRL's merge, the rows reset get 0 in the
-        keys the reset does not write (a step's "reward"), and the others keep them."""
-        self._complete_done(self.full_done_spec, tensordict_reset)
-        self._reset_check_done(tensordict, tensordict_reset)
-        if tensordict is None:
-            return tensordict_reset
-        reset = tensordict.pop("_reset", None)  # the envs' one reset key: done flags at the root
-        if reset is not None and not bool(reset.all()):
-            rows = reset.reshape(-1)
-            for key in set(tensordict.keys(True, True)) - set(tensordict_reset.keys(True, True)):
-                value = tensordict.get(key)
-                tensordict.set(key, value.masked_fill(rows.view(-1, *[1] * (value.ndim - 1)), 0))
-        return tensordict.update(tensordict_reset)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         slot = require_integer_action(tensordict["action"]).reshape(-1, 1).to(torch.int64)
