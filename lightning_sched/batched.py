@@ -37,14 +37,18 @@ class EveryRowReset(EnvBase):
     """An EnvBase whose `_reset` returns every row, the rows a partial reset leaves exactly as their
     last step showed them, but in `STEP_ONLY_KEYS` (what only a step reports, e.g. the metrics of the
     episodes that ended at it). TorchRL merges a partial reset's output with a `where` over every key
-    by the "_reset" mask, which here copies what is there (images, [B, L] sequences); this merge gives
-    the same result: the reset's keys, but STEP_ONLY_KEYS of the rows not reset kept, and 0 in the
-    keys the reset does not write (a step's "reward") for the rows reset (TorchRL's padding)."""
+    by the "_reset" mask, which here copies what is there (images, [B, L] sequences); given the last
+    step's output, as TorchRL's collectors and rollouts give it, this merge gives the same result: the
+    reset's keys, but STEP_ONLY_KEYS of the rows not reset kept, and 0 in the keys the reset does not
+    write (a step's "reward") for the rows reset (TorchRL's padding). Values a caller changed in the
+    rows not reset are not kept; an input without every key of the reset gets TorchRL's merge. (Under
+    a TorchRL transform the transform's own merge runs instead.)"""
 
     STEP_ONLY_KEYS: tuple = ()
 
     def _reset_proc_data(self, tensordict, tensordict_reset):
-        if tensordict is None or not self.batch_size:  # nothing to merge into, or no rows to merge
+        if tensordict is None or not self.batch_size or \
+                not set(tensordict_reset.keys(True, True)) <= set(tensordict.keys(True, True)):
             return super()._reset_proc_data(tensordict, tensordict_reset)
         self._complete_done(self.full_done_spec, tensordict_reset)
         self._reset_check_done(tensordict, tensordict_reset)

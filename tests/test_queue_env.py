@@ -156,6 +156,28 @@ def test_partial_resets_merge_as_torchrls_where_does(tmp_path, backfill):
     assert resets > 20 and ended > 5  # rows asked to reset, and done rows TorchRL reset
 
 
+def test_a_rollout_keeps_each_steps_jobs_across_partial_resets(tmp_path):
+    # a partial reset replaces rows of the sequences the observation hands out: the steps a rollout
+    # holds from before it must keep their own jobs (a record cloned at every step)
+    log = read_queue_log(write_log(tmp_path / "log.swf"))
+    cfg = log.config(sequence_length=24, window=8, backfill="easy")  # rows end at different steps
+
+    def first_slot(td):
+        td["action"] = torch.zeros(td.shape[0], dtype=torch.long)
+        return td
+
+    env = QueueEnv(cfg, log, batch_size=[8], seed=4)
+    rollout = env.rollout(120, first_slot, break_when_any_done=False)
+    again = QueueEnv(cfg, log, batch_size=[8], seed=4)
+    td, record = again.reset(), []
+    for _ in range(120):
+        record.append(td.clone())
+        _, td = again.step_and_maybe_reset(first_slot(td))
+    assert bool(rollout["next", "done"].any()) and not bool(rollout["next", "done"].all())
+    for key in ("job_submit", "job_requested", "job_processors", "window_job", "time"):
+        assert torch.equal(rollout[key], torch.stack([r[key] for r in record], 1)), key
+
+
 def test_env_specs_and_episode_metrics(tmp_path):
     log = read_queue_log(write_log(tmp_path / "log.swf", jobs=400))
     env = QueueEnv(log.config(sequence_length=32, window=16, backfill="easy"), log, batch_size=[4], seed=1)

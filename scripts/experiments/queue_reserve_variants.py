@@ -10,6 +10,9 @@ does. Two changes a scheduler could make, each alone and both:
 - earliest fit: when no filler fits now, hold the filler that fits soonest instead of the ranking's
   first filler, so that the env's hold (nothing else starts until the held job fits) is the shortest.
 
+And, for comparison, no reservation at all (first fit): the ranking's first job that fits now, else its
+first job (held), so a long job that fits can delay the first job without bound.
+
 Mean bounded slowdown on the protocol's sequences, each variant and the rule minus F1 and minus
 `RULE+reserve`, paired 95% CIs:
 
@@ -27,13 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import run_main, set_threads  # noqa: E402
 from lightning_sched.cli import THREADS_HELP, at_least, thread_count  # noqa: E402
 
-# name: (spare nodes, earliest fit)
-VARIANTS = {"reserve": (False, False), "spare": (True, False), "earliest": (False, True),
-            "spare+earliest": (True, True)}
+# name: (spare nodes, earliest fit, first fit: no reservation)
+VARIANTS = {"reserve": (False, False, False), "spare": (True, False, False), "earliest": (False, True, False),
+            "spare+earliest": (True, True, False), "first-fit": (False, False, True)}
 
 
-def reserving_policy(rule: str, spare_nodes: bool, earliest: bool):
-    """(td, env) -> td with "action": `rule` played with its reservation and the chosen changes."""
+def reserving_policy(rule: str, spare_nodes: bool, earliest: bool, first_fit: bool = False):
+    """(td, env) -> td with "action": `rule` played with its reservation and the chosen changes (or,
+    with `first_fit`, without one)."""
     import torch
 
     from lightning_sched.queue.heuristics import priority, window_columns
@@ -47,6 +51,8 @@ def reserving_policy(rule: str, spare_nodes: bool, earliest: bool):
         first = score.argmin(-1, keepdim=True)
         shadow = delay.gather(1, first)  # 0 when the first job fits now
         fillers = filled & (delay + requested.long() < shadow)
+        if first_fit:  # every job that fits now fills, however long
+            fillers = filled & (delay == 0)
         if spare_nodes:
             s = env.state
             running = s.status == RUNNING
