@@ -124,38 +124,6 @@ def test_native_kernel_and_torch_step_agree(tmp_path, backfill, native_at, steps
     assert overflowed  # the window's alternation of SJF and smallest-first ran too
 
 
-@pytest.mark.parametrize("backfill", ["off", "easy"])
-def test_partial_resets_merge_as_torchrls_where_does(tmp_path, backfill):
-    from torchrl.envs import EnvBase
-
-    class Upstream(QueueEnv):  # TorchRL's own merge: a where over every key by the "_reset" mask
-        _reset_proc_data = EnvBase._reset_proc_data
-
-    log = read_queue_log(write_log(tmp_path / "log.swf"))
-    cfg = log.config(sequence_length=32, window=8, backfill=backfill)
-    ours, theirs = QueueEnv(cfg, log, batch_size=[12], seed=5), Upstream(cfg, log, batch_size=[12], seed=5)
-    g = torch.Generator().manual_seed(1)
-    td_a, td_b = ours.reset(), theirs.reset()
-    resets = ended = 0
-    for i in range(240):
-        action = (torch.rand(12, generator=g) * td_a["action_mask"].sum(-1)).long()
-        td_a["action"], td_b["action"] = action, action.clone()
-        if i % 3 == 0:  # TorchRL's path: done rows start again
-            stepped_a, td_a = ours.step_and_maybe_reset(td_a)
-            _, td_b = theirs.step_and_maybe_reset(td_b)
-            ended += int(stepped_a["next", "done"].sum())
-        else:  # a reset of some rows, done or not, asked directly
-            td_a, td_b = ours.step(td_a)["next"], theirs.step(td_b)["next"]
-            rows = torch.rand(12, 1, generator=g) < 0.05
-            td_a["_reset"], td_b["_reset"] = rows, rows.clone()
-            td_a, td_b = ours.reset(td_a), theirs.reset(td_b)
-            resets += int(rows.sum())
-        assert set(td_a.keys(True, True)) == set(td_b.keys(True, True))
-        for key in td_b.keys(True, True):
-            assert torch.equal(td_a[key], td_b[key]), (i, key)
-    assert resets > 20 and ended > 5  # rows asked to reset, and done rows TorchRL reset
-
-
 def test_a_rollout_keeps_each_steps_jobs_across_partial_resets(tmp_path):
     # a partial reset replaces rows of the sequences the observation hands out: the steps a rollout
     # holds from before it must keep their own jobs (a record cloned at every step)
