@@ -42,7 +42,7 @@ class EveryRowReset(EnvBase):
     reset's keys, but STEP_ONLY_KEYS of the rows not reset kept, and 0 in the keys the reset does not
     write (a step's "reward") for the rows reset (TorchRL's padding). Values a caller changed in the
     rows not reset are not kept; an input without every key of the reset gets TorchRL's merge. (Under
-    a TorchRL transform the transform's own merge runs instead.)"""
+    a TransformedEnv, TorchRL's `where` merge runs: the transform calls the base env's `_reset`.)"""
 
     STEP_ONLY_KEYS: tuple = ()
 

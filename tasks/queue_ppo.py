@@ -55,6 +55,7 @@ from lightning_sched.queue.policy import (
     load_queue_policy,
     make_actor,
     make_critic,
+    network_inputs,
     reserved_action,
 )
 from lightning_sched.queue.sites import ArrivalCopies
@@ -331,7 +332,7 @@ class QueuePPO(LightningModule):
                 td = policy(td)
             else:  # only what the network reads travels to its device, and its picks back
                 with set_exploration_type(ExplorationType.RANDOM):  # the actor's default is its mode
-                    picked = self.actor(td.select(*IN_KEYS, "action_mask").to(self.device))
+                    picked = self.actor(network_inputs(td, self.device))
                 td.update(picked.select("logits", "action", "action_log_prob").to(env.device))
                 if self.net.spec.reserve:
                     td["first"] = td["action"]
@@ -448,7 +449,7 @@ class QueuePPO(LightningModule):
         policy = QueuePolicy(self.net, greedy=True)
         td = env.reset()
         while not bool(td["done"].all()):
-            td = env.step(policy(td.to(self.device)).to(env.device))["next"]
+            td = env.step(policy(td))["next"]  # the network on its device, the env on its own
         return self.on_module_device(env.episode_metrics())
 
     def on_module_device(self, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

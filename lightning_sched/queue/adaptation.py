@@ -22,7 +22,7 @@ from ..learning.baselines import TimeIndexedBaseline
 from ..learning.finite import require_finite
 from ..learning.policy_gradient import discounted_returns
 from .env import QueueEnv
-from .policy import QueuePolicySpec, reserved_action
+from .policy import QueuePolicySpec, network_inputs, reserved_action
 
 
 @dataclass
@@ -59,7 +59,7 @@ def rollout(env: QueueEnv, net, spec: QueuePolicySpec, generator: torch.Generato
     td = env.reset()
     steps = []
     while not bool(td["done"].all()):
-        seen = td.to(device)
+        seen = network_inputs(td, device)
         logits = net(seen["job_features"], seen["cluster_features"], seen["action_mask"])
         if greedy:
             action = logits.argmax(-1)
@@ -67,8 +67,8 @@ def rollout(env: QueueEnv, net, spec: QueuePolicySpec, generator: torch.Generato
             probs = torch.softmax(logits, -1)
             draw_on = probs.device if generator is None else generator.device
             action = torch.multinomial(probs.to(draw_on), 1, generator=generator).squeeze(-1).to(device)
-        td["action"] = reserved_action(spec, logits, action, seen).to(env.device)
-        active = ~seen["done"].squeeze(-1)
+        td["action"] = reserved_action(spec, logits.detach().to(env.device), action.to(env.device), td)
+        active = ~td["done"].squeeze(-1).to(device)
         steps.append((seen["job_features"], seen["cluster_features"], seen["action_mask"], action, active))
         td = env.step(td)["next"]
         steps[-1] += (td["reward"].squeeze(-1).to(device),)

@@ -40,6 +40,8 @@ def rollout_bytes(cfg: QueueConfig, rows: int) -> int:
     the window's features and mask, and a few scalars each)."""
     return rows * cfg.sequence_length * (cfg.window * (4 * 4 + 1) + 64)
 
+# the state's sequences the observation hands out as they are (job_submit, job_requested, job_processors)
+HANDED_OUT = ("submit", "requested", "processors")
 
 class QueueEnv(EveryRowReset):
     """B queue episodes stepped as one TensorDict.
@@ -147,6 +149,8 @@ class QueueEnv(EveryRowReset):
         if index is None:
             self.state = self.initial_state()
         elif index.numel():  # only the rows asked for start again
+            for name in HANDED_OUT:  # new tensors: the steps a caller holds keep their own jobs
+                setattr(self.state, name, getattr(self.state, name).clone())
             self.state.put_rows(index, self.initial_state(index))
         none = torch.full((self.batch_size[0],), -1, dtype=torch.int64, device=self.device)
         return self._output(advance(self.state, none, self.cfg), reward=None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 
 import torch
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
@@ -331,22 +332,33 @@ def reserved_action(spec: QueuePolicySpec, logits: torch.Tensor, first: torch.Te
     return reserve_pick(score, td, len(spec.rule_ranks))
 
 
+def network_inputs(td: TensorDictBase, device) -> TensorDictBase:
+    """What a queue network reads of the env's TensorDict `td`, on `device` (the network's, which
+    may not be the env's: the [B, L] sequences and the state stay behind)."""
+    return td.select(*IN_KEYS, "action_mask").to(device)
+
+
 class QueuePolicy:
     """A network as a policy of the queue env: td -> td with "action" (LongTensor[B]), the argmax
-    of the masked logits (greedy, for evaluation) or a draw from their softmax with `generator`,
-    played with its reservation when the network's spec says so (`reserved_action`).
-    A finished row's mask allows slot 0 only (the env ignores its action)."""
+    of the masked logits (greedy, for evaluation) or a draw from their softmax with `generator`
+    (on the generator's device), played with its reservation when the network's spec says so
+    (`reserved_action`, on the env's device). A finished row's mask allows slot 0 only (the env
+    ignores its action)."""
 
     def __init__(self, net: QueueNetwork, greedy: bool = True, generator: torch.Generator | None = None):
         self.net, self.greedy, self.generator = net, greedy, generator
 
     @torch.no_grad()
     def __call__(self, td):
-        logits = self.net(td["job_features"], td["cluster_features"], td["action_mask"])
+        env_device = td["action_mask"].device
+        seen = network_inputs(td, next(self.net.parameters()).device)
+        logits = self.net(seen["job_features"], seen["cluster_features"], seen["action_mask"]).to(env_device)
         if self.greedy:
             first = logits.argmax(-1)
         else:
-            first = torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator).squeeze(-1)
+            probs = torch.softmax(logits, -1)
+            probs = probs if self.generator is None else probs.to(self.generator.device)
+            first = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1).to(env_device)
         td["action"] = reserved_action(self.net.spec, logits, first, td)
         return td
 

@@ -12,7 +12,6 @@ from ..config import ConfigError
 FUTURE, WAITING, RUNNING, ENDED = 0, 1, 2, 3
 # the native kernel's fields of QueueState, which the torch step leaves alone (the class's docstring)
 KERNEL_ORDERS = ("sjf_order", "size_order", "order_count", "order_arrival")
-HANDED_OUT = ("submit", "requested", "processors")  # the observation's job_submit, job_requested, job_processors
 
 
 @dataclass
@@ -75,15 +74,9 @@ class QueueState:
         return QueueState(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
     def put_rows(self, index: torch.Tensor, other: QueueState) -> QueueState:
-        """This state with rows `index` replaced by `other`'s rows (returns self): in place, but for
-        the sequences the observation hands out (HANDED_OUT), which get new tensors, so the
-        observations a caller holds from earlier steps keep their jobs."""
+        """This state with rows `index` replaced by `other`'s rows (in place; returns self)."""
         for f in fields(self):
-            mine = getattr(self, f.name)
-            if f.name in HANDED_OUT:
-                mine = mine.clone()
-                setattr(self, f.name, mine)
-            mine[index] = getattr(other, f.name)
+            getattr(self, f.name)[index] = getattr(other, f.name)
         return self
 
     def clone(self) -> QueueState:
