@@ -47,8 +47,8 @@ class EveryRowReset(EnvBase):
     STEP_ONLY_KEYS: tuple = ()
 
     def _reset_proc_data(self, tensordict, tensordict_reset):
-        if tensordict is None or not self.batch_size or \
-                not set(tensordict_reset.keys(True, True)) <= set(tensordict.keys(True, True)):
+        written = set(tensordict_reset.keys(True, True))
+        if tensordict is None or not self.batch_size or not written <= set(tensordict.keys(True, True)):
             return super()._reset_proc_data(tensordict, tensordict_reset)
         self._complete_done(self.full_done_spec, tensordict_reset)
         self._reset_check_done(tensordict, tensordict_reset)
@@ -59,7 +59,7 @@ class EveryRowReset(EnvBase):
             def mask(value):
                 return rows.view(-1, *[1] * (value.ndim - 1))
 
-            for key in set(tensordict.keys(True, True)) - set(tensordict_reset.keys(True, True)):
+            for key in set(tensordict.keys(True, True)) - written:
                 value = tensordict.get(key)
                 tensordict.set(key, value.masked_fill(mask(value), 0))
             for key in self.STEP_ONLY_KEYS:

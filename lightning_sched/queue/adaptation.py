@@ -22,7 +22,7 @@ from ..learning.baselines import TimeIndexedBaseline
 from ..learning.finite import require_finite
 from ..learning.policy_gradient import discounted_returns
 from .env import QueueEnv
-from .policy import QueuePolicySpec, network_inputs, reserved_action
+from .policy import QueuePolicySpec, choose
 
 
 @dataclass
@@ -51,23 +51,14 @@ class QueueRollout:
 def rollout(env: QueueEnv, net, spec: QueuePolicySpec, generator: torch.Generator | None = None,
             greedy: bool = False, device: torch.device | str | None = None) -> QueueRollout:
     """Every row of `env` from its reset to its end with `net` (a QueueNetwork, its scorer or a
-    functional copy of it) of policy `spec`: actions drawn from the softmax of its masked scores with
-    `generator` (on the generator's device), or its argmax, played with the reservation when
-    `spec.reserve` (as QueuePolicy plays it). `net` runs on `device` (None: the env's), and so does
-    the returned trajectory; the metrics stay on the env's."""
+    functional copy of it) of policy `spec`, each decision by `choose` (drawn with `generator`, or
+    greedy). `net` runs on `device` (None: the env's), and so does the returned trajectory; the
+    metrics stay on the env's."""
     device = env.device if device is None else torch.device(device)
     td = env.reset()
     steps = []
     while not bool(td["done"].all()):
-        seen = network_inputs(td, device)
-        logits = net(seen["job_features"], seen["cluster_features"], seen["action_mask"])
-        if greedy:
-            action = logits.argmax(-1)
-        else:
-            probs = torch.softmax(logits, -1)
-            draw_on = probs.device if generator is None else generator.device
-            action = torch.multinomial(probs.to(draw_on), 1, generator=generator).squeeze(-1).to(device)
-        td["action"] = reserved_action(spec, logits.detach().to(env.device), action.to(env.device), td)
+        seen, action = choose(net, spec, td, device, greedy, generator)
         active = ~td["done"].squeeze(-1).to(device)
         steps.append((seen["job_features"], seen["cluster_features"], seen["action_mask"], action, active))
         td = env.step(td)["next"]

@@ -43,6 +43,7 @@ def rollout_bytes(cfg: QueueConfig, rows: int) -> int:
 # the state's sequences the observation hands out as they are (job_submit, job_requested, job_processors)
 HANDED_OUT = ("submit", "requested", "processors")
 
+
 class QueueEnv(EveryRowReset):
     """B queue episodes stepped as one TensorDict.
 

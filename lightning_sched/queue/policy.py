@@ -338,28 +338,37 @@ def network_inputs(td: TensorDictBase, device) -> TensorDictBase:
     return td.select(*IN_KEYS, "action_mask").to(device)
 
 
+@torch.no_grad()
+def choose(net, spec: QueuePolicySpec, td: TensorDictBase, device, greedy: bool = True,
+           generator: torch.Generator | None = None) -> tuple[TensorDictBase, torch.Tensor]:
+    """One decision of `net` (a QueueNetwork, its scorer or a functional copy of it, of policy `spec`)
+    running on `device` for every row of the env's `td`: the job it picks first, the argmax of the
+    masked logits (greedy) or a draw from their softmax with `generator` (on the generator's device);
+    writes td["action"], that job played with the reservation when `spec.reserve` (`reserved_action`,
+    on the env's device). Returns (what the network read, on `device`; the first picks, LongTensor[B]
+    on `device`). A finished row's mask allows slot 0 only (the env ignores its action)."""
+    seen = network_inputs(td, device)
+    logits = net(seen["job_features"], seen["cluster_features"], seen["action_mask"])
+    if greedy:
+        first = logits.argmax(-1)
+    else:
+        probs = torch.softmax(logits, -1)
+        draw_on = probs.device if generator is None else generator.device
+        first = torch.multinomial(probs.to(draw_on), 1, generator=generator).squeeze(-1).to(device)
+    env_device = td["action_mask"].device
+    td["action"] = reserved_action(spec, logits.to(env_device), first.to(env_device), td)
+    return seen, first
+
+
 class QueuePolicy:
-    """A network as a policy of the queue env: td -> td with "action" (LongTensor[B]), the argmax
-    of the masked logits (greedy, for evaluation) or a draw from their softmax with `generator`
-    (on the generator's device), played with its reservation when the network's spec says so
-    (`reserved_action`, on the env's device). A finished row's mask allows slot 0 only (the env
-    ignores its action)."""
+    """A network as a policy of the queue env: td -> td with "action" (`choose`, the network on its
+    own device): greedy, for evaluation, or sampled with `generator`."""
 
     def __init__(self, net: QueueNetwork, greedy: bool = True, generator: torch.Generator | None = None):
         self.net, self.greedy, self.generator = net, greedy, generator
 
-    @torch.no_grad()
     def __call__(self, td):
-        env_device = td["action_mask"].device
-        seen = network_inputs(td, next(self.net.parameters()).device)
-        logits = self.net(seen["job_features"], seen["cluster_features"], seen["action_mask"]).to(env_device)
-        if self.greedy:
-            first = logits.argmax(-1)
-        else:
-            probs = torch.softmax(logits, -1)
-            probs = probs if self.generator is None else probs.to(self.generator.device)
-            first = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1).to(env_device)
-        td["action"] = reserved_action(self.net.spec, logits, first, td)
+        choose(self.net, self.net.spec, td, next(self.net.parameters()).device, self.greedy, self.generator)
         return td
 
 

@@ -157,7 +157,7 @@ def _backfill_pass(state: QueueState, rows: torch.Tensor, shadow: torch.Tensor, 
 
 
 def _until_settled(state: QueueState, pending: torch.Tensor, body: Callable, per_row: dict[str, torch.Tensor],
-                   prepare: Callable | None = None) -> None:
+                   prepare: Callable) -> None:
     """Run `body(rows, per_row, still) -> still` on the `pending` rows (BoolTensor[B]) until no row is
     still pending. A few rows need many events while most need none, so the loop works on a copy of
     the pending rows, shrunk when half of them have settled, and writes them back. `per_row` holds
@@ -167,8 +167,7 @@ def _until_settled(state: QueueState, pending: torch.Tensor, body: Callable, per
     if index.numel() == 0:
         return
     rows, extra = state.rows(index), {k: v[index] for k, v in per_row.items()}
-    if prepare is not None:
-        prepare(rows, extra)
+    prepare(rows, extra)
     still = torch.ones_like(index, dtype=torch.bool)
 
     def settle(which: torch.Tensor) -> None:

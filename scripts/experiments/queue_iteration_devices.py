@@ -68,5 +68,6 @@ def main(argv=None) -> None:
                               "median_iteration_s": round(statistics.median(gaps), 3),
                               "iterations_timed": len(gaps)}), flush=True)
 
+
 if __name__ == "__main__":
     run_main(main)
