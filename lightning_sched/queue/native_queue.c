@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../native_rows.h"
 
@@ -131,6 +132,26 @@ static int advance(Row *r) {
     return 0;
 }
 
+/* The first k in [from, to) whose status is not ENDED (to when none): eight statuses a load, as
+ * the ended jobs at a row's front run to a few hundred late in an episode. */
+static int64_t first_not_ended(const int8_t *status, int64_t from, int64_t to) {
+    const uint64_t all_ended = 0x0303030303030303ULL; /* ENDED in every byte */
+    for (; from + 8 <= to; from += 8) {
+        uint64_t word;
+        memcpy(&word, status + from, 8);
+        if (word != all_ended) break;
+    }
+    while (from < to && status[from] == ENDED) from++;
+    return from;
+}
+
+/* How many of the statuses in [from, to) are WAITING (a plain count the compiler vectorizes). */
+static int64_t count_waiting(const int8_t *status, int64_t from, int64_t to) {
+    int64_t n = 0;
+    for (int64_t k = from; k < to; k++) n += status[k] == WAITING;
+    return n;
+}
+
 #define INDEX_BITS 24 /* a packed key: a sort value above, a job's index (or nodes) below */
 static uint64_t pack(int64_t value, int64_t low) { return ((uint64_t)value << INDEX_BITS) | (uint64_t)low; }
 static const uint64_t LOW = ((uint64_t)1 << INDEX_BITS) - 1;
@@ -242,8 +263,8 @@ static void build_window(const Row *r, int64_t b, int64_t *window, uint64_t *by_
                          uint8_t *seen) {
     int64_t W = r->a->window, n = 0;
     if (r->q <= W) {
-        for (int64_t k = r->lo; k < r->na && n < r->q; k++)
-            if (r->status[k] == WAITING) window[n++] = k;
+        for (int64_t k = r->lo; k < r->na && n < r->q; k++) /* no branch: running and waiting jobs interleave */
+            window[n] = k, n += r->status[k] == WAITING;
     } else {
         update_orders(r, b, by_sjf, by_size);
         const int32_t *sjf = r->a->sjf_order + b * r->L, *size = r->a->size_order + b * r->L;
@@ -282,8 +303,8 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
         if (b + 2 < row_end)
             for (int64_t k = 0; k < a->next_arrival[b + 2]; k += 64) __builtin_prefetch(a->status + off + 2 * L + k);
         if (b + 1 < row_end && !a->done[b + 1]) {
-            int64_t next = off + L, nlo = 0, nna = a->next_arrival[b + 1];
-            while (nlo < nna && a->status[next + nlo] == ENDED) nlo++;
+            int64_t next = off + L, nna = a->next_arrival[b + 1];
+            int64_t nlo = first_not_ended(a->status + next, 0, nna);
             for (int64_t k = next + (nlo & ~(int64_t)7); k < next + nna; k += 8) { /* 8 jobs a cache line */
                 __builtin_prefetch(a->submit + k), __builtin_prefetch(a->run + k), __builtin_prefetch(a->requested + k);
                 __builtin_prefetch(a->processors_of + k), __builtin_prefetch(a->nodes_of + k);
@@ -291,8 +312,8 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
             }
         }
         if (a->done[b]) r.lo = r.na = L; /* nothing waits: an empty window, skip the scans */
-        while (r.lo < r.na && r.status[r.lo] == ENDED) r.lo++;
-        for (int64_t k = r.lo; k < r.na; k++) r.q += r.status[k] == WAITING;
+        r.lo = first_not_ended(r.status, r.lo, r.na);
+        r.q = count_waiting(r.status, r.lo, r.na);
         r.started = r.na - r.q; /* every arrived job that is not waiting has started */
         int64_t j = a->job[b];
         if (!a->done[b] && j >= 0) {
