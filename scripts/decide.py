@@ -49,6 +49,8 @@ def answer(text: str, scorer, args) -> tuple[str, bool]:
         snapshot = json.loads(text)
     except json.JSONDecodeError as error:
         return json.dumps({"error": f"snapshot: not JSON ({error})"}), True
+    except RecursionError:
+        return json.dumps({"error": "snapshot: nested too deeply to read"}), True
     try:
         return json.dumps(decide(snapshot, scorer, args.backfill, args.window)), False
     except SnapshotError as error:

@@ -187,11 +187,11 @@ class QueueMAML(LightningModule):
                                                       strict=True)}
 
     def env(self, site: int) -> QueueEnv:
-        """Site `site`'s training env (fresh sequences at every reset), built once."""
+        """Site `site`'s training env (fresh sequences at every reset; training_step seeds them), built once."""
         if site not in self._envs:
             hp = self.hparams
             self._envs[site] = site_env(self.sites[site][2], self.cfg, hp.sequences, hp.episodes,
-                                        self.positions[site], seed=seeds.training(hp.seed, 0, stream=site))
+                                        self.positions[site], seed=seeds.training(hp.seed, 0, stream=1 + site))
         return self._envs[site]
 
     def draw_sites(self, generator: torch.Generator) -> list[int]:
@@ -205,6 +205,8 @@ class QueueMAML(LightningModule):
         hp = self.hparams
         generator = torch.Generator().manual_seed(seeds.training(hp.seed, self.global_step, 0))
         chosen = self.draw_sites(generator)
+        for site in set(chosen):  # the iteration's sequences follow from the seed and the iteration: a resume goes on
+            self.env(site).set_seed(seeds.training(hp.seed, self.global_step, stream=1 + site))
         inner = torch.optim.SGD(self.net.scorer.parameters(), lr=hp.inner_lr)
         optimizer = self.optimizers()
         optimizer.zero_grad()

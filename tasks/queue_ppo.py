@@ -67,6 +67,7 @@ from .base import SchedulerTask, plain_values, require_at_least, require_positiv
 DECISION_KEYS = (*IN_KEYS, "action_mask", "action", "first", "action_log_prob")
 METRICS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "utilization", "makespan")
 ENV_DEVICES = ("auto", "cpu", "module")  # QueuePPO.env_device
+IMITATION_KEY = "imitation_data"  # a checkpoint's aggregated imitation data (imitation_aggregate)
 
 
 @dataclass
@@ -386,6 +387,15 @@ class QueuePPO(LightningModule):
         return (log_p.exp() * mask * (log_p - log_q)).sum(-1).mean()
 
     def training_step(self, batch, batch_idx):
+        # the iteration's draws from torch's generators (the actor's samples, the minibatches' order)
+        # follow from the seed, the iteration and the rank alone: a resume from last.ckpt goes on as
+        # the run would have, whatever Lightning drew from them meanwhile (its dataloaders do)
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(seeds.training(self.seed, self.global_step, self.trainer.global_rank))
+            self.iterate()
+
+    def iterate(self) -> None:
+        """One PPO iteration: a rollout (or the teacher's), then the update's epochs in minibatches."""
         start = time.perf_counter()
         imitating = self.global_step < self.hparams.imitation_iterations
         if imitating and self.hparams.dagger and self.global_step > 0:
@@ -397,8 +407,8 @@ class QueuePPO(LightningModule):
             data = data.set("label", data.get("label", data["action"])).select(*IN_KEYS, "action_mask", "label",
                                                                               "value_target")
         if imitating and self.hparams.imitation_aggregate:
-            self.imitation_data = data if self.imitation_data is None else torch.cat([self.imitation_data, data])
-            data = self.imitation_data
+            earlier = [] if self.imitation_data is None else [self.imitation_data.to(data.device)]
+            self.imitation_data = data = torch.cat([*earlier, data])
         elif not imitating:
             self.imitation_data = None
         optimizer = self.optimizers()
@@ -473,9 +483,8 @@ class QueuePPO(LightningModule):
     def on_save_checkpoint(self, checkpoint):
         checkpoint[CHECKPOINT_KEY] = QueuePolicyRecord.of(self.net, self.cfg, [one.path for one in self.logs],
                                                           self.read_fraction).to_dict()
-        checkpoint["rng_state"] = torch.get_rng_state()  # the actor samples from torch's generator (or the GPU's)
-        if self.device.type == "cuda":
-            checkpoint["cuda_rng_state"] = torch.cuda.get_rng_state(self.device)
+        if self.imitation_data is not None:  # the decisions imitated so far, which a resume goes on adding to
+            checkpoint[IMITATION_KEY] = {key: value for key, value in self.imitation_data.items()}
         # LightningCLI's are plain already; a module built in Python holds its arguments as objects
         if self.CHECKPOINT_HYPER_PARAMS_KEY in checkpoint:
             checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY] = plain_values(checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY])
@@ -486,7 +495,6 @@ class QueuePPO(LightningModule):
             differ = [f"{k} (checkpoint {v!r}, run {self.cfg.to_dict().get(k)!r})" for k, v in saved.items()
                       if self.cfg.to_dict().get(k) != v]
             raise ConfigError(f"the checkpoint's queue differs from this run's: {', '.join(differ)}")
-        if "rng_state" in checkpoint:
-            torch.set_rng_state(checkpoint["rng_state"])
-        if "cuda_rng_state" in checkpoint and torch.cuda.is_available():
-            torch.cuda.set_rng_state(checkpoint["cuda_rng_state"])
+        saved = checkpoint.get(IMITATION_KEY)
+        if saved:
+            self.imitation_data = TensorDict(saved, batch_size=[len(next(iter(saved.values())))])

@@ -153,6 +153,12 @@ BAD = [
     ({"waiting": [{"id": "x", "submit": float("nan"), "requested_time": 5, "processors": 1}]},
      "waiting[0].submit: nan is not a finite number"),
     ({"held": {"id": "zz", "shadow": 5}}, "held.id: 'zz' is not a waiting job"),
+    ({"now": 10**400}, "now: 10000000000000000000... (401 characters) is out of range"),
+    ({"capacity": {"nodes": 1, "processors_per_node": 10**30}}, "capacity.processors_per_node: "),
+    ({"waiting": [{"id": "x", "submit": 1, "requested_time": 5, "processors": 10**30}]},
+     "waiting[0].processors: 1000000000000000000000000000000 is out of range (at most 2147483647)"),
+    ({"running": [{"id": "r", "processors": 1, "expected_end": 1e300}]},
+     "running[0].expected_end: 1e+300 is out of range"),
     ({"waiting": [{"id": str(i), "submit": 0, "requested_time": 1, "processors": 1} for i in range(MAX_JOBS + 1)]},
      f"more than the cap of {MAX_JOBS}"),
 ]
@@ -180,13 +186,16 @@ def test_cli_file_stdin_and_serve(tmp_path, onnx_policy):
     bad = run_decide("--policy", onnx_policy, stdin=json.dumps({**MINIMAL, "now": -3}))
     assert bad.returncode == 2 and json.loads(bad.stdout) == {"error": "now: -3 must be >= 0"}
     assert bad.stderr.strip() == "error: now: -3 must be >= 0"
-    lines = [json.dumps(MINIMAL), "not json", json.dumps({**MINIMAL, "waiting": [{"id": 1}]}), json.dumps(MINIMAL)]
+    huge = {**MINIMAL, "waiting": [{"id": 1, "submit": 1, "requested_time": 5, "processors": 10**30}]}
+    lines = [json.dumps(MINIMAL), "not json", json.dumps({**MINIMAL, "waiting": [{"id": 1}]}), "[" * 100_000,
+             json.dumps(huge), json.dumps(MINIMAL)]
     served = run_decide("--policy", onnx_policy, "--serve", stdin="\n".join(lines) + "\n")
     assert served.returncode == 0, served.stderr
     answers = [json.loads(line) for line in served.stdout.splitlines()]
-    assert [("error" in a) for a in answers] == [False, True, True, False]
-    assert answers[0] == answers[3] and answers[0]["start_now"] == ["b7"]
-    assert answers[2]["error"] == "waiting[0].submit: missing" and len(served.stderr.strip().splitlines()) == 2
+    assert [("error" in a) for a in answers] == [False, True, True, True, True, False]  # every line answered
+    assert answers[0] == answers[5] and answers[0]["start_now"] == ["b7"]
+    assert answers[2]["error"] == "waiting[0].submit: missing" and len(served.stderr.strip().splitlines()) == 4
+    assert answers[3]["error"] == "snapshot: nested too deeply to read" and "out of range" in answers[4]["error"]
 
 
 def test_export_refuses_to_replace_a_file_and_the_onnx_path_needs_no_torch(tmp_path, onnx_policy):

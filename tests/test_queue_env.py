@@ -163,6 +163,26 @@ def test_env_specs_and_episode_metrics(tmp_path):
     torch.testing.assert_close(m["mean_wait"], wait.mean(1))
 
 
+def test_a_torchrl_collector_plays_random_valid_picks_and_its_own_random_policy_is_told_how(tmp_path):
+    from torchrl.collectors import Collector
+    from torchrl.envs import StepCounter, TransformedEnv
+
+    log = read_queue_log(write_log(tmp_path / "log.swf", jobs=400))
+    cfg = log.config(sequence_length=32, window=16, backfill="easy")
+    env = TransformedEnv(QueueEnv(cfg, log, batch_size=[4], seed=1), StepCounter(max_steps=20))
+    collector = Collector(env, QueueHeuristic("random", torch.Generator().manual_seed(0)), frames_per_batch=240,
+                          total_frames=480)
+    batches = list(collector)
+    collector.shutdown()
+    assert len(batches) == 2 and all(b.shape == (4, 60) for b in batches)
+    for batch in batches:  # every pick a visible job's slot, through truncations and resets
+        assert bool(batch["action_mask"].gather(-1, batch["action"].unsqueeze(-1)).all())
+    assert int(batches[1]["next", "truncated"].sum()) > 0
+    # TorchRL's own random policy copies the action spec once, so it draws hidden slots: the error says what to use
+    with pytest.raises(ValueError, match=r"draw from the observation's action_mask, as QueueHeuristic\('random'\)"):
+        list(Collector(QueueEnv(cfg, log, batch_size=[4], seed=1), None, frames_per_batch=240, total_frames=240))
+
+
 def test_final_and_per_job_rewards_return_minus_the_mean_bsld(tmp_path):
     log = read_queue_log(write_log(tmp_path / "log.swf", jobs=400))
     for reward in ("per_job", "final"):

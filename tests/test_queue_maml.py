@@ -43,6 +43,24 @@ TINY = ["--model.init_args.meta_batch", "2", "--model.init_args.sequences", "1",
 META_SGD = ["--model.init_args.learn_step_sizes", "true", "--model.init_args.step_size_lr", "0.05"]
 
 
+def test_a_resumed_meta_training_ends_with_the_weights_of_one_that_ran_through(tmp_path):
+    flags = ["fit.py", "fit", "--config", ROOT / "configs" / "base" / "queue_maml.yaml", "--threads", "1",
+             "--model.init_args.init_from", POLICY, "--model.init_args.traces", TRACES, *TINY]
+    for folder in ("through", "resumed"):
+        (tmp_path / folder).mkdir()
+    checkpoints = Path("runs") / "queue_maml" / "checkpoints"
+    runs = [("through", ["--trainer.max_steps", "4"]), ("resumed", []),
+            ("resumed", ["--trainer.max_steps", "4", "--ckpt_path", checkpoints / "last.ckpt"])]
+    for folder, more in runs:
+        proc = run(*flags, *more, cwd=tmp_path / folder)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = (load_torch_file(tmp_path / folder / checkpoints / "last.ckpt", "a checkpoint", weights_only=True)
+            for folder in ("through", "resumed"))
+    assert a["global_step"] == b["global_step"] == 4
+    for key, value in a["state_dict"].items():
+        assert torch.equal(value, b["state_dict"][key]), key
+
+
 @pytest.mark.parametrize("mode", [["--model.init_args.first_order", "false"],
                                   ["--model.init_args.inner_steps", "0", "--model.init_args.rollouts_per_site", "2"],
                                   META_SGD],

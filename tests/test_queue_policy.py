@@ -219,6 +219,33 @@ def test_fit_smoke_trains_validates_and_writes_a_loadable_policy(tmp_path):
     assert (play.episode_metrics()["mean_bounded_slowdown"] >= 1).all()
 
 
+def test_a_resumed_run_ends_with_the_weights_of_one_that_ran_through(tmp_path):
+    # the resume lands inside the warm start (imitation data aggregated over iterations), before PPO's
+    # sampled iterations: both the aggregate and the iterations' draws must come back as they were
+    log = write_log(tmp_path / "tiny.swf")
+    env = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
+           "WANDB_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    flags = ["--config", str(SMOKE), "--threads", "1", "--trainer.logger", "false", "--model.init_args.log", str(log),
+             "--model.init_args.imitate", "sjf", "--model.init_args.imitation_iterations", "3",
+             "--model.init_args.imitation_aggregate", "true"]
+
+    def fit(folder, *more):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), "fit", *flags, *more],
+                              cwd=tmp_path / folder, capture_output=True, text=True, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return tmp_path / folder / "runs" / "queue_smoke" / "checkpoints" / "last.ckpt"
+
+    through = fit("through", "--trainer.max_steps", "4")
+    fit("resumed", "--trainer.max_steps", "2")
+    resumed = fit("resumed", "--trainer.max_steps", "4", "--ckpt_path", "runs/queue_smoke/checkpoints/last.ckpt")
+    a, b = (torch.load(path, map_location="cpu", weights_only=True) for path in (through, resumed))
+    assert a["global_step"] == b["global_step"] == 4
+    assert a["state_dict"].keys() == b["state_dict"].keys()
+    for key, value in a["state_dict"].items():
+        assert torch.equal(value, b["state_dict"][key]), key
+
+
 def test_ppo_with_easy_backfilling_in_process(tmp_path):
     from lightning.pytorch import Trainer
 

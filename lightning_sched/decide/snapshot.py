@@ -21,6 +21,10 @@ from ..config import ConfigError
 
 MAX_JOBS = 100_000
 """Running plus waiting jobs one snapshot may hold: a bound on the time and memory of one decision."""
+MAX_COUNT = 2**31 - 1
+"""The largest processor or node count a snapshot may give (products of two stay within int64)."""
+MAX_SECONDS = 1e15
+"""The largest time a snapshot may give, in seconds (30 million years: exact in a float64)."""
 
 
 class SnapshotError(ConfigError):
@@ -67,20 +71,31 @@ class Snapshot:
 
 
 def _number(value, field: str, low: float = 0.0, strict: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise SnapshotError(f"{field}: {value!r} is not a finite number")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not math.isfinite(value)):
+        raise SnapshotError(f"{field}: {_shown(value)} is not a finite number")
     if value < low or (strict and value == low):
-        raise SnapshotError(f"{field}: {value!r} must be {'>' if strict else '>='} {low:g}")
+        raise SnapshotError(f"{field}: {_shown(value)} must be {'>' if strict else '>='} {low:g}")
+    if value > MAX_SECONDS:
+        raise SnapshotError(f"{field}: {_shown(value)} is out of range (at most {MAX_SECONDS:g} seconds)")
     return float(value)
+
+
+def _shown(value) -> str:
+    """A value for a one-line message: a huge integer by its digits' count, not all of them."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
 
 
 def _count(value, field: str, low: int = 1) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SnapshotError(f"{field}: {value!r} is not an integer")
+        raise SnapshotError(f"{field}: {_shown(value)} is not an integer")
     if value < low:
-        raise SnapshotError(f"{field}: {value} must be >= {low}")
+        raise SnapshotError(f"{field}: {_shown(value)} must be >= {low}")
+    if value > MAX_COUNT:
+        raise SnapshotError(f"{field}: {_shown(value)} is out of range (at most {MAX_COUNT})")
     return value
 
 
@@ -135,9 +150,13 @@ def _column(jobs: list, name: str, key: str, integer: bool, positive: bool = Fal
     except (KeyError, TypeError):
         values = None
     if values is not None and all(type(v) is int or (type(v) is float and not integer) for v in values):
-        array = np.asarray(values, dtype=np.int64 if integer else np.float64)
+        try:
+            array = np.asarray(values, dtype=np.int64 if integer else np.float64)
+        except OverflowError:  # an integer beyond int64 or float64: the checks below name it
+            array = np.zeros(0)
         low_enough = array >= 1 if integer else (array > 0 if positive else array >= 0)
-        if np.all(low_enough) and (integer or np.all(np.isfinite(array))):
+        high_enough = array <= (MAX_COUNT if integer else MAX_SECONDS)  # NaN fails both; infinities this one
+        if len(array) == len(values) and np.all(low_enough) and np.all(high_enough):
             return array
 
     def check(value, field: str):

@@ -164,7 +164,9 @@ class QueueEnv(EveryRowReset):
         if bool(bad.any()):
             row = int(bad.nonzero()[0])
             raise ValueError(f"QueueEnv: row {row}: action {int(slot[row])} is not a waiting job's slot "
-                             f"(window {self.cfg.window}, {int((self.window_job[row] >= 0).sum())} jobs visible)")
+                             f"(window {self.cfg.window}, {int((self.window_job[row] >= 0).sum())} jobs visible); "
+                             "a random policy must draw from the observation's action_mask, as "
+                             "QueueHeuristic('random') does (TorchRL's RandomPolicy keeps a copy of the spec's mask)")
         length = self.cfg.sequence_length
         out = advance(self.state, torch.where(active, job, torch.full_like(job, -1)), self.cfg)
         if self.cfg.reward == "per_job":
