@@ -51,13 +51,13 @@ def test_log_reading_counts_what_it_changes(tmp_path):
     path = tmp_path / "small.swf"
     path.write_text("\n".join(["; MaxNodes: 8", "; MaxProcs: 16",
                                swf_line(1, 0, 100, 4), swf_line(2, 5, 0, 2), swf_line(3, 9, -1, 2, requested=50),
-                               swf_line(4, 12, 30, 3, requested=60, allocated=5)]) + "\n")
+                               swf_line(4, 12, 30, 3, requested=60, allocated=5), swf_line(5, -1, 40, 2)]) + "\n")
     log = read_queue_log(path)
     assert (log.nodes, log.processors_per_node) == (8, 2)
     assert log.run.tolist() == [100, 10, 30] and log.requested.tolist() == [100, 50, 60]
     assert log.processors.tolist() == [4, 2, 5]  # max(allocated, requested)
-    assert log.counts == {"read": 4, "dropped_zero_run": 1, "dropped_unknown_processors": 0,
-                          "negative_run_set_to_10": 1, "requested_from_run": 1, "kept": 3}
+    assert log.counts == {"read": 5, "dropped_zero_run": 1, "dropped_unknown_processors": 0,
+                          "dropped_unknown_submit": 1, "negative_run_set_to_10": 1, "requested_from_run": 1, "kept": 3}
     cfg = log.config(sequence_length=3)
     state = QueueEnv(cfg, log, batch_size=[1], starts=[0]).initial_state()
     assert state.nodes[0].tolist() == [2, 1, 3]  # ceil(processors / 2 per node)
@@ -68,6 +68,12 @@ def test_bad_logs_and_sequences_are_refused_in_one_line(tmp_path):
     big.write_text("; MaxNodes: 4\n" + swf_line(1, 0, 10, 2) + "\n" + swf_line(2, 3, 10, 9) + "\n")
     with pytest.raises(TraceError, match=r"line 3, processors: job 2 asks for 9 processors, the cluster has 4"):
         read_queue_log(big)
+    for field, line in ((2, swf_line(2, "1e19", 10, 2)), (4, swf_line(2, 3, 10**19, 2)),
+                        (5, swf_line(2, 3, 10, "1e19"))):
+        huge = tmp_path / "huge.swf"  # beyond int64 (or any sane size): refused, not wrapped or counted as dropped
+        huge.write_text("; MaxNodes: 4\n" + swf_line(1, 0, 10, 2) + "\n" + line + "\n")
+        with pytest.raises(TraceError, match=rf"huge.swf, line 3, field {field} \(.*\): .* is out of range"):
+            read_queue_log(huge)
     log = read_queue_log(write_log(tmp_path / "ok.swf", jobs=50))
     with pytest.raises(ConfigError, match="sequence_length 64 is longer than the 50 jobs"):
         QueueEnv(log.config(sequence_length=64), log)

@@ -36,7 +36,7 @@ class QueueLog:
     job_number, submit, run, requested, processors: per job (seconds, processors)
     nodes, processors_per_node: the cluster
     counts: what reading did to the log's job lines ("read", "kept", "dropped_zero_run",
-        "dropped_unknown_processors", "negative_run_set_to_10", "requested_from_run")
+        "dropped_unknown_processors", "dropped_unknown_submit", "negative_run_set_to_10", "requested_from_run")
     """
 
     path: str
@@ -148,6 +148,8 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
     counts = {"read": len(number), "dropped_zero_run": int((~keep).sum()),
               "dropped_unknown_processors": int(unknown.sum())}
     keep &= ~unknown
+    counts["dropped_unknown_submit"] = int((keep & (submit < 0)).sum())  # SWF's -1: no time to replay it at
+    keep &= submit >= 0
     counts["negative_run_set_to_10"] = int((keep & (run < 0)).sum())  # of the jobs kept, as the next one
     run = np.where(run < 0, NEGATIVE_RUN_TIME, run)
     counts["requested_from_run"] = int((keep & (requested == -1)).sum())
@@ -161,7 +163,8 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
                          f"{int(too_big.sum())} job(s) do not fit")
     number, submit, run, requested, processors = (a[keep] for a in (number, submit, run, requested, processors))
     if len(number) == 0:
-        raise TraceError(f"{path}: no job left to replay (every job has run time 0 or unknown processors)")
+        raise TraceError(f"{path}: no job left to replay (every job has run time 0, unknown processors or an "
+                         "unknown submit time)")
     order = np.lexsort((number,))  # job-number order ...
     order = order[np.argsort(submit[order], kind="stable")]  # ... then submit order, stably
     counts["kept"] = len(number)
