@@ -101,6 +101,7 @@ def heuristic_reference(cfg: ClusterConfig, eval_jobs, metric: str, device) -> t
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    argv = [part for arg in argv for part in (arg.split("=", 1) if arg.startswith("--env=") else [arg])]
     if "--env" in argv:  # the queue env has flags of its own (--env queue --help lists them)
         at = argv.index("--env")
         if argv[at + 1:at + 2] == ["queue"]:
@@ -266,6 +267,9 @@ def queue_main(argv) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="also print one JSON line per policy and step")
     args = ap.parse_args(argv)
+    beyond = [step for step in args.measure or () if step > args.steps]
+    if beyond:
+        raise ConfigError(f"--measure {beyond[0]} is beyond --steps {args.steps}")
     for flag, path in (("--out", args.out), ("--figure", args.figure)):
         if path:  # before the adaptation's minutes; checked again as the file is written
             refuse_output(path, args.overwrite, flag, [p for p in args.policy if p != "scratch"])

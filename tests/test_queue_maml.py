@@ -169,6 +169,9 @@ def test_adapt_queue_prints_paired_differences_and_saves_the_adapted_policy(tmp_
     again = run("adapt.py", "--env", "queue", "--trace", log, "--policy", POLICY, "--steps", "0", "--out", out,
                 cwd=tmp_path)
     assert again.returncode == 2 and "exists" in again.stderr
+    beyond = run("adapt.py", "--env=queue", "--trace", log, "--policy", POLICY, "--steps", "1", "--measure", "0", "5",
+                 cwd=tmp_path)  # a measurement that would never come, refused before the run
+    assert beyond.returncode == 2 and beyond.stderr.strip() == "error: --measure 5 is beyond --steps 1"
 
 
 def test_adapt_queue_adapts_on_sequences_of_the_given_length(tmp_path):

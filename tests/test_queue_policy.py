@@ -150,6 +150,16 @@ def test_job_area_input_lets_one_linear_layer_rank_jobs_by_f1_area():
     assert make_critic(net)(td.clone())["state_value"].shape == (16, 1)
 
 
+def test_a_policy_on_an_env_without_its_inputs_is_refused_in_one_line(tmp_path):
+    log = read_queue_log(write_log(tmp_path / "tiny.swf"))
+    net = QueueNetwork(QueuePolicySpec(rule_ranks=("f1",), fit_delay=True))
+    plain = QueueEnv(log.config(sequence_length=24, window=8), log, batch_size=[2], seed=0)
+    with pytest.raises(ConfigError, match=r"reads 6 job and 2 row features .* the env gives 4 and 2: build the env"):
+        QueuePolicy(net)(plain.reset())
+    built = QueueEnv(log.config(sequence_length=24, window=8, **net.spec.observation()), log, batch_size=[2], seed=0)
+    assert QueuePolicy(net)(built.reset())["action"].shape == (2,)
+
+
 def test_checkpoint_round_trip_with_weights_only(tmp_path):
     log = read_queue_log(write_log(tmp_path / "tiny.swf"))
     cfg = log.config(window=8, sequence_length=16)

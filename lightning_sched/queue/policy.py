@@ -231,6 +231,8 @@ class JobScorer(nn.Module):
         # the prior's rank column; the residual starts at zero, so the untrained scorer is the rule
         self.prior_column = None if spec.prior is None else JOB_FEATURES + spec.rule_ranks.index(spec.prior)
         self.prior_scale = spec.prior_scale
+        self.observation = spec.observation()  # what the env must be built with (inputs: JOB_FEATURES + extra)
+        self.inputs = (JOB_FEATURES + spec.extra_inputs, spec.cluster_inputs)
         self.rank_columns = slice(JOB_FEATURES, JOB_FEATURES + len(spec.rule_ranks))
         self.prior_weights = nn.Parameter(torch.eye(len(spec.rule_ranks))[spec.rule_ranks.index(spec.prior)]) \
             if spec.prior_mix else None
@@ -241,6 +243,11 @@ class JobScorer(nn.Module):
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
                 action_mask: torch.Tensor) -> torch.Tensor:
+        if (job_features.shape[-1], cluster_features.shape[-1]) != self.inputs:
+            raise ConfigError(f"the queue policy reads {self.inputs[0]} job and {self.inputs[1]} row features "
+                              f"({self.observation}), the env gives {job_features.shape[-1]} and "
+                              f"{cluster_features.shape[-1]}: build the env's QueueConfig with the policy's "
+                              "observation (log.config(..., **net.spec.observation()))")
         jobs, cluster, mask = flat(job_features, cluster_features, action_mask)
         rows = cluster if self.context is None else \
             torch.cat([cluster, pooled_window(self.context, jobs, cluster, mask)], -1)
