@@ -219,6 +219,18 @@ def atomic_torch_save(checkpoint: dict, path: str | os.PathLike) -> None:
     write_torch(checkpoint, path, overwrite=True)
 
 
+def refuse_figure(path, overwrite: bool, flag: str, inputs=()) -> None:
+    """`refuse_output` for a figure, and a ConfigError naming `flag` when matplotlib cannot write the
+    format its suffix names (before the minutes of work that would draw it)."""
+    refuse_output(path, overwrite, flag, inputs)
+    from matplotlib.figure import Figure
+
+    kind = Path(path).suffix.lstrip(".") or "png"
+    formats = Figure().canvas.get_supported_filetypes()
+    if kind not in formats:
+        raise ConfigError(f"{flag} {path}: matplotlib cannot write .{kind} (it writes {', '.join(sorted(formats))})")
+
+
 def refuse_output(path, overwrite: bool, flag: str, inputs=()) -> None:
     """A script's early check of an output it was given (before minutes of work; `write_file` checks
     again as it writes): a ConfigError naming `flag` when `path` is one of the script's `inputs`, or

@@ -70,7 +70,7 @@ from lightning_sched.cli import (
 )
 from lightning_sched.deeprm.rollout import rollout_seconds
 from lightning_sched.evaluation import EvalResult, compare, evaluate, make_jobsets, paired_difference
-from lightning_sched.files import numbered_name, refuse_output, write_figure, write_torch
+from lightning_sched.files import numbered_name, refuse_figure, refuse_output, write_figure, write_torch
 from lightning_sched.learning.adaptation import AdaptationSettings, adapt
 from lightning_sched.limits import require_time
 from lightning_sched.policies.acting import NetworkPolicy
@@ -272,9 +272,11 @@ def queue_main(argv) -> int:
         raise ConfigError(f"--measure {beyond[0]} is beyond --steps {args.steps}")
     for flag, path in (("--out", args.out), ("--figure", args.figure)):
         if path:  # before the adaptation's minutes; checked again as the file is written
-            refuse_output(path, args.overwrite, flag, [p for p in args.policy if p != "scratch"])
+            (refuse_figure if flag == "--figure" else refuse_output)(path, args.overwrite, flag,
+                                                                      [p for p in args.policy if p != "scratch"])
     if args.reference is not None and args.reference not in args.policy:
         raise ConfigError(f"--reference {args.reference!r} must be one of --policy")
+    records = {spec: read_queue_record(spec) for spec in args.policy if spec != "scratch"}  # before the rules run
     site_log, site = site_from_args(args)
     trace = args.trace or site_log
     if trace is None:
@@ -313,7 +315,7 @@ def queue_main(argv) -> int:
             torch.manual_seed(args.seed)
             net, inner, trained = QueueNetwork(QueuePolicySpec()), {}, cfg
         else:
-            record = read_queue_record(spec)
+            record = records[spec]
             net, inner, trained = queue_network(record, spec), record.adaptation or {}, record.queue
         policy_cfg = network_config(cfg, trained)
         lr = args.lr or inner.get("lr", 0.1)

@@ -50,7 +50,7 @@ from lightning_sched.cli import (
 )
 from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.evaluation import evaluate, make_jobsets, paired_difference, require_run_fits
-from lightning_sched.files import refuse_output, write_figure
+from lightning_sched.files import refuse_figure, refuse_output, write_figure
 from lightning_sched.heuristics import HEURISTICS
 from lightning_sched.policies.acting import IDLE_RULES, RENAMED_RULES, NetworkPolicy
 
@@ -210,7 +210,8 @@ def queue_main(argv) -> int:
     ap.add_argument("--versus", metavar="POLICY",
                     help="one of --policy: also print every other policy's paired difference to it (e.g. a "
                          "trained policy against the rule it started from)")
-    ap.add_argument("--sequences", type=at_least(2), default=100, help="heldout, recent: number of sequences")
+    ap.add_argument("--sequences", type=at_least(2), help="heldout, recent: number of sequences (default 100; "
+                    "rlscheduler has its own 10)")
     ap.add_argument("--load", type=positive_float,
                     help="scale the log's inter-arrival times to this offered load (default: as recorded)")
     ap.add_argument("--bsld_threshold", type=positive_float, default=10.0, help="seconds (bounded slowdown)")
@@ -222,18 +223,20 @@ def queue_main(argv) -> int:
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--json", action="store_true", help="also print one JSON line per case and policy")
     args = ap.parse_args(argv)
+    if args.protocol == "rlscheduler" and args.sequences is not None:
+        raise ConfigError(f"--sequences {args.sequences}: the rlscheduler protocol has its own 10 sequences")
     site_log, site = site_from_args(args)
     traces = args.trace or ([site_log] if site_log else None)
     if not traces:
         raise ConfigError("--trace: give one or more SWF logs (or a declared --site)")
     if args.figure:
-        refuse_output(args.figure, args.overwrite, "--figure", traces)
+        refuse_figure(args.figure, args.overwrite, "--figure", traces)
     set_threads(args.threads)
     lines, panels, reference = [], {}, {}
     for trace in traces:
         for backfill in args.backfill:
             case, per_sequence = run_protocol(trace, args.protocol, args.policy, backfill=backfill,
-                                              sequences=args.sequences, site=site,
+                                              sequences=args.sequences or 100, site=site,
                                               bsld_threshold=args.bsld_threshold, device=args.device,
                                               versus=args.versus, echo=print)
             lines += case

@@ -4,8 +4,9 @@ as Slurm priorities (a dry run: it prints `scontrol` commands; pipe them to `sh`
     squeue --json | python scripts/squeue_hook.py --policy policy.onnx --processors 256
     squeue --json | python scripts/squeue_hook.py --policy policy.onnx --processors 256 | sh
 
-Running jobs give their processors (cpus) and expected end (end_time: start + time limit); pending
-jobs their submit time, time limit (minutes) and processors. Integer fields may be plain numbers or
+Running jobs give their processors (cpus) and expected end (end_time: start + time limit; without a
+limit, start_time + --unlimited_minutes); pending jobs their submit time, time limit (minutes, or
+--unlimited_minutes without one) and processors. Integer fields may be plain numbers or
 Slurm's {"set": true, "infinite": false, "number": N} form; job_state a string or a list. Check the
 fields against your Slurm version's `squeue --json` before relying on it.
 """
@@ -40,6 +41,8 @@ def number(job: dict, key: str, unlimited: float | None = None):
         value = value.get("number")
     if value is None:
         raise SnapshotError(f"job {job.get('job_id')}: {key}: missing")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SnapshotError(f"job {job.get('job_id')}: {key}: {value!r} is not a number")
     return value
 
 
@@ -53,10 +56,16 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
     if not isinstance(squeue, dict) or not isinstance(squeue.get("jobs"), list):
         raise SnapshotError("squeue: expected the JSON of `squeue --json` (an object with a 'jobs' list)")
     running, waiting = [], []
-    for job in squeue["jobs"]:
+    for i, job in enumerate(squeue["jobs"]):
+        if not isinstance(job, dict):
+            raise SnapshotError(f"squeue: jobs[{i}]: expected an object, got {type(job).__name__}")
         if state(job) == "RUNNING":
-            running.append({"id": job["job_id"], "processors": number(job, "cpus"),
-                            "expected_end": number(job, "end_time")})
+            end = job.get("end_time")
+            if isinstance(end, dict) and end.get("infinite"):  # no time limit: taken to have asked for the default
+                end = number(job, "start_time") + 60 * unlimited_minutes
+            else:
+                end = number(job, "end_time")
+            running.append({"id": job["job_id"], "processors": number(job, "cpus"), "expected_end": end})
         elif state(job) == "PENDING":
             minutes = number(job, "time_limit", unlimited=unlimited_minutes)
             waiting.append({"id": job["job_id"], "submit": min(number(job, "submit_time"), now),
@@ -72,7 +81,8 @@ def main(argv=None) -> int:
     p.add_argument("--input", help="squeue --json output in a file (default: stdin)")
     p.add_argument("--now", type=float, help="seconds since the epoch (default: the clock)")
     p.add_argument("--unlimited_minutes", type=int, default=7 * 24 * 60,
-                   help="the time limit a job without one is taken to ask for (default: 7 days)")
+                   help="the time limit a job without one is taken to ask for; a running one is taken to end "
+                        "that long after its start (default: 7 days)")
     args = p.parse_args(argv)
     try:
         text = Path(args.input).read_text() if args.input else sys.stdin.read()

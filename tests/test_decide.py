@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -224,7 +225,9 @@ def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
             {"job_id": 13, "job_state": "PENDING", "cpus": 16, "submit_time": now - 60, "time_limit": 30},
             {"job_id": 14, "job_state": "PENDING", "cpus": 4, "submit_time": now - 30,
              "time_limit": {"set": True, "infinite": True, "number": 0}},
-            {"job_id": 15, "job_state": "COMPLETED", "cpus": 8}]
+            {"job_id": 15, "job_state": "COMPLETED", "cpus": 8},
+            {"job_id": 16, "job_state": "RUNNING", "cpus": 8, "start_time": now - 60,
+             "end_time": {"set": True, "infinite": True, "number": 0}}]
     path = tmp_path / "squeue.json"
     path.write_text(json.dumps({"jobs": jobs}))
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "squeue_hook.py"), "--policy", str(onnx_policy),
@@ -242,6 +245,17 @@ def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.strip() == ("error: waiting[0].processors: 300 is more than the "
                                                           "cluster's 256 processors")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from squeue_hook import snapshot_of
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    snapshot = snapshot_of({"jobs": jobs}, 256, now, unlimited_minutes=60)
+    assert snapshot["running"][1] == {"id": 16, "processors": 8, "expected_end": now - 60 + 3600}  # no limit: 60 min
+    for odd, message in (([7], "squeue: jobs[0]: expected an object, got int"),
+                         ([{**jobs[2], "submit_time": "soon"}], "job 13: submit_time: 'soon' is not a number")):
+        with pytest.raises(SnapshotError, match=re.escape(message)):
+            snapshot_of({"jobs": odd}, 256, now, unlimited_minutes=60)
 
 
 def test_onnx_export_of_a_policy_with_the_job_area_input(tmp_path):
@@ -257,3 +271,10 @@ def test_onnx_export_of_a_policy_with_the_job_area_input(tmp_path):
     jobs = rng.uniform(0, 1, (40, 4)).astype(np.float32)
     cluster = rng.uniform(0, 1, 2).astype(np.float32)
     np.testing.assert_allclose(theirs(jobs, cluster), ours(jobs, cluster), rtol=1e-5, atol=1e-5)
+
+
+def test_a_linear_rule_checkpoint_is_named_as_such_where_a_network_is_needed():
+    from lightning_sched.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"queue_bsld_rule.ckpt: a linear queue rule, not a network: evaluate.py"):
+        load_scorer(str(ROOT / "checkpoints" / "queue_bsld_rule.ckpt"))

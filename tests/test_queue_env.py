@@ -257,6 +257,12 @@ def test_evaluate_script_on_a_log(tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "scripts/evaluate.py"), "--env", "queue", "--trace", str(log),
                           "--policy", "f1", "--versus", "sjf"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--versus 'sjf' is not one of" in bad.stderr
+    for flags, message in ((["--policy", "sjf", "f1", "sjf"], "--policy 'sjf' is given twice"),
+                           (["--protocol", "rlscheduler", "--sequences", "3"], "has its own 10 sequences"),
+                           (["--figure", str(tmp_path / "f.txt")], "matplotlib cannot write .txt")):
+        bad = subprocess.run([sys.executable, str(ROOT / "scripts/evaluate.py"), "--env", "queue", "--trace", str(log),
+                              *flags], capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and message in bad.stderr, bad.stderr
 
 
 def test_bench_env_queue_prints_rates_and_an_iteration(tmp_path):

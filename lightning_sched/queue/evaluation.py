@@ -157,6 +157,9 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
     `policies`, also the paired difference to it) and each policy's per-sequence mean bounded slowdowns."""
     if versus is not None and versus not in policies:
         raise ConfigError(f"--versus {versus!r} is not one of the policies evaluated ({', '.join(policies)})")
+    twice = next((name for i, name in enumerate(policies) if name in policies[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"--policy {twice!r} is given twice")
     log = read_queue_log(trace)
     if site is not None:
         log = site.apply(log)
@@ -188,7 +191,7 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
         if versus is not None and name != versus:
             diff, ci = paired(result, results[versus])
             line.update(versus=versus, minus_versus=diff, minus_versus_ci95=ci)
-            text += f"  minus {versus}: {diff:+.2f} ± {ci:.2f}"
+            text += f"  minus {versus}: {diff:+.2f} ± {ci:.2f}" if versus != best else ""
         echo(text)
         lines.append(line)
     return lines, {name: r.sequences["mean_bounded_slowdown"] for name, r in results.items()}

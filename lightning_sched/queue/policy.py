@@ -441,7 +441,11 @@ def read_queue_record(path) -> QueuePolicyRecord:
     record saved under "lightning_sched"), read with weights_only=True; ConfigError naming the file."""
     data = load_torch_file(path, "queue policy checkpoint", weights_only=True)
     saved = data.get(CHECKPOINT_KEY, data) if isinstance(data, dict) else None
-    if not isinstance(saved, dict) or saved.get("kind") != POLICY_KIND:
+    kind = saved.get("kind") if isinstance(saved, dict) else None
+    if kind == "queue_linear_rule":  # linear_rule.RULE_KIND (that module imports this one)
+        raise ConfigError(f"{path}: a linear queue rule, not a network: evaluate.py --env queue runs it "
+                          "(lightning_sched.queue.linear_rule); a network's checkpoint is needed here")
+    if kind != POLICY_KIND:
         raise ConfigError(f"{path}: not a queue policy checkpoint (no '{CHECKPOINT_KEY}' entry of kind "
                           f"'{POLICY_KIND}'; a cluster policy is read by "
                           "lightning_sched.policies.checkpoints.load_policy)")
