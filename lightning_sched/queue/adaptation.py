@@ -52,9 +52,9 @@ def rollout(env: QueueEnv, net, spec: QueuePolicySpec, generator: torch.Generato
             greedy: bool = False, device: torch.device | str | None = None) -> QueueRollout:
     """Every row of `env` from its reset to its end with `net` (a QueueNetwork, its scorer or a
     functional copy of it) of policy `spec`, each decision by `choose` (drawn with `generator`, or
-    greedy). `net` runs on `device` (None: the env's), and so does the returned trajectory; the
-    metrics stay on the env's."""
-    device = env.device if device is None else torch.device(device)
+    greedy). `net` runs on `device` (None: where its weights are), and so does the returned
+    trajectory; the metrics stay on the env's."""
+    device = next(net.parameters()).device if device is None else torch.device(device)
     td = env.reset()
     steps = []
     while not bool(td["done"].all()):

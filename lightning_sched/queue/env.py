@@ -57,6 +57,9 @@ class QueueEnv(EveryRowReset):
         device, seed: where the state lives; the seed of the start draws.
         episodes_per_sequence: E; rows b*E .. b*E+E-1 replay the same fresh sequence (a policy's
             episodes compared on one sequence, as DeepRM's baseline compares them on one jobset).
+
+    The observation's job_submit, job_requested and job_processors are the state's own sequences (a
+    copy each step would cost more than the step): read them, do not change them in place.
     """
 
     batch_locked = True
