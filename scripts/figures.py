@@ -1,5 +1,5 @@
 """Draw the figures of docs/figures/: each writes its PNG and its numbers as JSON beside it, under
-runs/figures/ unless --out names the PNG (`--out docs/figures/NAME.png` replaces a figure of docs/).
+runs/figures/ unless --out names the PNG (`--out docs/figures/NAME.png --overwrite` replaces a figure of docs/).
 
     python scripts/figures.py load_sweep [--ckpt NAME=PATH ...] [--jobsets 200]
 
@@ -77,7 +77,7 @@ from lightning_sched.cli import (
 )
 from lightning_sched.config import SIZE_FIELDS
 from lightning_sched.evaluation import compare, make_jobsets
-from lightning_sched.files import write_figure, write_figure_and_json
+from lightning_sched.files import refuse_figure, refuse_output, write_figure, write_figure_and_json
 from lightning_sched.learning.adaptation import AdaptationSettings
 
 FIGURES = RUNS / "figures"  # without --out: the repository's docs/figures stay as committed
@@ -141,10 +141,14 @@ def load_sweep(args) -> None:
                 "slo_hit_rate": str_keys(sweep.metric("slo_hit_rate")), "versus_best_heuristic": sweep.versus_best})
     slo = plots.slowdown_vs_load(sweep.metric("slo_hit_rate"), f"SLO hit rate (slowdown <= {cfg.slo_slowdown:g}) vs "
                                  f"load, {args.jobsets} jobsets a point", ylabel="share of jobs meeting their deadline")
-    slo_name = out.stem.replace("slowdown", "slo")
-    slo_out = out.with_name((slo_name if slo_name != out.stem else out.stem + "_slo") + ".png")  # never over `out`
-    slo_out = write_figure(slo, slo_out, args.overwrite, numbered=not args.out)  # its numbers are in the JSON above
+    slo_out = write_figure(slo, slo_path(out), args.overwrite, numbered=not args.out)  # its numbers: the JSON above
     print(f"wrote {slo_out}")
+
+
+def slo_path(out: Path) -> Path:
+    """load_sweep's second figure (the SLO hit rate) beside its first, `out`, never over it."""
+    slo_name = out.stem.replace("slowdown", "slo")
+    return out.with_name((slo_name if slo_name != out.stem else out.stem + "_slo") + ".png")
 
 
 def ablation(args) -> None:
@@ -477,6 +481,11 @@ def main() -> None:
     p.add_argument("json", help="the figure's JSON (written beside its PNG)")
     p.add_argument("--title", help="default: the JSON's")
     args = ap.parse_args()
+    if args.out:  # before the minutes of evaluation; checked again as the files are written
+        refuse_figure(args.out, args.overwrite, "--out")
+        refuse_output(Path(args.out).with_suffix(".json"), args.overwrite, "--out")
+        if args.figure == "load_sweep":
+            refuse_output(slo_path(Path(args.out)), args.overwrite, "--out")
     set_threads(args.threads)
     args.run(args)
 

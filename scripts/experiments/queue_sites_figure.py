@@ -2,7 +2,7 @@
 one panel per site, from the JSON lines `scripts/adapt.py --env queue --json` printed.
 
     python scripts/experiments/queue_sites_figure.py --adapt docs/queue_sites/adapt_*.txt \\
-        --specialist docs/queue_sites/specialist_eval_*.txt --out docs/figures/queue_sites.png
+        --specialist docs/queue_sites/specialist_eval_*.txt --out docs/figures/queue_sites.png --overwrite
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
+from lightning_sched.files import refuse_figure, write_figure  # noqa: E402
 from lightning_sched.plots import adaptation_curves  # noqa: E402
 
 NAMES = {"queue_maml": "MAML", "queue_maml_mixture": "mixture", "scratch": "scratch"}
@@ -27,9 +28,12 @@ def main() -> None:
     ap.add_argument("--adapt", nargs="+", required=True, help="adapt.py --env queue --json outputs, one per site")
     ap.add_argument("--specialist", nargs="*", default=[], help="the specialists' outputs (--steps 0)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--overwrite", action="store_true", help="let --out replace an existing file")
     args = ap.parse_args()
-    if Path(args.out).exists():
-        sys.exit(f"error: {args.out} exists (outputs are never overwritten)")
+    try:
+        refuse_figure(args.out, args.overwrite, "--out")
+    except ValueError as error:  # a ConfigError: one line
+        sys.exit(f"error: {error}")
     curves, refs = {}, {}
     for path in args.adapt:
         for line in lines_of(path):
@@ -46,7 +50,7 @@ def main() -> None:
                 line["mean_bounded_slowdown"], line["mean_bounded_slowdown_ci95"])
     fig = adaptation_curves(curves, refs, ylabel="mean bounded slowdown",
                             title="held-out sites: adapted on the site's first 80%, measured on 50 sequences after it")
-    fig.savefig(args.out, dpi=120)
+    write_figure(fig, args.out, args.overwrite)
     print(f"figure: {args.out}")
 
 
