@@ -217,7 +217,11 @@ class Reinforce(SchedulerTask):
 
     def imitation_step(self, jobs: JobSet, start: float) -> None:
         """The warm start: the teacher acts, the network learns to pick its actions."""
-        traj = collect(self.net, self.cluster, jobs, teacher=self.teacher)
+        teacher = self.teacher
+        if getattr(teacher, "generator", None) is not None:  # a sampling checkpoint: its draws follow the
+            teacher.net.to(self.device)                      # iteration, so a resume goes on as the run would
+            teacher.generator = torch.Generator(device=self.device).manual_seed(self.iteration_seed(stream=1))
+        traj = collect(self.net, self.cluster, jobs, teacher=teacher)
         rollout_s = time.perf_counter() - start
         loss = imitation_loss(self.net, traj)
         self.gradient_step(loss, last=True)

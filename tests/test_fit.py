@@ -108,6 +108,34 @@ def test_fit_resumes_from_a_checkpoint_in_its_run_folder(smoke_run, tmp_path):
     assert resumed["global_step"] == 6
 
 
+def test_a_resume_inside_a_warm_start_from_a_sampling_teacher_goes_on_as_the_run_would(tmp_path):
+    config = tmp_path / "teacher.yaml"  # the slot checkpoint acts sampled: its draws must not start again
+    config.write_text(f"""model:
+  class_path: tasks.reinforce.Reinforce
+  init_args:
+    workload: {{load: 0.9, simu_len: 10}}
+    policy: {{kind: slots, hidden: [16], masked: true}}
+    num_jobsets: 3
+    episodes_per_jobset: 3
+    imitation: {{teacher: {ROOT / "checkpoints" / "slots_slowdown.ckpt"}, iterations: 4}}
+    iterations_per_epoch: 2
+    evaluation: {{val_jobsets: 4, test_jobsets: 4}}
+trainer: {{max_steps: 4, val_check_interval: 1, logger: false}}
+compare: {{heuristics: [sjf]}}
+""")
+    for folder in ("through", "resumed"):
+        (tmp_path / folder).mkdir()
+    fit("fit", "--config", str(config), tmp_path=tmp_path / "through")
+    fit("fit", "--config", str(config), "--trainer.max_steps", "2", tmp_path=tmp_path / "resumed")
+    fit("fit", "--config", str(config), "--ckpt_path", "runs/teacher/checkpoints/last.ckpt",
+        tmp_path=tmp_path / "resumed")
+    a, b = (torch.load(tmp_path / folder / "runs" / "teacher" / "checkpoints" / "last.ckpt", map_location="cpu",
+                       weights_only=True) for folder in ("through", "resumed"))
+    assert a["global_step"] == b["global_step"] == 4
+    for key, value in a["state_dict"].items():
+        assert torch.equal(value, b["state_dict"][key]), key
+
+
 def test_validate_and_test_subcommands(smoke_run):
     tmp, _ = smoke_run
     ckpt = next((tmp / "runs").rglob("last.ckpt"))
