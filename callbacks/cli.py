@@ -43,8 +43,17 @@ def causes(error: BaseException | None):
 
 
 def config_error(error: BaseException | None) -> ConfigError | None:
-    """The ConfigError that caused `error` (jsonargparse wraps those raised while instantiating)."""
-    return next((e for e in causes(error) if isinstance(e, ConfigError)), None)
+    """The ConfigError that caused `error` (jsonargparse wraps those raised while instantiating), or
+    Lightning's refusal of a trainer setting (`--trainer.max_steps -5`, no GPU for `accelerator gpu`)
+    as one (its first line, prefixed "trainer: ")."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    for e in causes(error):
+        if isinstance(e, ConfigError):
+            return e
+        if isinstance(e, MisconfigurationException):
+            return ConfigError(f"trainer: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}")
+    return None
 
 
 def require_text_configs(args: list[str]) -> None:

@@ -59,7 +59,7 @@ from callbacks.run_folder import (
     write_failure,
 )
 from lightning_sched import ConfigError
-from lightning_sched.cli import THREADS_HELP
+from lightning_sched.cli import SEED_LIMIT, THREADS_HELP
 
 
 class SchedulerParser(LightningArgumentParser):
@@ -115,6 +115,9 @@ class SchedulerCLI(LightningCLI):
         if isinstance(interval, (int, float)) and not (interval > 0 and math.isfinite(interval)):
             raise ConfigError(f"trainer.val_check_interval must be > 0 (iterations between validations, or a "
                               f"fraction of an epoch), got {interval}")
+        seed = (config.get("model") or {}).get("init_args", {}).get("seed")
+        if seed is not None and not (isinstance(seed, int) and 0 <= seed < SEED_LIMIT):  # training seeds stay int64
+            raise ConfigError(f"model.seed must be an integer in [0, 2^31), got {seed!r}")
         if config.get("ckpt_path"):
             for note in check_checkpoint_model(self.asked_model, config.get("model"), self.subcommand,
                                                config.ckpt_path):

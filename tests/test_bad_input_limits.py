@@ -140,6 +140,9 @@ def test_cuda_without_cuda_is_one_line(capsys):
     (["--ckpt_path", "POLICY_ONLY"], "is a policy-only checkpoint"),
     (["--config", str(SHIPPED)], f"--config {SHIPPED}: not a YAML config"),
     (["--trainer.val_check_interval", "0"], "trainer.val_check_interval must be > 0"),
+    (["--model.seed", "99999999999999"], "model.seed must be an integer in [0, 2^31), got 99999999999999"),
+    (["--trainer.max_steps", "-5"], "trainer: `max_steps` must be a non-negative integer or -1"),
+    (["--trainer.devices", "0"], "trainer: `Trainer(devices='0')` value is not a valid input"),
 ])
 def test_fit_gives_one_line_and_exit_2(fit_main, capsys, tmp_path, args, expected):
     policy_only = tmp_path / "policy.ckpt"
