@@ -3,7 +3,7 @@
 Lightning's `ModelCheckpoint(save_last=True)` copies a checkpoint to last.ckpt only when it saves
 one, i.e. when the monitored value improves, so last.ckpt would be the best checkpoint, not the
 latest. `scripts/fit.py` keeps the best with one ModelCheckpoint (a monitor) and the latest with
-`LatestCheckpoint` (no monitor: it saves at every validation and when the run is stopped by
+`LatestCheckpoint` (no monitor: it saves at every validation, at the end, and when the run is stopped by
 SIGTERM or Ctrl-C (callbacks/stop.py), replacing its previous file, and then prints the command
 that resumes the run).
 
@@ -45,7 +45,7 @@ def redo_validation(trainer) -> None:
 
 
 class LatestCheckpoint(ModelCheckpoint):
-    """`last.ckpt`, rewritten at every validation and when SIGTERM stops training."""
+    """`last.ckpt`, rewritten at every validation, at the end of training and when SIGTERM stops it."""
 
     def __init__(self, dirpath: str | None = None, filename: str = "last", save_weights_only: bool = False):
         super().__init__(dirpath=dirpath, filename=filename, monitor=None, save_top_k=1,
@@ -55,6 +55,12 @@ class LatestCheckpoint(ModelCheckpoint):
     def state_key(self) -> str:
         # its own key: a monitor-less best-checkpoint callback beside it would otherwise share one
         return "LatestCheckpoint"
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        # iterations after the last validation (max_steps not a multiple of val_check_interval)
+        # would otherwise be on no disk
+        if trainer.global_step != self._last_global_step_saved:
+            self._save_none_monitor_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         # Lightning raises SIGTERMException between iterations (after the optimizer step and any

@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from . import seeds
-from .config import ClusterConfig
+from .config import ClusterConfig, ConfigError
 from .deeprm.rollout import Policy
 from .evaluation import HIGHER_IS_BETTER, Comparison, EvalResult, compare, make_jobsets, mean_ci95
 from .heuristics import make_heuristic
@@ -296,7 +296,10 @@ def read_metrics(paths: Sequence) -> list[dict]:
     rows = []
     for path in paths:
         with open(path) as f:
-            rows.extend(csv.DictReader(f))
+            reader = csv.DictReader(f)
+            if "step" not in (reader.fieldnames or ()):
+                raise ConfigError(f"{path}: not a run's metrics.csv (CSVLogger's: no 'step' column)")
+            rows.extend(reader)
     return rows
 
 

@@ -65,10 +65,23 @@ def named_policies(cfg: ClusterConfig, heuristics: list[str], ckpts: list[str], 
     from lightning_sched.policies.checkpoints import load_policy
 
     policies = {h: heuristic(h, cfg, device) for h in heuristics}
-    for item in ckpts:
-        name, _, path = item.partition("=")
+    for name, path in named_files(ckpts, "--ckpt", taken=heuristics).items():
         policies[name], _ = load_policy(path, device=device, cluster=cfg if resize else None)
     return policies
+
+
+def named_files(items: list[str], flag: str, taken=()) -> dict[str, str]:
+    """NAME=PATH items as {name: path}; ConfigError naming `flag` for an item without a name or a
+    path, or a name given twice or already `taken` (a heuristic's), which would silently replace it."""
+    named: dict[str, str] = {}
+    for item in items:
+        name, _, path = item.partition("=")
+        if not name or not path:
+            raise ConfigError(f"{flag} {item!r}: expected NAME=PATH")
+        if name in named or name in taken:
+            raise ConfigError(f"{flag} {item!r}: the name {name!r} is taken (every line of a figure needs its own)")
+        named[name] = path
+    return named
 
 
 NAME_WIDTH = 28  # the first column of the metrics table; longer names widen it (evaluate.py) or get their own line

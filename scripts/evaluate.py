@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -108,6 +109,10 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--json", action="store_true", help="also print one JSON line per policy")
     args = ap.parse_args(argv)
+    given = {a.split("=", 1)[0] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")}
+    if args.jobset_file and given & {"--jobsets", "--load", "--seed"}:  # the file's jobsets are what runs
+        raise ConfigError(f"--jobset_file {args.jobset_file} fixes the jobsets: "
+                          f"{', '.join(sorted(given & {'--jobsets', '--load', '--seed'}))} would change nothing")
     set_threads(args.threads)
     if args.save_jobsets:
         refuse_output(args.save_jobsets, args.overwrite, "--save_jobsets",

@@ -61,7 +61,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from _common import ROOT, RUNS, named_policies, run_main, set_threads
+from _common import ROOT, RUNS, named_files, named_policies, run_main, set_threads
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, analysis, plots, seeds
 from lightning_sched.cli import (
     THREADS_HELP,
@@ -89,7 +89,7 @@ CKPT_HELP = "NAME=PATH.ckpt (acting as the checkpoint says: greedy or sampled)"
 
 def checkpoints(args) -> dict[str, str]:
     """--ckpt NAME=PATH ... as {name: path}."""
-    return {name: path for name, _, path in (item.partition("=") for item in args.ckpt)}
+    return named_files(args.ckpt, "--ckpt", taken=getattr(args, "heuristics", ()))
 
 
 def cluster_and_policies(args) -> tuple[ClusterConfig, dict]:
@@ -185,8 +185,7 @@ def cdf(args) -> None:
 def recipes(args) -> None:
     """Validation curves of several runs on the same axes, against iterations and wall time."""
     curves, reference = {}, {}
-    for item in args.runs:
-        name, _, path = item.partition("=")
+    for name, path in named_files(args.runs, "--runs").items():
         rows = analysis.read_metrics(path.split(","))
         curves[name] = {**analysis.validation_curve(rows), "metrics": path}
         reference.update(analysis.heuristic_lines(rows, args.heuristics))
@@ -257,7 +256,12 @@ def learning_curve(args) -> None:
 
 def redraw(args) -> None:
     """A learning_curve or adaptation/headroom figure from its JSON's numbers (no evaluation)."""
-    data = json.loads(Path(args.json).read_text())
+    try:
+        data = json.loads(Path(args.json).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{args.json}: not a figure's JSON ({error})") from None
+    if not isinstance(data, dict):
+        data = {}  # refused below
     if "curve" in data:
         curve = data["curve"]
         if data.get("steps") != analysis.ITERATIONS_DONE:  # written before steps counted iterations done

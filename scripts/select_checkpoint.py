@@ -21,7 +21,7 @@ import argparse
 import json
 
 from _common import run_main, set_threads
-from lightning_sched import ClusterConfig, seeds
+from lightning_sched import ClusterConfig, ConfigError, seeds
 from lightning_sched.analysis import select_by_worst_load
 from lightning_sched.cli import THREADS_HELP, ScriptParser, at_least, seed_number, thread_count
 from lightning_sched.config import REWARD_FIELDS
@@ -61,6 +61,14 @@ def main(argv=None) -> None:
     ap.add_argument("--overwrite", action="store_true", help="let --write replace an existing file")
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     args = ap.parse_args(argv)
+    for load in args.loads:  # each load has its own jobsets in the selection seeds' range
+        try:
+            if not load > 0:
+                raise ValueError(load)
+            seeds.selection(load, args.seed)
+        except (ConfigError, ValueError, OverflowError):
+            raise ConfigError(f"--loads {load}: a selection load must be in (0, 2.22) (its jobsets' seeds are "
+                              f"{seeds.SELECTION} + 100 x load, below {seeds.TUNING})") from None
     set_threads(args.threads)
     if args.write:  # before the selection's minutes; checked again as the file is written
         refuse_output(args.write, args.overwrite, "--write", args.ckpt)

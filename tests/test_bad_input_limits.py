@@ -122,12 +122,29 @@ def test_a_gzip_trace_is_inflated_under_a_cap(tmp_path, monkeypatch):
     ("evaluate", ["--device", "foo"], "--device"),
     ("evaluate", ["--seed", "1e23"], "--seed"),
     ("adapt", ["--ckpt", str(SHIPPED), "--seed", "-1"], "--seed"),
+    ("select_checkpoint", ["--ckpt", str(SHIPPED), "--loads", "0.5", "2.5"], "--loads 2.5: a selection load"),
+    ("evaluate", ["--jobset_file", "saved.pt", "--jobsets", "3"], "--jobset_file saved.pt fixes the jobsets"),
 ])
 def test_every_script_gives_one_line_and_exit_2(capsys, monkeypatch, name, args, names):
     main = script_main(name)
     monkeypatch.setattr(sys, "argv", [name, *args])  # bench_env reads sys.argv
     line = one_line_exit_2(capsys, (lambda: main()) if name == "bench_env" else (lambda: main(args)))
     assert names in line, line
+
+
+def test_figures_refuse_clashing_names_and_files_of_another_kind(capsys, monkeypatch, tmp_path):
+    main = script_main("figures")
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    for args, names in (
+            (["load_sweep", "--ckpt", f"a={SHIPPED}", f"a={SHIPPED}"], "--ckpt 'a="),
+            (["load_sweep", "--ckpt", f"sjf={SHIPPED}"], "the name 'sjf' is taken"),
+            (["load_sweep", "--ckpt", str(SHIPPED)], "expected NAME=PATH"),
+            (["learning_curve", "--metrics", str(text)], "notes.txt: not a run's metrics.csv"),
+            (["redraw", str(text)], "notes.txt: not a figure's JSON")):
+        monkeypatch.setattr(sys, "argv", ["figures.py", *args, "--jobsets", "1", "--threads", "1"] if args[0] ==
+                            "load_sweep" else ["figures.py", *args, "--threads", "1"])
+        assert names in one_line_exit_2(capsys, main)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is there")

@@ -136,6 +136,12 @@ compare: {{heuristics: [sjf]}}
         assert torch.equal(value, b["state_dict"][key]), key
 
 
+def test_iterations_after_the_last_validation_are_saved_when_training_ends(tmp_path):
+    fit("fit", "--config", SMOKE, "--trainer.max_steps", "3", "--trainer.logger", "false", tmp_path=tmp_path)
+    last = torch.load(tmp_path / "runs" / "smoke" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert last["global_step"] == 3  # validations at 2 (and 4): the third iteration is on disk all the same
+
+
 def test_validate_and_test_subcommands(smoke_run):
     tmp, _ = smoke_run
     ckpt = next((tmp / "runs").rglob("last.ckpt"))
