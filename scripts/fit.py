@@ -105,6 +105,10 @@ class SchedulerCLI(LightningCLI):
         ckpt = subcommand and self.config[subcommand].get("ckpt_path")
         if ckpt:  # LightningCLI then replaces the model by the checkpoint's: keep the config's to compare
             saved = read_checkpoint(ckpt)
+            held = (saved.get("hyper_parameters") or {}).get("_class_path")
+            asked = (self.config[subcommand].get("model") or {}).get("class_path")
+            if held and asked and held != asked:  # before LightningCLI parses one's arguments as the other's
+                raise ConfigError(f"--ckpt_path {ckpt} holds a {held} model; the config trains {asked}")
             if subcommand == "fit":
                 self.wandb_id, self.resumed_step = saved.get(WANDB_ID_KEY), saved.get("global_step")
             self.asked_model = copy.deepcopy(self.config[subcommand].get("model"))

@@ -158,6 +158,8 @@ def test_cuda_without_cuda_is_one_line(capsys):
     (["--config", str(SHIPPED)], f"--config {SHIPPED}: not a YAML config"),
     (["--trainer.val_check_interval", "0"], "trainer.val_check_interval must be > 0"),
     (["--model.seed", "99999999999999"], "model.seed must be an integer in [0, 2^31), got 99999999999999"),
+    (["--ckpt_path", str(ROOT / "checkpoints" / "queue_bsld.ckpt")],
+     "holds a tasks.queue_ppo.QueuePPO model; the config trains tasks.reinforce.Reinforce"),
     (["--trainer.max_steps", "-5"], "trainer: `max_steps` must be a non-negative integer or -1"),
     (["--trainer.devices", "0"], "trainer: `Trainer(devices='0')` value is not a valid input"),
 ])
