@@ -235,17 +235,18 @@ def test_scripts_report_bad_input_in_one_line(tmp_path, case):
     late[1, 2] = 2**62
     JobSet(late, ones, ones[:, :, None].expand(2, 3, 2)).save(tmp_path / "late.pt")
     evaluate = ("scripts/evaluate.py", "--jobsets", "2", "--threads", "1")
+    saved = ("scripts/evaluate.py", "--threads", "1")  # a --jobset_file run takes no --jobsets
     adapt = ("scripts/adapt.py", "--ckpt", str(ckpt), "--threads", "1")
     command, named = {
         "simu_len 1500": ((*evaluate, "--policy", "sjf", "--simu_len", "1500", "--load", "0.3", "--json"),
                           ("simu_len=1500", "max_time=1000")),
-        "arrival 2**62": ((*evaluate, "--policy", "sjf", "--jobset_file", str(tmp_path / "late.pt")),
+        "arrival 2**62": ((*saved, "--policy", "sjf", "--jobset_file", str(tmp_path / "late.pt")),
                           (f"JobSet.arrival[1, 2] = {2**62}", "max_time=1000")),
         "random bytes": ((*evaluate, "--policy", str(noise)), (str(noise), "not a lightning_sched checkpoint")),
         "truncated": ((*evaluate, "--policy", str(truncated)), (str(truncated), "not a lightning_sched checkpoint")),
-        "jobset random bytes": ((*evaluate, "--policy", "sjf", "--jobset_file", str(noise)),
+        "jobset random bytes": ((*saved, "--policy", "sjf", "--jobset_file", str(noise)),
                                 (str(noise), "not a JobSet file")),
-        "B=0": ((*evaluate, "--policy", "sjf", "--jobset_file", str(tmp_path / "b0.pt")), ("B=0",)),
+        "B=0": ((*saved, "--policy", "sjf", "--jobset_file", str(tmp_path / "b0.pt")), ("B=0",)),
         "episodes 0": ((*evaluate, "--policy", "sjf", "--episodes", "0"), ("--episodes", "got 0")),
         "threads 0": (("scripts/evaluate.py", "--policy", "sjf", "--threads", "0"), ("--threads", "got 0")),
         "adapt lr -1": ((*adapt, "--lr", "-1"), ("lr", "-1.0")),
