@@ -147,6 +147,14 @@ class SchedulerCLI(LightningCLI):
     before_validate = before_test = before_predict = print_run
 
 
+def finish_wandb(exit_code: int) -> None:
+    """Ends the W&B run, if one is open, with `exit_code`: without it W&B records a stopped run as
+    finished (exit code 0) when the process exits."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and wandb.run is not None:
+        wandb.finish(exit_code=exit_code)
+
+
 def main(args=None) -> None:
     quiet_start()
     stop.install()
@@ -167,6 +175,7 @@ def main(args=None) -> None:
                      save_config_callback=RunConfig, parser_class=SchedulerParser, seed_everything_default=0,
                      args=args, parser_kwargs={"default_config_files": [], "parser_mode": "yaml"})
     except SIGTERMException:  # LatestCheckpoint saved the run and printed how to resume it
+        finish_wandb(stop.exit_code())
         raise SystemExit(stop.exit_code()) from None
     except RunWriteFailed as failed:  # a full disk: the run's files were left whole
         print(f"error: {failed}", file=sys.stderr)

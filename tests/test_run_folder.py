@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import script_main
 from test_fit import ROOT, SMOKE, fit
 
 
@@ -320,3 +321,16 @@ def test_sigterm_at_start_leaves_nothing_or_a_resumable_folder(tmp_path):
     assert proc.returncode == 143, err[-2000:]
     run = tmp_path / "runs" / "smoke"
     assert not run.exists() or (run / "checkpoints" / "last.ckpt").is_file(), sorted(run.rglob("*"))
+
+
+def test_a_stopped_run_ends_its_wandb_run_with_the_signals_exit_code(monkeypatch):
+    import types
+
+    finished = []
+    fake = types.SimpleNamespace(run=object(), finish=lambda exit_code: finished.append(exit_code))
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    main = script_main("fit")
+    main.__globals__["finish_wandb"](143)
+    fake.run = None  # no open run: nothing to finish
+    main.__globals__["finish_wandb"](143)
+    assert finished == [143]  # W&B would otherwise record the stopped run as finished with 0
