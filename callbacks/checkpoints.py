@@ -59,7 +59,7 @@ class LatestCheckpoint(ModelCheckpoint):
     def on_train_end(self, trainer, pl_module) -> None:
         # iterations after the last validation (max_steps not a multiple of val_check_interval)
         # would otherwise be on no disk
-        if trainer.global_step != self._last_global_step_saved:
+        if not self._should_skip_saving_checkpoint(trainer) and trainer.global_step != self._last_global_step_saved:
             self._save_none_monitor_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:

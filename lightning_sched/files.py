@@ -225,7 +225,7 @@ def refuse_figure(path, overwrite: bool, flag: str, inputs=()) -> None:
     refuse_output(path, overwrite, flag, inputs)
     from matplotlib.figure import Figure
 
-    kind = Path(path).suffix.lstrip(".") or "png"
+    kind = Path(path).suffix.lstrip(".").lower() or "png"
     formats = Figure().canvas.get_supported_filetypes()
     if kind not in formats:
         raise ConfigError(f"{flag} {path}: matplotlib cannot write .{kind} (it writes {', '.join(sorted(formats))})")

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
@@ -109,10 +108,10 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--json", action="store_true", help="also print one JSON line per policy")
     args = ap.parse_args(argv)
-    given = {a.split("=", 1)[0] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")}
-    if args.jobset_file and given & {"--jobsets", "--load", "--seed"}:  # the file's jobsets are what runs
-        raise ConfigError(f"--jobset_file {args.jobset_file} fixes the jobsets: "
-                          f"{', '.join(sorted(given & {'--jobsets', '--load', '--seed'}))} would change nothing")
+    changed = [f"--{name}" for name in ("jobsets", "load") if getattr(args, name) != ap.get_default(name)]
+    if args.jobset_file and changed:  # the file's jobsets are what runs (--seed still seeds random decisions)
+        raise ConfigError(f"--jobset_file {args.jobset_file} fixes the jobsets: {', '.join(changed)} would change "
+                          "nothing")
     set_threads(args.threads)
     if args.save_jobsets:
         refuse_output(args.save_jobsets, args.overwrite, "--save_jobsets",

@@ -89,7 +89,7 @@ CKPT_HELP = "NAME=PATH.ckpt (acting as the checkpoint says: greedy or sampled)"
 
 def checkpoints(args) -> dict[str, str]:
     """--ckpt NAME=PATH ... as {name: path}."""
-    return named_files(args.ckpt, "--ckpt", taken=getattr(args, "heuristics", ()))
+    return named_files(args.ckpt, "--ckpt", taken=(*getattr(args, "heuristics", ()), "scratch"))  # adaptation's
 
 
 def cluster_and_policies(args) -> tuple[ClusterConfig, dict]:

@@ -67,7 +67,6 @@ from .base import SchedulerTask, plain_values, require_at_least, require_positiv
 DECISION_KEYS = (*IN_KEYS, "action_mask", "action", "first", "action_log_prob")
 METRICS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "utilization", "makespan")
 ENV_DEVICES = ("auto", "cpu", "module")  # QueuePPO.env_device
-IMITATION_KEY = "imitation_data"  # a checkpoint's aggregated imitation data (imitation_aggregate)
 
 
 @dataclass
@@ -391,7 +390,7 @@ class QueuePPO(LightningModule):
         # follow from the seed, the iteration and the rank alone: a resume from last.ckpt goes on as
         # the run would have, whatever Lightning drew from them meanwhile (its dataloaders do)
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-            torch.manual_seed(seeds.training(self.seed, self.global_step, self.trainer.global_rank))
+            torch.manual_seed(seeds.training(self.seed, self.global_step, self.trainer.global_rank, stream=1))
             self.iterate()
 
     def iterate(self) -> None:
@@ -483,8 +482,6 @@ class QueuePPO(LightningModule):
     def on_save_checkpoint(self, checkpoint):
         checkpoint[CHECKPOINT_KEY] = QueuePolicyRecord.of(self.net, self.cfg, [one.path for one in self.logs],
                                                           self.read_fraction).to_dict()
-        if self.imitation_data is not None:  # the decisions imitated so far, which a resume goes on adding to
-            checkpoint[IMITATION_KEY] = {key: value for key, value in self.imitation_data.items()}
         # LightningCLI's are plain already; a module built in Python holds its arguments as objects
         if self.CHECKPOINT_HYPER_PARAMS_KEY in checkpoint:
             checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY] = plain_values(checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY])
@@ -495,6 +492,8 @@ class QueuePPO(LightningModule):
             differ = [f"{k} (checkpoint {v!r}, run {self.cfg.to_dict().get(k)!r})" for k, v in saved.items()
                       if self.cfg.to_dict().get(k) != v]
             raise ConfigError(f"the checkpoint's queue differs from this run's: {', '.join(differ)}")
-        saved = checkpoint.get(IMITATION_KEY)
-        if saved:
-            self.imitation_data = TensorDict(saved, batch_size=[len(next(iter(saved.values())))])
+        step = checkpoint.get("global_step", 0)
+        if self.hparams.imitation_aggregate and 0 < step < self.hparams.imitation_iterations:
+            raise ConfigError(f"a resume at iteration {step}, inside the warm start that aggregates its imitation "
+                              "data, would lose that data (checkpoints do not keep it: it grows by a rollout an "
+                              "iteration); start the run again")

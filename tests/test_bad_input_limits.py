@@ -123,7 +123,7 @@ def test_a_gzip_trace_is_inflated_under_a_cap(tmp_path, monkeypatch):
     ("evaluate", ["--seed", "1e23"], "--seed"),
     ("adapt", ["--ckpt", str(SHIPPED), "--seed", "-1"], "--seed"),
     ("select_checkpoint", ["--ckpt", str(SHIPPED), "--loads", "0.5", "2.5"], "--loads 2.5: a selection load"),
-    ("evaluate", ["--jobset_file", "saved.pt", "--jobsets", "3"], "--jobset_file saved.pt fixes the jobsets"),
+    ("evaluate", ["--jobset_file", "saved.pt", "--loa", "0.5"], "--jobset_file saved.pt fixes the jobsets: --load"),
 ])
 def test_every_script_gives_one_line_and_exit_2(capsys, monkeypatch, name, args, names):
     main = script_main(name)

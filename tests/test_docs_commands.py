@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "configs" / "README.md",
         ROOT / "checkpoints" / "README.md"]
 COMMAND = re.compile(r"python (scripts/[\w/]+\.py)\b([^`#\n]*)")
-OUTPUTS = ("--out", "--figure", "--write", "--save_jobsets")
+OUTPUTS = ("--out", "--figure", "--write", "--save_jobsets", "--save")
 # a word that stands for a value the reader supplies (SITE, CKPT, X.ckpt, <site>, 0.3 ... 1.9)
 PLACEHOLDER = re.compile(r"^([A-Z][A-Z0-9_]*(\.ckpt)?|<.*>|.*\.\.\..*|.*\$.*)$")
 
@@ -97,7 +97,8 @@ def test_a_documented_command_parses_and_overwrites_only_when_it_says_so(where, 
     elsewhere = refusal and "CUDA is not available" in refusal  # a command for a GPU machine
     if refusal and not fragment and not elsewhere and not any(PLACEHOLDER.match(word) for word in words):
         pytest.fail(f"{where}: {refusal}")
-    for flag, value in zip(words, words[1:]):
+    split = [part for word in words for part in (word.split("=", 1) if word.startswith("--") else [word])]
+    for flag, value in zip(split, split[1:]):
         if flag in OUTPUTS and (ROOT / value).is_file():
             assert "--overwrite" in words, f"{where}: {flag} {value} exists; the command needs --overwrite"
 

@@ -74,6 +74,9 @@ def test_bad_logs_and_sequences_are_refused_in_one_line(tmp_path):
         huge.write_text("; MaxNodes: 4\n" + swf_line(1, 0, 10, 2) + "\n" + line + "\n")
         with pytest.raises(TraceError, match=rf"huge.swf, line 3, field {field} \(.*\): .* is out of range"):
             read_queue_log(huge)
+    huge.write_text("; MaxNodes: 4\n" + swf_line(1, 0, 10, 2) + "\n" + swf_line(2, 3, 10, 2, requested=2**41) + "\n")
+    with pytest.raises(TraceError, match=r"huge.swf, line 3: job 2's times .* reach 2\^36 seconds"):
+        read_queue_log(huge)  # beyond the native step's packed sort keys
     log = read_queue_log(write_log(tmp_path / "ok.swf", jobs=50))
     with pytest.raises(ConfigError, match="sequence_length 64 is longer than the 50 jobs"):
         QueueEnv(log.config(sequence_length=64), log)

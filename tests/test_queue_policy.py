@@ -230,14 +230,12 @@ def test_fit_smoke_trains_validates_and_writes_a_loadable_policy(tmp_path):
 
 
 def test_a_resumed_run_ends_with_the_weights_of_one_that_ran_through(tmp_path):
-    # the resume lands inside the warm start (imitation data aggregated over iterations), before PPO's
-    # sampled iterations: both the aggregate and the iterations' draws must come back as they were
+    # the resume lands inside the warm start, before PPO's sampled iterations: their draws must be the run's
     log = write_log(tmp_path / "tiny.swf")
     env = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
            "WANDB_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     flags = ["--config", str(SMOKE), "--threads", "1", "--trainer.logger", "false", "--model.init_args.log", str(log),
-             "--model.init_args.imitate", "sjf", "--model.init_args.imitation_iterations", "3",
-             "--model.init_args.imitation_aggregate", "true"]
+             "--model.init_args.imitate", "sjf", "--model.init_args.imitation_iterations", "3"]
 
     def fit(folder, *more):
         (tmp_path / folder).mkdir(exist_ok=True)
@@ -254,6 +252,15 @@ def test_a_resumed_run_ends_with_the_weights_of_one_that_ran_through(tmp_path):
     assert a["state_dict"].keys() == b["state_dict"].keys()
     for key, value in a["state_dict"].items():
         assert torch.equal(value, b["state_dict"][key]), key
+    # a warm start that aggregates its data across iterations cannot resume inside it: said, not lost
+    flags.extend(["--model.init_args.imitation_aggregate", "true"])
+    fit("aggregated", "--trainer.max_steps", "2")
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), "fit", *flags, "--ckpt_path",
+                           "runs/queue_smoke/checkpoints/last.ckpt"], cwd=tmp_path / "aggregated",
+                          capture_output=True, text=True, timeout=300, env=env)
+    last = proc.stderr.strip().splitlines()[-1]  # after Lightning's own start-up lines
+    assert proc.returncode == 2 and last.startswith("error: a resume at iteration 2, inside the warm start that "
+                                                     "aggregates its imitation data"), proc.stderr[-2000:]
 
 
 def test_ppo_with_easy_backfilling_in_process(tmp_path):

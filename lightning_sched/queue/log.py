@@ -29,6 +29,9 @@ from .config import QueueConfig
 NEGATIVE_RUN_TIME = 10  # seconds: what RLScheduler makes of a negative (unknown) run time
 
 
+MAX_SECONDS = 1 << 36  # any time of a log below it, so that a sequence's times stay in the kernel's 40 bits
+
+
 @dataclass(frozen=True)
 class QueueLog:
     """The jobs of a log, in arrival order, with the cluster it ran on. Arrays are int64 [N].
@@ -154,6 +157,11 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
     run = np.where(run < 0, NEGATIVE_RUN_TIME, run)
     counts["requested_from_run"] = int((keep & (requested == -1)).sum())
     requested = np.where(requested == -1, run, requested)
+    long_ago = keep & ((submit >= MAX_SECONDS) | (run >= MAX_SECONDS) | (requested >= MAX_SECONDS))
+    if long_ago.any():  # the native step sorts times packed in 40 bits
+        k = int(np.argmax(long_ago))
+        raise TraceError(f"{path}, line {lines[k]}: job {number[k]}'s times (submit {submit[k]}, run {run[k]}, "
+                         f"requested {requested[k]}) reach 2^36 seconds (2,000 years): not a log's")
     need = -(-processors // processors_per_node)
     too_big = keep & (need > nodes)
     if too_big.any():
