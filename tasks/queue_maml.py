@@ -203,10 +203,11 @@ class QueueMAML(LightningModule):
 
     def training_step(self, batch, batch_idx):
         hp = self.hparams
-        generator = torch.Generator().manual_seed(seeds.training(hp.seed, self.global_step, 0))
+        rank = self.trainer.global_rank  # DDP ranks draw their own sites and sequences
+        generator = torch.Generator().manual_seed(seeds.training(hp.seed, self.global_step, rank))
         chosen = self.draw_sites(generator)
         for site in set(chosen):  # the iteration's sequences follow from the seed and the iteration: a resume goes on
-            self.env(site).set_seed(seeds.training(hp.seed, self.global_step, stream=1 + site))
+            self.env(site).set_seed(seeds.training(hp.seed, self.global_step, rank, stream=1 + site))
         inner = torch.optim.SGD(self.net.scorer.parameters(), lr=hp.inner_lr)
         optimizer = self.optimizers()
         optimizer.zero_grad()
