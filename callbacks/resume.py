@@ -43,6 +43,12 @@ def flat(namespace) -> dict:
     return dict(namespace.items()) if isinstance(namespace, Namespace) else {}
 
 
+def require_same_module(ckpt_path: str, held, asked) -> None:
+    """ConfigError when the checkpoint's module (class path `held`) is not the one the config asks for."""
+    if held != asked:
+        raise ConfigError(f"--ckpt_path {ckpt_path} holds a {held} model; the config trains {asked}")
+
+
 def check_checkpoint_model(asked: Namespace | None, saved: Namespace | None, subcommand: str,
                            ckpt_path: str) -> list[str]:
     """Holds the model the config `asked` for against the one Lightning took from the checkpoint
@@ -52,9 +58,7 @@ def check_checkpoint_model(asked: Namespace | None, saved: Namespace | None, sub
     to print about what the checkpoint changed."""
     if asked is None or saved is None or asked == saved:
         return []
-    if asked.get("class_path") != saved.get("class_path"):
-        raise ConfigError(f"--ckpt_path {ckpt_path} holds a {saved.get('class_path')} model; the config trains "
-                          f"{asked.get('class_path')}")
+    require_same_module(ckpt_path, saved.get("class_path"), asked.get("class_path"))
     notes = []
     unknown = sorted(saved.get("dict_kwargs") or {})  # saved by an older signature of the module
     if unknown and subcommand == "fit":

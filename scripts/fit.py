@@ -47,7 +47,7 @@ from callbacks.cli import (
     require_text_configs,
     with_default_model,
 )
-from callbacks.resume import check_checkpoint_model, read_checkpoint
+from callbacks.resume import check_checkpoint_model, read_checkpoint, require_same_module
 from callbacks.run import WANDB_ID_KEY, prepare_trainer, run_callbacks
 from callbacks.run_folder import (
     RunConfig,
@@ -107,8 +107,8 @@ class SchedulerCLI(LightningCLI):
             saved = read_checkpoint(ckpt)
             held = (saved.get("hyper_parameters") or {}).get("_class_path")
             asked = (self.config[subcommand].get("model") or {}).get("class_path")
-            if held and asked and held != asked:  # before LightningCLI parses one's arguments as the other's
-                raise ConfigError(f"--ckpt_path {ckpt} holds a {held} model; the config trains {asked}")
+            if held and asked:  # before LightningCLI parses one's arguments as the other's
+                require_same_module(ckpt, held, asked)
             if subcommand == "fit":
                 self.wandb_id, self.resumed_step = saved.get(WANDB_ID_KEY), saved.get("global_step")
             self.asked_model = copy.deepcopy(self.config[subcommand].get("model"))

@@ -102,7 +102,7 @@ def adapt(net, spec: QueuePolicySpec, env: QueueEnv, steps: int, lr: float, epis
     opt = torch.optim.SGD(net.parameters(), lr=lr) if optimizer == "sgd" else torch.optim.Adam(net.parameters(), lr=lr)
     seen = []
     for _ in range(steps):
-        traj = rollout(env, net, spec, generator, device=next(net.parameters()).device)
+        traj = rollout(env, net, spec, generator)
         seen.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
         opt.zero_grad()
         reinforce_loss(net, traj, episodes).backward()

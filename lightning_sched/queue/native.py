@@ -39,9 +39,11 @@ DTYPES = {"submit": torch.int64, "run": torch.int64, "requested": torch.int64, "
 
 
 @functools.lru_cache(maxsize=None)
-def load(compiler: str, flags: tuple[str, ...]):
-    """The kernel's library, or None (with one warning) when it cannot be built or loaded."""
-    library = deeprm_native.build_and_load(compiler, flags, SOURCES, HEADERS, "native_queue", "native queue step")
+def load(compiler: str, flags: tuple[str, ...], sources: tuple[Path, ...] = SOURCES,
+         headers: tuple[Path, ...] = HEADERS, name: str = "native_queue"):
+    """The kernel's library (built from `sources`: another commit's, to compare), or None (with one
+    warning) when it cannot be built or loaded."""
+    library = deeprm_native.build_and_load(compiler, flags, sources, headers, name, "native queue step")
     if library is None:
         return None
     for name in ("lightning_sched_queue_rows", "lightning_sched_queue_all"):

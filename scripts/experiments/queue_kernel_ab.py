@@ -10,7 +10,6 @@ both envs stayed in the same state (docs/hpc_queue.md, "Speed").
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import statistics
 import subprocess
@@ -30,19 +29,16 @@ def earlier_kernel(rev: str, folder: Path):
     """The kernel's library built from commit `rev`'s sources (kept in `folder`, laid out as in the
     checkout so the source's relative include holds)."""
     from lightning_sched.deeprm import native as deeprm_native
+    from lightning_sched.queue import native
 
     for path in (SOURCE, HEADER):
         text = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True).stdout
         (folder / path).parent.mkdir(parents=True, exist_ok=True)
         (folder / path).write_bytes(text)
-    library = deeprm_native.build_and_load(deeprm_native.COMPILER, deeprm_native.FLAGS, (folder / SOURCE,),
-                                           (folder / HEADER,), "native_queue_earlier", f"queue kernel of {rev}")
+    library = native.load(deeprm_native.COMPILER, deeprm_native.FLAGS, (folder / SOURCE,), (folder / HEADER,),
+                          "native_queue_earlier")
     if library is None:
         raise SystemExit(f"the queue kernel of {rev} could not be built")
-    for name in ("lightning_sched_queue_rows", "lightning_sched_queue_all"):
-        getattr(library, name).argtypes = [ctypes.c_void_p, ctypes.c_double, ctypes.c_int64, ctypes.c_int64]
-        getattr(library, name).restype = ctypes.c_int
-    library.openmp = bool(library.lightning_sched_queue_openmp())
     return library
 
 
