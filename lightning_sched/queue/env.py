@@ -143,19 +143,20 @@ class QueueEnv(EveryRowReset):
                 groups, member = self.row_group[mine].unique(return_inverse=True)
                 starts = torch.randint(lo, hi + 1, (groups.numel(),), generator=self.generator)[member]
             parts[i] = (mine, one.sequences(starts, length, self.device))
-        order = torch.cat([mine for mine, _ in parts.values()]).argsort()  # back to the order of `rows`
-        jobs = {k: torch.cat([cols[k] for _, cols in parts.values()])[order.to(self.device)]
-                for k in ("submit", "run", "requested", "processors")}
+        if len(parts) == 1:  # one log: its rows are `rows` in order
+            jobs = next(iter(parts.values()))[1]
+        else:
+            order = torch.cat([mine for mine, _ in parts.values()]).argsort()  # back to the order of `rows`
+            jobs = {k: torch.cat([cols[k] for _, cols in parts.values()])[order.to(self.device)]
+                    for k in ("submit", "run", "requested", "processors")}
         return init_state(jobs, self.cfg.nodes, self.cfg.processors_per_node)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         index = rows_to_reset(tensordict, self.state is not None)
         if index is None:
             self.state = self.initial_state()
-        elif index.numel():  # only the rows asked for start again
-            for name in HANDED_OUT:  # new tensors: the steps a caller holds keep their own jobs
-                setattr(self.state, name, getattr(self.state, name).clone())
-            self.state.put_rows(index, self.initial_state(index))
+        elif index.numel():  # only the rows asked for start again; the steps a caller holds keep their jobs
+            self.state.put_rows(index, self.initial_state(index), new_tensors=HANDED_OUT)
         none = torch.full((self.batch_size[0],), -1, dtype=torch.int64, device=self.device)
         return self._output(advance(self.state, none, self.cfg), reward=None)
 

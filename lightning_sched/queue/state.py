@@ -73,10 +73,16 @@ class QueueState:
         """The episodes `index` (LongTensor[N]) as a new state (a copy)."""
         return QueueState(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
-    def put_rows(self, index: torch.Tensor, other: QueueState) -> QueueState:
-        """This state with rows `index` replaced by `other`'s rows (in place; returns self)."""
+    def put_rows(self, index: torch.Tensor, other: QueueState, new_tensors: tuple[str, ...] = ()) -> QueueState:
+        """This state with rows `index` replaced by `other`'s rows (in place; returns self). The fields
+        named in `new_tensors` get new tensors instead, so that whoever holds the old ones keeps them."""
+        index = index.to(device=self.submit.device, dtype=torch.int64)
         for f in fields(self):
-            getattr(self, f.name)[index] = getattr(other, f.name)
+            column = getattr(self, f.name)
+            if f.name in new_tensors:  # a copy, then rows written: faster than an out-of-place index_copy
+                column = column.clone()
+                setattr(self, f.name, column)
+            column.index_copy_(0, index, getattr(other, f.name))
         return self
 
     def clone(self) -> QueueState:
