@@ -22,6 +22,9 @@ WORK_ENV = "LIGHTNING_SCHED_WORK_SECONDS"
 # 10 minutes of estimated work before a result: the largest documented command is estimated at
 # under a minute (evaluate.py --jobsets 2000), a typo in a size at hours
 DEFAULT_WORK_SECONDS = 600
+# the largest time any input may give (an SWF field of any kind, a decision snapshot's times), in
+# seconds: 30 million years, exact as an int64 and as a float64
+MAX_INPUT_SECONDS = 1e15
 
 
 def _env_number(name: str, unit: str) -> float | None:

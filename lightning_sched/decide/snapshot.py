@@ -18,13 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import ConfigError
+from ..limits import MAX_INPUT_SECONDS
 
 MAX_JOBS = 100_000
 """Running plus waiting jobs one snapshot may hold: a bound on the time and memory of one decision."""
 MAX_COUNT = 2**31 - 1
 """The largest processor or node count a snapshot may give (products of two stay within int64)."""
-MAX_SECONDS = 1e15
-"""The largest time a snapshot may give, in seconds (30 million years: exact in a float64)."""
 
 
 class SnapshotError(ConfigError):
@@ -76,8 +75,8 @@ def _number(value, field: str, low: float = 0.0, strict: bool = False) -> float:
         raise SnapshotError(f"{field}: {_shown(value)} is not a finite number")
     if value < low or (strict and value == low):
         raise SnapshotError(f"{field}: {_shown(value)} must be {'>' if strict else '>='} {low:g}")
-    if value > MAX_SECONDS:
-        raise SnapshotError(f"{field}: {_shown(value)} is out of range (at most {MAX_SECONDS:g} seconds)")
+    if value > MAX_INPUT_SECONDS:
+        raise SnapshotError(f"{field}: {_shown(value)} is out of range (at most {MAX_INPUT_SECONDS:g} seconds)")
     return float(value)
 
 
@@ -155,7 +154,7 @@ def _column(jobs: list, name: str, key: str, integer: bool, positive: bool = Fal
         except OverflowError:  # an integer beyond int64 or float64: the checks below name it
             array = np.zeros(0)
         low_enough = array >= 1 if integer else (array > 0 if positive else array >= 0)
-        high_enough = array <= (MAX_COUNT if integer else MAX_SECONDS)  # NaN fails both; infinities this one
+        high_enough = array <= (MAX_COUNT if integer else MAX_INPUT_SECONDS)  # NaN fails both; infinities this one
         if len(array) == len(values) and np.all(low_enough) and np.all(high_enough):
             return array
 

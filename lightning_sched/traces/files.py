@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ConfigError
-from ..limits import BUDGET_ENV, format_bytes, memory_budget
+from ..limits import BUDGET_ENV, MAX_INPUT_SECONDS, format_bytes, memory_budget
 
 # SWF's 18 fields, in order (1-based field k is SWF_FIELDS[k - 1])
 SWF_FIELDS = ("job number", "submit time", "wait time", "run time", "allocated processors", "average CPU time",
@@ -135,8 +135,9 @@ def _number(text: str, path: Path, line: int, what: str) -> float:
         raise TraceError(f"{path}, line {line}, {what}: {text!r} is not a number") from None
     if not math.isfinite(value):
         raise TraceError(f"{path}, line {line}, {what}: {text!r} is not a finite number")
-    if abs(value) > MAX_SWF_VALUE:
-        raise TraceError(f"{path}, line {line}, {what}: {text!r} is out of range (at most {MAX_SWF_VALUE:g} in size)")
+    if abs(value) > MAX_INPUT_SECONDS:
+        raise TraceError(f"{path}, line {line}, {what}: {text!r} is out of range "
+                         f"(at most {MAX_INPUT_SECONDS:g} in size)")
     return value
 
 
@@ -149,8 +150,6 @@ def _known(value: float, path: Path, line: int, what: str) -> float:
 
 # the fields read_swf uses that must be >= 0 or -1 (unknown), 1-based
 USED_SWF_FIELDS = (2, 3, 4, 5, 7, 8, 10)
-# the largest size of any SWF field: 10^15 seconds is 30 million years (and exact as an int64 or float64)
-MAX_SWF_VALUE = 1e15
 
 
 def swf_line_values(text: str, path: Path, number: int) -> list[float]:
@@ -182,7 +181,7 @@ def swf_table(rows: list[str], numbers: list[int], path: Path) -> np.ndarray:
         except ValueError:
             table = None
     used = [k - 1 for k in USED_SWF_FIELDS]
-    if table is None or not (np.abs(table) <= MAX_SWF_VALUE).all() or (
+    if table is None or not (np.abs(table) <= MAX_INPUT_SECONDS).all() or (
             (table[:, used] < 0) & (table[:, used] != -1)).any():  # (NaN fails the first check)
         table = np.array([swf_line_values(row, path, number) for row, number in zip(rows, numbers)])
     return table
