@@ -14,6 +14,7 @@ from jsonargparse import Namespace
 from lightning_sched import ConfigError
 from lightning_sched.files import require_finite_weights
 
+from .cli import DEFAULT_MODEL
 from .run_folder import run_of_checkpoint
 
 
@@ -46,7 +47,9 @@ def flat(namespace) -> dict:
 def require_same_module(ckpt_path: str, held, asked) -> None:
     """ConfigError when the checkpoint's module (class path `held`) is not the one the config asks for."""
     if held != asked:
-        raise ConfigError(f"--ckpt_path {ckpt_path} holds a {held} model; the config trains {asked}")
+        default = " (fit.py's default when neither --config nor --model names one)" if asked == DEFAULT_MODEL else ""
+        raise ConfigError(f"--ckpt_path {ckpt_path} holds a {held} model; the config trains {asked}{default}: "
+                          "give the config it was trained with (its run's config.yaml)")
 
 
 def check_checkpoint_model(asked: Namespace | None, saved: Namespace | None, subcommand: str,

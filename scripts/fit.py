@@ -36,6 +36,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from _common import set_threads, show_tracebacks  # puts the checkout on sys.path
 from callbacks import HeuristicComparison, LatestCheckpoint, stop
@@ -144,7 +145,13 @@ class SchedulerCLI(LightningCLI):
         self.print_run()
         require_free_space(Path(self.config.fit.checkpoint.dirpath), self.model)
 
-    before_validate = before_test = before_predict = print_run
+    def before_test(self) -> None:
+        if not is_overridden("test_step", self.model):
+            raise ConfigError(f"{type(self.model).__name__} has no test: `fit.py validate` runs its validation, "
+                              "scripts/evaluate.py its evaluation protocols")
+        self.print_run()
+
+    before_validate = before_predict = print_run
 
 
 def finish_wandb(exit_code: int) -> None:
@@ -158,10 +165,6 @@ def finish_wandb(exit_code: int) -> None:
 def main(args=None) -> None:
     quiet_start()
     stop.install()
-    if args is None:  # from the command line: LightningCLI reads sys.argv (it warns when given both)
-        sys.argv[1:] = with_default_model(sys.argv[1:])
-    else:
-        args = with_default_model(list(args))
     trainer_defaults = {
         "accelerator": "auto", "devices": 1, "max_steps": 1000, "val_check_interval": 50,
         "check_val_every_n_epoch": None, "num_sanity_val_steps": 0, "log_every_n_steps": 1,
@@ -171,6 +174,10 @@ def main(args=None) -> None:
     try:
         require_text_configs(sys.argv[1:] if args is None else args)
         require_base(sys.argv[1:] if args is None else args)
+        if args is None:  # from the command line: LightningCLI reads sys.argv (it warns when given both)
+            sys.argv[1:] = with_default_model(sys.argv[1:])
+        else:
+            args = with_default_model(list(args))
         SchedulerCLI(LightningModule, subclass_mode_model=True, trainer_defaults=trainer_defaults,
                      save_config_callback=RunConfig, parser_class=SchedulerParser, seed_everything_default=0,
                      args=args, parser_kwargs={"default_config_files": [], "parser_mode": "yaml"})

@@ -217,3 +217,14 @@ def test_the_env_refuses_float_actions_and_an_integer_reset():
     with pytest.raises(ConfigError, match=r'"_reset" must be a bool mask .*torch.int64'):
         env.reset(TensorDict({"_reset": torch.tensor([0, 2, 0, 0])}, batch_size=[4]))
     env.step(td.set("action", torch.zeros(4, dtype=torch.long)))
+
+
+def test_fit_test_of_a_module_without_a_test_is_one_line(fit_main, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the shipped config's logs are relative to the checkout
+    with pytest.raises(SystemExit) as stopped:
+        fit_main(["test", "--config", "configs/base/queue.yaml", "--config", "configs/queue_bsld.yaml",
+                  "--ckpt_path", "checkpoints/queue_bsld.ckpt", "--trainer.logger", "false", "--threads", "1",
+                  "--trainer.default_root_dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and err[-1] == ("error: QueuePPO has no test: `fit.py validate` runs its "
+                                                   "validation, scripts/evaluate.py its evaluation protocols"), err

@@ -203,8 +203,8 @@ def test_a_checkpoint_of_another_module_is_refused(finished_run):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"error: --ckpt_path {ROOT / 'checkpoints' / 'image_maml.ckpt'} holds a tasks.maml.MAML model; "
-        "the config trains "
-        "tasks.reinforce.Reinforce"]
+        "the config trains tasks.reinforce.Reinforce (fit.py's default when neither --config nor --model names "
+        "one): give the config it was trained with (its run's config.yaml)"]
 
 
 def test_a_named_folder_holding_a_run_is_refused_unless_resumed(finished_run):

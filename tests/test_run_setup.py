@@ -152,8 +152,9 @@ def test_a_resume_names_every_model_field_that_differs_and_the_config_to_use(tmp
 
 
 def test_a_checkpoint_of_another_module_or_signature_is_refused():
-    with pytest.raises(ConfigError, match="^--ckpt_path x.ckpt holds a tasks.maml.MAML model; the config trains "
-                                          "tasks.reinforce.Reinforce$"):
+    with pytest.raises(ConfigError, match=r"^--ckpt_path x.ckpt holds a tasks.maml.MAML model; the config trains "
+                                          r"tasks.reinforce.Reinforce \(fit.py's default when neither --config nor "
+                                          r"--model names one\): give the config it was trained with"):
         check_checkpoint_model(model(), model("tasks.maml.MAML"), "test", "x.ckpt")
     old = model()
     old.dict_kwargs = {"rmsprop_alpha": 0.9}
