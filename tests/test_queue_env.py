@@ -57,10 +57,30 @@ def test_log_reading_counts_what_it_changes(tmp_path):
     assert log.run.tolist() == [100, 10, 30] and log.requested.tolist() == [100, 50, 60]
     assert log.processors.tolist() == [4, 2, 5]  # max(allocated, requested)
     assert log.counts == {"read": 5, "dropped_zero_run": 1, "dropped_unknown_processors": 0,
-                          "dropped_unknown_submit": 1, "negative_run_set_to_10": 1, "requested_from_run": 1, "kept": 3}
+                          "dropped_unknown_submit": 1, "negative_run_set_to_10": 1, "requested_from_run": 1,
+                          "requested_zero_from_run": 0, "requested_below_run": 0, "processors_rounded_up_to_nodes": 1,
+                          "kept": 3}
     cfg = log.config(sequence_length=3)
     state = QueueEnv(cfg, log, batch_size=[1], starts=[0]).initial_state()
     assert state.nodes[0].tolist() == [2, 1, 3]  # ceil(processors / 2 per node)
+
+
+def test_a_zero_request_is_unknown_and_short_requests_partial_nodes_and_repeats_are_named(tmp_path):
+    path = tmp_path / "site.swf"
+    path.write_text("\n".join(["; MaxNodes: 4", "; MaxProcs: 32", swf_line(1, 0, 100, 8, requested=0),
+                               swf_line(2, 50, 300, 1, requested=200), swf_line(3, 90, 100, 16, requested=500)]) + "\n")
+    log = read_queue_log(path)
+    assert log.requested.tolist() == [100, 200, 500]  # 0 s is no estimate: the run time, as for -1
+    assert {k: log.counts[k] for k in ("requested_zero_from_run", "requested_below_run",
+                                       "processors_rounded_up_to_nodes")} == {"requested_zero_from_run": 1,
+                                                                              "requested_below_run": 1,
+                                                                              "processors_rounded_up_to_nodes": 1}
+    # whole nodes: 100 s x 1 node + 300 x 1 + 100 x 2 over 90 s x 4 nodes (processors would say 2.75 / 8)
+    assert log.offered_load() == pytest.approx((100 + 300 + 200) / (90 * 4))
+    again = tmp_path / "overlap.swf"
+    again.write_text("; MaxNodes: 4\n" + "\n".join(swf_line(j, 10 * j, 10, 1) for j in (1, 2, 3, 2)) + "\n")
+    with pytest.raises(TraceError, match=r"overlap.swf, line 5, field 1 \(job number\): job 2 is also on line 3"):
+        read_queue_log(again)
 
 
 def test_bad_logs_and_sequences_are_refused_in_one_line(tmp_path):

@@ -4,7 +4,10 @@ published tables can be reproduced:
 
 - processors = max(allocated (field 5), requested (field 8)); nodes = ceil(processors / per node);
 - run time = field 4; a negative run time becomes 10 s; jobs with run time 0 are dropped (counted);
-- requested time = field 9, or the run time where the log does not give it (-1);
+- requested time = field 9, or the run time where the log does not give it (-1, and 0: no job asks
+  for 0 s, and EASY would backfill it blindly; RLScheduler keeps a 0, which none of the shipped logs has);
+  requests below the run time are kept (the job runs to its actual end) and counted;
+- a job number that appears twice is refused (an overlapping export would replay jobs twice);
 - jobs in job-number order (field 1), then stably by submit time: the queue's FCFS order is then the
   job order (on logs whose submit times grow with the job number, as both Lublin logs and NASA's,
   this is RLScheduler's order exactly);
@@ -39,7 +42,8 @@ class QueueLog:
     job_number, submit, run, requested, processors: per job (seconds, processors)
     nodes, processors_per_node: the cluster
     counts: what reading did to the log's job lines ("read", "kept", "dropped_zero_run",
-        "dropped_unknown_processors", "dropped_unknown_submit", "negative_run_set_to_10", "requested_from_run")
+        "dropped_unknown_processors", "dropped_unknown_submit", "negative_run_set_to_10", "requested_from_run",
+        "requested_zero_from_run", "requested_below_run", "processors_rounded_up_to_nodes")
     """
 
     path: str
@@ -62,10 +66,12 @@ class QueueLog:
         return QueueConfig(**{"nodes": self.nodes, "processors_per_node": self.processors_per_node, **fields})
 
     def offered_load(self) -> float:
-        """Processor-seconds asked for over processor-seconds available between the first and the
-        last submit."""
+        """Node-seconds asked for over node-seconds available between the first and the last submit:
+        jobs take whole nodes (a 1-processor job holds a node of 32), so this is the load the queue
+        sees; on clusters of 1-processor nodes (the Lublin logs, NASA) it is the processor load."""
         span = max(1, int(self.submit[-1] - self.submit[0]))
-        return float((self.run * self.processors).sum()) / (span * self.nodes * self.processors_per_node)
+        nodes = -(-self.processors // self.processors_per_node)
+        return float((self.run * nodes).sum()) / (span * self.nodes)
 
     def with_load(self, load: float) -> QueueLog:
         """The log with its inter-arrival times scaled so that its offered load is `load` (> 0); the
@@ -157,7 +163,9 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
     counts["negative_run_set_to_10"] = int((keep & (run < 0)).sum())  # of the jobs kept, as the next one
     run = np.where(run < 0, NEGATIVE_RUN_TIME, run)
     counts["requested_from_run"] = int((keep & (requested == -1)).sum())
-    requested = np.where(requested == -1, run, requested)
+    counts["requested_zero_from_run"] = int((keep & (requested == 0)).sum())
+    requested = np.where(requested <= 0, run, requested)
+    counts["requested_below_run"] = int((keep & (requested < run)).sum())
     long_ago = keep & ((submit >= MAX_SECONDS) | (run >= MAX_SECONDS) | (requested >= MAX_SECONDS))
     if long_ago.any():  # the native step sorts times packed in 40 bits
         k = int(np.argmax(long_ago))
@@ -170,6 +178,14 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
         raise TraceError(f"{path}, line {lines[k]}, processors: job {number[k]} asks for {processors[k]} processors, "
                          f"the cluster has {nodes * processors_per_node} ({nodes} nodes x {processors_per_node}); "
                          f"{int(too_big.sum())} job(s) do not fit")
+    counts["processors_rounded_up_to_nodes"] = int((keep & (processors % processors_per_node != 0)).sum())
+    seen, first = np.unique(number[keep], return_index=True)
+    if len(seen) < int(keep.sum()):
+        kept_lines, kept_numbers = lines[keep], number[keep]
+        again = np.setdiff1d(np.arange(len(kept_numbers)), first)[0]
+        before = int(np.argmax(kept_numbers == kept_numbers[again]))
+        raise TraceError(f"{path}, line {kept_lines[again]}, field 1 (job number): job {kept_numbers[again]} is also "
+                         f"on line {kept_lines[before]} (a log lists each job once: an overlapping export?)")
     number, submit, run, requested, processors = (a[keep] for a in (number, submit, run, requested, processors))
     if len(number) == 0:
         raise TraceError(f"{path}: no job left to replay (every job has run time 0, unknown processors or an "
