@@ -147,6 +147,33 @@ def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[C
                       "with its own reservation) nor a .ckpt file")
 
 
+def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str) -> tuple[list[str], int | None]:
+    """What checkpoint `spec` trained on, set against this evaluation: (notes to print, how many of
+    the sequences `starts` hold jobs its run read, or None when it never read this log). Read from
+    its record (a network's log and train_fraction; a searched rule's provenance)."""
+    if not spec.endswith(".ckpt"):
+        return [], None
+    from ..files import load_torch_file
+    from .policy import CHECKPOINT_KEY
+
+    entry = load_torch_file(spec, "queue policy checkpoint", weights_only=True).get(CHECKPOINT_KEY) or {}
+    record = entry.get("provenance", entry)  # a searched rule keeps them in its provenance
+    logs = record.get("log", record.get("logs")) or []
+    trained_backfill = (entry.get("queue") or {}).get("backfill", record.get("backfill"))
+    notes = []
+    if trained_backfill not in (None, backfill):
+        notes.append(f"note: {spec} trained with backfilling {trained_backfill}, runs here with {backfill}")
+    name = Path(log.path).name
+    if name not in {Path(str(one).split(":")[0]).name for one in logs}:
+        return notes, None
+    fraction = float(record.get("train_fraction", 1.0))
+    read = int((starts < log.jobs_before(fraction)).sum())  # a sequence [s, s + L) meets jobs [0, T) when s < T
+    if read:
+        notes.append(f"note: {spec} trained on the first {fraction:.0%} of {name}'s jobs: {read} of these "
+                     f"{len(starts)} sequences hold jobs it read")
+    return notes, read
+
+
 def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str = "off", sequences: int = 100,
                  site=None, bsld_threshold: float = 10.0, device="cpu", versus: str | None = None,
                  echo=print) -> tuple[list[dict], dict[str, torch.Tensor]]:
@@ -174,6 +201,10 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
          "independent are narrower than a fresh stretch would give); "
          "mean bounded slowdown (lower is better) ± 95% CI over sequences; wait in seconds (lower is better); "
          "utilization (higher is better)")
+    trained = {spec: training_notes(spec, log, starts, backfill) for spec in policies}
+    for notes, _ in trained.values():
+        for note in notes:
+            echo(note)
     results = compare_queue(resolved, log, starts, device)
     rules = [name for name in results if name in RULES]
     best = min(rules, key=lambda n: results[n].summary["mean_bounded_slowdown"]) if rules else None
@@ -182,6 +213,8 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
         s = result.summary
         line = {"policy": name, "trace": Path(trace).name, "protocol": protocol, "backfill": backfill, **s,
                 "log": log.summary()}
+        if trained[name][1] is not None:
+            line["sequences_with_training_jobs"] = trained[name][1]
         text = (f"{name:{width}s} bsld {s['mean_bounded_slowdown']:10.2f} ± {s['mean_bounded_slowdown_ci95']:8.2f}  "
                 f"wait {s['mean_wait']:10.0f} s  util {s['utilization']:.3f}")
         if best is not None and name != best:
