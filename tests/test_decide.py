@@ -130,6 +130,14 @@ def test_held_pick_waits_and_easy_backfills_around_it():
     freed = decide({**crowded, "now": now + 500, "running": [], "held": first["held"]}, Widest(), backfill="easy")
     assert freed["start_now"] == ["wide"] and freed["held"] == {"id": "short", "shadow": now + 500 + 100}
     assert freed["backfilled"] == []  # "long" (5000 s) would end after the held job's reserved start
+    # "r" outlives its expected end (now + 500): the passed shadow is stale, EASY reserves from now on
+    overrun = decide({**crowded, "now": now + 700, "held": first["held"],
+                      "waiting": [*crowded["waiting"], {"id": "tiny", "submit": 30, "requested_time": 60,
+                                                        "processors": 2}]}, Widest(), backfill="easy")
+    assert overrun["held"] == {"id": "wide", "shadow": now + 700} and overrun["start_now"] == []
+    # the held job was cancelled (or started by the scheduler): let go and named, the queue decided afresh
+    gone = decide({**crowded, "waiting": crowded["waiting"][:1], "held": first["held"]}, Widest(), backfill="easy")
+    assert gone["held_not_waiting"] == "wide" and gone["start_now"] == ["short"] and gone["held"] is None
 
 
 BAD = [
@@ -153,7 +161,8 @@ BAD = [
     ({"running": [{"id": "r", "processors": 1.5, "expected_end": 1}]}, "running[0].processors: 1.5 is not an integer"),
     ({"waiting": [{"id": "x", "submit": float("nan"), "requested_time": 5, "processors": 1}]},
      "waiting[0].submit: nan is not a finite number"),
-    ({"held": {"id": "zz", "shadow": 5}}, "held.id: 'zz' is not a waiting job"),
+    ({"capacity": {"nodes": 16}}, "capacity.processors_per_node: missing beside nodes"),
+    ({"held": {"id": "zz", "shadow": "later"}}, "held.shadow: 'later' is not a finite number"),
     ({"now": 10**400}, "now: 10000000000000000000... (401 characters) is out of range"),
     ({"capacity": {"nodes": 1, "processors_per_node": 10**30}}, "capacity.processors_per_node: "),
     ({"waiting": [{"id": "x", "submit": 1, "requested_time": 5, "processors": 10**30}]},

@@ -8,7 +8,13 @@ a policy makes the same choices in a scheduler's hook as in training:
    follows at once; one that does not fit is held: nothing else starts before it (backfilling off),
    or EASY backfilling starts the waiting jobs, in FCFS order, that fit now and whose requested
    time ends before the held job's reserved start (its shadow time).
-3. A held pick not yet fitting: under EASY one backfilling pass with its shadow, else nothing.
+3. A held pick not yet fitting: under EASY one backfilling pass with its shadow, else nothing. A
+   shadow that has passed (a running job outlived its expected end) is computed again, with such
+   jobs ending now at the earliest (a scheduler ends a job at its time limit): the held job may
+   fit any moment, so nothing that would outlast now backfills. The environment keeps its first
+   shadow, as RLScheduler does; the two differ only when jobs run past their requested time.
+A held pick that is no longer waiting (cancelled, or started by the scheduler) is let go and named
+in the answer ("held_not_waiting").
 
 The answer also ranks every waiting job by its score ("order"): a priority list for schedulers
 that start jobs themselves. With more than `window` jobs waiting, the first of "order" may lie
@@ -93,7 +99,8 @@ def decide(snapshot: dict | Snapshot, scorer: Scorer, backfill: str | None = Non
         cfg["window"] = window
     waiting = np.ones(len(snap.waiting_id), dtype=bool)
     free = snap.free_nodes
-    ends, holding = list(snap.running_end), list(snap.running_nodes)  # for shadow times
+    # for shadow times: a job past its expected end ends now at the earliest
+    ends, holding = list(np.maximum(snap.running_end, snap.now)), list(snap.running_nodes)
     started, backfilled = [], []
 
     def start(job: int) -> None:
@@ -111,6 +118,8 @@ def decide(snapshot: dict | Snapshot, scorer: Scorer, backfill: str | None = Non
     if held is not None and snap.nodes_needed[held] <= free:
         start(held)
         held = None
+    elif held is not None and shadow <= snap.now:
+        shadow = _shadow(ends, holding, free, int(snap.nodes_needed[held]))
     while held is None and waiting.any():
         slots = view(waiting)
         if len(started) == 0 and len(slots) == len(everyone):  # the first view of a queue within the window
@@ -133,7 +142,8 @@ def decide(snapshot: dict | Snapshot, scorer: Scorer, backfill: str | None = Non
     ids = snap.waiting_id
     return {"order": [ids[k] for k in order], "scores": [float(all_scores[k]) for k in order],
             "start_now": [ids[k] for k in started], "backfilled": [ids[k] for k in backfilled],
-            "held": None if held is None else {"id": ids[held], "shadow": shadow}}
+            "held": None if held is None else {"id": ids[held], "shadow": shadow},
+            **({} if snap.held_not_waiting is None else {"held_not_waiting": snap.held_not_waiting})}
 
 
 def _shadow(ends: list, holding: list, free: int, need: int) -> float:

@@ -44,6 +44,7 @@ class Snapshot:
     submit, requested: float64 [Q]      seconds
     processors, nodes_needed: int64 [Q]
     held:             index into the waiting jobs of the held pick, or None; shadow: its reserved start
+    held_not_waiting: the id of a held pick passed back that no longer waits (let go), or None
     """
 
     now: float
@@ -59,6 +60,7 @@ class Snapshot:
     nodes_needed: np.ndarray
     held: int | None = None
     shadow: float | None = None
+    held_not_waiting: str | None = None
 
     @property
     def capacity(self) -> int:
@@ -178,7 +180,8 @@ def read_snapshot(snapshot) -> Snapshot:
     """The checked arrays of a snapshot (a dict parsed from JSON). SnapshotError naming the field for
     a missing or non-numeric field, a negative time or size, a job larger than the cluster, more
     processors running than it has, a waiting job submitted after `now`, a duplicate id, more than
-    MAX_JOBS jobs, or a held job that is not waiting."""
+    MAX_JOBS jobs, or capacity in nodes without processors_per_node. A held job that no longer waits
+    is let go (`held_not_waiting`)."""
     if not isinstance(snapshot, dict):
         raise SnapshotError(f"snapshot: expected a JSON object, got {type(snapshot).__name__}")
     now = _number(_entry(snapshot, "snapshot", ("now", "capacity", "waiting"))["now"], "now")
@@ -188,7 +191,10 @@ def read_snapshot(snapshot) -> Snapshot:
                             f"K}}, got {capacity!r}")
     if "nodes" in capacity:
         nodes = _count(capacity["nodes"], "capacity.nodes")
-        per_node = _count(capacity.get("processors_per_node", 1), "capacity.processors_per_node")
+        if "processors_per_node" not in capacity:  # a silent 1 would read a 40-processor job as 40 nodes
+            raise SnapshotError(f"capacity.processors_per_node: missing beside nodes ({{\"nodes\": N, "
+                                f"\"processors_per_node\": K}}, or {{\"processors\": P}}), got {capacity!r}")
+        per_node = _count(capacity["processors_per_node"], "capacity.processors_per_node")
         if "processors" in capacity and _count(capacity["processors"], "capacity.processors") != nodes * per_node:
             raise SnapshotError(f"capacity.processors: {capacity['processors']} is not nodes x processors_per_node "
                                 f"= {nodes * per_node}")
@@ -220,8 +226,9 @@ def read_snapshot(snapshot) -> Snapshot:
     held = snapshot.get("held")
     if held is not None:
         held = _entry(held, "held", ("id", "shadow"))
-        if str(held["id"]) not in out.waiting_id:
-            raise SnapshotError(f"held.id: {held['id']!r} is not a waiting job")
-        out.held = out.waiting_id.index(str(held["id"]))
-        out.shadow = _number(held["shadow"], "held.shadow")
+        shadow = _number(held["shadow"], "held.shadow")
+        if str(held["id"]) not in out.waiting_id:  # cancelled, or started by the scheduler: let go
+            out.held_not_waiting = str(held["id"])
+        else:
+            out.held, out.shadow = out.waiting_id.index(str(held["id"])), shadow
     return out
