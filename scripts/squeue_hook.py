@@ -4,11 +4,12 @@ as Slurm priorities (a dry run: it prints `scontrol` commands; pipe them to `sh`
     squeue --json | python scripts/squeue_hook.py --policy policy.onnx --processors 256
     squeue --json | python scripts/squeue_hook.py --policy policy.onnx --processors 256 | sh
 
-Running jobs give their processors (cpus) and expected end (end_time: start + time limit; without a
-limit, start_time + --unlimited_minutes); pending jobs their submit time, time limit (minutes, or
---unlimited_minutes without one) and processors. Integer fields may be plain numbers or
-Slurm's {"set": true, "infinite": false, "number": N} form; job_state a string or a list. Check the
-fields against your Slurm version's `squeue --json` before relying on it.
+Jobs holding processors (RUNNING, COMPLETING, CONFIGURING) give their processors (cpus) and expected
+end (end_time: start + time limit; without a limit, start_time + --unlimited_minutes); pending jobs
+their submit time, time limit (minutes, or --unlimited_minutes without one) and processors. With
+--partition, only the jobs of that partition (a pending job listing several counts in each). Integer
+fields may be plain numbers or Slurm's {"set": true, "infinite": false, "number": N} form; job_state a
+string or a list. Check the fields against your Slurm version's `squeue --json` before relying on it.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from lightning_sched.config import ConfigError  # noqa: E402
 from lightning_sched.decide import SnapshotError, decide, load_scorer  # noqa: E402
 
 TOP_PRIORITY = 1_000_000  # the first job of the order gets this, the next one less, ...
+HOLDING = ("RUNNING", "COMPLETING", "CONFIGURING")  # states whose jobs hold their processors
 
 
 def number(job: dict, key: str, unlimited: float | None = None):
@@ -51,15 +53,18 @@ def state(job: dict) -> str:
     return value[0] if isinstance(value, list) and value else str(value)
 
 
-def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: int) -> dict:
-    """A decide() snapshot from `squeue --json` output."""
+def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: int,
+                partition: str | None = None) -> dict:
+    """A decide() snapshot from `squeue --json` output (the jobs of `partition` only, when given)."""
     if not isinstance(squeue, dict) or not isinstance(squeue.get("jobs"), list):
         raise SnapshotError("squeue: expected the JSON of `squeue --json` (an object with a 'jobs' list)")
     running, waiting = [], []
     for i, job in enumerate(squeue["jobs"]):
         if not isinstance(job, dict):
             raise SnapshotError(f"squeue: jobs[{i}]: expected an object, got {type(job).__name__}")
-        if state(job) == "RUNNING":
+        if partition is not None and partition not in str(job.get("partition", "")).split(","):
+            continue
+        if state(job) in HOLDING:
             end = job.get("end_time")
             if isinstance(end, dict) and end.get("infinite"):  # no time limit: taken to have asked for the default
                 end = number(job, "start_time") + 60 * unlimited_minutes
@@ -78,6 +83,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", required=True, help="a queue-policy checkpoint or its ONNX export")
     p.add_argument("--processors", type=int, required=True, help="the partition's processors")
+    p.add_argument("--partition", help="only this partition's jobs (default: every job squeue lists)")
     p.add_argument("--input", help="squeue --json output in a file (default: stdin)")
     p.add_argument("--now", type=float, help="seconds since the epoch (default: the clock)")
     p.add_argument("--unlimited_minutes", type=int, default=7 * 24 * 60,
@@ -87,7 +93,7 @@ def main(argv=None) -> int:
     try:
         text = Path(args.input).read_text() if args.input else sys.stdin.read()
         snapshot = snapshot_of(json.loads(text), args.processors, time.time() if args.now is None else args.now,
-                               args.unlimited_minutes)
+                               args.unlimited_minutes, args.partition)
         answer = decide(snapshot, load_scorer(args.policy))
     except KeyError as error:
         print(f"error: squeue: a job has no {error} field", file=sys.stderr)
