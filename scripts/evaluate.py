@@ -199,7 +199,7 @@ def main(argv=None) -> int:
 
 def queue_main(argv) -> int:
     """evaluate.py --env queue: policies on a log's sequences under a protocol (docs/hpc_queue.md)."""
-    from lightning_sched.queue.evaluation import PROTOCOLS, RLSCHEDULER_PUBLISHED, run_protocol
+    from lightning_sched.queue.evaluation import EVAL_LENGTH, PROTOCOLS, RLSCHEDULER_PUBLISHED, run_protocol
     from lightning_sched.queue.heuristics import HEURISTICS as QUEUE_HEURISTICS
 
     ap = ScriptParser(prog="evaluate.py --env queue", description=queue_main.__doc__)
@@ -216,6 +216,12 @@ def queue_main(argv) -> int:
                          "trained policy against the rule it started from)")
     ap.add_argument("--sequences", type=at_least(2), help="heldout, recent: number of sequences (default 100; "
                     "rlscheduler has its own 10)")
+    ap.add_argument("--sequence_length", type=at_least(2), default=EVAL_LENGTH,
+                    help=f"heldout, recent: jobs in each sequence (default {EVAL_LENGTH}, RLScheduler's; shorter for a "
+                         "small log)")
+    ap.add_argument("--nodes", type=at_least(1), help="the cluster's nodes (default: the log header's MaxNodes)")
+    ap.add_argument("--processors_per_node", type=at_least(1),
+                    help="default: the header's MaxProcs / MaxNodes (1 without MaxNodes)")
     ap.add_argument("--load", type=positive_float,
                     help="scale the log's inter-arrival times to this offered load (default: as recorded)")
     ap.add_argument("--bsld_threshold", type=positive_float, default=10.0, help="seconds (bounded slowdown)")
@@ -229,6 +235,9 @@ def queue_main(argv) -> int:
     args = ap.parse_args(argv)
     if args.protocol == "rlscheduler" and args.sequences is not None:
         raise ConfigError(f"--sequences {args.sequences}: the rlscheduler protocol has its own 10 sequences")
+    if args.protocol == "rlscheduler" and args.sequence_length != EVAL_LENGTH:
+        raise ConfigError(f"--sequence_length {args.sequence_length}: the rlscheduler protocol's sequences are "
+                          f"{EVAL_LENGTH} jobs")
     site_log, site = site_from_args(args)
     traces = args.trace or ([site_log] if site_log else None)
     if not traces:
@@ -242,7 +251,8 @@ def queue_main(argv) -> int:
             case, per_sequence = run_protocol(trace, args.protocol, args.policy, backfill=backfill,
                                               sequences=args.sequences or 100, site=site,
                                               bsld_threshold=args.bsld_threshold, device=args.device,
-                                              versus=args.versus, echo=print)
+                                              versus=args.versus, echo=print, sequence_length=args.sequence_length,
+                                              nodes=args.nodes, processors_per_node=args.processors_per_node)
             lines += case
             label = f"{Path(trace).name}, backfill {backfill}"
             panels[label] = per_sequence

@@ -334,3 +334,20 @@ def test_an_evaluation_names_the_sequences_a_checkpoint_trained_on(tmp_path):
     other = read_queue_log(write_log(tmp_path / "other.swf", jobs=1000))
     assert training_notes(str(ckpt), other, torch.tensor([0]), "off") == ([], None)  # never read this log
     assert training_notes("f1", log, torch.tensor([0]), "off") == ([], None)
+
+
+def test_a_small_log_without_a_header_evaluates_with_its_cluster_and_sequence_length_given(tmp_path, capsys):
+    from conftest import script_main
+
+    path = write_log(tmp_path / "site.swf", jobs=1500, nodes=32)
+    path.write_text("\n".join(line for line in path.read_text().splitlines() if not line.startswith(";")) + "\n")
+    main = script_main("evaluate")
+    with pytest.raises(TraceError, match="header gives neither MaxNodes nor MaxProcs: add '; MaxNodes: N'"):
+        main(["--env", "queue", "--trace", str(path), "--protocol", "heldout", "--policy", "f1", "--threads", "1"])
+    assert main(["--env", "queue", "--trace", str(path), "--protocol", "heldout", "--sequence_length", "200",
+                 "--sequences", "4", "--nodes", "32", "--policy", "fcfs", "f1", "--threads", "1", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [(line["policy"], line["jobs"], line["log"]["nodes"]) for line in lines] == [("fcfs", 800, 32),
+                                                                                        ("f1", 800, 32)]
+    with pytest.raises(ConfigError, match="the rlscheduler protocol's sequences are 1024 jobs"):
+        main(["--env", "queue", "--trace", str(path), "--sequence_length", "200", "--policy", "f1"])

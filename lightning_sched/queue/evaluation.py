@@ -41,9 +41,12 @@ RECENT_FRACTION = 0.6  # recent: sequences start in [60%, 80%) and end before 80
 METRICS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "utilization", "makespan")
 
 
-def protocol_starts(log: QueueLog, protocol: str, num_sequences: int = 100) -> torch.Tensor:
-    """The evaluation sequences' start positions (LongTensor[N]) of `protocol` on `log`."""
+def protocol_starts(log: QueueLog, protocol: str, num_sequences: int = 100, length: int = EVAL_LENGTH) -> torch.Tensor:
+    """The evaluation sequences' start positions (LongTensor[N]) of `protocol` on `log`, sequences of
+    `length` jobs (RLScheduler's are 1024)."""
     if protocol == "rlscheduler":
+        if length != EVAL_LENGTH:
+            raise ConfigError(f"sequence_length {length}: the rlscheduler protocol's sequences are {EVAL_LENGTH} jobs")
         need = max(RLSCHEDULER_STARTS) + EVAL_LENGTH
         if log.num_jobs < need:
             raise ConfigError(f"protocol rlscheduler: its sequences need {need} jobs, {Path(log.path).name} has "
@@ -52,14 +55,14 @@ def protocol_starts(log: QueueLog, protocol: str, num_sequences: int = 100) -> t
     if protocol in ("heldout", "recent"):
         first, end = (log.jobs_before(TRAIN_FRACTION), log.num_jobs) if protocol == "heldout" else \
             (log.jobs_before(RECENT_FRACTION), log.jobs_before(TRAIN_FRACTION))
-        return spread_starts(log, first, end, num_sequences)
+        return spread_starts(log, first, end, num_sequences, length)
     raise ConfigError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
 
 
-def spread_starts(log: QueueLog, first: int, end: int, num_sequences: int) -> torch.Tensor:
+def spread_starts(log: QueueLog, first: int, end: int, num_sequences: int, length: int = EVAL_LENGTH) -> torch.Tensor:
     """Up to `num_sequences` distinct start positions (LongTensor[N]) spread evenly over the
-    sequences of EVAL_LENGTH jobs inside jobs [first, end) of `log`."""
-    lo, hi = log.positions(first, end, EVAL_LENGTH)
+    sequences of `length` jobs inside jobs [first, end) of `log`."""
+    lo, hi = log.positions(first, end, length)
     return torch.from_numpy(np.unique(np.linspace(lo, hi, num_sequences).round().astype(np.int64)))
 
 
@@ -176,9 +179,11 @@ def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str
 
 def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str = "off", sequences: int = 100,
                  site=None, bsld_threshold: float = 10.0, device="cpu", versus: str | None = None,
-                 echo=print) -> tuple[list[dict], dict[str, torch.Tensor]]:
-    """Every policy of `policies` on `trace` (rewritten as `site`, a queue.sites.SiteModel, when
-    given) under `protocol`; prints a table through `echo` and
+                 echo=print, sequence_length: int = EVAL_LENGTH, nodes: int | None = None,
+                 processors_per_node: int | None = None) -> tuple[list[dict], dict[str, torch.Tensor]]:
+    """Every policy of `policies` on `trace` (its cluster `nodes` x `processors_per_node` when given,
+    else its header's; rewritten as `site`, a queue.sites.SiteModel, when given) under `protocol`, on
+    sequences of `sequence_length` jobs; prints a table through `echo` and
     returns one dict per policy (the metrics with 95% CIs over sequences, and, where a rule of
     RULES ran, the paired difference to the best of them, "best heuristic"; with `versus`, one of
     `policies`, also the paired difference to it) and each policy's per-sequence mean bounded slowdowns."""
@@ -187,17 +192,18 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
     twice = next((name for i, name in enumerate(policies) if name in policies[:i]), None)
     if twice is not None:
         raise ConfigError(f"--policy {twice!r} is given twice")
-    log = read_queue_log(trace)
+    log = read_queue_log(trace, nodes, processors_per_node)
     if site is not None:
         log = site.apply(log)
-    cfg = log.config(sequence_length=EVAL_LENGTH, backfill=backfill, bsld_threshold=bsld_threshold)
+    length = sequence_length
+    cfg = log.config(sequence_length=length, backfill=backfill, bsld_threshold=bsld_threshold)
     resolved = {spec: resolve(spec, cfg, device) for spec in policies}
-    starts = protocol_starts(log, protocol, sequences)
+    starts = protocol_starts(log, protocol, sequences, length)
     echo(f"{Path(trace).name}: {log.summary()}")
     ordered = starts.sort().values  # the distinct jobs the sequences cover: overlapping ones share jobs
-    covered = int(ordered.diff().clamp(max=EVAL_LENGTH).sum()) + EVAL_LENGTH
-    echo(f"protocol {protocol}: {len(starts)} sequences of {EVAL_LENGTH} jobs, backfill {backfill}, covering "
-         f"{covered} jobs (at most {covered / EVAL_LENGTH:.1f} independent stretches: CIs that treat the sequences as "
+    covered = int(ordered.diff().clamp(max=length).sum()) + length
+    echo(f"protocol {protocol}: {len(starts)} sequences of {length} jobs, backfill {backfill}, covering "
+         f"{covered} jobs (at most {covered / length:.1f} independent stretches: CIs that treat the sequences as "
          "independent are narrower than a fresh stretch would give); "
          "mean bounded slowdown (lower is better) ± 95% CI over sequences; wait in seconds (lower is better); "
          "utilization (higher is better)")

@@ -138,7 +138,8 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
     if nodes is None:
         nodes = header_nodes or header_procs
     if nodes is None:
-        raise TraceError(f"{path}: the header gives neither MaxNodes nor MaxProcs; give the cluster's nodes")
+        raise TraceError(f"{path}: the header gives neither MaxNodes nor MaxProcs: add '; MaxNodes: N' and "
+                         "'; MaxProcs: P' lines (the cluster's nodes and processors), or evaluate.py --nodes")
     if processors_per_node is None:
         processors_per_node = header_procs // header_nodes if header_nodes and header_procs else 1
     for name, value in (("nodes", nodes), ("processors_per_node", processors_per_node)):
