@@ -302,8 +302,8 @@ def queue_main(argv) -> int:
     chosen = min(on_history, key=on_history.get)
     for name, values in rules.items():
         mean, ci = mean_ci95(values)
-        print(f"  {name:8s} {mean:9.2f} ± {ci:7.2f}" + ("  (best rule)" if name == best else "")
-              + ("  (the best rule on the site's history)" if name == chosen else ""))
+        print(f"  {name:8s} {mean:9.2f} ± {ci:7.2f}" + ("  (best rule on these sequences)" if name == best else "")
+              + ("  (best rule on the site's history)" if name == chosen else ""))
     if args.json:
         diff, diff_ci = mean_ci95(rules[chosen] - rules[best])
         print(json.dumps({"policy": f"{chosen} (best rule on the site's history)", "site": log.summary(),
