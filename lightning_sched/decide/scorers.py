@@ -103,7 +103,7 @@ def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
     slot_mlp = net.scorer.mlp
 
     class JobScores(nn.Module):
-        """The scorer's layers on N jobs of one queue (SlotMLP without the window's mask)."""
+        """The scorer's layers on N jobs of one queue (JobMLP without the window's mask)."""
 
         def __init__(self):
             super().__init__()
