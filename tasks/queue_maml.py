@@ -237,6 +237,8 @@ class QueueMAML(LightningModule):
             bsld.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
         self.check_loss(torch.tensor(meta_loss))
         self.check_gradients()
+        # clipped as QueuePPO's steps (its max_grad_norm default): one site whose bounded slowdowns run to
+        # thousands must not throw the shared start far (the learned step sizes, their own lr, are not clipped)
         torch.nn.utils.clip_grad_norm_(self.net.scorer.parameters(), 1.0)
         optimizer.step()
         self.log_dict({"train/meta_loss": meta_loss, "train/mean_bounded_slowdown": sum(bsld) / len(bsld)},

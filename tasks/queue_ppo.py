@@ -331,9 +331,9 @@ class QueuePPO(LightningModule):
             self.imitation_data = None
         optimizer = self.optimizers()
         n = data.shape[0]
-        steps = self.ppo.epochs * -(-n // self.ppo.minibatch_size)
+        count = steps = self.ppo.epochs * -(-n // self.ppo.minibatch_size)  # optimizer steps this iteration
         sums: dict[str, float] = {}
-        for epoch in range(self.ppo.epochs):
+        for _ in range(self.ppo.epochs):
             for index in torch.randperm(n, device=self.device).split(self.ppo.minibatch_size):
                 parts = self.imitation(data[index]) if imitating else self.loss(data[index])
                 if self.ppo.prior_kl > 0 and not imitating:
@@ -346,13 +346,13 @@ class QueuePPO(LightningModule):
                 self.check_gradients()
                 torch.nn.utils.clip_grad_norm_(self.net.parameters(), self.ppo.max_grad_norm)
                 # only the iteration's last step goes through Lightning's wrapper, which counts
-                # trainer.global_step: max_steps, seeds and checkpoints count iterations
+                # trainer.global_step: max_steps, seeds and checkpoints count iterations (the others
+                # skip its precision plugin: queue training runs in fp32)
                 steps -= 1
                 optimizer.step() if steps == 0 else optimizer.optimizer.step()
                 for key in ("loss_objective", "loss_critic", "loss_prior_kl", "entropy", "clip_fraction", "kl_approx"):
                     if key in parts.keys():
                         sums[key] = sums.get(key, 0.0) + float(parts[key].detach())
-        count = self.ppo.epochs * -(-n // self.ppo.minibatch_size)
         seconds = time.perf_counter() - start
         values = {f"train/{k}": v / count for k, v in sums.items()}
         values.update({f"train/{m}": metrics[m].mean().float() for m in METRICS})
@@ -368,6 +368,9 @@ class QueuePPO(LightningModule):
     on_train_batch_end = SchedulerTask.on_train_batch_end
 
     def configure_optimizers(self):
+        if str(self.trainer.precision) not in ("32-true", "32", "64-true", "64"):  # iterate() steps past the plugin
+            raise ConfigError(f"trainer.precision {self.trainer.precision}: QueuePPO trains in 32-true (its minibatch "
+                              "steps within an iteration bypass Lightning's precision plugin)")
         return torch.optim.Adam(self.net.parameters(), lr=self.ppo.lr)
 
     # ----- validation: the greedy policy on fixed sequences --------------------------------------

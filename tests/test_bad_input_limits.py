@@ -228,3 +228,13 @@ def test_fit_test_of_a_module_without_a_test_is_one_line(fit_main, capsys, tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert stopped.value.code == 2 and err[-1] == ("error: QueuePPO has no test: `fit.py validate` runs its "
                                                    "validation, scripts/evaluate.py its evaluation protocols"), err
+
+
+def test_queue_training_in_another_precision_is_one_line(fit_main, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the config's log is relative to the checkout
+    with pytest.raises(SystemExit) as stopped:
+        fit_main(["fit", "--config", "configs/queue_smoke.yaml", "--trainer.precision", "bf16-mixed", "--threads", "1",
+                  "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and err[-1].startswith("error: trainer.precision bf16-mixed: QueuePPO trains in "
+                                                          "32-true"), err

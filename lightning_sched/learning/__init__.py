@@ -1,2 +1,3 @@
-"""Learning policies for DeepRM's cluster: baselines, the policy-gradient loss and MAML's adaptation
-(the LightningModules that drive them are in tasks/; the queue env's PPO is tasks/queue_ppo.py)."""
+"""The learning pieces both environments share: baselines (DeepRM's time-indexed one), the
+policy-gradient loss and MAML's adaptation. The LightningModules that drive them are in tasks/; the
+queue env's REINFORCE inner loop is lightning_sched/queue/adaptation.py, its PPO tasks/queue_ppo.py."""

@@ -16,6 +16,7 @@ REWARDS = ("per_job", "final")
 RULES = ("fcfs", "sjf", "f1", "wfp3", "unicep")
 CLUSTER_FEATURES = 2  # a row's features: free node share, log queue length
 CLOCK_FEATURES = 2  # with QueueConfig.clock: sin and cos of the time of day
+DAY = 86400  # seconds: the clock's period, and the daily forecast's shift
 
 
 def row_features(clock: bool) -> int:

@@ -26,8 +26,8 @@ from .step import advance
 
 def env_bytes(cfg: QueueConfig, rows: int) -> int:
     """The bytes of `rows` episodes' state (QueueState: 7 int64 columns, 2 int32 orders and a status
-    byte a job) and observation (3 int64 job columns; the window's features, job index and mask)."""
-    return rows * (cfg.sequence_length * (7 * 8 + 2 * 4 + 1 + 3 * 8) + cfg.window * (4 * 4 + 4 + 1))
+    byte a job) and observation (3 int64 job columns; the window's float features, int32 job index and mask)."""
+    return rows * (cfg.sequence_length * (7 * 8 + 2 * 4 + 1 + 3 * 8) + cfg.window * (cfg.job_features * 4 + 4 + 1))
 
 
 # a lower estimate of one decision's cost (with backfilling off, one a job): the batched rollout
@@ -38,7 +38,7 @@ DECISION_SECONDS = 1e-5
 def rollout_bytes(cfg: QueueConfig, rows: int) -> int:
     """The bytes of the decisions a training rollout of `rows` episodes keeps (at most one a job:
     the window's features and mask, and a few scalars each)."""
-    return rows * cfg.sequence_length * (cfg.window * (4 * 4 + 1) + 64)
+    return rows * cfg.sequence_length * (cfg.window * (cfg.job_features * 4 + 1) + 64)
 
 # the state's sequences the observation hands out as they are (job_submit, job_requested, job_processors)
 HANDED_OUT = ("submit", "requested", "processors")

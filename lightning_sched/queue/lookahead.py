@@ -30,13 +30,12 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..config import ConfigError
-from .config import RULES, QueueConfig
+from .config import DAY, RULES, QueueConfig
 from .heuristics import order_ranks, priority, rule_keys
 from .state import QueueState
 from .step import advance
 
 FUTURES = ("known", "repeat", "daily", "clairvoyant")
-DAY = 86400  # seconds
 NEVER = 1 << 50  # a submit time no copy reaches within its horizon
 
 

@@ -137,8 +137,8 @@ def _repair(processors: np.ndarray, run: np.ndarray, rho: float, rng: np.random.
     return out
 
 
-# Requested-time factor distributions (requested / actual): the real 8,192-processor log the meta-learning
-# issue cites (77% of jobs at >= 10x, 14% at 2-10x, 7% at 1-2x, 1.6% below their run time), a moderate
+# Requested-time factor distributions (requested / actual): as measured on a real 8,192-processor log (not
+# shipped here: 77% of jobs at >= 10x, 14% at 2-10x, 7% at 1-2x, 1.6% below their run time), a moderate
 # site, and one whose users ask for little more than they use (some jobs killed at their limit).
 OVERESTIMATING = ((0.016, 0.5, 1.0), (0.07, 1.0, 2.0), (0.14, 2.0, 10.0), (0.774, 10.0, 100.0))
 MODERATE = ((0.3, 1.0, 2.0), (0.5, 2.0, 5.0), (0.2, 5.0, 20.0))

@@ -16,7 +16,7 @@ import math
 import torch
 
 from . import native
-from .config import QueueConfig
+from .config import DAY, QueueConfig
 from .heuristics import rule_keys, window_ranks
 from .state import RUNNING, WAITING, QueueState
 
@@ -47,7 +47,7 @@ def advance(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str,
 def clock(time: torch.Tensor) -> torch.Tensor:
     """The time of day of `time` (LongTensor[B], seconds, the log's time 0 at midnight) as
     FloatTensor[B, 2]: sin and cos of 2 pi (time mod 86400) / 86400."""
-    angle = (time % 86400).double() * (2 * math.pi / 86400)
+    angle = (time % DAY).double() * (2 * math.pi / DAY)
     return torch.stack([angle.sin(), angle.cos()], -1).float()
 
 
