@@ -35,8 +35,8 @@ from torchrl.objectives.value import GAE
 
 from lightning_sched import seeds
 from lightning_sched.config import ConfigError
-from lightning_sched.learning.baselines import TimeIndexedBaseline, per_sequence_scaled
-from lightning_sched.learning.policy_gradient import discounted_returns
+from lightning_sched.learning.baselines import per_sequence_scaled
+from lightning_sched.learning.policy_gradient import sequence_advantages
 from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue import native as queue_native
 from lightning_sched.queue.config import QueueConfig
@@ -273,9 +273,8 @@ class QueuePPO(LightningModule):
             self.gae(traj)
         else:  # [T, B] as the DeepRM baselines lay decisions out
             active = decided.T
-            reward = torch.where(active, traj["next", "reward"].squeeze(-1).T, 0.0)
-            returns = discounted_returns(reward, self.ppo.gamma)
-            advantage = TimeIndexedBaseline().advantages(returns, active, None, self.ppo.episodes_per_sequence)
+            advantage, returns = sequence_advantages(traj["next", "reward"].squeeze(-1).T, active,
+                                                     self.ppo.episodes_per_sequence, self.ppo.gamma)
             if self.ppo.scale_per_sequence:
                 advantage = per_sequence_scaled(advantage, active, self.ppo.episodes_per_sequence)
             traj["advantage"], traj["value_target"] = advantage.T.unsqueeze(-1), returns.T.unsqueeze(-1)

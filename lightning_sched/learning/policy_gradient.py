@@ -10,7 +10,7 @@ import torch
 
 from ..deeprm.rollout import Trajectories
 from ..policies.networks import log_prob as policy_log_prob
-from .baselines import Baseline
+from .baselines import Baseline, TimeIndexedBaseline
 
 
 def discounted_returns(reward: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -23,6 +23,16 @@ def discounted_returns(reward: torch.Tensor, gamma: float) -> torch.Tensor:
         running = reward[t] + gamma * running
         returns[t] = running
     return returns
+
+
+def sequence_advantages(reward: torch.Tensor, active: torch.Tensor, episodes: int,
+                        gamma: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """DeepRM's advantages of decisions laid out [T, B], B = N*E episodes with rows b*E..b*E+E-1
+    replaying one sequence: the return from decision t (rewards of steps not `active` dropped)
+    minus its mean over the E episodes of the sequence (TimeIndexedBaseline). (advantage, returns),
+    FloatTensor[T, B] each."""
+    returns = discounted_returns(torch.where(active, reward, 0.0), gamma)
+    return TimeIndexedBaseline().advantages(returns, active, None, episodes), returns
 
 
 def jobset_std(advantage: torch.Tensor, active: torch.Tensor, episodes: int) -> torch.Tensor:

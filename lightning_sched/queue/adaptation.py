@@ -18,9 +18,8 @@ import torch
 
 from ..config import ConfigError
 from ..learning.adaptation import scale_gradients
-from ..learning.baselines import TimeIndexedBaseline
 from ..learning.finite import require_finite
-from ..learning.policy_gradient import discounted_returns
+from ..learning.policy_gradient import sequence_advantages
 from .env import QueueEnv
 from .policy import QueuePolicySpec, choose
 
@@ -72,8 +71,7 @@ def reinforce_loss(net, traj: QueueRollout, episodes: int) -> torch.Tensor:
     log pi(a_t | s_t) x A_t, A_t the return from t minus its mean over the `episodes` episodes of the
     sequence (TimeIndexedBaseline), divided by the advantages' standard deviation (so one step size
     serves sites whose bounded slowdowns differ by orders of magnitude)."""
-    reward = torch.where(traj.active, traj.reward, 0.0)
-    advantage = TimeIndexedBaseline().advantages(discounted_returns(reward, 1.0), traj.active, None, episodes)
+    advantage, _ = sequence_advantages(traj.reward, traj.active, episodes)
     advantage = (advantage / (advantage[traj.active].std() + 1e-8))[traj.active]
     active = traj.active
     logits = net(traj.job_features[active], traj.cluster_features[active], traj.action_mask[active])  # [D, W]
