@@ -12,6 +12,7 @@ import torch
 from jsonargparse import Namespace
 
 from lightning_sched import ConfigError
+from lightning_sched.config import CHECKPOINT_KEY
 from lightning_sched.files import require_finite_weights
 
 from .cli import DEFAULT_MODEL
@@ -32,7 +33,7 @@ def read_checkpoint(ckpt_path: str) -> dict:
                           f"{type(error).__name__}; " + ("it holds pickled objects, never loaded here)" if pickled
                                                          else "truncated or another kind of file)")) from None
     if not isinstance(data, dict) or "state_dict" not in data or "global_step" not in data:
-        kind = "a policy-only checkpoint" if isinstance(data, dict) and "lightning_sched" in data else "not one"
+        kind = "a policy-only checkpoint" if isinstance(data, dict) and CHECKPOINT_KEY in data else "not one"
         raise ConfigError(f"--ckpt_path {ckpt_path} is {kind}, no Lightning training state (a run's "
                           "checkpoints/*.ckpt); scripts/evaluate.py --policy or --model.init_from reads a policy")
     require_finite_weights(data, ckpt_path, "loaded")

@@ -12,6 +12,11 @@ REWARD_FIELDS = ("objective", "tardiness_weight")
 SIZE_FIELDS = ("num_resources", "resource_units", "horizon", "num_slots", "backlog_size", "max_job_len",
                "max_job_units", "max_time", "max_track_since_new")
 OBSERVATIONS = ("image", "compact", "none")
+# a checkpoint's entry holding a policy readable without the training code, and what kind it is: a
+# cluster policy (policies.checkpoints), a queue network (queue.policy) or a linear queue rule
+CHECKPOINT_KEY = "lightning_sched"
+QUEUE_POLICY_KIND = "queue"
+QUEUE_RULE_KIND = "queue_linear_rule"
 # DeepRM's image grows with units x slots x job units x horizon; past about a megabyte an episode
 # (2**18 float cells) it is no longer an input any network can use, only memory traffic
 MAX_IMAGE_CELLS = 1 << 18

@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 import torch
 
-from .config import ConfigError
+from .config import CHECKPOINT_KEY, ConfigError
 
 
 class OutputExists(ConfigError):
@@ -31,7 +31,7 @@ class WriteFailed(OSError):
 
 
 # the keys of a checkpoint that hold weights: Lightning's state_dict and this project's policy record
-WEIGHT_KEYS = ("state_dict", "lightning_sched")
+WEIGHT_KEYS = ("state_dict", CHECKPOINT_KEY)
 
 
 def load_torch_file(path, what: str, weights_only: bool, map_location="cpu"):

@@ -68,6 +68,7 @@ from lightning_sched.cli import (
     torch_device,
     workload_from_args,
 )
+from lightning_sched.config import CHECKPOINT_KEY
 from lightning_sched.deeprm.rollout import rollout_seconds
 from lightning_sched.evaluation import EvalResult, compare, evaluate, make_jobsets, paired_difference
 from lightning_sched.files import numbered_name, refuse_figure, refuse_output, write_figure, write_torch
@@ -356,7 +357,7 @@ def queue_main(argv) -> int:
         net, policy_cfg = adapted_first
         record = QueuePolicyRecord.of(net, replace(policy_cfg, sequence_length=256), [log.summary()["log"]],
                                       TRAIN_FRACTION)
-        write_torch({"lightning_sched": record.to_dict()}, args.out, args.overwrite)
+        write_torch({CHECKPOINT_KEY: record.to_dict()}, args.out, args.overwrite)
         print(f"saved {args.out}", file=sys.stderr)
     return 0
 

@@ -17,12 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config import CHECKPOINT_KEY, QUEUE_POLICY_KIND
 from .snapshot import SnapshotError
 
-# queue.policy's CHECKPOINT_KEY and POLICY_KIND, spelled here because importing that module imports
-# torch, which an .onnx policy must run without
-METADATA_KEY = "lightning_sched"
-POLICY_KIND = "queue"
+# from ..config, which imports no torch: an .onnx policy runs without it
+METADATA_KEY, POLICY_KIND = CHECKPOINT_KEY, QUEUE_POLICY_KIND
 
 
 class TorchScorer:

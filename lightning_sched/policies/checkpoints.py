@@ -13,12 +13,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..config import REWARD_FIELDS, SIZE_FIELDS, ClusterConfig, ConfigError
+from ..config import CHECKPOINT_KEY, REWARD_FIELDS, SIZE_FIELDS, ClusterConfig, ConfigError
 from ..files import load_torch_file, require_finite_weights, write_torch
 from .acting import Acting, NetworkPolicy
 from .networks import DeepRMNetwork, PolicySpec, make_policy
 
-CHECKPOINT_KEY = "lightning_sched"
 # 2: the record as written by `PolicyRecord.to_dict`. 1 (no "version" key): the entries written
 # before it, with the acting mode as loose "greedy", "idle_void" and "wait_rate" keys.
 RECORD_VERSION = 2

@@ -17,10 +17,9 @@ import math
 
 import torch
 
-from ..config import ConfigError
+from ..config import CHECKPOINT_KEY, QUEUE_RULE_KIND, ConfigError
 from ..files import load_torch_file, write_torch
 from .heuristics import window_columns
-from .policy import CHECKPOINT_KEY
 from .reservation import reserve_pick
 
 # (name, scale): a unit of weight moves a job about as far in the order for every feature
@@ -36,7 +35,7 @@ FEATURES = (("area", 1.0),              # log10(requested) * processors, F1's fi
             ("area_x_queue", 0.5))
 BASIC = 7  # the features without the queue length's
 F1_WEIGHTS = (1.0, 1.0) + (0.0,) * (len(FEATURES) - 2)
-RULE_KIND = "queue_linear_rule"  # tells this checkpoint from a queue network's ("queue")
+RULE_KIND = QUEUE_RULE_KIND  # tells this checkpoint from a queue network's
 
 
 def job_features(td) -> tuple[torch.Tensor, torch.Tensor]:

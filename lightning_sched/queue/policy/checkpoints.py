@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-from ...config import ConfigError
+from ...config import CHECKPOINT_KEY, QUEUE_RULE_KIND, ConfigError
+from ...config import QUEUE_POLICY_KIND as POLICY_KIND
 from ...files import load_torch_file
 from ..config import QueueConfig
 from .networks import QueueNetwork
 from .spec import QueuePolicySpec
-
-CHECKPOINT_KEY = "lightning_sched"  # the same entry name as the cluster policies' (policies.checkpoints)
-POLICY_KIND = "queue"  # tells a queue policy's entry from a cluster policy's
 
 QUEUE_RECORD_VERSION = 1
 
@@ -76,7 +74,7 @@ def read_queue_record(path) -> QueuePolicyRecord:
     data = load_torch_file(path, "queue policy checkpoint", weights_only=True)
     saved = data.get(CHECKPOINT_KEY, data) if isinstance(data, dict) else None
     kind = saved.get("kind") if isinstance(saved, dict) else None
-    if kind == "queue_linear_rule":  # linear_rule.RULE_KIND (that module imports this one)
+    if kind == QUEUE_RULE_KIND:
         raise ConfigError(f"{path}: a linear queue rule, not a network: evaluate.py --env queue runs it "
                           "(lightning_sched.queue.linear_rule); a network's checkpoint is needed here")
     if kind != POLICY_KIND:
