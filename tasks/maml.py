@@ -37,7 +37,7 @@ from lightning_sched.config import OBJECTIVES, ConfigError
 from lightning_sched.deeprm.objectives import episode_metrics
 from lightning_sched.deeprm.rollout import Trajectories, collect
 from lightning_sched.evaluation import make_jobsets
-from lightning_sched.learning.adaptation import AdaptationSettings
+from lightning_sched.learning.adaptation import AdaptationSettings, meta_sgd_callback
 from lightning_sched.learning.baselines import Baseline
 from lightning_sched.learning.policy_gradient import PolicyGradient, policy_gradient
 from lightning_sched.policies.checkpoints import PolicyRecord, warm_start
@@ -81,9 +81,7 @@ def inner_step(fnet, diffopt, traj: Trajectories, baseline: Baseline, episodes: 
     """One differentiable REINFORCE step of a task's fast weights on its own rollouts; with
     `step_sizes` (Meta-SGD) each weight's gradient is first multiplied by its own learned step."""
     pg = policy_gradient(fnet, traj, baseline, episodes, normalize_advantage=normalize)
-    scale = None if step_sizes is None else (
-        lambda grads: [None if g is None else g * a for g, a in zip(grads, step_sizes, strict=True)])
-    diffopt.step(pg.loss, grad_callback=scale)
+    diffopt.step(pg.loss, grad_callback=meta_sgd_callback(step_sizes))
     return pg
 
 

@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader
 
 from lightning_sched import seeds
 from lightning_sched.config import ConfigError
+from lightning_sched.learning.adaptation import meta_sgd_callback
 from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue.adaptation import adapt, reinforce_loss, rollout, site_env
 from lightning_sched.queue.config import QueueConfig
@@ -222,9 +223,7 @@ class QueueMAML(LightningModule):
                     meta_loss += float(loss.detach())
                     bsld.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
                 continue
-            step_sizes = self.step_sizes()  # per site: each site's backward frees its graph
-            scale = None if step_sizes is None else (  # Meta-SGD: each gradient times its weight's own step
-                lambda grads, sizes=step_sizes: [g * a for g, a in zip(grads, sizes.values(), strict=True)])
+            scale = meta_sgd_callback(self.step_sizes())  # per site: each site's backward frees its graph
             with higher.innerloop_ctx(self.net.scorer, inner, copy_initial_weights=False,
                                       track_higher_grads=not hp.first_order) as (fnet, diffopt):
                 for _ in range(hp.inner_steps):

@@ -35,6 +35,17 @@ def scale_gradients(net: torch.nn.Module, step_sizes: dict[str, torch.Tensor] | 
             p.grad.mul_(step_sizes[name].to(p.device))
 
 
+def meta_sgd_callback(step_sizes) -> Callable[[list], list] | None:
+    """Meta-SGD inside a differentiable inner step (higher's `grad_callback`): each gradient times
+    its weight's learned step size, out of place, so the meta-gradient reaches the step sizes.
+    `step_sizes`: tensors in the network's parameter order (a sequence, or a dict by name); None: no
+    scaling."""
+    if step_sizes is None:
+        return None
+    sizes = list(step_sizes.values()) if isinstance(step_sizes, dict) else list(step_sizes)
+    return lambda grads: [None if g is None else g * a for g, a in zip(grads, sizes, strict=True)]
+
+
 @dataclass
 class AdaptationSettings:
     """How to adapt: the defaults of a meta-policy come from its checkpoint (its inner loop)."""
