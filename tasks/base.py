@@ -1,6 +1,8 @@
 """What every training algorithm of this project shares, so that an algorithm is its training step.
 
-`SchedulerTask` owns:
+`IterationTask` (every module, both environments) owns the pacing dataloaders (one item an
+iteration, one validation batch), the finite checks of the loss, gradients and weights, and plain
+hyperparameters in checkpoints. `SchedulerTask` (DeepRM's cluster) adds:
     data          the dataloader only paces iterations; jobsets are drawn inside the step, on the
                   module's device, from seeds that follow (seed, iteration, rank): ranks under DDP
                   draw different jobsets and a resumed run draws the same ones (lightning_sched.seeds)
@@ -82,7 +84,41 @@ def require_positive(owner: str, **values: float) -> None:
             raise ConfigError(f"{owner}.{name} must be a finite number > 0, got {value!r}")
 
 
-class SchedulerTask(LightningModule):
+class IterationTask(LightningModule):
+    """One training iteration a step, `iterations_per_epoch` of them an epoch (pacing only: the
+    data is drawn inside the step), one validation batch; the faults and checkpoint hygiene above.
+    A subclass sets `self.iterations_per_epoch`."""
+
+    iterations_per_epoch: int
+
+    def train_dataloader(self):
+        return DataLoader(range(self.iterations_per_epoch), batch_size=None, shuffle=False)
+
+    def val_dataloader(self):
+        return DataLoader([0], batch_size=None)
+
+    def check_loss(self, loss: torch.Tensor) -> None:
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"non-finite loss {loss.item()} at iteration {self.global_step}; training stops here, "
+                "the checkpoints written so far are kept (lower lr?)")
+
+    def check_gradients(self) -> None:
+        """Before an optimizer step: non-finite gradients stop training before they are applied."""
+        require_finite(self, f"at iteration {self.global_step}", gradients=True)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        # after the optimizer step and before any validation or checkpoint of this iteration: finite
+        # gradients times a huge step size can still overflow
+        require_finite(self, f"at iteration {self.global_step}")
+
+    def on_save_checkpoint(self, checkpoint):
+        # LightningCLI's are plain already; a module built in Python holds its arguments as objects
+        if self.CHECKPOINT_HYPER_PARAMS_KEY in checkpoint:
+            checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY] = plain_values(checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY])
+
+
+class SchedulerTask(IterationTask):
     """The shared part of the training modules; a subclass implements `training_step`.
 
     Args (each subclass documents them again in its own terms):
@@ -132,12 +168,6 @@ class SchedulerTask(LightningModule):
                       "a validation": rollout_seconds(max_jobs, self.evaluation.val_jobsets, network=True)}, fields)
 
     # ----- data ----------------------------------------------------------------------------------
-    def train_dataloader(self):
-        return DataLoader(range(self.iterations_per_epoch), batch_size=None, shuffle=False)
-
-    def val_dataloader(self):
-        return DataLoader([0], batch_size=None)
-
     def test_dataloader(self):
         return DataLoader([0], batch_size=None)
 
@@ -192,21 +222,6 @@ class SchedulerTask(LightningModule):
         return result
 
     # ----- faults --------------------------------------------------------------------------------
-    def check_loss(self, loss: torch.Tensor) -> None:
-        if not torch.isfinite(loss):
-            raise FloatingPointError(
-                f"non-finite loss {loss.item()} at iteration {self.global_step}; training stops here, "
-                "the checkpoints written so far are kept (lower lr?)")
-
-    def check_gradients(self) -> None:
-        """Before an optimizer step: non-finite gradients stop training before they are applied."""
-        require_finite(self, f"at iteration {self.global_step}", gradients=True)
-
-    def on_train_batch_end(self, outputs, batch, batch_idx):
-        # after the optimizer step and before any validation or checkpoint of this iteration: finite
-        # gradients times a huge step size can still overflow
-        require_finite(self, f"at iteration {self.global_step}")
-
     # ----- checkpoints: the policy alone, readable without this module ---------------------------
     def policy_record(self) -> PolicyRecord:
         """The policy as a checkpoint holds it: acting as it is evaluated."""
@@ -215,9 +230,7 @@ class SchedulerTask(LightningModule):
     def on_save_checkpoint(self, checkpoint):
         checkpoint[CHECKPOINT_KEY] = self.policy_record().to_dict()
         checkpoint["sampler_state"] = self.sampler.get_state()
-        # LightningCLI's are plain already; a module built in Python holds its arguments as objects
-        if self.CHECKPOINT_HYPER_PARAMS_KEY in checkpoint:
-            checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY] = plain_values(checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY])
+        super().on_save_checkpoint(checkpoint)
 
     def on_load_checkpoint(self, checkpoint):
         if CHECKPOINT_KEY in checkpoint:

@@ -29,8 +29,6 @@ from pathlib import Path
 
 import higher
 import torch
-from lightning.pytorch import LightningModule
-from torch.utils.data import DataLoader
 
 from lightning_sched import seeds
 from lightning_sched.config import ConfigError
@@ -51,10 +49,10 @@ from lightning_sched.queue.policy import (
 )
 from lightning_sched.queue.sites import HELDOUT_SITES, TRAINING_SITES
 
-from .base import SchedulerTask, plain_values, require_at_least, require_positive
+from .base import IterationTask, require_at_least, require_positive
 
 
-class QueueMAML(LightningModule):
+class QueueMAML(IterationTask):
     """Args:
         init_from: a queue policy checkpoint the meta-policy starts from (its network and weights).
         policy: instead of init_from, a fresh network of this spec (with a `prior`, it starts as that rule).
@@ -97,6 +95,7 @@ class QueueMAML(LightningModule):
                  seed: int = 0, policy: QueuePolicySpec | None = None, inner_params: str = "all"):
         super().__init__()
         self.save_hyperparameters()
+        self.iterations_per_epoch = iterations_per_epoch
         self.automatic_optimization = False
         require_at_least("QueueMAML", 1, meta_batch=meta_batch, sequences=sequences, episodes=episodes,
                          rollouts_per_site=rollouts_per_site, iterations_per_epoch=iterations_per_epoch,
@@ -162,12 +161,6 @@ class QueueMAML(LightningModule):
             gaps.append(bsld.pop("policy") / min(bsld.values()))
             print(f"site {name}:{model.name}: policy / best rule {gaps[-1]:.3f}", flush=True)
         return gaps
-
-    def train_dataloader(self):
-        return DataLoader(range(self.hparams.iterations_per_epoch), batch_size=None, shuffle=False)
-
-    def val_dataloader(self):
-        return DataLoader([0], batch_size=None)
 
     def configure_optimizers(self):
         groups = [{"params": list(self.net.scorer.parameters()), "lr": self.hparams.meta_lr}]
@@ -260,9 +253,6 @@ class QueueMAML(LightningModule):
                 p.grad = g if p.grad is None else p.grad + g
 
     # faults: a non-finite loss or gradient stops training before the step (tasks.base)
-    check_loss = SchedulerTask.check_loss
-    check_gradients = SchedulerTask.check_gradients
-    on_train_batch_end = SchedulerTask.on_train_batch_end
 
     def evaluation_command(self, checkpoint: str) -> tuple[str, list[str]]:
         """(the script, its arguments) that adapt `checkpoint` with its own inner loop to the first
@@ -307,6 +297,5 @@ class QueueMAML(LightningModule):
         sites = [f"{name}:{model.name}" for name, model, _ in self.sites]  # log:site model (queue.sites)
         checkpoint[CHECKPOINT_KEY] = QueuePolicyRecord.of(self.net, self.cfg, sites, hp.train_fraction,
                                                           adaptation=inner).to_dict()
-        if self.CHECKPOINT_HYPER_PARAMS_KEY in checkpoint:
-            checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY] = plain_values(checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY])
+        super().on_save_checkpoint(checkpoint)
 

@@ -26,9 +26,7 @@ from __future__ import annotations
 import time
 
 import torch
-from lightning.pytorch import LightningModule
 from tensordict import TensorDict
-from torch.utils.data import DataLoader
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
@@ -60,7 +58,7 @@ from lightning_sched.queue.policy import (
 )
 from lightning_sched.queue.sites import ArrivalCopies
 
-from .base import SchedulerTask, plain_values, require_at_least
+from .base import IterationTask, require_at_least
 from .queue_ppo_settings import PPOSettings, QueueValidation
 
 # what a decision keeps for the update: the observation the network reads, and the action's record
@@ -69,7 +67,7 @@ DECISION_KEYS = (*IN_KEYS, "action_mask", "action", "first", "action_log_prob")
 ENV_DEVICES = ("auto", "cpu", "module")  # QueuePPO.env_device
 
 
-class QueuePPO(LightningModule):
+class QueuePPO(IterationTask):
     """PPO on B queue episodes at once.
 
     Args:
@@ -115,6 +113,7 @@ class QueuePPO(LightningModule):
                  arrival_copies: ArrivalCopies = ArrivalCopies(), env_device: str = "auto", seed: int = 0):
         super().__init__()
         self.save_hyperparameters()
+        self.iterations_per_epoch = iterations_per_epoch
         self.automatic_optimization = False  # several optimizer steps an iteration
         require_at_least("QueuePPO", 1, batch_size=batch_size, iterations_per_epoch=iterations_per_epoch,
                          **{f"validation.{k}": getattr(validation, k) for k in ("sequences", "sequence_length")})
@@ -199,13 +198,6 @@ class QueuePPO(LightningModule):
     def critic(self):
         """The critic (TorchRL ValueOperator over self.net's value head)."""
         return self.loss.critic_network
-
-    # ----- data: the dataloader only paces iterations --------------------------------------------
-    def train_dataloader(self):
-        return DataLoader(range(self.hparams.iterations_per_epoch), batch_size=None, shuffle=False)
-
-    def val_dataloader(self):
-        return DataLoader([0], batch_size=None)
 
     def env_device(self) -> torch.device:
         """The device the envs step on (`env_device`)."""
@@ -362,10 +354,6 @@ class QueuePPO(LightningModule):
                  on_epoch=False, logger=False)
 
     # faults: a non-finite loss or parameters stop training before the next checkpoint (tasks.base)
-    check_loss = SchedulerTask.check_loss
-    check_gradients = SchedulerTask.check_gradients
-    on_train_batch_end = SchedulerTask.on_train_batch_end
-
     def configure_optimizers(self):
         if str(self.trainer.precision) not in ("32-true", "32", "64-true", "64"):  # iterate() steps past the plugin
             raise ConfigError(f"trainer.precision {self.trainer.precision}: QueuePPO trains in 32-true (its minibatch "
@@ -403,9 +391,7 @@ class QueuePPO(LightningModule):
     def on_save_checkpoint(self, checkpoint):
         checkpoint[CHECKPOINT_KEY] = QueuePolicyRecord.of(self.net, self.cfg, [one.path for one in self.logs],
                                                           self.read_fraction).to_dict()
-        # LightningCLI's are plain already; a module built in Python holds its arguments as objects
-        if self.CHECKPOINT_HYPER_PARAMS_KEY in checkpoint:
-            checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY] = plain_values(checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY])
+        super().on_save_checkpoint(checkpoint)
 
     def on_load_checkpoint(self, checkpoint):
         saved = checkpoint.get(CHECKPOINT_KEY, {}).get("queue")
