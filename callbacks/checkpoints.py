@@ -69,7 +69,11 @@ class LatestCheckpoint(ModelCheckpoint):
         if isinstance(exception, SIGTERMException) and trainer.state.fn == "fit":
             if trainer.validating:
                 redo_validation(trainer)
-            self._save_none_monitor_checkpoint(trainer, self._monitor_candidates(trainer))
+            # a validation that ended this iteration saved it already, as Lightning resumes from one (its
+            # logging step not yet counted); saved again after the iteration's end, the resumed run's
+            # logged steps would all be one late
+            if trainer.validating or trainer.global_step != self._last_global_step_saved:
+                self._save_none_monitor_checkpoint(trainer, self._monitor_candidates(trainer))
             if trainer.is_global_zero:
                 print(self.stopped_message(trainer.global_step, trainer.default_root_dir, trainer.validating),
                       flush=True)

@@ -110,6 +110,22 @@ def test_sigterm_saves_a_checkpoint_exits_143_and_the_printed_command_resumes_th
     assert len(list((run / "wandb").glob("offline-run-*"))) == 2 and ids == {stopped["wandb_run_id"]}
 
 
+def test_a_stop_right_after_a_validation_resumes_with_the_logged_steps_of_a_run_that_went_through(tmp_path):
+    """SIGTERM at the end of iteration 4, whose validation ran (smoke validates every 2): Lightning
+    resumes from the state saved at that validation's end and counts the iteration's logging step
+    then; a second save after the iteration's end made every later row one step late."""
+    proc = fit("fit", "--config", SMOKE, "--trainer.max_steps", "6", "--trainer.logger", "false",
+               "--trainer.callbacks+=tests.faults.SigtermAt", "--trainer.callbacks.iteration", "4",
+               tmp_path=tmp_path, check=False)
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    fit("fit", "--config", "runs/smoke/config.yaml", "--ckpt_path", "runs/smoke/checkpoints/last.ckpt",
+        tmp_path=tmp_path)
+    rows = list(csv.DictReader((tmp_path / "runs" / "smoke" / "metrics.csv").open()))
+    steps = [(int(r["step"]), "eval" if r.get("eval/mean_slowdown") else "train") for r in rows]
+    assert steps == [(0, "train"), (1, "train"), (1, "eval"), (2, "train"), (3, "train"), (3, "eval"),
+                     (4, "train"), (5, "train"), (5, "eval")]
+
+
 def test_a_disk_filling_up_during_a_checkpoint_write_leaves_the_previous_file_whole(tmp_path):
     """The second write of last.ckpt fails halfway (the file may not grow past 64 KiB). Lightning
     staged it in $TMPDIR and copied it over last.ckpt, leaving 65,536 bytes of it; here the
