@@ -24,6 +24,12 @@ from .stop import StopEvaluations
 from .summary import TrainingSummary
 
 WANDB_ID_KEY = "wandb_run_id"
+RESUMED = "-resumed-"  # an offline resume's W&B run id: <the run's id>-resumed-<step> (run_folder.run_loggers)
+
+
+def first_run_id(run_id: str) -> str:
+    """The W&B id of the run a (possibly resumed) W&B run continues."""
+    return run_id.split(RESUMED)[0]
 
 
 class RunProgressBar(TQDMProgressBar):
@@ -68,12 +74,12 @@ class RunProgressBar(TQDMProgressBar):
 
 class WandbRunId(Callback):
     """Writes the W&B run id into each checkpoint, under WANDB_ID_KEY, so that `fit --ckpt_path`
-    resumes the same W&B run."""
+    resumes the same W&B run (the first run's id, also after an offline resume: run_folder.run_loggers)."""
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
-                checkpoint[WANDB_ID_KEY] = logger.version
+                checkpoint[WANDB_ID_KEY] = first_run_id(logger.version)
                 return
 
 

@@ -45,7 +45,7 @@ from lightning_sched.files import WriteFailed, clean_temp_files, write_text
 
 from .checkpoints import resume_command
 from .cli import causes
-from .run import RunCSVLogger
+from .run import RESUMED, RunCSVLogger
 
 RUN_DIR_ENV = "LIGHTNING_SCHED_RUN_DIR"  # the run folder, handed to the DDP processes Lightning starts
 RUNS = Path("runs")  # relative to the working directory
@@ -192,7 +192,7 @@ class RunFolders:
             self.require_writable(Path(config.checkpoint.dirpath), "the checkpoint folder")
         if ckpt:  # the folder holds this run's own checkpoints, which the resumed callbacks take over
             warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-        config.trainer.logger = run_loggers(config.trainer.logger, run_dir, wandb_id)
+        config.trainer.logger = run_loggers(config.trainer.logger, run_dir, wandb_id, resumed_step)
         return run_dir
 
 
@@ -282,9 +282,12 @@ def logger_class(entry) -> type | None:
     return type(entry) if not isinstance(entry, (bool, Namespace)) else None
 
 
-def run_loggers(logger, run_dir: Path, wandb_id: str | None = None) -> list:
+def run_loggers(logger, run_dir: Path, wandb_id: str | None = None, resumed_step: int | None = None) -> list:
     """trainer.logger (True, False, None, one entry or a list) with the run folder filled in: W&B
-    under it (a resume continues run `wandb_id`) and a CSVLogger writing its metrics.csv."""
+    under it and a CSVLogger writing its metrics.csv. A resume continues W&B run `wandb_id` online;
+    offline it is a run of its own, `<wandb_id>-resumed-<resumed_step>` in group `wandb_id`: W&B cannot
+    append to an offline run (its history would restart at step 0), and `wandb sync` of a second
+    offline folder under one id can replace the first's history."""
     entries = [] if logger in (None, False) else list(logger) if isinstance(logger, list) else [logger]
     wandb = Namespace(class_path="lightning.pytorch.loggers.WandbLogger",
                       init_args=Namespace(wandb_args()))
@@ -297,7 +300,11 @@ def run_loggers(logger, run_dir: Path, wandb_id: str | None = None) -> list:
         if args.get("save_dir") in (None, ".") and args.get("dir") is None:  # "." is WandbLogger's default
             args.save_dir = str(run_dir)
         if wandb_id and args.get("id") is None and args.get("version") is None:
-            args.id = wandb_id
+            if args.get("offline") and resumed_step is not None:
+                args.id = f"{wandb_id}{RESUMED}{resumed_step}"
+                args.group = args.get("group") or wandb_id
+            else:
+                args.id = wandb_id
     if not any(issubclass(logger_class(e) or object, CSVLogger) for e in loggers):
         loggers.append(Namespace(class_path=f"{RunCSVLogger.__module__}.{RunCSVLogger.__qualname__}",
                                  init_args=Namespace(save_dir=str(run_dir))))

@@ -105,9 +105,12 @@ def test_sigterm_saves_a_checkpoint_exits_143_and_the_printed_command_resumes_th
     # one metrics row per iteration across the stop and the resume (the redone ones replaced)
     iterations = [float(r["iteration"]) for r in csv.DictReader((run / "metrics.csv").open()) if r["iteration"]]
     assert iterations == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
-    # one W&B run, written in two sessions
-    ids = {p.name.rsplit("-", 1)[1] for p in (run / "wandb").glob("offline-run-*")}
-    assert len(list((run / "wandb").glob("offline-run-*"))) == 2 and ids == {stopped["wandb_run_id"]}
+    # offline, the resume is a W&B run of its own (W&B cannot append to an offline run), in the first's group
+    first = stopped["wandb_run_id"]
+    folders = sorted(p.name.split("-", 3)[3] for p in (run / "wandb").glob("offline-run-*"))
+    assert folders == [first, f"{first}-resumed-3"] and last["wandb_run_id"] == first
+    record = next((run / "wandb").glob(f"offline-run-*-{first}-resumed-3/run-*.wandb")).read_bytes()
+    assert first.encode() in record.replace(f"{first}-resumed-3".encode(), b"")  # its group
 
 
 def test_a_stop_right_after_a_validation_resumes_with_the_logged_steps_of_a_run_that_went_through(tmp_path):
