@@ -128,6 +128,9 @@ class QueueMAML(IterationTask):
         if inner_params == "prior_weights" and not self.net.spec.prior_mix:
             raise ConfigError("QueueMAML.inner_params prior_weights needs a policy with prior_mix: true")
         self.net.train()
+        # MAML trains the scorer only; under DDP a parameter that never gets a gradient (the critic's)
+        # would be waited for at every step
+        self.net.value.requires_grad_(False)
         self.log_step_sizes = torch.nn.ParameterList(
             [torch.nn.Parameter(torch.zeros_like(p)) for p in self.net.scorer.parameters()] if learn_step_sizes else [])
         self.sites = [(name, model, model.apply(read_queue_log(Path(traces) / name))) for name, model in TRAINING_SITES]

@@ -1,5 +1,6 @@
 """A callback the DDP test adds to a real `scripts/fit.py` run: at the end of training each rank
-writes a checksum of its parameters and of the jobsets it drew last, into $DDP_PROBE_DIR."""
+writes a checksum of its parameters (and, for DeepRM's modules, of the jobsets it drew last) into
+$DDP_PROBE_DIR."""
 from __future__ import annotations
 
 import json
@@ -12,8 +13,9 @@ from lightning.pytorch import Callback
 class ParameterProbe(Callback):
     def on_train_end(self, trainer, pl_module):
         params = [p.detach().double() for p in pl_module.net.parameters()]
-        jobs = pl_module.draw_jobsets()
         out = {"rank": trainer.global_rank, "world": trainer.world_size, "step": trainer.global_step,
-               "params": [float(p.sum()) for p in params] + [float((p * p).sum()) for p in params],
-               "jobsets": int(jobs.batch_size), "arrivals": jobs.arrival.tolist(), "durations": jobs.duration.tolist()}
+               "params": [float(p.sum()) for p in params] + [float((p * p).sum()) for p in params]}
+        if hasattr(pl_module, "draw_jobsets"):  # DeepRM's modules: what this rank drew last
+            jobs = pl_module.draw_jobsets()
+            out.update(jobsets=int(jobs.batch_size), arrivals=jobs.arrival.tolist(), durations=jobs.duration.tolist())
         Path(os.environ["DDP_PROBE_DIR"], f"rank{trainer.global_rank}.json").write_text(json.dumps(out))

@@ -26,12 +26,12 @@ TRACES = Path(os.environ.get("LIGHTNING_SCHED_TEST_TRACES", ROOT.parent / "share
 POLICY = ROOT / "checkpoints" / "queue_bsld.ckpt"
 
 
-def run(script: str, *args, cwd: Path, inherit: bool = False):
+def run(script: str, *args, cwd: Path, inherit: bool = False, env: dict | None = None):
     """`script` in a fresh process, with a minimal environment (`inherit`: on top of this one's, which
-    a GPU machine may need to find CUDA)."""
+    a GPU machine may need to find CUDA; `env`: more variables)."""
     env = {**(os.environ if inherit else {}), "OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            "HOME": str(cwd), "WANDB_DIR": str(cwd),
-           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]), **(env or {})}
     return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=300, env=env)
 
@@ -59,6 +59,25 @@ def test_a_resumed_meta_training_ends_with_the_weights_of_one_that_ran_through(t
     assert a["global_step"] == b["global_step"] == 4
     for key, value in a["state_dict"].items():
         assert torch.equal(value, b["state_dict"][key]), key
+
+
+def test_queue_maml_under_ddp_keeps_the_ranks_parameters_identical(tmp_path):
+    """Two CPU processes (gloo): each rank meta-trains on its own sites and sequences, DDP averages
+    the meta-gradients. The critic, which MAML does not train, gets no gradient and is not waited for."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    proc = run("fit.py", "fit", "--config", ROOT / "configs" / "base" / "queue_maml.yaml", "--threads", "1",
+               "--model.init_args.init_from", POLICY, "--model.init_args.traces", TRACES, *TINY,
+               "--trainer.max_steps", "3", "--trainer.strategy", "ddp", "--trainer.devices", "2",
+               "--trainer.accelerator", "cpu", "--trainer.callbacks+=tests.ddp_probe.ParameterProbe",
+               cwd=tmp_path, env={"DDP_PROBE_DIR": str(probe)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world"] for r in ranks] == [2, 2] and [r["step"] for r in ranks] == [3, 3]
+    assert ranks[0]["params"] == pytest.approx(ranks[1]["params"], rel=0, abs=1e-6)
+    start, _ = load_queue_policy(POLICY)
+    scorer = [p.detach().double() for p in start.scorer.parameters()]
+    assert ranks[0]["params"][:len(scorer)] != pytest.approx([float(p.sum()) for p in scorer], rel=0, abs=1e-9)
 
 
 @pytest.mark.parametrize("mode", [["--model.init_args.first_order", "false"],
