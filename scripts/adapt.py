@@ -27,6 +27,11 @@ leaving capacity idle pays depends on the load, so a light log may want a work-c
 
 The adapted checkpoint goes to runs/adapted/<checkpoint name>.ckpt (-2, -3, ... appended when that
 file exists), or to --out, which must not exist (unless --overwrite) nor be --ckpt.
+
+--env queue adapts queue policies (e.g. checkpoints/queue_maml.ckpt) to a site or a log instead, with
+flags of its own (--site, --trace, --policy, ...: `adapt.py --env queue --help`):
+
+    python scripts/adapt.py --env queue --site nasa-exact --policy checkpoints/queue_maml.ckpt --steps 5
 """
 from __future__ import annotations
 
