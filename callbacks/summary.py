@@ -11,6 +11,8 @@ import sys
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from lightning_sched.cli import workload_flags
+
 from .checkpoints import LatestCheckpoint
 from .heuristics import HeuristicComparison
 
@@ -44,8 +46,12 @@ class TrainingSummary(Callback):
                              + ", ".join(f"{h} {v:.3f}" for h, v in values.items()))
         # a module with its own protocol (the queue env's) names its script and arguments
         own = getattr(pl_module, "evaluation_command", None)
-        script, arguments = own(path) if own else ("evaluate", ["--policy", path, "tetris", "sjf", "--jobsets", "200"])
+        flags = workload_flags(getattr(pl_module, "workload", None))  # the workload it trained on
+        script, arguments = own(path) if own else ("evaluate", ["--policy", path, "tetris", "sjf", "--jobsets", "200",
+                                                                *(flags or [])])
         installed = os.path.basename(sys.argv[0]).startswith("lsched-")  # run as the wheel's console command
         command = [f"lsched-{script}"] if installed else ["python", f"scripts/{script}.py"]
-        lines.append(f"evaluate it{'' if own else ' on unseen jobsets'}: {shlex.join([*command, *arguments])}")
+        lines.append(f"evaluate it{'' if own else ' on unseen jobsets'}: {shlex.join([*command, *arguments])}"
+                     + ("" if own or flags is not None else " (DeepRM's workload: give evaluate.py this run's "
+                                                            "workload, a family or a trace, by its flags)"))
         return "\n".join(lines)

@@ -149,6 +149,21 @@ def workload_from_args(args, cfg: ClusterConfig) -> DeepRMWorkload:
                           arrivals=args.arrivals, num_resources=cfg.num_resources, resource_units=cfg.resource_units)
 
 
+def workload_flags(workload) -> list[str] | None:
+    """The workload flags that describe `workload` (those that differ from DeepRM's defaults), the
+    inverse of `workload_from_args`; None for a workload these flags cannot describe (a family, a
+    trace)."""
+    if not isinstance(workload, DeepRMWorkload):
+        return None
+    flags, default = [], DeepRMWorkload()
+    names = ("load", "simu_len", "short_prob", "short_len", "long_len", "dominant_units", "other_units", "arrivals")
+    for name in names:
+        value = getattr(workload, name)
+        if value != getattr(default, name):
+            flags += [f"--{name}", *map(str, value if isinstance(value, (tuple, list)) else [value])]
+    return flags
+
+
 # ----- the cluster ---------------------------------------------------------------------------------
 def add_cluster_flags(parser: argparse.ArgumentParser, reward_default: bool = True) -> None:
     """ClusterConfig's fields as flags. The size fields default to None: a checkpoint's own cluster,

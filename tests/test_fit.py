@@ -57,7 +57,9 @@ def test_smoke_fit_writes_a_wandb_offline_run_and_checkpoints(smoke_run):
     summary = proc.stdout[proc.stdout.index("fit done at step 4"):]
     assert f"best checkpoint: runs/smoke/checkpoints/{best.name} (eval/mean_slowdown " in summary
     assert "heuristics on the same 8 validation jobsets, mean_slowdown: tetris " in summary
-    assert f"scripts/evaluate.py --policy runs/smoke/checkpoints/{best.name}" in summary
+    # on the workload it trained on (smoke's simu_len), not evaluate.py's DeepRM default
+    assert (f"scripts/evaluate.py --policy runs/smoke/checkpoints/{best.name} tetris sjf --jobsets 200 "
+            "--simu_len 10\n") in summary + "\n"
 
 
 def test_last_checkpoint_is_the_latest_state_not_the_best(tmp_path):
