@@ -64,7 +64,6 @@ def test_one_work_budget_refuses_hours_before_drawing(monkeypatch, capsys):
     """Time is budgeted as memory is: --resource_units 1000000 (1.9M jobs a jobset, ~13 min a
     policy) refused before any jobset is drawn, naming the field and the estimate; the documented
     sizes pass; LIGHTNING_SCHED_WORK_SECONDS raises the budget."""
-    import time
 
     from lightning_sched.deeprm.rollout import rollout_seconds
     from lightning_sched.limits import DEFAULT_WORK_SECONDS, work_budget
@@ -75,10 +74,8 @@ def test_one_work_budget_refuses_hours_before_drawing(monkeypatch, capsys):
         raise AssertionError("jobsets drawn before the work budget was checked")
 
     monkeypatch.setitem(evaluate.__globals__, "make_jobsets", never)
-    started = time.perf_counter()
     line = one_line_exit_2(capsys, lambda: evaluate(["--policy", "tetris", "--resource_units", "1000000",
                                                      "--jobsets", "1", "--threads", "1"]))
-    assert time.perf_counter() - started < 30  # no draw, no rollout: seconds of loading at most
     assert line.startswith("error: evaluate.py would take at least about ") and "--resource_units=1000000" in line
     assert "job columns=1908054" in line and "LIGHTNING_SCHED_WORK_SECONDS" in line, line
     from tasks.reinforce import Reinforce

@@ -444,18 +444,6 @@ def assert_state_on(state: ClusterState, device: torch.device) -> None:
             assert same_device(value.device, device), f"state.{name} on {value.device}, env on {device}"
 
 
-def test_all_state_on_env_device_cpu():
-    env = ClusterEnv(SMALL, workload=small_workload(), batch_size=[3], device="cpu")
-    td = env.reset()
-    assert env.device == torch.device("cpu")
-    assert_state_on(env.state, env.device)
-    for _ in range(5):
-        td["action"] = torch.full((3,), SMALL.num_slots)
-        td = env.step(td)["next"]
-    assert_state_on(env.state, env.device)
-    assert all(same_device(v.device, env.device) for v in td.values(include_nested=True, leaves_only=True))
-
-
 def run_fixed_actions(device: str, steps: int = 60):
     jobs = small_jobs(6, seed=4)
     env = ClusterEnv(SMALL, workload=jobs, batch_size=[6], device=device)

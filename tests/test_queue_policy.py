@@ -9,7 +9,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -202,13 +201,10 @@ def test_fit_smoke_trains_validates_and_writes_a_loadable_policy(tmp_path):
     log = write_log(tmp_path / "tiny.swf")
     env = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
            "WANDB_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    start = time.perf_counter()
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), "fit", "--config", str(SMOKE),
                            "--threads", "1", "--trainer.logger", "false", "--model.init_args.log", str(log)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
-    seconds = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert seconds < 60, f"the queue smoke run took {seconds:.0f} s"
     evaluate = next(line for line in proc.stdout.splitlines() if line.startswith("evaluate it"))
     assert "--env queue --protocol heldout" in evaluate and evaluate.endswith(".ckpt")  # the queue's protocol
     run = tmp_path / "runs" / "queue_smoke"
@@ -220,6 +216,8 @@ def test_fit_smoke_trains_validates_and_writes_a_loadable_policy(tmp_path):
     assert data["global_step"] >= 2
     net, cfg = load_queue_policy(best[0])
     assert (cfg.window, cfg.sequence_length, cfg.nodes) == (16, 32, 16)
+    for key, value in net.state_dict().items():  # the policy record holds the trained weights, not the start's
+        assert torch.equal(value, data["state_dict"][f"net.{key}"]), key
     # the loaded policy plays whole episodes of the log without the training code
     queue_log = read_queue_log(log)
     play = QueueEnv(cfg, queue_log, batch_size=[3], starts=torch.tensor([0, 100, 200]))
