@@ -349,5 +349,12 @@ def test_a_small_log_without_a_header_evaluates_with_its_cluster_and_sequence_le
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert [(line["policy"], line["jobs"], line["log"]["nodes"]) for line in lines] == [("fcfs", 800, 32),
                                                                                         ("f1", 800, 32)]
+    # a larger threshold bounds more slowdowns at 1: the same schedules score lower
+    assert main(["--env", "queue", "--trace", str(path), "--protocol", "heldout", "--sequence_length", "200",
+                 "--sequences", "4", "--nodes", "32", "--policy", "fcfs", "f1", "--threads", "1", "--json",
+                 "--bsld_threshold", "100000"]) == 0
+    bounded = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    for low, high in zip(lines, bounded, strict=True):
+        assert high["mean_bounded_slowdown"] < low["mean_bounded_slowdown"] and high["mean_wait"] == low["mean_wait"]
     with pytest.raises(ConfigError, match="the rlscheduler protocol's sequences are 1024 jobs"):
         main(["--env", "queue", "--trace", str(path), "--sequence_length", "200", "--policy", "f1"])

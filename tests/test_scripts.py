@@ -354,3 +354,12 @@ def test_evaluate_table_says_units_and_direction_and_stays_aligned_with_long_nam
     assert len(rows) == 2 and len({row.index("±") for row in rows}) == 1  # the columns line up
     assert lines[header].index("mean slowdown") + len("mean slowdown") == lines[header + 1].index("lower") + 15
     assert "(paired 95% CI over 3 jobsets)" in out
+
+
+def test_bench_decide_prints_latencies_of_the_checkpoint_and_its_onnx_export():
+    out = run("scripts/bench_decide.py", "--threads", "1", "--repeats", "1").stdout
+    rows = [line for line in out.splitlines() if " waiting, " in line]
+    assert len(rows) == 4 and all("checkpoint (torch)" in r and "ONNX (onnxruntime)" in r for r in rows), out
+    for row in rows:  # median / p99, each a positive number of milliseconds
+        numbers = [float(x) for x in row.replace("/", " ").split() if x.replace(".", "", 1).isdigit()][-4:]
+        assert len(numbers) == 4 and all(n > 0 for n in numbers), row
