@@ -222,6 +222,8 @@ def queue_main(argv) -> int:
     ap.add_argument("--nodes", type=at_least(1), help="the cluster's nodes (default: the log header's MaxNodes)")
     ap.add_argument("--processors_per_node", type=at_least(1),
                     help="default: the header's MaxProcs / MaxNodes (1 without MaxNodes)")
+    ap.add_argument("--oversize", choices=("refuse", "drop"), default="refuse",
+                    help="a job larger than the cluster: refused with its line, or dropped and counted in the summary")
     ap.add_argument("--load", type=positive_float,
                     help="scale the log's inter-arrival times to this offered load (default: as recorded)")
     ap.add_argument("--bsld_threshold", type=positive_float, default=10.0, help="seconds (bounded slowdown)")
@@ -252,7 +254,8 @@ def queue_main(argv) -> int:
                                               sequences=args.sequences or 100, site=site,
                                               bsld_threshold=args.bsld_threshold, device=args.device,
                                               versus=args.versus, echo=print, sequence_length=args.sequence_length,
-                                              nodes=args.nodes, processors_per_node=args.processors_per_node)
+                                              nodes=args.nodes, processors_per_node=args.processors_per_node,
+                                              oversize=args.oversize)
             lines += case
             label = f"{Path(trace).name}, backfill {backfill}"
             panels[label] = per_sequence

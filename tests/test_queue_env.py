@@ -58,8 +58,8 @@ def test_log_reading_counts_what_it_changes(tmp_path):
     assert log.processors.tolist() == [4, 2, 5]  # max(allocated, requested)
     assert log.counts == {"read": 5, "dropped_zero_run": 1, "dropped_unknown_processors": 0,
                           "dropped_unknown_submit": 1, "negative_run_set_to_10": 1, "requested_from_run": 1,
-                          "requested_zero_from_run": 0, "requested_below_run": 0, "processors_rounded_up_to_nodes": 1,
-                          "kept": 3}
+                          "requested_zero_from_run": 0, "requested_below_run": 0, "dropped_larger_than_cluster": 0,
+                          "processors_rounded_up_to_nodes": 1, "kept": 3}
     cfg = log.config(sequence_length=3)
     state = QueueEnv(cfg, log, batch_size=[1], starts=[0]).initial_state()
     assert state.nodes[0].tolist() == [2, 1, 3]  # ceil(processors / 2 per node)
@@ -86,8 +86,11 @@ def test_a_zero_request_is_unknown_and_short_requests_partial_nodes_and_repeats_
 def test_bad_logs_and_sequences_are_refused_in_one_line(tmp_path):
     big = tmp_path / "big.swf"
     big.write_text("; MaxNodes: 4\n" + swf_line(1, 0, 10, 2) + "\n" + swf_line(2, 3, 10, 9) + "\n")
-    with pytest.raises(TraceError, match=r"line 3, processors: job 2 asks for 9 processors, the cluster has 4"):
+    with pytest.raises(TraceError, match=r"line 3, processors: job 2 asks for 9 processors, the cluster has 4 .*"
+                                         r"1 job\(s\) do not fit \(evaluate.py --oversize drop: dropped, counted\)"):
         read_queue_log(big)
+    dropped = read_queue_log(big, oversize="drop")
+    assert dropped.num_jobs == 1 and dropped.counts["dropped_larger_than_cluster"] == 1
     for field, line in ((2, swf_line(2, "1e19", 10, 2)), (4, swf_line(2, 3, 10**19, 2)),
                         (5, swf_line(2, 3, 10, "1e19"))):
         huge = tmp_path / "huge.swf"  # beyond int64 (or any sane size): refused, not wrapped or counted as dropped

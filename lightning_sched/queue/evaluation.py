@@ -180,19 +180,21 @@ def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str
 def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str = "off", sequences: int = 100,
                  site=None, bsld_threshold: float = 10.0, device="cpu", versus: str | None = None,
                  echo=print, sequence_length: int = EVAL_LENGTH, nodes: int | None = None,
-                 processors_per_node: int | None = None) -> tuple[list[dict], dict[str, torch.Tensor]]:
+                 processors_per_node: int | None = None,
+                 oversize: str = "refuse") -> tuple[list[dict], dict[str, torch.Tensor]]:
     """Every policy of `policies` on `trace` (its cluster `nodes` x `processors_per_node` when given,
-    else its header's; rewritten as `site`, a queue.sites.SiteModel, when given) under `protocol`, on
-    sequences of `sequence_length` jobs; prints a table through `echo` and
-    returns one dict per policy (the metrics with 95% CIs over sequences, and, where a rule of
-    RULES ran, the paired difference to the best of them, "best heuristic"; with `versus`, one of
-    `policies`, also the paired difference to it) and each policy's per-sequence mean bounded slowdowns."""
+    else its header's; jobs larger than it refused or dropped as `oversize` says; rewritten as `site`,
+    a queue.sites.SiteModel, when given) under `protocol`, on sequences of `sequence_length` jobs;
+    prints a table through `echo` and returns one dict per policy (the metrics with 95% CIs over
+    sequences, and, where a rule of RULES ran, the paired difference to the best of them, "best
+    heuristic"; with `versus`, one of `policies`, also the paired difference to it) and each
+    policy's per-sequence mean bounded slowdowns."""
     if versus is not None and versus not in policies:
         raise ConfigError(f"--versus {versus!r} is not one of the policies evaluated ({', '.join(policies)})")
     twice = next((name for i, name in enumerate(policies) if name in policies[:i]), None)
     if twice is not None:
         raise ConfigError(f"--policy {twice!r} is given twice")
-    log = read_queue_log(trace, nodes, processors_per_node)
+    log = read_queue_log(trace, nodes, processors_per_node, oversize)
     if site is not None:
         log = site.apply(log)
     length = sequence_length

@@ -43,7 +43,8 @@ class QueueLog:
     nodes, processors_per_node: the cluster
     counts: what reading did to the log's job lines ("read", "kept", "dropped_zero_run",
         "dropped_unknown_processors", "dropped_unknown_submit", "negative_run_set_to_10", "requested_from_run",
-        "requested_zero_from_run", "requested_below_run", "processors_rounded_up_to_nodes")
+        "requested_zero_from_run", "requested_below_run", "processors_rounded_up_to_nodes",
+        "dropped_larger_than_cluster")
     """
 
     path: str
@@ -128,10 +129,14 @@ def _header_int(header: dict[str, str], key: str, path) -> int | None:
     return value
 
 
-def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_node: int | None = None) -> QueueLog:
+def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_node: int | None = None,
+                   oversize: str = "refuse") -> QueueLog:
     """Read an SWF log (.swf or .swf.gz) for the queue environment; `nodes` and
-    `processors_per_node` override the header's cluster. TraceError (one line naming the file,
-    line and field) for a malformed log, a job larger than the cluster, or no cluster size."""
+    `processors_per_node` override the header's cluster; a job larger than the cluster is refused
+    (`oversize` "refuse") or dropped and counted ("drop"). TraceError (one line naming the file,
+    line and field) for a malformed log, a refused job, or no cluster size."""
+    if oversize not in ("refuse", "drop"):
+        raise ConfigError(f"oversize must be refuse or drop, got {oversize!r}")
     header, table, lines = read_swf_table(path)
     lines = np.asarray(lines)
     header_nodes, header_procs = _header_int(header, "MaxNodes", path), _header_int(header, "MaxProcs", path)
@@ -174,11 +179,13 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
                          f"requested {requested[k]}) reach 2^36 seconds (2,000 years): not a log's")
     need = -(-processors // processors_per_node)
     too_big = keep & (need > nodes)
-    if too_big.any():
+    if oversize == "refuse" and too_big.any():
         k = int(np.argmax(too_big))
         raise TraceError(f"{path}, line {lines[k]}, processors: job {number[k]} asks for {processors[k]} processors, "
                          f"the cluster has {nodes * processors_per_node} ({nodes} nodes x {processors_per_node}); "
-                         f"{int(too_big.sum())} job(s) do not fit")
+                         f"{int(too_big.sum())} job(s) do not fit (evaluate.py --oversize drop: dropped, counted)")
+    counts["dropped_larger_than_cluster"] = int(too_big.sum())  # 0 unless dropped: refused above
+    keep &= ~too_big
     counts["processors_rounded_up_to_nodes"] = int((keep & (processors % processors_per_node != 0)).sum())
     seen, first = np.unique(number[keep], return_index=True)
     if len(seen) < int(keep.sum()):
