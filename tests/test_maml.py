@@ -259,7 +259,9 @@ def test_a_meta_policy_starts_from_a_trained_slot_policy_and_refuses_another_net
     source, _, _ = load_network(shipped)
     for name, value in source.state_dict().items():
         assert torch.equal(module.net.state_dict()[name], value), name
-    with pytest.raises(ConfigError, match="init_from=.*is not this run's"):
+    with pytest.raises(ConfigError, match=r"init_from=.*is not this run's .*; start from it with "
+                                          r"--model.init_args.policy.hidden '\[32\]' "
+                                          r"--model.init_args.policy.kind slots$"):
         MAML(policy=PolicySpec(masked=True), init_from=shipped, meta_batch=2)
 
 

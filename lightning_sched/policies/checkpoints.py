@@ -7,6 +7,8 @@ strings and numbers (as are the Lightning keys beside it), so loading a file nev
 """
 from __future__ import annotations
 
+import json
+import shlex
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -181,8 +183,19 @@ def warm_start(net: DeepRMNetwork, path: str) -> None:
     added = {name: False for name in ("deadline_inputs", "arrival_inputs")
              if getattr(net.spec, name) and not getattr(source.spec, name)}
     if source.spec != replace(net.spec, **added):
-        raise ConfigError(f"init_from={path}: its policy {source.spec!r} is not this run's {net.spec!r}")
+        differ = [f.name for f in fields(source.spec) if getattr(source.spec, f.name) != getattr(net.spec, f.name)]
+        flags = " ".join(f"--model.init_args.policy.{name} {_flag_value(getattr(source.spec, name))}"
+                         for name in differ)
+        raise ConfigError(f"init_from={path}: its policy {source.spec!r} is not this run's {net.spec!r}; start from it "
+                          f"with {flags}")
     net.load_state_dict(source.state_dict(), strict=not added)
+
+
+def _flag_value(value) -> str:
+    """`value` as a LightningCLI flag takes it (a list as JSON, quoted for the shell)."""
+    if isinstance(value, str):
+        return shlex.quote(value)
+    return shlex.quote(json.dumps(list(value) if isinstance(value, tuple) else value))
 
 
 def with_acting(path, out, acting: Acting, overwrite: bool = False, **notes) -> Path:
