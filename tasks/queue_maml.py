@@ -231,6 +231,10 @@ class QueueMAML(IterationTask):
             meta_loss += float(loss.detach())
             bsld.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
         self.check_loss(torch.tensor(meta_loss))
+        if hp.first_order and hp.inner_steps > 0 and self.trainer.world_size > 1:
+            for p in self.net.scorer.parameters():  # gradients set by hand: average the ranks' ourselves
+                p.grad = torch.zeros_like(p) if p.grad is None else p.grad
+                p.grad.copy_(self.trainer.strategy.reduce(p.grad, reduce_op="mean"))
         self.check_gradients()
         # clipped as QueuePPO's steps (its max_grad_norm default): one site whose bounded slowdowns run to
         # thousands must not throw the shared start far (the learned step sizes, their own lr, are not clipped)
@@ -254,8 +258,6 @@ class QueueMAML(IterationTask):
         for p, g in zip(self.net.scorer.parameters(), grads, strict=True):
             if g is not None:
                 p.grad = g if p.grad is None else p.grad + g
-
-    # faults: a non-finite loss or gradient stops training before the step (tasks.base)
 
     def evaluation_command(self, checkpoint: str) -> tuple[str, list[str]]:
         """(the script, its arguments) that adapt `checkpoint` with its own inner loop to the first

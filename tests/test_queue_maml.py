@@ -61,13 +61,16 @@ def test_a_resumed_meta_training_ends_with_the_weights_of_one_that_ran_through(t
         assert torch.equal(value, b["state_dict"][key]), key
 
 
-def test_queue_maml_under_ddp_keeps_the_ranks_parameters_identical(tmp_path):
-    """Two CPU processes (gloo): each rank meta-trains on its own sites and sequences, DDP averages
-    the meta-gradients. The critic, which MAML does not train, gets no gradient and is not waited for."""
+@pytest.mark.parametrize("order", ["false", "true"], ids=["second_order", "first_order"])
+def test_queue_maml_under_ddp_keeps_the_ranks_parameters_identical(tmp_path, order):
+    """Two CPU processes (gloo): each rank meta-trains on its own sites and sequences; the ranks'
+    meta-gradients are averaged (by DDP's backward, or by hand where first order sets them). The
+    critic, which MAML does not train, gets no gradient and is not waited for."""
     probe = tmp_path / "probe"
     probe.mkdir()
     proc = run("fit.py", "fit", "--config", ROOT / "configs" / "base" / "queue_maml.yaml", "--threads", "1",
                "--model.init_args.init_from", POLICY, "--model.init_args.traces", TRACES, *TINY,
+               "--model.init_args.first_order", order,
                "--trainer.max_steps", "3", "--trainer.strategy", "ddp", "--trainer.devices", "2",
                "--trainer.accelerator", "cpu", "--trainer.callbacks+=tests.ddp_probe.ParameterProbe",
                cwd=tmp_path, env={"DDP_PROBE_DIR": str(probe)})
