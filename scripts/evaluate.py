@@ -205,9 +205,9 @@ def queue_main(argv) -> int:
     ap = ScriptParser(prog="evaluate.py --env queue", description=queue_main.__doc__)
     ap.add_argument("--trace", nargs="+", help="SWF logs (.swf or .swf.gz): one case each (default: --site's log)")
     ap.add_argument("--protocol", choices=PROTOCOLS, default="rlscheduler",
-                    help="rlscheduler: its 10 sequences of 1024 jobs; heldout: --sequences sequences of 1024 jobs "
-                         "from the log's last 20%%; recent: the same from 60-80%% (the training range's end, to "
-                         "choose between trained policies)")
+                    help="rlscheduler: its 10 sequences of 1024 jobs; heldout: --sequences sequences of "
+                         "--sequence_length jobs from the log's last 20%%; recent: the same from 60-80%% (the "
+                         "training range's end, to choose between trained policies)")
     ap.add_argument("--policy", nargs="+", default=["fcfs", "sjf", "f1", "wfp3", "unicep"],
                     help=f"rules ({', '.join(QUEUE_HEURISTICS)}) and/or queue checkpoints")
     ap.add_argument("--backfill", choices=("off", "easy"), nargs="+", default=["off"], help="one case each")
@@ -219,7 +219,8 @@ def queue_main(argv) -> int:
     ap.add_argument("--sequence_length", type=at_least(2), default=EVAL_LENGTH,
                     help=f"heldout, recent: jobs in each sequence (default {EVAL_LENGTH}, RLScheduler's; shorter for a "
                          "small log)")
-    ap.add_argument("--nodes", type=at_least(1), help="the cluster's nodes (default: the log header's MaxNodes)")
+    ap.add_argument("--nodes", type=at_least(1), help="the cluster's nodes (default: the log header's MaxNodes, or "
+                    "MaxProcs / --processors_per_node without it)")
     ap.add_argument("--processors_per_node", type=at_least(1),
                     help="default: the header's MaxProcs / MaxNodes (1 without MaxNodes)")
     ap.add_argument("--oversize", choices=("refuse", "drop"), default="refuse",

@@ -89,8 +89,15 @@ def test_bad_logs_and_sequences_are_refused_in_one_line(tmp_path):
     with pytest.raises(TraceError, match=r"line 3, processors: job 2 asks for 9 processors, the cluster has 4 .*"
                                          r"1 job\(s\) do not fit \(evaluate.py --oversize drop: dropped, counted\)"):
         read_queue_log(big)
-    dropped = read_queue_log(big, oversize="drop")
+    big.write_text("; MaxNodes: 4\n" + swf_line(1, 0, 10, 2) + "\n" + swf_line(2, 3, -1, 9, requested=0) + "\n")
+    dropped = read_queue_log(big, oversize="drop")  # what happened to a dropped job is not counted as kept
     assert dropped.num_jobs == 1 and dropped.counts["dropped_larger_than_cluster"] == 1
+    assert dropped.counts["negative_run_set_to_10"] == dropped.counts["requested_zero_from_run"] == 0
+    procs = tmp_path / "procs.swf"  # MaxProcs alone: processors, so nodes = MaxProcs / processors_per_node
+    procs.write_text("; MaxProcs: 128\n" + swf_line(1, 0, 10, 2) + "\n")
+    assert (read_queue_log(procs).nodes, read_queue_log(procs, processors_per_node=32).nodes) == (128, 4)
+    with pytest.raises(TraceError, match="header MaxProcs 128 is not a multiple of processors_per_node 48"):
+        read_queue_log(procs, processors_per_node=48)
     for field, line in ((2, swf_line(2, "1e19", 10, 2)), (4, swf_line(2, 3, 10**19, 2)),
                         (5, swf_line(2, 3, 10, "1e19"))):
         huge = tmp_path / "huge.swf"  # beyond int64 (or any sane size): refused, not wrapped or counted as dropped

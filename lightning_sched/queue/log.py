@@ -140,16 +140,20 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
     header, table, lines = read_swf_table(path)
     lines = np.asarray(lines)
     header_nodes, header_procs = _header_int(header, "MaxNodes", path), _header_int(header, "MaxProcs", path)
-    if nodes is None:
-        nodes = header_nodes or header_procs
-    if nodes is None:
-        raise TraceError(f"{path}: the header gives neither MaxNodes nor MaxProcs: add '; MaxNodes: N' and "
-                         "'; MaxProcs: P' lines (the cluster's nodes and processors), or evaluate.py --nodes")
     if processors_per_node is None:
         processors_per_node = header_procs // header_nodes if header_nodes and header_procs else 1
     for name, value in (("nodes", nodes), ("processors_per_node", processors_per_node)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    if nodes is None and header_nodes is None and header_procs is not None:  # MaxProcs alone: its processors
+        if header_procs % processors_per_node:
+            raise TraceError(f"{path}: header MaxProcs {header_procs} is not a multiple of processors_per_node "
+                             f"{processors_per_node}: give the cluster's nodes (evaluate.py --nodes)")
+        nodes = header_procs // processors_per_node
+    nodes = header_nodes if nodes is None else nodes
+    if nodes is None:
+        raise TraceError(f"{path}: the header gives neither MaxNodes nor MaxProcs: add '; MaxNodes: N' and "
+                         "'; MaxProcs: P' lines (the cluster's nodes and processors), or evaluate.py --nodes")
 
     number, submit, run = table[:, 0].astype(np.int64), table[:, 1].astype(np.int64), table[:, 3].astype(np.int64)
     processors = np.maximum(table[:, 4], table[:, 7]).astype(np.int64)
@@ -166,6 +170,15 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
     keep &= ~unknown
     counts["dropped_unknown_submit"] = int((keep & (submit < 0)).sum())  # SWF's -1: no time to replay it at
     keep &= submit >= 0
+    need = -(-processors // processors_per_node)
+    too_big = keep & (need > nodes)
+    if oversize == "refuse" and too_big.any():
+        k = int(np.argmax(too_big))
+        raise TraceError(f"{path}, line {lines[k]}, processors: job {number[k]} asks for {processors[k]} processors, "
+                         f"the cluster has {nodes * processors_per_node} ({nodes} nodes x {processors_per_node}); "
+                         f"{int(too_big.sum())} job(s) do not fit (evaluate.py --oversize drop: dropped, counted)")
+    counts["dropped_larger_than_cluster"] = int(too_big.sum())  # 0 unless dropped: refused above
+    keep &= ~too_big
     counts["negative_run_set_to_10"] = int((keep & (run < 0)).sum())  # of the jobs kept, as the next one
     run = np.where(run < 0, NEGATIVE_RUN_TIME, run)
     counts["requested_from_run"] = int((keep & (requested == -1)).sum())
@@ -177,15 +190,6 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
         k = int(np.argmax(long_ago))
         raise TraceError(f"{path}, line {lines[k]}: job {number[k]}'s times (submit {submit[k]}, run {run[k]}, "
                          f"requested {requested[k]}) reach 2^36 seconds (2,000 years): not a log's")
-    need = -(-processors // processors_per_node)
-    too_big = keep & (need > nodes)
-    if oversize == "refuse" and too_big.any():
-        k = int(np.argmax(too_big))
-        raise TraceError(f"{path}, line {lines[k]}, processors: job {number[k]} asks for {processors[k]} processors, "
-                         f"the cluster has {nodes * processors_per_node} ({nodes} nodes x {processors_per_node}); "
-                         f"{int(too_big.sum())} job(s) do not fit (evaluate.py --oversize drop: dropped, counted)")
-    counts["dropped_larger_than_cluster"] = int(too_big.sum())  # 0 unless dropped: refused above
-    keep &= ~too_big
     counts["processors_rounded_up_to_nodes"] = int((keep & (processors % processors_per_node != 0)).sum())
     seen, first = np.unique(number[keep], return_index=True)
     if len(seen) < int(keep.sum()):
