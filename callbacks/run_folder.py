@@ -301,7 +301,12 @@ def run_loggers(logger, run_dir: Path, wandb_id: str | None = None, resumed_step
             args.save_dir = str(run_dir)
         if wandb_id and args.get("id") is None and args.get("version") is None:
             if args.get("offline") and resumed_step is not None:
-                args.id = f"{wandb_id}{RESUMED}{resumed_step}"
+                resumed = f"{wandb_id}{RESUMED}{resumed_step}"
+                folder = Path(args.get("save_dir") or args.get("dir") or ".", "wandb")
+                taken = {p.name.split("-", 3)[-1] for p in folder.glob("offline-run-*")}
+                # a second resume from the same step gets an id of its own too
+                args.id = next(f"{resumed}{f'-{n}' if n > 1 else ''}" for n in itertools.count(1)
+                               if f"{resumed}{f'-{n}' if n > 1 else ''}" not in taken)
                 args.group = args.get("group") or wandb_id
             else:
                 args.id = wandb_id

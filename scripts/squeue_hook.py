@@ -48,9 +48,11 @@ def number(job: dict, key: str, unlimited: float | None = None):
     return value
 
 
-def state(job: dict) -> str:
+def states(job: dict) -> set[str]:
+    """The job's state and flags: Slurm's JSON gives a list, its base state first and flags such as
+    COMPLETING after it (a finishing job: ["COMPLETED", "COMPLETING"]); older versions a string."""
     value = job.get("job_state", "")
-    return value[0] if isinstance(value, list) and value else str(value)
+    return {str(v) for v in value} if isinstance(value, list) else {str(value)}
 
 
 def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: int,
@@ -64,14 +66,14 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
             raise SnapshotError(f"squeue: jobs[{i}]: expected an object, got {type(job).__name__}")
         if partition is not None and partition not in str(job.get("partition", "")).split(","):
             continue
-        if state(job) in HOLDING:
+        if states(job) & set(HOLDING):
             end = job.get("end_time")
             if isinstance(end, dict) and end.get("infinite"):  # no time limit: taken to have asked for the default
                 end = number(job, "start_time") + 60 * unlimited_minutes
             else:
                 end = number(job, "end_time")
             running.append({"id": job["job_id"], "processors": number(job, "cpus"), "expected_end": end})
-        elif state(job) == "PENDING":
+        elif "PENDING" in states(job):
             minutes = number(job, "time_limit", unlimited=unlimited_minutes)
             waiting.append({"id": job["job_id"], "submit": min(number(job, "submit_time"), now),
                             "requested_time": 60 * minutes, "processors": number(job, "cpus"),

@@ -261,7 +261,7 @@ def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
         sys.path.remove(str(ROOT / "scripts"))
     snapshot = snapshot_of({"jobs": jobs}, 256, now, unlimited_minutes=60)
     assert snapshot["running"][1] == {"id": 16, "processors": 8, "expected_end": now - 60 + 3600}  # no limit: 60 min
-    ending = {"job_id": 17, "job_state": ["COMPLETING"], "cpus": 8, "end_time": now, "partition": "gpu"}
+    ending = {"job_id": 17, "job_state": ["COMPLETED", "COMPLETING"], "cpus": 8, "end_time": now, "partition": "gpu"}
     assert [j["id"] for j in snapshot_of({"jobs": [*jobs, ending]}, 256, now, 60)["running"]] == [11, 16, 17]
     mixed = [{**jobs[1], "partition": "cpu,gpu"}, {**jobs[2], "partition": "cpu"}, ending]
     split = snapshot_of({"jobs": mixed}, 256, now, 60, partition="gpu")

@@ -124,6 +124,18 @@ def test_run_loggers_keep_what_the_user_gave():
     assert loggers == [own, csv] and own.init_args.save_dir == "mine" and own.init_args.id == "theirs"
 
 
+def test_an_offline_resume_is_a_wandb_run_of_its_own_in_the_first_ones_group(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)  # offline
+    first = run_loggers(True, tmp_path)[0].init_args
+    assert first.offline and first.get("id") is None
+    resumed = run_loggers(True, tmp_path, wandb_id="abc", resumed_step=3)[0].init_args
+    assert (resumed.id, resumed.group) == ("abc-resumed-3", "abc")
+    (tmp_path / "wandb" / "offline-run-20261127_120000-abc-resumed-3").mkdir(parents=True)
+    again = run_loggers(True, tmp_path, wandb_id="abc", resumed_step=3)[0].init_args  # the same step again
+    assert (again.id, again.group) == ("abc-resumed-3-2", "abc")
+    assert run_loggers(True, tmp_path, wandb_id="abc")[0].init_args.id == "abc"  # not a resume: the run's own
+
+
 # ----- the checkpoint against the config --------------------------------------------------------
 
 def model(class_path="tasks.reinforce.Reinforce", **init_args) -> Namespace:
