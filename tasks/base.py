@@ -221,7 +221,6 @@ class SchedulerTask(IterationTask):
         self.log("eval_slowdown", s["mean_slowdown"], prog_bar=True, logger=False, on_epoch=True, batch_size=1)
         return result
 
-    # ----- faults --------------------------------------------------------------------------------
     # ----- checkpoints: the policy alone, readable without this module ---------------------------
     def policy_record(self) -> PolicyRecord:
         """The policy as a checkpoint holds it: acting as it is evaluated."""

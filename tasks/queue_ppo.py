@@ -353,11 +353,10 @@ class QueuePPO(IterationTask):
         self.log("bsld", metrics["mean_bounded_slowdown"].mean().float(), prog_bar=True, on_step=True,
                  on_epoch=False, logger=False)
 
-    # faults: a non-finite loss or parameters stop training before the next checkpoint (tasks.base)
     def configure_optimizers(self):
         if str(self.trainer.precision) not in ("32-true", "32", "64-true", "64"):  # iterate() steps past the plugin
-            raise ConfigError(f"trainer.precision {self.trainer.precision}: QueuePPO trains in 32-true (its minibatch "
-                              "steps within an iteration bypass Lightning's precision plugin)")
+            raise ConfigError(f"trainer.precision {self.trainer.precision}: QueuePPO trains in 32-true or 64-true "
+                              "(its minibatch steps within an iteration bypass Lightning's precision plugin)")
         return torch.optim.Adam(self.net.parameters(), lr=self.ppo.lr)
 
     # ----- validation: the greedy policy on fixed sequences --------------------------------------

@@ -22,6 +22,7 @@ from lightning_sched.config import ConfigError
 from lightning_sched.queue.evaluation import (
     EVAL_LENGTH,
     RECENT_FRACTION,
+    TRAIN_FRACTION,
     compare_queue,
     evaluate_queue,
     heuristic_config,
@@ -125,6 +126,8 @@ class QueueRuleSearch(LightningModule):
     def rule_entry(self) -> dict:
         provenance = {"logs": [Path(one.path).name for one in self.logs], "backfill": self.cfgs[0].backfill,
                       "train_fraction": RECENT_FRACTION, "search": "cross-entropy method",
+                      # its validation (which chooses the best checkpoint) reads `recent`, up to TRAIN_FRACTION
+                      "read_fraction": TRAIN_FRACTION,
                       "train_sequences": self.hparams.train_sequences, "generations": int(self.global_step),
                       "population": self.settings.population, "elite": self.settings.elite,
                       "sigma": self.settings.sigma, "seed": self.seed, "start": self.hparams.start or "f1"}

@@ -83,7 +83,8 @@ def decide(snapshot: dict | Snapshot, scorer: Scorer, backfill: str | None = Non
 
         {"order": [waiting ids, highest score first], "scores": [their scores],
          "start_now": [ids to start now, in start order], "backfilled": [those of them backfilled],
-         "held": {"id": the pick waiting for nodes, "shadow": its reserved start} or None}
+         "held": {"id": the pick waiting for nodes, "shadow": its reserved start} or None,
+         "held_not_waiting": the passed-back held id when that job no longer waits (only then)}
 
     `backfill` ('off' / 'easy') and `window` default to the policy's own. Pass "held" back in the next
     snapshot: the policy keeps its pick until it fits, as in the environment. SnapshotError (one line

@@ -169,11 +169,11 @@ def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str
     name = Path(log.path).name
     if name not in {Path(str(one).split(":")[0]).name for one in logs}:
         return notes, None
-    fraction = float(record.get("train_fraction", 1.0))
+    fraction = float(record.get("read_fraction", record.get("train_fraction", 1.0)))  # what training or choosing read
     read = int((starts < log.jobs_before(fraction)).sum())  # a sequence [s, s + L) meets jobs [0, T) when s < T
     if read:
-        notes.append(f"note: {spec} trained on the first {fraction:.0%} of {name}'s jobs: {read} of these "
-                     f"{len(starts)} sequences hold jobs it read")
+        notes.append(f"note: {spec} trained on the first {fraction:.0%} of {name}'s jobs (a log of that file "
+                     f"name): {read} of these {len(starts)} sequences hold jobs it read")
     return notes, read
 
 
