@@ -94,6 +94,8 @@ def test_adapt_script_on_a_maml_checkpoint(tmp_path):
 
     policy, cfg = load_policy(out)
     assert cfg.objective == "slowdown"
+    start, _ = load_policy(ckpt)  # two steps moved the meta-policy: the file is the adapted one, not a copy
+    assert any(not torch.equal(a, b) for a, b in zip(policy.net.parameters(), start.net.parameters(), strict=True))
 
 
 def test_meta_sgd_learns_a_step_size_per_weight_and_adapt_uses_them(tmp_path):
