@@ -126,17 +126,20 @@ def test_flags_override_the_saved_acting():
         saved.override(idle_rule="always")
 
 
-def evaluate_json(*flags) -> dict:
-    proc = subprocess.run([sys.executable, "scripts/evaluate.py", "--policy", "checkpoints/best_slowdown.ckpt",
-                           "--load", "0.5", "--jobsets", "4", "--json", "--threads", "1", *flags],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return {k: v for k, v in json.loads(proc.stdout.strip().splitlines()[-1]).items() if k != "seconds"}
-
-
-def test_evaluate_flags_reach_the_policy():
+def test_evaluate_flags_reach_the_policy(capsys, monkeypatch):
     """--wait_rate above any arrival rate makes while_frequent work-conserving; the old flag and rule
     name act as the new ones."""
+    from conftest import script_main
+
+    main = script_main("evaluate")  # in this process: the same code as the command, without its start-up
+    monkeypatch.chdir(ROOT)
+
+    def evaluate_json(*flags) -> dict:
+        assert main(["--policy", "checkpoints/best_slowdown.ckpt", "--load", "0.5", "--jobsets", "4", "--json",
+                     "--threads", "1", *flags]) == 0
+        last = capsys.readouterr().out.strip().splitlines()[-1]
+        return {k: v for k, v in json.loads(last).items() if k != "seconds"}
+
     conserving = evaluate_json("--wait_rate", "1000")
     not_when_idle = evaluate_json("--idle_void", "never")
     assert conserving == evaluate_json("--idle_rule", "work_conserving")
