@@ -160,27 +160,40 @@ def test_checkpoint_with_another_cluster_is_refused_naming_the_fields(smoke_run)
     assert "objective (checkpoint 'slowdown', config 'completion_time')" in proc.stderr
 
 
-def test_print_config_and_unknown_keys(tmp_path):
-    proc = fit("fit", "--config", SMOKE, "--print_config", tmp_path=tmp_path)
-    assert "class_path: tasks.reinforce.Reinforce" in proc.stdout and "episodes_per_jobset: 4" in proc.stdout
-    proc = fit("fit", "--config", SMOKE, "--model.init_args.bogus_knob", "3", tmp_path=tmp_path, check=False)
-    assert proc.returncode != 0 and "bogus_knob" in proc.stderr
-    proc = fit("fit", "--config", SMOKE, "--model.init_args.num_jobsets", "many", tmp_path=tmp_path, check=False)
-    assert proc.returncode != 0 and "num_jobsets" in proc.stderr
+def fit_exit(fit_main, capsys, *args) -> tuple[int, str, str]:
+    """fit.py's main in this process (it ends with SystemExit: --print_config, or a refusal): (its
+    exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as stopped:
+        fit_main(["fit", *args])
+    out = capsys.readouterr()
+    return stopped.value.code or 0, out.out, out.err
 
 
-def test_a_maml_config_keeps_maml_defaults_and_no_config_means_reinforce(tmp_path):
+def test_print_config_and_unknown_keys(fit_main, capsys):
+    code, out, _ = fit_exit(fit_main, capsys, "--config", SMOKE, "--print_config")
+    assert code == 0 and "class_path: tasks.reinforce.Reinforce" in out and "episodes_per_jobset: 4" in out
+    code, _, err = fit_exit(fit_main, capsys, "--config", SMOKE, "--model.init_args.bogus_knob", "3")
+    assert code != 0 and "bogus_knob" in err
+    code, _, err = fit_exit(fit_main, capsys, "--config", SMOKE, "--model.init_args.num_jobsets", "many")
+    assert code != 0 and "num_jobsets" in err
+
+
+def test_a_maml_config_keeps_maml_defaults_and_no_config_means_reinforce(fit_main, capsys):
     """A config picking tasks.maml.MAML gets MAML's own defaults (normalize_advantage True), not
     Reinforce's values for the arguments both modules have; with no config, Reinforce is trained."""
     import yaml
 
-    maml = yaml.safe_load(fit("fit", "--config", str(ROOT / "configs" / "base" / "maml.yaml"),
-                              "--config", str(ROOT / "configs" / "maml_masked.yaml"), "--print_config",
-                              tmp_path=tmp_path).stdout)["model"]
+    def model(*args) -> dict:
+        code, out, err = fit_exit(fit_main, capsys, *args, "--print_config")
+        assert code == 0, err
+        return yaml.safe_load(out)["model"]
+
+    maml = model("--config", str(ROOT / "configs" / "base" / "maml.yaml"), "--config",
+                 str(ROOT / "configs" / "maml_masked.yaml"))
     assert maml["class_path"] == "tasks.maml.MAML" and maml["init_args"]["normalize_advantage"] is True
-    plain = yaml.safe_load(fit("fit", "--print_config", tmp_path=tmp_path).stdout)["model"]
+    plain = model()
     assert plain["class_path"] == "tasks.reinforce.Reinforce" and plain["init_args"]["normalize_advantage"] is False
-    tuned = yaml.safe_load(fit("fit", "--model.num_jobsets", "5", "--print_config", tmp_path=tmp_path).stdout)["model"]
+    tuned = model("--model.num_jobsets", "5")
     assert tuned["class_path"] == "tasks.reinforce.Reinforce" and tuned["init_args"]["num_jobsets"] == 5
 
 
