@@ -2,6 +2,7 @@
 offline files, checkpoints reloaded, resumption, DDP on 2 CPU processes, and the faults."""
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -149,6 +150,11 @@ def test_validate_and_test_subcommands(smoke_run):
     ckpt = next((tmp / "runs").rglob("last.ckpt"))
     proc = fit("test", "--config", SMOKE, "--ckpt_path", str(ckpt), "--trainer.logger", "false", tmp_path=tmp)
     assert "test/mean_slowdown" in proc.stdout
+    # validate reproduces, from last.ckpt, the validation the run logged at its last step
+    proc = fit("validate", "--config", SMOKE, "--ckpt_path", str(ckpt), "--trainer.logger", "false", tmp_path=tmp)
+    shown = next(line for line in proc.stdout.splitlines() if "eval/mean_slowdown " in line)
+    logged = [r for r in csv.DictReader((ckpt.parent.parent / "metrics.csv").open()) if r.get("eval/mean_slowdown")]
+    assert float(shown.split("│")[2]) == pytest.approx(float(logged[-1]["eval/mean_slowdown"]), rel=1e-6)
 
 
 def test_checkpoint_with_another_cluster_is_refused_naming_the_fields(smoke_run):
