@@ -146,6 +146,11 @@ def test_evaluate_flags_reach_the_policy(capsys, monkeypatch):
     assert not_when_idle == evaluate_json("--idle_rule", "not_when_idle")
     saved = evaluate_json()  # the checkpoint's own acting: both flags change what the policy does
     assert saved["mean_slowdown"] not in (conserving["mean_slowdown"], not_when_idle["mean_slowdown"])
+    # a mode alone acts with that mode's default rule (--help); sampling is seeded, and not the argmax
+    greedy, sampled = evaluate_json("--greedy"), evaluate_json("--sample")
+    assert greedy == evaluate_json("--greedy", "--idle_rule", "not_when_idle")
+    assert sampled == evaluate_json("--sample", "--idle_rule", "always") == evaluate_json("--sample")
+    assert sampled["mean_slowdown"] != greedy["mean_slowdown"]
     proc = subprocess.run([sys.executable, "scripts/evaluate.py", "--policy", "tetris", "--idle_rule", "sometimes"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "--idle_rule" in proc.stderr and "not_when_idle" in proc.stderr
