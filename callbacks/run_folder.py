@@ -305,8 +305,8 @@ def run_loggers(logger, run_dir: Path, wandb_id: str | None = None, resumed_step
                 folder = Path(args.get("save_dir") or args.get("dir") or ".", "wandb")
                 taken = {p.name.split("-", 3)[-1] for p in folder.glob("offline-run-*")}
                 # a second resume from the same step gets an id of its own too
-                args.id = next(f"{resumed}{f'-{n}' if n > 1 else ''}" for n in itertools.count(1)
-                               if f"{resumed}{f'-{n}' if n > 1 else ''}" not in taken)
+                candidates = (resumed if n == 1 else f"{resumed}-{n}" for n in itertools.count(1))
+                args.id = next(run_id for run_id in candidates if run_id not in taken)
                 args.group = args.get("group") or wandb_id
             else:
                 args.id = wandb_id

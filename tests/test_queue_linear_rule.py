@@ -8,14 +8,13 @@ import pytest
 import torch
 from test_queue_env import write_log
 
-from lightning_sched.config import ConfigError
+from lightning_sched.config import QUEUE_RULE_KIND, ConfigError
 from lightning_sched.queue.evaluation import evaluate_queue, heuristic_config, resolve
 from lightning_sched.queue.heuristics import QueueHeuristic
 from lightning_sched.queue.linear_rule import (
     BASIC,
     F1_WEIGHTS,
     FEATURES,
-    RULE_KIND,
     LinearRule,
     load_linear_rule,
     save_linear_rule,
@@ -76,7 +75,7 @@ def test_bad_rule_files_are_refused_naming_the_field(tmp_path):
         torch.save({CHECKPOINT_KEY: entry}, path)
         return path
 
-    good = {"kind": RULE_KIND, "features": [n for n, _ in FEATURES[:BASIC]], "weights": [1.0] * BASIC}
+    good = {"kind": QUEUE_RULE_KIND, "features": [n for n, _ in FEATURES[:BASIC]], "weights": [1.0] * BASIC}
     with pytest.raises(ConfigError, match="weights must be 7 finite numbers"):
         load_linear_rule(saved({**good, "weights": [1.0] * 3}))
     with pytest.raises(ConfigError, match="weights must be 7 finite numbers"):

@@ -17,11 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import CHECKPOINT_KEY, QUEUE_POLICY_KIND
+from ..config import CHECKPOINT_KEY, QUEUE_POLICY_KIND  # torch-free: an .onnx policy runs without torch
 from .snapshot import SnapshotError
-
-# from ..config, which imports no torch: an .onnx policy runs without it
-METADATA_KEY, POLICY_KIND = CHECKPOINT_KEY, QUEUE_POLICY_KIND
 
 
 class TorchScorer:
@@ -64,9 +61,9 @@ class OnnxScorer:
         except Exception as error:  # onnxruntime's own exception types: a missing, damaged or foreign file
             first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
             raise SnapshotError(f"{path}: not an ONNX policy ({first})") from None
-        meta = self.session.get_modelmeta().custom_metadata_map.get(METADATA_KEY)
+        meta = self.session.get_modelmeta().custom_metadata_map.get(CHECKPOINT_KEY)
         entry = json.loads(meta) if meta else {}
-        if entry.get("kind") != POLICY_KIND:
+        if entry.get("kind") != QUEUE_POLICY_KIND:
             raise SnapshotError(f"{path}: an ONNX graph without lightning_sched's queue-policy metadata")
         self.config = entry["queue"]
 
@@ -118,8 +115,8 @@ def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
                                     input_names=["job_features", "cluster_features"], output_names=["scores"],
                                     dynamic_shapes=({0: jobs}, None), verbose=False)
     model = program.model_proto
-    entry = {"kind": POLICY_KIND, "queue": cfg.to_dict(), "source": Path(checkpoint).name}
-    onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(entry)})
+    entry = {"kind": QUEUE_POLICY_KIND, "queue": cfg.to_dict(), "source": Path(checkpoint).name}
+    onnx.helper.set_model_props(model, {CHECKPOINT_KEY: json.dumps(entry)})
     graph = model.SerializeToString()
     return write_file(out, lambda file: file.write(graph), overwrite)
 

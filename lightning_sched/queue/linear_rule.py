@@ -35,7 +35,6 @@ FEATURES = (("area", 1.0),              # log10(requested) * processors, F1's fi
             ("area_x_queue", 0.5))
 BASIC = 7  # the features without the queue length's
 F1_WEIGHTS = (1.0, 1.0) + (0.0,) * (len(FEATURES) - 2)
-RULE_KIND = QUEUE_RULE_KIND  # tells this checkpoint from a queue network's
 
 
 def job_features(td) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,7 +81,7 @@ def linear_rule_entry(weights, provenance: dict, reserve: bool = False) -> dict:
     if not all(math.isfinite(w) for w in weights):
         raise ConfigError(f"weights must be finite numbers, got {weights}")
     LinearRule(torch.tensor(weights))  # the length check
-    return {"kind": RULE_KIND, "features": [name for name, _ in FEATURES[:len(weights)]], "weights": weights,
+    return {"kind": QUEUE_RULE_KIND, "features": [name for name, _ in FEATURES[:len(weights)]], "weights": weights,
             "reserve": bool(reserve), "provenance": dict(provenance), "version": 1}
 
 
@@ -101,7 +100,7 @@ def rule_entry(path) -> dict | None:
     """The linear rule entry of checkpoint `path`, or None when the file is another kind of checkpoint."""
     data = load_torch_file(path, "queue policy checkpoint", weights_only=True)
     entry = data.get(CHECKPOINT_KEY) if isinstance(data, dict) else None
-    return entry if isinstance(entry, dict) and entry.get("kind") == RULE_KIND else None
+    return entry if isinstance(entry, dict) and entry.get("kind") == QUEUE_RULE_KIND else None
 
 
 def load_linear_rule(path, entry: dict | None = None) -> tuple[LinearRule, dict]:
@@ -110,7 +109,7 @@ def load_linear_rule(path, entry: dict | None = None) -> tuple[LinearRule, dict]
     another kind, or its features or weights do not fit."""
     entry = rule_entry(path) if entry is None else entry
     if entry is None:
-        raise ConfigError(f"{path}: not a linear queue rule (no '{CHECKPOINT_KEY}' entry of kind '{RULE_KIND}')")
+        raise ConfigError(f"{path}: not a linear queue rule (no '{CHECKPOINT_KEY}' entry of kind '{QUEUE_RULE_KIND}')")
     names, weights = entry.get("features"), entry.get("weights")
     known = [name for name, _ in FEATURES]
     if not isinstance(names, list) or names not in (known[:BASIC], known):

@@ -15,7 +15,6 @@ The network reads the env's observation keys (docs/hpc_queue.md, "The library"):
 from .acting import IN_KEYS, QueuePolicy, choose, make_actor, make_critic, network_inputs, reserved_action
 from .checkpoints import (
     CHECKPOINT_KEY,
-    POLICY_KIND,
     QueuePolicyRecord,
     ensemble_record,
     load_queue_policy,
@@ -25,6 +24,6 @@ from .checkpoints import (
 from .networks import QueueNetwork, job_inputs
 from .spec import QueuePolicySpec
 
-__all__ = ["CHECKPOINT_KEY", "IN_KEYS", "POLICY_KIND", "QueueNetwork", "QueuePolicy", "QueuePolicyRecord",
+__all__ = ["CHECKPOINT_KEY", "IN_KEYS", "QueueNetwork", "QueuePolicy", "QueuePolicyRecord",
            "QueuePolicySpec", "choose", "ensemble_record", "job_inputs", "load_queue_policy", "make_actor",
            "make_critic", "network_inputs", "queue_network", "read_queue_record", "reserved_action"]

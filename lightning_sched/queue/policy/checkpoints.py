@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-from ...config import CHECKPOINT_KEY, QUEUE_RULE_KIND, ConfigError
-from ...config import QUEUE_POLICY_KIND as POLICY_KIND
+from ...config import CHECKPOINT_KEY, QUEUE_POLICY_KIND, QUEUE_RULE_KIND, ConfigError
 from ...files import load_torch_file
 from ..config import QueueConfig
 from .networks import QueueNetwork
@@ -43,7 +42,7 @@ class QueuePolicyRecord:
                    tuple([log] if isinstance(log, str) else log), float(train_fraction), adaptation)
 
     def to_dict(self) -> dict:
-        return {"kind": POLICY_KIND, "queue": self.queue.to_dict(), "policy": self.policy.to_dict(),
+        return {"kind": QUEUE_POLICY_KIND, "queue": self.queue.to_dict(), "policy": self.policy.to_dict(),
                 "state_dict": self.state_dict, "log": list(self.log), "train_fraction": self.train_fraction,
                 **({} if self.adaptation is None else {"adaptation": dict(self.adaptation)}),
                 "version": QUEUE_RECORD_VERSION}
@@ -52,8 +51,8 @@ class QueuePolicyRecord:
     def from_dict(cls, entry: dict) -> QueuePolicyRecord:
         """ConfigError naming the field when one is unknown, or the version is."""
         entry = dict(entry)
-        if entry.pop("kind", None) != POLICY_KIND:
-            raise ConfigError(f"not a queue policy: no 'kind: {POLICY_KIND}' (a cluster policy is read by "
+        if entry.pop("kind", None) != QUEUE_POLICY_KIND:
+            raise ConfigError(f"not a queue policy: no 'kind: {QUEUE_POLICY_KIND}' (a cluster policy is read by "
                               "lightning_sched.policies.checkpoints.load_policy)")
         entry.pop("greedy", None)  # older records carry it; a queue policy always acts by its argmax
         version = entry.pop("version", QUEUE_RECORD_VERSION)
@@ -77,9 +76,9 @@ def read_queue_record(path) -> QueuePolicyRecord:
     if kind == QUEUE_RULE_KIND:
         raise ConfigError(f"{path}: a linear queue rule, not a network: evaluate.py --env queue runs it "
                           "(lightning_sched.queue.linear_rule); a network's checkpoint is needed here")
-    if kind != POLICY_KIND:
+    if kind != QUEUE_POLICY_KIND:
         raise ConfigError(f"{path}: not a queue policy checkpoint (no '{CHECKPOINT_KEY}' entry of kind "
-                          f"'{POLICY_KIND}'; a cluster policy is read by "
+                          f"'{QUEUE_POLICY_KIND}'; a cluster policy is read by "
                           "lightning_sched.policies.checkpoints.load_policy)")
     try:
         return QueuePolicyRecord.from_dict(saved)
