@@ -112,6 +112,14 @@ class IterationTask(LightningModule):
         # gradients times a huge step size can still overflow
         require_finite(self, f"at iteration {self.global_step}")
 
+    def mean_over_ranks(self, params) -> None:
+        """Gradients set by hand (first-order MAML) never pass DDP's backward: average them over the
+        ranks here (a parameter without one counts as zero), so every rank takes the same step."""
+        if self.trainer.world_size > 1:
+            for p in params:
+                p.grad = torch.zeros_like(p) if p.grad is None else p.grad
+                p.grad.copy_(self.trainer.strategy.reduce(p.grad, reduce_op="mean"))
+
     def on_save_checkpoint(self, checkpoint):
         # LightningCLI's are plain already; a module built in Python holds its arguments as objects
         if self.CHECKPOINT_HYPER_PARAMS_KEY in checkpoint:

@@ -305,8 +305,7 @@ class MAML(SchedulerTask):
         for i, p in enumerate(meta_params):
             found = [task[i] for task in per_task if task[i] is not None]
             p.grad = torch.stack(found).sum(0) if found else torch.zeros_like(p)
-            if self.trainer.world_size > 1:  # manual gradients: average the ranks' ourselves
-                p.grad.copy_(self.trainer.strategy.reduce(p.grad, reduce_op="mean"))
+        self.mean_over_ranks(meta_params)
 
     # ----- evaluation and checkpoints -----------------------------------------------------------------
     def held_out_jobsets(self, num_jobsets: int, seed: int) -> JobSet:

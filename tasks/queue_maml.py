@@ -231,10 +231,8 @@ class QueueMAML(IterationTask):
             meta_loss += float(loss.detach())
             bsld.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
         self.check_loss(torch.tensor(meta_loss))
-        if hp.first_order and hp.inner_steps > 0 and self.trainer.world_size > 1:
-            for p in self.net.scorer.parameters():  # gradients set by hand: average the ranks' ourselves
-                p.grad = torch.zeros_like(p) if p.grad is None else p.grad
-                p.grad.copy_(self.trainer.strategy.reduce(p.grad, reduce_op="mean"))
+        if hp.first_order and hp.inner_steps > 0:
+            self.mean_over_ranks(self.net.scorer.parameters())
         self.check_gradients()
         # clipped as QueuePPO's steps (its max_grad_norm default): one site whose bounded slowdowns run to
         # thousands must not throw the shared start far (the learned step sizes, their own lr, are not clipped)
