@@ -27,7 +27,7 @@ from lightning_sched.config import ConfigError  # noqa: E402
 from lightning_sched.decide import SnapshotError, decide, load_scorer  # noqa: E402
 
 TOP_PRIORITY = 1_000_000  # the first job of the order gets this, the next one less, ...
-HOLDING = ("RUNNING", "COMPLETING", "CONFIGURING")  # states whose jobs hold their processors
+HOLDING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING"})  # states whose jobs hold their processors
 
 
 def number(job: dict, key: str, unlimited: float | None = None):
@@ -66,14 +66,15 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
             raise SnapshotError(f"squeue: jobs[{i}]: expected an object, got {type(job).__name__}")
         if partition is not None and partition not in str(job.get("partition", "")).split(","):
             continue
-        if states(job) & set(HOLDING):
+        state = states(job)
+        if state & HOLDING:
             end = job.get("end_time")
             if isinstance(end, dict) and end.get("infinite"):  # no time limit: taken to have asked for the default
                 end = number(job, "start_time") + 60 * unlimited_minutes
             else:
                 end = number(job, "end_time")
             running.append({"id": job["job_id"], "processors": number(job, "cpus"), "expected_end": end})
-        elif "PENDING" in states(job):
+        elif "PENDING" in state:
             minutes = number(job, "time_limit", unlimited=unlimited_minutes)
             waiting.append({"id": job["job_id"], "submit": min(number(job, "submit_time"), now),
                             "requested_time": 60 * minutes, "processors": number(job, "cpus"),
