@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 from lightning.pytorch import LightningModule
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 
 from lightning_sched import ClusterConfig, JobSet, seeds
 from lightning_sched.config import ConfigError
@@ -84,6 +84,14 @@ def require_positive(owner: str, **values: float) -> None:
             raise ConfigError(f"{owner}.{name} must be a finite number > 0, got {value!r}")
 
 
+def pacing_loader(iterations: int) -> DataLoader:
+    """`iterations` steps an epoch on every rank: the steps draw their own data, so a DDP run's ranks
+    each run every iteration (with a plain sampler Lightning would split them over the ranks, and an
+    epoch would end after iterations / ranks steps)."""
+    every_rank = DistributedSampler(range(iterations), num_replicas=1, rank=0, shuffle=False)
+    return DataLoader(range(iterations), batch_size=None, sampler=every_rank)
+
+
 class IterationTask(LightningModule):
     """One training iteration a step, `iterations_per_epoch` of them an epoch (pacing only: the
     data is drawn inside the step), one validation batch; the faults and checkpoint hygiene above.
@@ -92,7 +100,7 @@ class IterationTask(LightningModule):
     iterations_per_epoch: int
 
     def train_dataloader(self):
-        return DataLoader(range(self.iterations_per_epoch), batch_size=None, shuffle=False)
+        return pacing_loader(self.iterations_per_epoch)
 
     def val_dataloader(self):
         return DataLoader([0], batch_size=None)

@@ -41,6 +41,8 @@ from lightning_sched.queue.rule_search import (
     training_starts,
 )
 
+from .base import pacing_loader
+
 
 class QueueRuleSearch(LightningModule):
     """The cross-entropy method over a LinearRule's weights, one generation a step.
@@ -81,7 +83,7 @@ class QueueRuleSearch(LightningModule):
 
     # ----- data: the dataloader only paces generations ---------------------------------------------
     def train_dataloader(self):  # trainer.max_steps is the number of generations
-        return DataLoader(range(1000), batch_size=None, shuffle=False)
+        return pacing_loader(1000)
 
     def val_dataloader(self):
         return DataLoader([0], batch_size=None)

@@ -14,6 +14,7 @@ class ParameterProbe(Callback):
     def on_train_end(self, trainer, pl_module):
         params = [p.detach().double() for p in pl_module.net.parameters()]
         out = {"rank": trainer.global_rank, "world": trainer.world_size, "step": trainer.global_step,
+               "epoch": trainer.current_epoch,
                "params": [float(p.sum()) for p in params] + [float((p * p).sum()) for p in params]}
         if hasattr(pl_module, "draw_jobsets"):  # DeepRM's modules: what this rank drew last
             jobs = pl_module.draw_jobsets()

@@ -241,6 +241,7 @@ def test_ddp_on_two_cpu_processes_splits_jobsets_and_keeps_parameters_identical(
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["smoke"]  # both ranks in rank 0's run folder
     ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world"] for r in ranks] == [2, 2] and [r["step"] for r in ranks] == [4, 4]
+    assert [r["epoch"] for r in ranks] == [1, 1]  # every rank runs all 4 iterations of an epoch, as one process does
     assert ranks[0]["jobsets"] == ranks[1]["jobsets"] == 2  # num_jobsets 4 split over 2 ranks
     assert (ranks[0]["arrivals"], ranks[0]["durations"]) != (ranks[1]["arrivals"], ranks[1]["durations"])
     for a, b in zip(ranks[0]["params"], ranks[1]["params"]):

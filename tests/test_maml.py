@@ -71,6 +71,29 @@ def test_adaptation_steps_update_the_policy_and_report_each_step():
     assert all(s["mean_slowdown"] >= 1 for s in summaries)
 
 
+def test_adaptation_optimizers_take_their_own_first_step():
+    """One step on the same draws: SGD moves each weight by -lr x its gradient, Adam's first step by
+    about -lr x the gradient's sign (its moments hold one gradient); both downhill alike."""
+    cfg = ClusterConfig(observation="none")
+    workload = DeepRMWorkload(load=1.1, simu_len=12)
+    eval_jobs = make_jobsets(workload, 2, 12345)
+
+    def one_step(optimizer: str, lr: float):
+        torch.manual_seed(0)
+        net = make_policy(PolicySpec(masked=True), cfg)
+        before = torch.cat([p.detach().flatten().clone() for p in net.parameters()])
+        adapt(net, cfg, workload, AdaptationSettings(steps=1, jobsets=3, episodes=3, lr=lr, optimizer=optimizer),
+              eval_jobs)
+        return torch.cat([p.detach().flatten() for p in net.parameters()]) - before
+
+    sgd, adam = one_step("sgd", 0.05), one_step("adam", 0.001)
+    moved = sgd.abs() > 1e-9
+    assert int(moved.sum()) > 100 and torch.equal(sgd[moved].sign(), adam[moved].sign())
+    assert float(adam.abs().max()) <= 0.001 * (1 + 1e-4)
+    assert float(adam[sgd.abs() > 1e-5].abs().min()) > 0.0009  # |g| >> Adam's eps: a full lr step
+    assert not torch.allclose(sgd / sgd.abs().max(), adam / adam.abs().max())
+
+
 def test_adapt_script_on_a_maml_checkpoint(tmp_path):
     module = MAML(family=WorkloadFamily(simu_len=10), meta_batch=2, inner_jobsets=2, inner_episodes=2, outer_jobsets=2,
                   outer_episodes=2, evaluation=EvaluationSettings(val_jobsets=4), inner_lr=0.07)

@@ -363,3 +363,26 @@ def test_bench_decide_prints_latencies_of_the_checkpoint_and_its_onnx_export():
     for row in rows:  # median / p99, each a positive number of milliseconds
         numbers = [float(x) for x in row.replace("/", " ").split() if x.replace(".", "", 1).isdigit()][-4:]
         assert len(numbers) == 4 and all(n > 0 for n in numbers), row
+
+
+def test_tune_tetris_prints_each_weight_and_picks_the_lowest_mean(capsys):
+    from conftest import script_main
+
+    from lightning_sched import ClusterConfig, DeepRMWorkload, seeds
+    from lightning_sched.evaluation import evaluate, make_jobsets
+    from lightning_sched.heuristics import Tetris
+
+    script_main("tune_tetris")(["--loads", "0.5", "1.1", "--weights", "0", "100", "--jobsets", "3", "--threads", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    rows = {" ".join(line.split()[:-3]): [float(v) for v in line.split()[-3:]] for line in lines[1:-1]}
+    assert list(rows) == ["tetris w=0", "tetris w=100", "sjf", "packer"]
+    best = json.loads(lines[-1])
+    assert best["best"] == min(("tetris w=0", "tetris w=100"), key=lambda k: rows[k][2])
+    assert abs(best["best_mean"] - rows[best["best"]][2]) < 1e-3  # the table prints 3 decimals
+    for name, row in rows.items():
+        assert abs(row[2] - (row[0] + row[1]) / 2) < 1e-3  # the mean over loads
+    # a cell is Tetris with that weight on the tuning seeds' jobsets of that load
+    cfg = ClusterConfig(observation="none")
+    jobs = make_jobsets(DeepRMWorkload(load=1.1), 3, seeds.tuning(1))
+    direct = evaluate(Tetris(cfg, short_weight=100), cfg, jobs).summary["mean_slowdown"]
+    assert abs(direct - rows["tetris w=100"][1]) < 1e-3

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import script_main
 
 from lightning_sched import ClusterConfig, JobSet
 from lightning_sched.cli import add_cluster_flags, add_trace_flags, add_workload_flags, setup_from_args
@@ -296,3 +297,17 @@ def test_the_adaptation_figure_adds_the_log_on_its_own_cluster(tmp_path):
     assert figure["clusters"][panel]["resource_units"] == 32 and figure["clusters"][panel]["horizon"] <= 32
     assert set(figure["curves"][panel]) == {"slots", "scratch"} and set(figure["heuristics"][panel]) == {"tetris"}
     assert len(figure["curves"]) == 5 and (tmp_path / "a.png").exists()
+
+
+def test_make_swf_writes_the_memory_per_processor_it_is_given(tmp_path, capsys):
+    out = tmp_path / "mem.swf"
+    script_main("make_swf")([str(out), "--jobs", "300", "--processors", "16", "--memory_per_processor_kb", "512",
+                             "--seed", "4"])
+    assert "16 processors, 8192 KB of memory" in capsys.readouterr().out
+    text = out.read_text().splitlines()
+    assert "; Note: memory per processor 512 KB, 8192 KB in all; greedy backfilling schedule, offered load 0.7" in text
+    rows = [line.split() for line in text if not line.startswith(";")]
+    procs, memory = [int(r[4]) for r in rows], [int(r[6]) for r in rows]  # used KB per processor
+    assert len(rows) == 300 and min(memory) >= 512 // 16 and max(memory) <= 2 * 512
+    assert all(m * p <= 16 * 512 for m, p in zip(memory, procs))  # every job fits the machine's memory
+    assert max(memory) > 512  # some jobs need more than their processors' share: memory-bound
