@@ -40,17 +40,24 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--threads must be >= 1, got {args.threads}")
     if args.window is not None and args.window < 1:
         p.error(f"--window must be >= 1, got {args.window}")
+    if args.serve and args.snapshot:
+        p.error("--serve reads snapshots from stdin, one a line; --snapshot reads one file: give one of them")
     return args
 
 
-def answer(text: str, scorer, args) -> tuple[str, bool]:
-    """(the JSON answer line, whether it is an error) of one snapshot's text."""
+def answer(data: bytes, scorer, args) -> tuple[str, bool]:
+    """(the JSON answer line, whether it is an error) of one snapshot's bytes (UTF-8 JSON)."""
     try:
-        snapshot = json.loads(text)
+        snapshot = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        return json.dumps({"error": f"snapshot: not UTF-8 text (byte {data[error.start]:#04x} at offset "
+                                    f"{error.start})"}), True
     except json.JSONDecodeError as error:
         return json.dumps({"error": f"snapshot: not JSON ({error})"}), True
     except RecursionError:
         return json.dumps({"error": "snapshot: nested too deeply to read"}), True
+    except ValueError as error:  # e.g. an integer of more digits than Python converts
+        return json.dumps({"error": f"snapshot: {error}"}), True
     try:
         return json.dumps(decide(snapshot, scorer, args.backfill, args.window)), False
     except SnapshotError as error:
@@ -63,27 +70,24 @@ def main(argv=None) -> int:
         if args.export:
             print(f"wrote {export_onnx(args.policy, args.export, args.overwrite)}")
             return 0
-        scorer = load_scorer(args.policy, args.threads)
-        if getattr(scorer, "torch", None) is not None:  # one thread by default: the hook shares the machine
-            scorer.torch.set_num_threads(args.threads)
+        scorer = load_scorer(args.policy, args.threads)  # one thread by default: the hook shares the machine
     except (ConfigError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if args.serve:
-        for line in sys.stdin:
-            if not line.strip():
-                continue
-            out, failed = answer(line, scorer, args)
+    if args.serve:  # bytes: a line that is not UTF-8 gets its error, and serving goes on
+        for line in sys.stdin.buffer:
+            out, failed = answer(line, scorer, args) if line.strip() else (
+                json.dumps({"error": "snapshot: an empty line (one snapshot a line)"}), True)
             print(out, flush=True)
             if failed:
                 print(json.loads(out)["error"], file=sys.stderr, flush=True)
         return 0
     try:
-        text = Path(args.snapshot).read_text() if args.snapshot else sys.stdin.read()
+        data = Path(args.snapshot).read_bytes() if args.snapshot else sys.stdin.buffer.read()
     except OSError as error:
         print(f"error: --snapshot: {error}", file=sys.stderr)
         return 2
-    out, failed = answer(text, scorer, args)
+    out, failed = answer(data, scorer, args)
     print(out)
     if failed:
         print(f"error: {json.loads(out)['error']}", file=sys.stderr)

@@ -4,12 +4,20 @@ as Slurm priorities (a dry run: it prints `scontrol` commands; pipe them to `sh`
     squeue --json | python scripts/squeue_hook.py --policy policy.onnx --processors 256
     squeue --json | python scripts/squeue_hook.py --policy policy.onnx --processors 256 | sh
 
-Jobs holding processors (RUNNING, COMPLETING, CONFIGURING) give their processors (cpus) and expected
-end (end_time: start + time limit; without a limit, start_time + --unlimited_minutes); pending jobs
-their submit time, time limit (minutes, or --unlimited_minutes without one) and processors. With
---partition, only the jobs of that partition (a pending job listing several counts in each). Integer
-fields may be plain numbers or Slurm's {"set": true, "infinite": false, "number": N} form; job_state a
-string or a list. Check the fields against your Slurm version's `squeue --json` before relying on it.
+Jobs holding processors (RUNNING, COMPLETING, CONFIGURING) give their processors (cpus), nodes
+(node_count, with --processors_per_node) and expected end (end_time: start + time limit; without a
+limit, start_time + --unlimited_minutes); pending jobs their eligible time (eligible_time, else
+submit_time), time limit (minutes, or --unlimited_minutes without one) and processors. Pending jobs
+that cannot start whatever their priority are not ranked, and are named on stderr: held (priority 0,
+a JobHeld* reason), waiting on a dependency or a begin time, larger than --processors, or with a
+time limit of 0 or none set. With --partition, only the jobs of that partition (a pending job
+listing several counts in each). Integer fields may be plain numbers or Slurm's {"set": true,
+"infinite": false, "number": N} form; job_state a string or a list. Check the fields against your
+Slurm version's `squeue --json` before relying on it.
+
+Setting a priority with scontrol fixes it: Slurm's priority plugin (e.g. multifactor) no longer
+changes it, and only an operator or administrator may raise it; so the hook runs as one, and every
+pending job it ranks keeps the hook's priority until the next run.
 """
 from __future__ import annotations
 
@@ -55,12 +63,33 @@ def states(job: dict) -> set[str]:
     return {str(v) for v in value} if isinstance(value, list) else {str(value)}
 
 
+NOT_ELIGIBLE = ("JobHeld", "Dependency", "BeginTime")  # reasons (prefixes) a pending job cannot start for
+
+
+def not_ranked(job: dict, processors: int) -> str | None:
+    """Why a pending job cannot start whatever its priority (None when it can)."""
+    reason = str(job.get("state_reason", ""))
+    if reason.startswith(NOT_ELIGIBLE):
+        return reason
+    if job.get("priority") is not None and number(job, "priority") == 0:
+        return "held (priority 0)"
+    if number(job, "cpus") > processors:
+        return f"{number(job, 'cpus')} processors, more than --processors {processors}"
+    limit = job.get("time_limit")
+    if isinstance(limit, dict) and not limit.get("infinite") and not limit.get("set", True):
+        return "no time limit set"
+    if not (isinstance(limit, dict) and limit.get("infinite")) and number(job, "time_limit") <= 0:
+        return "a time limit of 0"
+    return None
+
+
 def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: int,
-                partition: str | None = None) -> dict:
-    """A decide() snapshot from `squeue --json` output (the jobs of `partition` only, when given)."""
+                partition: str | None = None, processors_per_node: int = 1) -> tuple[dict, dict]:
+    """A decide() snapshot from `squeue --json` output (the jobs of `partition` only, when given), and
+    the pending jobs it leaves out: {job id: why} (`not_ranked`)."""
     if not isinstance(squeue, dict) or not isinstance(squeue.get("jobs"), list):
         raise SnapshotError("squeue: expected the JSON of `squeue --json` (an object with a 'jobs' list)")
-    running, waiting = [], []
+    running, waiting, left_out = [], [], {}
     for i, job in enumerate(squeue["jobs"]):
         if not isinstance(job, dict):
             raise SnapshotError(f"squeue: jobs[{i}]: expected an object, got {type(job).__name__}")
@@ -73,40 +102,64 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
                 end = number(job, "start_time") + 60 * unlimited_minutes
             else:
                 end = number(job, "end_time")
-            running.append({"id": job["job_id"], "processors": number(job, "cpus"), "expected_end": end})
+            entry = {"id": job["job_id"], "processors": number(job, "cpus"), "expected_end": end}
+            if processors_per_node > 1 and job.get("node_count") is not None:  # spread over more nodes
+                entry["nodes"] = max(number(job, "node_count"), -(-entry["processors"] // processors_per_node))
+            running.append(entry)
         elif "PENDING" in state:
+            why = not_ranked(job, processors)
+            if why is not None:
+                left_out[job["job_id"]] = why
+                continue
             minutes = number(job, "time_limit", unlimited=unlimited_minutes)
-            waiting.append({"id": job["job_id"], "submit": min(number(job, "submit_time"), now),
-                            "requested_time": 60 * minutes, "processors": number(job, "cpus"),
-                            "user": job.get("user_name")})
-    return {"now": now, "capacity": {"processors": processors}, "running": running, "waiting": waiting}
+            eligible = job.get("eligible_time")
+            since = number(job, "eligible_time") if eligible not in (None, 0) and not (
+                isinstance(eligible, dict) and (not eligible.get("set", True) or not eligible.get("number"))) \
+                else number(job, "submit_time")
+            waiting.append({"id": job["job_id"], "submit": min(since, now), "requested_time": 60 * minutes,
+                            "processors": number(job, "cpus"), "user": job.get("user_name")})
+    capacity = {"processors": processors} if processors_per_node == 1 else {
+        "nodes": processors // processors_per_node, "processors_per_node": processors_per_node}
+    return {"now": now, "capacity": capacity, "running": running, "waiting": waiting}, left_out
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", required=True, help="a queue-policy checkpoint or its ONNX export")
     p.add_argument("--processors", type=int, required=True, help="the partition's processors")
+    p.add_argument("--processors_per_node", type=int, default=1,
+                   help="processors of a node, when jobs take whole nodes (default 1: processors alone)")
     p.add_argument("--partition", help="only this partition's jobs (default: every job squeue lists)")
     p.add_argument("--input", help="squeue --json output in a file (default: stdin)")
     p.add_argument("--now", type=float, help="seconds since the epoch (default: the clock)")
     p.add_argument("--unlimited_minutes", type=int, default=7 * 24 * 60,
                    help="the time limit a job without one is taken to ask for; a running one is taken to end "
                         "that long after its start (default: 7 days)")
+    p.add_argument("--threads", type=int, default=1, help="threads of a .ckpt policy's network (default 1)")
     args = p.parse_args(argv)
-    try:
-        text = Path(args.input).read_text() if args.input else sys.stdin.read()
-        snapshot = snapshot_of(json.loads(text), args.processors, time.time() if args.now is None else args.now,
-                               args.unlimited_minutes, args.partition)
-        answer = decide(snapshot, load_scorer(args.policy))
+    if args.processors < 1 or args.processors_per_node < 1 or args.processors % args.processors_per_node:
+        p.error(f"--processors ({args.processors}) must be a positive multiple of --processors_per_node "
+                f"({args.processors_per_node})")
+    if args.threads < 1:
+        p.error(f"--threads must be >= 1, got {args.threads}")
+    try:  # a name Slurm stored in another encoding must not stop the hook: only numbers are read
+        data = Path(args.input).read_bytes() if args.input else sys.stdin.buffer.read()
+        snapshot, left_out = snapshot_of(json.loads(data.decode("utf-8", errors="replace")), args.processors,
+                                         time.time() if args.now is None else args.now, args.unlimited_minutes,
+                                         args.partition, args.processors_per_node)
+        answer = decide(snapshot, load_scorer(args.policy, args.threads))
     except KeyError as error:
         print(f"error: squeue: a job has no {error} field", file=sys.stderr)
         return 2
-    except (ConfigError, OSError, json.JSONDecodeError) as error:
+    except (ConfigError, OSError, ValueError) as error:  # ValueError: JSON's, and its integers of 4,300+ digits
         print(f"error: {error}", file=sys.stderr)
         return 2
     for rank, job_id in enumerate(answer["order"]):
         print(f"scontrol update JobId={job_id} Priority={TOP_PRIORITY - rank}")
     print(f"# the policy would start now: {' '.join(map(str, answer['start_now'])) or 'none'}", file=sys.stderr)
+    if left_out:
+        print("# not ranked (cannot start whatever their priority): "
+              + "; ".join(f"{job_id}: {why}" for job_id, why in left_out.items()), file=sys.stderr)
     return 0
 
 

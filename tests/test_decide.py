@@ -171,6 +171,23 @@ BAD = [
      "running[0].expected_end: 1e+300 is out of range"),
     ({"waiting": [{"id": str(i), "submit": 0, "requested_time": 1, "processors": 1} for i in range(MAX_JOBS + 1)]},
      f"more than the cap of {MAX_JOBS}"),
+    # a field it does not know would change nothing silently: refused, the job named by its id
+    ({"hold": {"id": "b7", "shadow": 1}}, "snapshot.hold: unknown field (a snapshot entry has now, capacity,"),
+    ({"capacity": {"processors": 256, "gpus": 8}}, "capacity.gpus: unknown field"),
+    ({"waiting": [{"id": "x", "submit": 1, "requested_time": 5, "processors": 1, "nodes": 2}]},
+     "waiting[0].nodes: unknown field (a waiting entry has id, submit, requested_time, processors, memory, user) "
+     "(job 'x')"),
+    ({"waiting": [{"id": "x", "submit": 1, "requested_time": 5, "processors": 300}]}, "processors (job 'x')"),
+    ({"running": [{"id": "r", "processors": 1.5, "expected_end": 1}]}, "1.5 is not an integer (job 'r')"),
+    ({"capacity": {"nodes": 4, "processors_per_node": 16}, "running": [{"id": "r", "processors": 20, "nodes": 1,
+                                                                        "expected_end": 1}]},
+     "running[0].nodes: 1 nodes cannot hold its 20 processors at 16 a node (job 'r')"),
+    # now in milliseconds, submit in seconds: 54 years of wait
+    ({"now": 1_700_000_000_000, "waiting": [{"id": "x", "submit": 1_700_000_000, "requested_time": 5,
+                                             "processors": 1}]},
+     "waiting[0].submit: 1700000000 is 19656250 days before now (1700000000000), more than 365: are both seconds "
+     "on one clock? (job 'x')"),
+    ({"held": {"id": ["x"], "shadow": 1}}, "held.id: ['x'] is not a job id"),
 ]
 
 
@@ -204,8 +221,27 @@ def test_cli_file_stdin_and_serve(tmp_path, onnx_policy):
     answers = [json.loads(line) for line in served.stdout.splitlines()]
     assert [("error" in a) for a in answers] == [False, True, True, True, True, False]  # every line answered
     assert answers[0] == answers[5] and answers[0]["start_now"] == ["b7"]
-    assert answers[2]["error"] == "waiting[0].submit: missing" and len(served.stderr.strip().splitlines()) == 4
+    assert answers[2]["error"] == "waiting[0].submit: missing (job '1')"
+    assert len(served.stderr.strip().splitlines()) == 4
     assert answers[3]["error"] == "snapshot: nested too deeply to read" and "out of range" in answers[4]["error"]
+    # bytes that are not UTF-8, an integer of 5,000 digits, an empty line: each answered, serving goes on
+    lines = [json.dumps(MINIMAL).encode(), b'{"now": "\xe9"}', b'{"now": ' + b"9" * 5000 + b"}", b"",
+             json.dumps(MINIMAL).encode()]
+    served = subprocess.run([sys.executable, str(ROOT / "scripts" / "decide.py"), "--policy", str(onnx_policy),
+                             "--serve"], input=b"\n".join(lines) + b"\n", capture_output=True, timeout=120, cwd=ROOT,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8:strict"})
+    assert served.returncode == 0, served.stderr
+    answers = [json.loads(line) for line in served.stdout.splitlines()]
+    assert [a.get("error") for a in answers] == [
+        None, "snapshot: not UTF-8 text (byte 0xe9 at offset 9)",
+        "snapshot: Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits; use "
+        "sys.set_int_max_str_digits() to increase the limit", "snapshot: an empty line (one snapshot a line)", None]
+    not_utf8 = tmp_path / "latin1.json"
+    not_utf8.write_bytes(json.dumps({**MINIMAL, "now": 1}).encode()[:-1] + b', "x": "\xe9"}')
+    bad = run_decide("--policy", onnx_policy, "--snapshot", not_utf8)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: snapshot: not UTF-8 text (byte 0xe9 at offset")
+    both = run_decide("--policy", onnx_policy, "--serve", "--snapshot", not_utf8)
+    assert both.returncode == 2 and "--serve reads snapshots from stdin" in both.stderr
 
 
 def test_export_refuses_to_replace_a_file_and_the_onnx_path_needs_no_torch(tmp_path, onnx_policy):
@@ -252,24 +288,55 @@ def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
     bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "squeue_hook.py"), "--policy", str(onnx_policy),
                           "--processors", "256", "--input", str(path), "--now", str(now)],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert bad.returncode == 2 and bad.stderr.strip() == ("error: waiting[0].processors: 300 is more than the "
-                                                          "cluster's 256 processors")
+    # a job that cannot start (larger than the partition) is left out and named; the others are ranked
+    assert bad.returncode == 0 and bad.stdout == ""
+    assert "# not ranked (cannot start whatever their priority): 12: 300 processors, more than --processors 256" \
+        in bad.stderr
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         from squeue_hook import snapshot_of
     finally:
         sys.path.remove(str(ROOT / "scripts"))
-    snapshot = snapshot_of({"jobs": jobs}, 256, now, unlimited_minutes=60)
+    snapshot, _ = snapshot_of({"jobs": jobs}, 256, now, unlimited_minutes=60)
     assert snapshot["running"][1] == {"id": 16, "processors": 8, "expected_end": now - 60 + 3600}  # no limit: 60 min
     ending = {"job_id": 17, "job_state": ["COMPLETED", "COMPLETING"], "cpus": 8, "end_time": now, "partition": "gpu"}
-    assert [j["id"] for j in snapshot_of({"jobs": [*jobs, ending]}, 256, now, 60)["running"]] == [11, 16, 17]
+    assert [j["id"] for j in snapshot_of({"jobs": [*jobs, ending]}, 256, now, 60)[0]["running"]] == [11, 16, 17]
     mixed = [{**jobs[1], "partition": "cpu,gpu"}, {**jobs[2], "partition": "cpu"}, ending]
-    split = snapshot_of({"jobs": mixed}, 256, now, 60, partition="gpu")
+    split, _ = snapshot_of({"jobs": mixed}, 256, now, 60, partition="gpu")
     assert [j["id"] for j in split["waiting"]] == [12] and [j["id"] for j in split["running"]] == [17]
     for odd, message in (([7], "squeue: jobs[0]: expected an object, got int"),
                          ([{**jobs[2], "submit_time": "soon"}], "job 13: submit_time: 'soon' is not a number")):
         with pytest.raises(SnapshotError, match=re.escape(message)):
             snapshot_of({"jobs": odd}, 256, now, unlimited_minutes=60)
+    # jobs no priority can start are not ranked (a priority would release a held one); the wait of a job
+    # with a begin time counts from its eligible time
+    pending = {"job_state": "PENDING", "cpus": 4, "submit_time": now - 600, "time_limit": 10}
+    cannot = [{**pending, "job_id": 21, "priority": slurm(0), "state_reason": "JobHeldUser"},
+              {**pending, "job_id": 22, "priority": 0},
+              {**pending, "job_id": 23, "state_reason": "Dependency"},
+              {**pending, "job_id": 24, "state_reason": "BeginTime"},
+              {**pending, "job_id": 25, "time_limit": 0},
+              {**pending, "job_id": 26, "time_limit": {"set": False, "infinite": False, "number": 0}}]
+    can = [{**pending, "job_id": 27, "priority": slurm(5000), "state_reason": "Priority",
+            "eligible_time": slurm(now - 60)},
+           {**pending, "job_id": 28, "state_reason": "Resources", "eligible_time": {"set": False, "number": 0}}]
+    snapshot, left_out = snapshot_of({"jobs": cannot + can}, 256, now, 60)
+    assert [(j["id"], j["submit"]) for j in snapshot["waiting"]] == [(27, now - 60), (28, now - 600)]
+    assert left_out == {21: "JobHeldUser", 22: "held (priority 0)", 23: "Dependency", 24: "BeginTime",
+                        25: "a time limit of 0", 26: "no time limit set"}
+    # whole nodes: a running job spread over more nodes than its processors fill holds them all
+    spread = {"job_id": 31, "job_state": "RUNNING", "cpus": 4, "node_count": 2, "end_time": now + 60}
+    nodes, _ = snapshot_of({"jobs": [spread, {**pending, "job_id": 32, "cpus": 16}]}, 64, now, 60,
+                           processors_per_node=16)
+    assert nodes["capacity"] == {"nodes": 4, "processors_per_node": 16} and nodes["running"][0]["nodes"] == 2
+    assert read_snapshot(nodes).free_nodes == 2
+    # a job name in another encoding does not stop the hook (only numbers are read)
+    named = json.dumps({"jobs": [{**pending, "job_id": 41, "name": "NAME"}]}).encode()
+    path.write_bytes(named.replace(b"NAME", b"r\xe9s"))
+    latin = subprocess.run([sys.executable, str(ROOT / "scripts" / "squeue_hook.py"), "--policy", str(onnx_policy),
+                            "--processors", "256", "--input", str(path), "--now", str(now)],
+                           capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert latin.returncode == 0 and latin.stdout == "scontrol update JobId=41 Priority=1000000\n", latin.stderr
 
 
 def test_onnx_export_of_a_policy_with_the_job_area_input(tmp_path):

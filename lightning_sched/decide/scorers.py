@@ -23,14 +23,16 @@ from .snapshot import SnapshotError
 
 class TorchScorer:
     """A queue-policy checkpoint (tasks.queue_ppo's, or a QueuePolicyRecord file) as a Scorer; its
-    network runs exactly as in the environment (the window's jobs as one row)."""
+    network runs exactly as in the environment (the window's jobs as one row), torch on `threads`
+    threads (the process's: a hook shares its machine)."""
 
-    def __init__(self, path):
+    def __init__(self, path, threads: int = 1):
         import torch
 
         from ..queue.policy import load_queue_policy
 
         self.torch = torch
+        torch.set_num_threads(threads)
         self.net, cfg = load_queue_policy(path)
         if cfg.job_features > 4 or cfg.clock:  # the service's features are the four and two of a snapshot
             raise SnapshotError(f"{path}: a policy reading rule ranks, fit delays or the clock cannot serve "
@@ -76,7 +78,7 @@ def load_scorer(path, threads: int = 1):
     """The Scorer of a policy file: .onnx -> OnnxScorer, anything else a checkpoint -> TorchScorer."""
     if Path(path).suffix == ".onnx":
         return OnnxScorer(path, threads)
-    return TorchScorer(path)
+    return TorchScorer(path, threads)
 
 
 def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:

@@ -2,13 +2,18 @@
 
     {"now": 86400,
      "capacity": {"processors": 256},                        # or {"nodes": 64, "processors_per_node": 4}
-     "running": [{"id": "a1", "processors": 16, "expected_end": 90000}],
+     "running": [{"id": "a1", "processors": 16, "expected_end": 90000}],   # "nodes": optional, see below
      "waiting": [{"id": "b7", "submit": 86000, "requested_time": 3600, "processors": 32,
                   "memory": 2048, "user": "u3"}],           # memory and user: optional, not read
      "held": {"id": "b7", "shadow": 90000}}                  # optional: the policy's held pick (see rules.py)
 
-Every fault is a `SnapshotError` whose one-line message names the field (e.g.
-`waiting[3].processors: 300 is more than the cluster's 256 processors`).
+Times are seconds on one clock. A running job holds ceil(processors / processors_per_node) nodes,
+or its "nodes" when it spreads over more (a scheduler that does not pack jobs); a waiting job will
+take ceil(processors / processors_per_node), as in the environment. A field the snapshot does not
+know is refused rather than ignored (a misspelt or unsupported field would change nothing silently).
+
+Every fault is a `SnapshotError` whose one-line message names the field and, for a job, its id (e.g.
+`waiting[3].processors: 300 is more than the cluster's 256 processors (job '106')`).
 """
 from __future__ import annotations
 
@@ -24,6 +29,14 @@ MAX_JOBS = 100_000
 """Running plus waiting jobs one snapshot may hold: a bound on the time and memory of one decision."""
 MAX_COUNT = 2**31 - 1
 """The largest processor or node count a snapshot may give (products of two stay within int64)."""
+MAX_WAIT_DAYS = 365
+"""A longer wait is refused: it comes from times on two clocks or in two units (ms and s), not a queue."""
+FIELDS = {"snapshot": ("now", "capacity", "running", "waiting", "held"),
+          "capacity": ("processors", "nodes", "processors_per_node"),
+          "running": ("id", "processors", "expected_end", "nodes"),
+          "waiting": ("id", "submit", "requested_time", "processors", "memory", "user"),
+          "held": ("id", "shadow")}
+"""The fields each part of a snapshot may have."""
 
 
 class SnapshotError(ConfigError):
@@ -119,10 +132,27 @@ def _job_id(value, field: str, seen: set) -> str:
     return key
 
 
+def _known_fields(item: dict, field: str, part: str) -> None:
+    """SnapshotError naming the first field of `item` that FIELDS[part] does not list."""
+    unknown = [k for k in item if k not in FIELDS[part]]
+    if unknown:
+        raise SnapshotError(f"{field}.{unknown[0]}: unknown field (a {part} entry has {', '.join(FIELDS[part])})"
+                            f"{_of(item) if part in ('running', 'waiting') else ''}")
+
+
+def _of(job) -> str:
+    """' (job ID)' for a message about a job that has an id, else ''."""
+    return f" (job {str(job['id'])!r})" if isinstance(job, dict) and "id" in job else ""
+
+
 def _jobs(snapshot: dict, name: str) -> list:
     jobs = snapshot.get(name, [])
     if not isinstance(jobs, list):
         raise SnapshotError(f"{name}: expected a list of jobs, got {type(jobs).__name__}")
+    allowed = FIELDS[name]
+    if not all(type(job) is dict and all(k in allowed for k in job) for job in jobs):
+        for i, job in enumerate(jobs):  # the slow path names the first fault
+            _known_fields(_entry(job, f"{name}[{i}]", ("id",)), f"{name}[{i}]", name)
     return jobs
 
 
@@ -163,7 +193,12 @@ def _column(jobs: list, name: str, key: str, integer: bool, positive: bool = Fal
     def check(value, field: str):
         return _count(value, field) if integer else _number(value, field, strict=positive)
 
-    checked = [check(_entry(job, f"{name}[{i}]", (key,))[key], f"{name}[{i}].{key}") for i, job in enumerate(jobs)]
+    checked = []
+    for i, job in enumerate(jobs):
+        try:
+            checked.append(check(_entry(job, f"{name}[{i}]", (key,))[key], f"{name}[{i}].{key}"))
+        except SnapshotError as error:
+            raise SnapshotError(f"{error}{_of(job)}") from None
     return np.asarray(checked, dtype=np.int64 if integer else np.float64)
 
 
@@ -173,22 +208,24 @@ def _fit_the_cluster(processors: np.ndarray, jobs: list, name: str, capacity: in
     if len(too_big):
         i = int(too_big[0])
         raise SnapshotError(f"{name}[{i}].processors: {jobs[i]['processors']} is more than the cluster's {capacity} "
-                            "processors")
+                            f"processors{_of(jobs[i])}")
 
 
 def read_snapshot(snapshot) -> Snapshot:
     """The checked arrays of a snapshot (a dict parsed from JSON). SnapshotError naming the field for
     a missing or non-numeric field, a negative time or size, a job larger than the cluster, more
-    processors running than it has, a waiting job submitted after `now`, a duplicate id, more than
-    MAX_JOBS jobs, or capacity in nodes without processors_per_node. A held job that no longer waits
-    is let go (`held_not_waiting`)."""
+    processors running than it has, a waiting job submitted after `now` or more than MAX_WAIT_DAYS
+    before it, a duplicate id, a field FIELDS does not list, more than MAX_JOBS jobs, or capacity in
+    nodes without processors_per_node. A held job that no longer waits is let go (`held_not_waiting`)."""
     if not isinstance(snapshot, dict):
         raise SnapshotError(f"snapshot: expected a JSON object, got {type(snapshot).__name__}")
     now = _number(_entry(snapshot, "snapshot", ("now", "capacity", "waiting"))["now"], "now")
+    _known_fields(snapshot, "snapshot", "snapshot")
     capacity = snapshot["capacity"]
     if not isinstance(capacity, dict) or not ({"processors", "nodes"} & set(capacity)):
         raise SnapshotError(f"capacity: expected {{\"processors\": P}} or {{\"nodes\": N, \"processors_per_node\": "
                             f"K}}, got {capacity!r}")
+    _known_fields(capacity, "capacity", "capacity")
     if "nodes" in capacity:
         nodes = _count(capacity["nodes"], "capacity.nodes")
         if "processors_per_node" not in capacity:  # a silent 1 would read a 40-processor job as 40 nodes
@@ -209,6 +246,13 @@ def read_snapshot(snapshot) -> Snapshot:
     running_end = _column(running, "running", "expected_end", integer=False)
     running_nodes = -(-running_processors // per_node)
     _fit_the_cluster(running_processors, running, "running", nodes * per_node)
+    for i, job in enumerate(running):  # spread over more nodes than its processors fill
+        if "nodes" in job:
+            spread = _count(job["nodes"], f"running[{i}].nodes")
+            if spread < running_nodes[i]:
+                raise SnapshotError(f"running[{i}].nodes: {spread} nodes cannot hold its {running_processors[i]} "
+                                    f"processors at {per_node} a node{_of(job)}")
+            running_nodes[i] = spread
     if running_nodes.sum() > nodes:
         raise SnapshotError(f"running: the running jobs hold {running_nodes.sum()} nodes, the cluster has {nodes}")
     waiting_id = _ids(waiting, "waiting", seen)
@@ -219,13 +263,21 @@ def read_snapshot(snapshot) -> Snapshot:
     late = np.flatnonzero(submit > now)
     if len(late):
         raise SnapshotError(f"waiting[{late[0]}].submit: {waiting[late[0]]['submit']!r} is after now "
-                            f"({snapshot['now']!r})")
+                            f"({snapshot['now']!r}){_of(waiting[late[0]])}")
+    ancient = np.flatnonzero(now - submit > MAX_WAIT_DAYS * 86400)
+    if len(ancient):
+        i = int(ancient[0])
+        raise SnapshotError(f"waiting[{i}].submit: {waiting[i]['submit']!r} is {(now - submit[i]) / 86400:.0f} days "
+                            f"before now ({snapshot['now']!r}), more than {MAX_WAIT_DAYS}: are both seconds on one "
+                            f"clock?{_of(waiting[i])}")
     order = np.argsort(submit, kind="stable")  # list order breaks ties
     out = Snapshot(now, nodes, per_node, running_id, running_nodes, running_end, [waiting_id[k] for k in order],
                    submit[order], requested[order], processors[order], -(-processors[order] // per_node))
     held = snapshot.get("held")
     if held is not None:
         held = _entry(held, "held", ("id", "shadow"))
+        _known_fields(held, "held", "held")
+        _job_id(held["id"], "held.id", set())
         shadow = _number(held["shadow"], "held.shadow")
         if str(held["id"]) not in out.waiting_id:  # cancelled, or started by the scheduler: let go
             out.held_not_waiting = str(held["id"])
