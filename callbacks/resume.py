@@ -6,6 +6,7 @@ config's `model.evaluation` and take the rest from the checkpoint, naming what r
 config's values."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
@@ -13,7 +14,7 @@ from jsonargparse import Namespace
 
 from lightning_sched import ConfigError
 from lightning_sched.config import CHECKPOINT_KEY
-from lightning_sched.files import require_finite_weights
+from lightning_sched.files import require_finite_weights, require_state_dict
 
 from .cli import DEFAULT_MODEL
 from .run_folder import run_of_checkpoint
@@ -28,7 +29,7 @@ def read_checkpoint(ckpt_path: str) -> dict:
     try:
         data = torch.load(ckpt_path, map_location="cpu", weights_only=True)
     except Exception as error:  # truncated, not a torch file at all, or pickled objects
-        pickled = "pickled" if "Unsupported global" in str(error) else None
+        pickled = "pickled" if re.search("unsupported global", str(error), re.IGNORECASE) else None
         raise ConfigError(f"--ckpt_path {ckpt_path} is not a Lightning checkpoint (torch.load: "
                           f"{type(error).__name__}; " + ("it holds pickled objects, never loaded here)" if pickled
                                                          else "truncated or another kind of file)")) from None
@@ -36,8 +37,74 @@ def read_checkpoint(ckpt_path: str) -> dict:
         kind = "a policy-only checkpoint" if isinstance(data, dict) and CHECKPOINT_KEY in data else "not one"
         raise ConfigError(f"--ckpt_path {ckpt_path} is {kind}, no Lightning training state (a run's "
                           "checkpoints/*.ckpt); scripts/evaluate.py --policy or --model.init_from reads a policy")
+    try:
+        require_state_dict(data["state_dict"], "state_dict")
+    except ConfigError as error:
+        raise ConfigError(f"--ckpt_path {ckpt_path}: {error}") from None
     require_finite_weights(data, ckpt_path, "loaded")
+    require_files_in_their_folder(data, ckpt_path)
     return data
+
+
+def require_fitting_weights(ckpt_path: str, saved: dict[str, tuple], model: torch.nn.Module) -> None:
+    """ConfigError naming the first weight the checkpoint lacks, has in excess or holds in another
+    shape than `model`'s (`saved`: name -> shape), before Lightning loads it."""
+    own = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    for name in sorted(set(own) | set(saved)):
+        if own.get(name) != saved.get(name):
+            raise ConfigError(f"--ckpt_path {ckpt_path}: weight {name} is {saved.get(name, 'missing')} in the "
+                              f"checkpoint and {own.get(name, 'absent')} in the config's model; give the config "
+                              "it was trained with (its run's config.yaml)")
+
+
+PROJECT_PACKAGES = ("lightning_sched.", "tasks.", "callbacks.")
+"""Where a checkpoint's hyperparameters may name classes: LightningCLI imports what they name."""
+
+
+def require_project_classes(data: dict, ckpt_path: str, given: set[str] = frozenset()) -> None:
+    """ConfigError naming the first class path in the checkpoint's hyperparameters that is neither in
+    this project's packages nor one the config names (`given`): LightningCLI parses them as the
+    model's config and would import that module, so a file could run code by naming one."""
+    def walk(value, where: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key in ("class_path", "_class_path") and not (
+                        isinstance(item, str) and (item.startswith(PROJECT_PACKAGES) or item in given)):
+                    raise ConfigError(f"--ckpt_path {ckpt_path}: {where}.{key} names {item!r}, a class outside "
+                                      "lightning_sched, tasks and callbacks that the config does not name; not "
+                                      "imported")
+                walk(item, f"{where}.{key}")
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                walk(item, f"{where}[{i}]")
+
+    walk(data.get("hyper_parameters") or {}, "hyper_parameters")
+
+
+def class_paths(config) -> set[str]:
+    """Every class path a (part of a) config names."""
+    value = config.as_dict() if isinstance(config, Namespace) else config
+    if isinstance(value, dict):
+        return {v for k, v in value.items() if k == "class_path" and isinstance(v, str)} | set().union(
+            *(class_paths(v) for v in value.values()))
+    if isinstance(value, (list, tuple)):
+        return set().union(*(class_paths(v) for v in value))
+    return set()
+
+
+def require_files_in_their_folder(data: dict, ckpt_path: str) -> None:
+    """ConfigError when a checkpoint callback's saved state names a file outside its own folder:
+    resumed, Lightning would delete such a file as an outdated checkpoint."""
+    for name, state in (data.get("callbacks") or {}).items():
+        if not isinstance(state, dict) or not state.get("dirpath"):
+            continue
+        folder = Path(str(state["dirpath"])).resolve()
+        named = [state.get(k) for k in ("best_model_path", "kth_best_model_path", "last_model_path")]
+        named += list(state.get("best_k_models") or {})
+        for path in named:
+            if path and (not isinstance(path, str) or Path(path).resolve().parent != folder):
+                raise ConfigError(f"--ckpt_path {ckpt_path}: the state of {str(name).split('{')[0]} names "
+                                  f"{path!r}, outside its folder {folder}; not resumed")
 
 
 def flat(namespace) -> dict:

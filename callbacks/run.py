@@ -6,18 +6,20 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 import sys
 from pathlib import Path
 
 from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm, _update_n
+from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from lightning_sched.files import append_text, write_text
+from lightning_sched.files import append_text, temp_path, write_text
 
 from .checkpoints import AtomicCheckpointIO
 from .stop import StopEvaluations
@@ -109,6 +111,14 @@ def prepare_trainer(trainer: Trainer) -> Trainer:
 
 
 class _AppendingWriter(ExperimentWriter):
+    def log_hparams(self, params) -> None:
+        # hparams.yaml whole or not at all (Lightning's writes it in place, and rewrites it on a resume)
+        self.hparams.update(params)
+        final = Path(self.log_dir, self.NAME_HPARAMS_FILE)
+        temp = temp_path(final)
+        save_hparams_to_yaml(str(temp), self.hparams)
+        os.replace(temp, final)
+
     def _check_log_dir_exists(self) -> None:
         # Lightning's deletes an existing metrics.csv here; a resumed run keeps it and appends,
         # under the columns it already has (new ones rewrite the header, keeping the rows)

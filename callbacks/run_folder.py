@@ -177,7 +177,11 @@ class RunFolders:
             raise ConfigError(f"checkpoint.save_last={save_last!r}: last.ckpt is kept by last_checkpoint "
                               "(the latest state); leave checkpoint.save_last unset")
         ckpt = config.get("ckpt_path") if subcommand == "fit" else None
+        # config.yaml keeps the paths as given: filled in here from the folder, a run started from
+        # the file in another folder (a branch, a test, a copied run) writes into its own folder
+        self.portable = copy.deepcopy(config)
         run_dir = self.choose(subcommand, configs, config.trainer.get("default_root_dir"), ckpt)
+        self.portable.trainer.default_root_dir = str(run_dir)
         if os.environ.get("LOCAL_RANK", "0") == "0":  # DDP's other processes run inside rank 0's hold
             self.hold(run_dir)
             if ckpt and resumed_step is not None:
@@ -349,12 +353,18 @@ def require_free_space(folder: Path, model: torch.nn.Module) -> None:
 
 
 class RunConfig(SaveConfigCallback):
-    """config.yaml in the run folder (Lightning's puts it in the first logger's folder)."""
+    """config.yaml in the run folder (Lightning's puts it in the first logger's folder), written whole
+    or not at all: `portable`, the config as given (RunFolders.portable: the checkpoint folder and the
+    loggers' folders are filled in from the run folder at each start, not stored), else the config."""
+
+    def __init__(self, *args, portable: Namespace | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.portable = portable
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if self.already_saved:
             return
         if trainer.is_global_zero:
-            self.parser.save(self.config, os.path.join(trainer.default_root_dir, self.config_filename),
-                             skip_unset=False, overwrite=True, multifile=self.multifile)
+            text = self.parser.dump(self.config if self.portable is None else self.portable, skip_unset=False)
+            write_text(Path(trainer.default_root_dir, self.config_filename), text, overwrite=True)
         self.already_saved = trainer.strategy.broadcast(True)

@@ -33,9 +33,10 @@ class TrainingSummary(Callback):
         if best is None or not best.best_model_path:
             return "\n".join(lines + ["no best checkpoint (no validation ran, or no monitored metric)"])
         path, metric = os.path.relpath(best.best_model_path), best.monitor
-        score = float(best.best_model_score)
         direction = "lower" if best.mode == "min" else "higher"
-        lines.append(f"best checkpoint: {path} ({metric} {score:.3f}, {direction} is better)")
+        # a branch into a new folder starts its best afresh: Lightning keeps no score until it validates
+        score = "no score yet" if best.best_model_score is None else f"{float(best.best_model_score):.3f}"
+        lines.append(f"best checkpoint: {path} ({metric} {score}, {direction} is better)")
         name = metric.split("/")[-1]
         compare = next((c for c in trainer.callbacks if isinstance(c, HeuristicComparison)), None)
         if compare is not None and hasattr(pl_module, "val_jobs") and hasattr(pl_module, "cluster"):

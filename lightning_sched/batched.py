@@ -12,6 +12,7 @@ from tensordict import TensorDictBase
 from torchrl.envs import EnvBase
 
 from .config import ConfigError
+from .limits import require_memory
 
 
 def require_integer_action(action: torch.Tensor) -> torch.Tensor:
@@ -19,6 +20,18 @@ def require_integer_action(action: torch.Tensor) -> torch.Tensor:
     if action.is_floating_point() or action.is_complex() or action.dtype == torch.bool:
         raise ConfigError(f'"action" must hold integer slot indices, got dtype {action.dtype}')
     return action
+
+
+def require_slot_actions(tensordict: TensorDictBase, state, rows: int) -> torch.Tensor:
+    """The step's "action" as LongTensor[rows], one slot index a row; a one-line error for a step
+    before any reset (`state` None) or an action of another shape (a one-hot vector, say)."""
+    if state is None:
+        raise RuntimeError("step() before reset(): call env.reset() first")
+    action = require_integer_action(tensordict["action"])
+    if action.numel() != rows:
+        raise ConfigError(f'"action" must be one slot index a row, {rows} in all, got shape {list(action.shape)} '
+                          "(a one-hot action? its argmax is the slot)")
+    return action.reshape(rows).to(torch.int64)
 
 
 def rows_to_reset(tensordict: TensorDictBase | None, has_state: bool) -> torch.Tensor | None:
@@ -45,6 +58,26 @@ class EveryRowReset(EnvBase):
     a TransformedEnv, TorchRL's `where` merge runs: the transform calls the base env's `_reset`.)"""
 
     STEP_ONLY_KEYS: tuple = ()
+    ROLLOUT_COPIES = 3.5
+    """`rollout` holds each step's outputs and the stacked result's two halves (root and next)."""
+
+    def size_fields(self) -> dict:
+        """The settings a rollout's memory grows with, named in its refusal (a subclass adds its own)."""
+        return {"batch_size": list(self.batch_size)}
+
+    def step_bytes(self) -> int:
+        """Bytes of one step's outputs over the batch: every observation key, the action, the reward
+        and the done flags."""
+        specs = (self.full_observation_spec, self.full_action_spec, self.full_reward_spec, self.full_done_spec)
+        return sum(spec.shape.numel() * spec.dtype.itemsize for specs_ in specs for spec in specs_.values(True, True))
+
+    def rollout(self, max_steps: int, *args, **kwargs) -> TensorDictBase:
+        """`EnvBase.rollout`, refused before anything is allocated (one ConfigError line) when its
+        steps would not fit in `limits.memory_budget()` (ROLLOUT_COPIES times the steps' outputs)."""
+        need = self.ROLLOUT_COPIES * max_steps * self.step_bytes()
+        require_memory(f"{type(self).__name__}.rollout({max_steps})", need,
+                       {"max_steps": max_steps, **self.size_fields()})
+        return super().rollout(max_steps, *args, **kwargs)
 
     def _reset_proc_data(self, tensordict, tensordict_reset):
         written = set(tensordict_reset.keys(True, True))

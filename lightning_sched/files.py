@@ -50,7 +50,9 @@ def load_torch_file(path, what: str, weights_only: bool, map_location="cpu"):
         raise
     except Exception as error:  # a damaged file fails in many ways: UnpicklingError, RuntimeError, OSError, EOFError
         # weights_only refuses any class beyond plain containers, tensors, strings and numbers
-        pickled = re.search(r"Unsupported global: GLOBAL (\S+)", str(error)) if weights_only else None
+        # (torch names a global of a blocked module, os.system's posix say, in other words)
+        pickled = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) (\S+)", str(error)) \
+            if weights_only else None
         if pickled:
             raise ConfigError(f"{path}: holds a pickled {pickled.group(1)} object; a {what} is read with "
                               "torch.load(weights_only=True), plain dicts, tensors, strings and numbers only") from None
@@ -78,6 +80,14 @@ def require_finite_weights(data, path, action: str) -> None:
     if bad:
         raise ConfigError(f"{path}: {bad} holds NaN or infinite values; a checkpoint of non-finite weights is "
                           f"never {action}")
+
+
+def require_state_dict(value, field: str) -> None:
+    """A ConfigError naming `field` unless `value` is a network's weights: names to tensors."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                              for k, v in value.items()):
+        shown = type(value).__name__ if not isinstance(value, dict) else "a dict holding other than name: tensor"
+        raise ConfigError(f"{field}: expected the network's weights (names to tensors), got {shown}")
 
 
 def temp_path(path: Path) -> Path:

@@ -48,7 +48,14 @@ from callbacks.cli import (
     require_text_configs,
     with_default_model,
 )
-from callbacks.resume import check_checkpoint_model, read_checkpoint, require_same_module
+from callbacks.resume import (
+    check_checkpoint_model,
+    class_paths,
+    read_checkpoint,
+    require_fitting_weights,
+    require_project_classes,
+    require_same_module,
+)
 from callbacks.run import WANDB_ID_KEY, prepare_trainer, run_callbacks
 from callbacks.run_folder import (
     RunConfig,
@@ -106,10 +113,12 @@ class SchedulerCLI(LightningCLI):
         ckpt = subcommand and self.config[subcommand].get("ckpt_path")
         if ckpt:  # LightningCLI then replaces the model by the checkpoint's: keep the config's to compare
             saved = read_checkpoint(ckpt)
+            require_project_classes(saved, ckpt, class_paths(self.config[subcommand].get("model")))
             held = (saved.get("hyper_parameters") or {}).get("_class_path")
             asked = (self.config[subcommand].get("model") or {}).get("class_path")
             if held and asked:  # before LightningCLI parses one's arguments as the other's
                 require_same_module(ckpt, held, asked)
+            self.saved_shapes = {k: tuple(v.shape) for k, v in saved["state_dict"].items()}
             if subcommand == "fit":
                 self.wandb_id, self.resumed_step = saved.get(WANDB_ID_KEY), saved.get("global_step")
             self.asked_model = copy.deepcopy(self.config[subcommand].get("model"))
@@ -130,12 +139,15 @@ class SchedulerCLI(LightningCLI):
         set_threads(config.threads)
         configs = [*(self.config.get("config") or []), *(config.get("config") or [])]
         self.run_dir = self.folders.configure(config, self.subcommand, configs, self.wandb_id, self.resumed_step)
+        self.save_config_kwargs["portable"] = self.folders.portable  # config.yaml: the paths as given
 
     def instantiate_trainer(self, **kwargs):
         callbacks = run_callbacks(self.config_init[self.subcommand].trainer)
         return prepare_trainer(super().instantiate_trainer(callbacks=callbacks, **kwargs))
 
     def print_run(self) -> None:
+        if getattr(self, "saved_shapes", None) is not None:  # before Lightning loads them (a traceback)
+            require_fitting_weights(self.config[self.subcommand].ckpt_path, self.saved_shapes, self.model)
         if self.trainer.is_global_zero:
             config = self.config[self.subcommand]
             print(describe_run(self.run_dir, self.subcommand, config.checkpoint.dirpath, self.trainer.loggers,

@@ -139,6 +139,58 @@ def test_non_finite_weights_are_neither_written_nor_loaded(tmp_path):
         script_main("adapt")(["--ckpt", str(SHIPPED), "--lr", "inf", "--threads", "1"])
 
 
+def test_damaged_queue_and_cluster_records_are_one_line_errors(tmp_path, capsys):
+    """Queue policies, linear rules and cluster policies with damaged contents: NaN weights, weights
+    that are not a dict of tensors, a network too large to build, a rule's provenance or an ONNX
+    graph's metadata of the wrong type; each refused naming the file, before anything runs on them."""
+    from lightning_sched.decide import SnapshotError, load_scorer
+    from lightning_sched.queue.linear_rule import load_linear_rule
+    from lightning_sched.queue.policy import load_queue_policy
+
+    queue = torch.load(ROOT / "checkpoints" / "queue_bsld_easy.ckpt", map_location="cpu", weights_only=True)
+    entry = queue[CHECKPOINT_KEY]
+
+    def saved(name: str, **changes) -> Path:
+        path = tmp_path / name
+        torch.save({**queue, CHECKPOINT_KEY: {**entry, **changes}}, path)
+        return path
+
+    weights = dict(entry["state_dict"])
+    first = next(iter(weights))
+    weights[first] = torch.full_like(weights[first], float("nan"))
+    for path, message in ((saved("nan.ckpt", state_dict=weights), f"{first} holds NaN"),
+                          (saved("text.ckpt", state_dict="weights"), "QueuePolicyRecord.state_dict: expected the "
+                                                                     "network's weights (names to tensors), got str"),
+                          (saved("huge.ckpt", policy={**entry["policy"], "hidden": [10**6, 10**6]}),
+                           "the queue policy network (about 1,0")):
+        with pytest.raises(ConfigError, match=re.escape(f"{path}: ") + ".*" + re.escape(message)):
+            load_queue_policy(path)
+        line = one_line_error(script("decide.py", "--policy", str(path), "--snapshot", str(path)))
+        assert str(path) in line and message in line
+    cluster = torch.load(SHIPPED, map_location="cpu", weights_only=True)
+    cluster[CHECKPOINT_KEY]["state_dict"] = ["not", "weights"]
+    torch.save(cluster, tmp_path / "list.ckpt")
+    with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'list.ckpt'}: PolicyRecord.state_dict: expected")):
+        load_policy(tmp_path / "list.ckpt")
+    rule = torch.load(ROOT / "checkpoints" / "queue_bsld_rule.ckpt", map_location="cpu", weights_only=True)
+    rule[CHECKPOINT_KEY]["provenance"] = "searched"
+    torch.save(rule, tmp_path / "rule.ckpt")
+    with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'rule.ckpt'}: provenance must be a mapping")):
+        load_linear_rule(tmp_path / "rule.ckpt")
+    onnx = pytest.importorskip("onnx")
+    exported = tmp_path / "policy.onnx"
+    script_main("decide")(["--policy", str(ROOT / "checkpoints" / "queue_bsld_easy.ckpt"), "--export", str(exported)])
+    graph = onnx.load(str(exported))
+    for value, message in (("{not json", "without lightning_sched's queue-policy metadata"),
+                           ('{"kind": "queue"}', "queue settings are a NoneType"),
+                           ('{"kind": "queue", "queue": {"window": -1, "max_wait": 1, "max_requested": 1}}',
+                            "queue.window must be a positive integer, got -1")):
+        graph.metadata_props[0].value = value
+        onnx.save(graph, str(tmp_path / "meta.onnx"))
+        with pytest.raises(SnapshotError, match=re.escape(f"{tmp_path / 'meta.onnx'}: ") + ".*" + re.escape(message)):
+            load_scorer(tmp_path / "meta.onnx")
+
+
 def test_a_non_finite_gradient_stops_before_the_step_is_applied():
     from lightning_sched.learning.finite import NonFiniteUpdate, require_finite
 

@@ -592,3 +592,14 @@ def test_a_rollout_that_would_not_fit_is_refused_before_it_allocates(monkeypatch
                                           r"observation=image"):
         env.rollout(200)
     assert env.rollout(5).shape == (4, 5)
+
+
+def test_a_step_before_reset_and_a_one_hot_action_are_one_line_each():
+    env = ClusterEnv(SMALL, workload=small_jobs(4, seed=1), batch_size=[4])
+    with pytest.raises(RuntimeError, match=r"step\(\) before reset\(\): call env.reset\(\) first"):
+        env.step(env.fake_tensordict())
+    td = env.reset()
+    td["action"] = torch.nn.functional.one_hot(torch.zeros(4, dtype=torch.long), SMALL.num_slots + 1)
+    with pytest.raises(ConfigError, match=rf'"action" must be one slot index a row, 4 in all, got shape '
+                                          rf'\[4, {SMALL.num_slots + 1}\] \(a one-hot action\? its argmax'):
+        env.step(td)

@@ -222,6 +222,46 @@ def test_a_torchrl_collector_plays_random_valid_picks_and_its_own_random_policy_
         list(Collector(QueueEnv(cfg, log, batch_size=[4], seed=1), None, frames_per_batch=240, total_frames=240))
 
 
+def test_torchrl_users_paths_masks_transforms_groups_and_faults(tmp_path, monkeypatch):
+    """What a TorchRL user meets: ActionMask keeps a TransformedEnv's spec mask current (its copy is
+    taken when the spec is first read, before any reset); a group of episodes_per_sequence rows
+    keeps one sequence through partial resets; a step before reset, a one-hot action or a rollout
+    too large for memory are one line each."""
+    from torchrl.envs import ActionMask, TransformedEnv
+
+    log = read_queue_log(write_log(tmp_path / "log.swf", jobs=400))
+    cfg = log.config(sequence_length=32, window=16)
+    env = TransformedEnv(QueueEnv(cfg, log, batch_size=[4], seed=1), ActionMask())
+    env.action_spec  # read before any reset, as check_env_specs or an actor's spec= does
+    check_env_specs(env)
+    td = env.reset()
+    for _ in range(40):  # rand_action draws visible slots only
+        td = env.step(env.rand_action(td))["next"]
+    # rows of a group that reset apart replay the sequence the rest of their group still runs
+    grouped = QueueEnv(cfg, log, batch_size=[6], seed=2, episodes_per_sequence=3)
+    td = grouped.reset()
+    first = td["job_submit"].clone()
+    td["_reset"] = torch.tensor([True, True, False, False, False, False]).unsqueeze(-1)
+    td = grouped.reset(td)
+    assert torch.equal(td["job_submit"], first)  # rows 0, 1 joined row 2's sequence again
+    td["_reset"] = torch.tensor([False, False, False, True, True, True]).unsqueeze(-1)
+    td = grouped.reset(td)
+    submit = td["job_submit"]
+    assert torch.equal(submit[:3], first[:3]) and not torch.equal(submit[3:], first[3:])
+    assert torch.equal(submit[3], submit[4]) and torch.equal(submit[4], submit[5])  # a fresh draw, shared
+    fresh = QueueEnv(cfg, log, batch_size=[4], seed=1)
+    with pytest.raises(RuntimeError, match=r"step\(\) before reset\(\): call env.reset\(\) first"):
+        fresh.step(fresh.fake_tensordict())
+    td = fresh.reset()
+    td["action"] = torch.nn.functional.one_hot(torch.zeros(4, dtype=torch.long), 16)
+    with pytest.raises(ConfigError, match=r'"action" must be one slot index a row, 4 in all, got shape \[4, 16\]'):
+        fresh.step(td)
+    monkeypatch.setenv("LIGHTNING_SCHED_MEMORY_BYTES", str(2**20))
+    with pytest.raises(ConfigError, match=r"QueueEnv.rollout\(1000\) would need about .*max_steps=1000, "
+                                          r"batch_size=4, sequence_length=32, window=16"):
+        fresh.rollout(1000)
+
+
 def test_final_and_per_job_rewards_return_minus_the_mean_bsld(tmp_path):
     log = read_queue_log(write_log(tmp_path / "log.swf", jobs=400))
     for reward in ("per_job", "final"):

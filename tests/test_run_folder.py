@@ -67,6 +67,22 @@ def test_default_root_dir_holds_the_whole_run_and_start_prints_where(tmp_path):
     assert Path(example).parent.parent == Path("runs") and Path(example).name == "metrics.csv"
 
 
+def test_a_branch_started_from_a_runs_config_writes_only_its_own_folder(tmp_path):
+    """config.yaml keeps the paths as given, not the run folder's: a branch from an older checkpoint
+    (the resume refusal's advice) writes checkpoints, metrics and W&B into its own folder."""
+    run, branch = tmp_path / "runs" / "a", tmp_path / "runs" / "b"
+    fit("fit", "--config", SMOKE, "--trainer.default_root_dir", str(run), tmp_path=tmp_path)
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert "dirpath: null" in (run / "config.yaml").read_text()
+    best = next((run / "checkpoints").glob("best-*.ckpt"))
+    fit("fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(best), "--trainer.default_root_dir",
+        str(branch), "--trainer.max_steps", "6", tmp_path=tmp_path)
+    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before  # the first run's files, W&B's included, untouched
+    assert load(branch / "checkpoints" / "last.ckpt")["global_step"] == 6
+    assert max(eval_rows(branch / "metrics.csv")) == 5 and list((branch / "wandb").glob("offline-run-*"))
+
+
 def test_each_run_gets_its_own_folder_named_after_its_config(tmp_path):
     first = fit("fit", "--config", SMOKE, "--trainer.max_steps", "2", "--trainer.logger", "false",
                 "--trainer.enable_progress_bar", "false", tmp_path=tmp_path)
@@ -224,6 +240,39 @@ def test_a_checkpoint_of_another_module_is_refused(finished_run):
         f"error: --ckpt_path {ROOT / 'checkpoints' / 'image_maml.ckpt'} holds a tasks.maml.MAML model; "
         "the config trains tasks.reinforce.Reinforce (fit.py's default when neither --config nor --model names "
         "one): give the config it was trained with (its run's config.yaml)"]
+
+
+def test_a_checkpoint_can_neither_import_a_module_nor_delete_a_file_outside_its_folder(finished_run):
+    """LightningCLI parses a checkpoint's hyperparameters as the model's config (importing any class
+    they name) and a resumed ModelCheckpoint deletes the files its state names as outdated: both are
+    checked before Lightning reads the file; so are the weights' shapes (one line, not a traceback)."""
+    tmp, run = finished_run
+    good = load(run / "checkpoints" / "last.ckpt")
+    victim = tmp / "victim.txt"
+    victim.write_text("keep me")
+    bad_class = {**good, "hyper_parameters": {**good["hyper_parameters"], "workload": {"class_path": "this.Zen"}}}
+    state = {k: dict(v) for k, v in good["callbacks"].items()}
+    name = next(k for k in state if k.startswith("ModelCheckpoint"))
+    state[name]["best_model_path"] = f"{state[name]['dirpath']}/../../../victim.txt"
+    bad_path = {**good, "callbacks": state}
+    weights = dict(good["state_dict"])
+    name = next(iter(weights))
+    weights[name] = weights[name].reshape(-1)
+    bad_shape = {**good, "state_dict": weights}
+    for crafted, message in ((bad_class, "hyper_parameters.workload.class_path names 'this.Zen', a class outside "
+                                         "lightning_sched, tasks and callbacks that the config does not name"),
+                             (bad_path, "the state of ModelCheckpoint names"),
+                             (bad_shape, f"weight {name} is ({weights[name].numel()},) in the checkpoint")):
+        path = tmp / "crafted.ckpt"
+        torch.save(crafted, path)
+        for subcommand in ("fit", "validate"):
+            proc = fit(subcommand, "--config", str(run / "config.yaml"), "--ckpt_path", str(path),
+                       "--trainer.max_steps", "4", "--trainer.default_root_dir", str(tmp / "branch"), tmp_path=tmp,
+                       check=False)
+            assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+            assert "Beautiful is better than ugly" not in proc.stdout  # `this` was never imported
+    assert victim.read_text() == "keep me"
+    assert load(run / "checkpoints" / "last.ckpt")["global_step"] == 2
 
 
 def test_a_named_folder_holding_a_run_is_refused_unless_resumed(finished_run):

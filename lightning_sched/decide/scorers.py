@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import warnings
 from pathlib import Path
 
@@ -64,14 +65,33 @@ class OnnxScorer:
             first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
             raise SnapshotError(f"{path}: not an ONNX policy ({first})") from None
         meta = self.session.get_modelmeta().custom_metadata_map.get(CHECKPOINT_KEY)
-        entry = json.loads(meta) if meta else {}
-        if entry.get("kind") != QUEUE_POLICY_KIND:
+        try:
+            entry = json.loads(meta) if meta else {}
+        except ValueError:
+            entry = None
+        if not isinstance(entry, dict) or entry.get("kind") != QUEUE_POLICY_KIND:
             raise SnapshotError(f"{path}: an ONNX graph without lightning_sched's queue-policy metadata")
-        self.config = entry["queue"]
+        self.config = checked_settings(entry.get("queue"), path)
 
     def __call__(self, job_features: np.ndarray, cluster_features: np.ndarray) -> np.ndarray:
         return self.session.run(None, {"job_features": job_features,
                                        "cluster_features": cluster_features.reshape(1, 2)})[0]
+
+
+def checked_settings(queue, path) -> dict:
+    """The queue settings an exported policy's metadata carries, checked where decide() reads them
+    (window, feature scales, backfilling); SnapshotError naming the file and the field."""
+    if not isinstance(queue, dict):
+        raise SnapshotError(f"{path}: its metadata's queue settings are a {type(queue).__name__}, not a mapping")
+    for name in ("window", "max_wait", "max_requested"):
+        value = queue.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
+                value <= 0 or (name == "window" and not isinstance(value, int)):
+            raise SnapshotError(f"{path}: its metadata's queue.{name} must be a positive "
+                                f"{'integer' if name == 'window' else 'number'}, got {value!r}")
+    if queue.get("backfill", "off") not in ("off", "easy"):
+        raise SnapshotError(f"{path}: its metadata's queue.backfill must be off or easy, got {queue['backfill']!r}")
+    return queue
 
 
 def load_scorer(path, threads: int = 1):

@@ -11,10 +11,9 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 
 from ..allocator import Buffers
-from ..batched import EveryRowReset, require_integer_action, rows_to_reset
+from ..batched import EveryRowReset, require_slot_actions, rows_to_reset
 from ..config import ClusterConfig, ConfigError
 from ..jobs import JobSet
-from ..limits import require_memory
 from .cluster import compiled_step, init_state, step_state
 from .objectives import episode_metrics
 from .observations import observe
@@ -25,9 +24,6 @@ EPISODE_KEYS = ("mean_slowdown", "mean_completion_time", "makespan", "utilizatio
 
 # peak bytes of EnvBase.rollout over the steps' outputs: 3.2-3.3 measured with the image and with
 # observation "none" (B = 256, 100 steps)
-ROLLOUT_COPIES = 3.5
-
-
 class ClusterEnv(EveryRowReset):
     """B cluster episodes stepped as one TensorDict.
 
@@ -38,7 +34,9 @@ class ClusterEnv(EveryRowReset):
         batch_size: [B], or [] for one unbatched episode (TorchRL's and Gymnasium-style single-env
             tools; the state keeps one row, the TensorDicts have no batch dim).
         device: where every tensor of the state lives.
-        seed: seeds the env's own generator for workload draws and `random` decisions.
+        seed: seeds the env's own generator of workload draws (None is 0: envs built alike draw
+            alike; give each worker its seed). Random decisions draw from their policy's generator
+            (`make_heuristic("random", cfg, generator=g)`), `rand_action` from torch's global one.
         compile_step: step the state with `cluster.compiled_step` (torch.compile, tens of seconds at
             the first reset; the eager step with a warning where compiling fails).
     """
@@ -152,8 +150,9 @@ class ClusterEnv(EveryRowReset):
         return self._first_state.rows(every if rows is None else rows)  # advanced indexing: a copy
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        action = require_slot_actions(tensordict, self.state, self.rows)
         was_done = self.state.done.clone()  # the state is stepped in place
-        reward = self._step_state(self.state, require_integer_action(tensordict["action"]).reshape(self.rows), self.cfg)
+        reward = self._step_state(self.state, action, self.cfg)
         return self._output(reward=reward, ended=self.state.done & ~was_done)
 
     def _set_seed(self, seed: int | None) -> None:
@@ -183,19 +182,8 @@ class ClusterEnv(EveryRowReset):
         metrics = episode_metrics(self.state.rows(rows))
         return {k: nan.index_put((rows,), metrics[k].double().unsqueeze(-1)) for k in EPISODE_KEYS}
 
-    def step_bytes(self) -> int:
-        """Bytes of one step's outputs over the batch: every observation key, the action, the reward
-        and the done flags (the image: 17,920 bytes an episode at DeepRM's size, docs/library.md)."""
-        specs = (self.full_observation_spec, self.full_action_spec, self.full_reward_spec, self.full_done_spec)
-        return sum(spec.shape.numel() * spec.dtype.itemsize for specs_ in specs for spec in specs_.values(True, True))
-
-    def rollout(self, max_steps: int, *args, **kwargs) -> TensorDictBase:
-        """`EnvBase.rollout`, refused before anything is allocated (one ConfigError line) when its
-        steps would not fit in `limits.memory_budget()`: at its peak TorchRL holds each step's
-        outputs and the stacked result's two halves (root and next), ROLLOUT_COPIES times the steps."""
-        require_memory(f"ClusterEnv.rollout({max_steps})", ROLLOUT_COPIES * max_steps * self.step_bytes(),
-                       {"max_steps": max_steps, "batch_size": self.rows, "observation": self.cfg.observation})
-        return super().rollout(max_steps, *args, **kwargs)
+    def size_fields(self) -> dict:
+        return {"batch_size": self.rows, "observation": self.cfg.observation}
 
     # ----- results ---------------------------------------------------------------------------
     def episode_metrics(self) -> dict[str, torch.Tensor]:

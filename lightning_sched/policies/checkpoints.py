@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..config import CHECKPOINT_KEY, REWARD_FIELDS, SIZE_FIELDS, ClusterConfig, ConfigError
-from ..files import load_torch_file, require_finite_weights, write_torch
+from ..files import load_torch_file, require_finite_weights, require_state_dict, write_torch
 from .acting import Acting, NetworkPolicy
 from .networks import DeepRMNetwork, PolicySpec, make_policy
 
@@ -95,6 +95,7 @@ class PolicyRecord:
         if unknown or missing:
             raise ConfigError(f"PolicyRecord has no field {unknown[0]!r}" if unknown
                               else f"PolicyRecord.{missing[0]} is missing")
+        require_state_dict(entry["state_dict"], "PolicyRecord.state_dict")
         try:
             cluster, policy = ClusterConfig(**entry["cluster"]), PolicySpec(**entry["policy"])
         except TypeError as error:  # an unknown field of either

@@ -15,7 +15,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 
-from ..batched import EveryRowReset, require_integer_action, rows_to_reset
+from ..batched import EveryRowReset, require_slot_actions, rows_to_reset
 from ..config import ConfigError
 from ..limits import require_memory
 from .config import QueueConfig
@@ -54,9 +54,13 @@ class QueueEnv(EveryRowReset):
         starts: LongTensor[B]: row b replays jobs [starts[b], starts[b] + L) of its log at every reset.
         positions: (lowest, highest) start positions (inclusive) that resets draw from, or one such
             pair per log; default: every sequence of each log. Ignored with `starts`.
-        device, seed: where the state lives; the seed of the start draws.
+        device, seed: where the state lives; the seed of the start draws (None is 0: envs built alike
+            draw alike, so give each worker of a SerialEnv/ParallelEnv its seed, or `set_seed` the
+            batched env, as a collector given a seed does).
         episodes_per_sequence: E; rows b*E .. b*E+E-1 replay the same fresh sequence (a policy's
             episodes compared on one sequence, as DeepRM's baseline compares them on one jobset).
+            A partial reset draws a group's next sequence when all its rows reset; rows of a group
+            reset apart (a collector's autoreset) replay the sequence the rest of it still runs.
 
     The observation's job_submit, job_requested and job_processors are the state's own sequences (a
     copy each step would cost more than the step): read them, do not change them in place.
@@ -84,8 +88,10 @@ class QueueEnv(EveryRowReset):
         if isinstance(e, bool) or not isinstance(e, int) or e < 1 or batch_size[0] % e:
             raise ConfigError(f"episodes_per_sequence must be an integer >= 1 dividing B={batch_size[0]}, got {e!r}")
         # rows b*E .. b*E+E-1 replay one sequence (fresh draws), of log b % len(logs)
+        self.episodes_per_sequence = e
         self.row_group = torch.arange(batch_size[0]) // e
         self.row_log = self.row_group % len(self.logs)
+        self.row_start = torch.zeros(batch_size[0], dtype=torch.long)  # each row's sequence, in its log
         self.generator = torch.Generator()
         self.generator.manual_seed(0 if seed is None else seed)
         if starts is not None:
@@ -141,7 +147,11 @@ class QueueEnv(EveryRowReset):
             else:  # one draw per sequence group, shared by its rows
                 lo, hi = self.positions[i]
                 groups, member = self.row_group[mine].unique(return_inverse=True)
-                starts = torch.randint(lo, hi + 1, (groups.numel(),), generator=self.generator)[member]
+                fresh = torch.randint(lo, hi + 1, (groups.numel(),), generator=self.generator)
+                whole = torch.bincount(member, minlength=groups.numel()) == self.episodes_per_sequence
+                running = self.row_start[groups * self.episodes_per_sequence]  # the group's first row's
+                starts = torch.where(whole, fresh, running)[member]
+            self.row_start[mine] = starts
             parts[i] = (mine, one.sequences(starts, length, self.device))
         if len(parts) == 1:  # one log: its rows are `rows` in order
             jobs = next(iter(parts.values()))[1]
@@ -161,7 +171,7 @@ class QueueEnv(EveryRowReset):
         return self._output(advance(self.state, none, self.cfg), reward=None)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        slot = require_integer_action(tensordict["action"]).reshape(-1, 1).to(torch.int64)
+        slot = require_slot_actions(tensordict, self.state, self.batch_size[0]).reshape(-1, 1)
         job = self.window_job.gather(1, slot.clamp(0, self.cfg.window - 1)).squeeze(1).long()
         active = ~self.state.done
         bad = active & ((slot.squeeze(1) < 0) | (slot.squeeze(1) >= self.cfg.window) | (job < 0))
@@ -170,7 +180,8 @@ class QueueEnv(EveryRowReset):
             raise ValueError(f"QueueEnv: row {row}: action {int(slot[row])} is not a waiting job's slot "
                              f"(window {self.cfg.window}, {int((self.window_job[row] >= 0).sum())} jobs visible); "
                              "a random policy must draw from the observation's action_mask, as "
-                             "QueueHeuristic('random') does (TorchRL's RandomPolicy keeps a copy of the spec's mask)")
+                             "QueueHeuristic('random') does; TorchRL's RandomPolicy and rand_action read a copy "
+                             "of the spec's mask, kept current by torchrl.envs.ActionMask() in a TransformedEnv")
         length = self.cfg.sequence_length
         out = advance(self.state, torch.where(active, job, torch.full_like(job, -1)), self.cfg)
         if self.cfg.reward == "per_job":
@@ -181,6 +192,10 @@ class QueueEnv(EveryRowReset):
 
     def _set_seed(self, seed: int | None) -> None:
         self.generator.manual_seed(0 if seed is None else int(seed))
+
+    def size_fields(self) -> dict:
+        return {"batch_size": self.batch_size[0], "sequence_length": self.cfg.sequence_length,
+                "window": self.cfg.window}
 
     def _output(self, out: dict[str, torch.Tensor], reward: torch.Tensor | None) -> TensorDictBase:
         s = self.state

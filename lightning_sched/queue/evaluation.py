@@ -161,7 +161,9 @@ def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str
 
     entry = load_torch_file(spec, "queue policy checkpoint", weights_only=True).get(CHECKPOINT_KEY) or {}
     record = entry.get("provenance", entry)  # a searched rule keeps them in its provenance
-    logs = record.get("log", record.get("logs")) or []
+    logs = record.get("log", record.get("logs")) or [] if isinstance(record, dict) else None
+    if not isinstance(logs, (list, tuple)) or not all(isinstance(one, str) for one in logs):
+        raise ConfigError(f"{spec}: its record of the logs it trained on is not a list of file names: {logs!r}")
     trained_backfill = (entry.get("queue") or {}).get("backfill", record.get("backfill"))
     notes = []
     if trained_backfill not in (None, backfill):
@@ -169,7 +171,9 @@ def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str
     name = Path(log.path).name
     if name not in {Path(str(one).split(":")[0]).name for one in logs}:
         return notes, None
-    fraction = float(record.get("read_fraction", record.get("train_fraction", 1.0)))  # what training or choosing read
+    fraction = record.get("read_fraction", record.get("train_fraction", 1.0))  # what training or choosing read
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        raise ConfigError(f"{spec}: the share of the log it trained on must be in (0, 1], got {fraction!r}")
     read = int((starts < log.jobs_before(fraction)).sum())  # a sequence [s, s + L) meets jobs [0, T) when s < T
     if read:
         notes.append(f"note: {spec} trained on the first {fraction:.0%} of {name}'s jobs (a log of that file "

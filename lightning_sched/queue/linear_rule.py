@@ -120,4 +120,7 @@ def load_linear_rule(path, entry: dict | None = None) -> tuple[LinearRule, dict]
     reserve = entry.get("reserve", False)  # absent in files written before rules could reserve
     if not isinstance(reserve, bool):
         raise ConfigError(f"{path}: reserve must be true or false, got {reserve!r}")
-    return LinearRule(torch.tensor(weights, dtype=torch.double), reserve), dict(entry.get("provenance", {}))
+    provenance = entry.get("provenance", {})
+    if not isinstance(provenance, dict):
+        raise ConfigError(f"{path}: provenance must be a mapping, got {type(provenance).__name__}")
+    return LinearRule(torch.tensor(weights, dtype=torch.double), reserve), dict(provenance)

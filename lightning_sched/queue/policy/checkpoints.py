@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 from ...config import CHECKPOINT_KEY, QUEUE_POLICY_KIND, QUEUE_RULE_KIND, ConfigError
-from ...files import load_torch_file
+from ...files import load_torch_file, require_finite_weights, require_state_dict
 from ..config import QueueConfig
 from .networks import QueueNetwork
 from .spec import QueuePolicySpec
@@ -61,6 +61,7 @@ class QueuePolicyRecord:
         unknown = sorted(set(entry) - {f.name for f in fields(cls)})
         if unknown:
             raise ConfigError(f"QueuePolicyRecord: unknown field(s) {', '.join(unknown)}")
+        require_state_dict(entry.get("state_dict"), "QueuePolicyRecord.state_dict")
         log = entry.get("log", ())
         return cls(QueueConfig.from_dict(entry["queue"]), QueuePolicySpec.from_dict(entry["policy"]),
                    entry["state_dict"], tuple([log] if isinstance(log, str) else log),
@@ -80,6 +81,7 @@ def read_queue_record(path) -> QueuePolicyRecord:
         raise ConfigError(f"{path}: not a queue policy checkpoint (no '{CHECKPOINT_KEY}' entry of kind "
                           f"'{QUEUE_POLICY_KIND}'; a cluster policy is read by "
                           "lightning_sched.policies.checkpoints.load_policy)")
+    require_finite_weights(data, path, "loaded")
     try:
         return QueuePolicyRecord.from_dict(saved)
     except (ConfigError, KeyError, TypeError) as error:
@@ -94,7 +96,10 @@ def load_queue_policy(path, device="cpu") -> tuple[QueueNetwork, QueueConfig]:
 
 def queue_network(record: QueuePolicyRecord, path="") -> QueueNetwork:
     """The network of `record` (read from `path`, which a ConfigError names when its weights do not fit)."""
-    net = QueueNetwork(record.policy)
+    try:
+        net = QueueNetwork(record.policy)
+    except ConfigError as error:  # a spec too large to build
+        raise ConfigError(f"{path}: {error}") from None
     try:
         net.load_state_dict(record.state_dict)
     except RuntimeError as error:  # missing or misshapen weights: a damaged or hand-edited file

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ...config import ConfigError
+from ...limits import require_memory
 from .spec import QueuePolicySpec
 
 JOB_FEATURES = 4
@@ -172,6 +173,18 @@ class QueueValue(nn.Module):
         return self.head(torch.cat([pooled_window(self.embed, jobs, cluster, mask), cluster], -1)).reshape(*lead, 1)
 
 
+def weight_bound(spec: QueuePolicySpec) -> int:
+    """An upper bound on the weights of `QueueNetwork(spec)` (training holds each four times over:
+    the weight, its gradient, two Adam moments)."""
+    inputs = JOB_FEATURES + spec.extra_inputs + 1 + spec.cluster_inputs + 2 * spec.embedding
+
+    def layers(widths) -> int:
+        return sum((a + 1) * b for a, b in zip(widths[:-1], widths[1:]))
+
+    scorer = layers([inputs, *spec.hidden, 1]) + (inputs + 1) * spec.embedding + 8
+    return spec.ensemble * scorer + (inputs + 1) * spec.embedding + layers([inputs, *spec.value_hidden, 1])
+
+
 class QueueNetwork(nn.Module):
     """The actor (`scorer`) and the critic (`value`) of one queue policy; separate weights, as
     RLScheduler's actor and critic. `forward` gives the masked logits [B, W] (-inf on empty slots)."""
@@ -179,6 +192,10 @@ class QueueNetwork(nn.Module):
     def __init__(self, spec: QueuePolicySpec = QueuePolicySpec()):
         super().__init__()
         self.spec = spec
+        weights = weight_bound(spec)  # before allocating: a spec read from a file may ask for terabytes
+        require_memory(f"the queue policy network (about {weights:,} weights)", 16 * weights,
+                       {"QueuePolicySpec.hidden": spec.hidden, "value_hidden": spec.value_hidden,
+                        "embedding": spec.embedding, "ensemble": spec.ensemble})
         self.scorer = JobScorer(spec) if spec.ensemble == 1 else EnsembleScorer(spec)
         self.value = QueueValue(spec)
 
