@@ -4,10 +4,12 @@ failure never leaves a truncated file and nothing replaces an existing file unle
 from __future__ import annotations
 
 import errno
+import glob
 import itertools
 import os
 import re
 import secrets
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -59,6 +61,10 @@ def load_torch_file(path, what: str, weights_only: bool, map_location="cpu"):
         lines = str(error).strip().splitlines()
         # the first line names the fault when it is short; torch's long ones are advice, not the fault
         reason = f"{type(error).__name__}: {lines[0]}" if lines and len(lines[0]) <= 100 else type(error).__name__
+        with path.open("rb") as file:
+            zipped = file.read(2) == b"PK"
+        if zipped and not zipfile.is_zipfile(path):  # torch's format, its directory at the end missing
+            reason = f"a zip archive cut short (truncated?): {reason}"
         raise ConfigError(f"{path}: not a {what} (torch.load failed: {reason})") from error
 
 
@@ -94,6 +100,25 @@ def temp_path(path: Path) -> Path:
     """The temporary file `path` is written to first (`clean_temp_files` removes those a killed
     process left behind)."""
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def remove_stale_temps(path: Path) -> None:
+    """Removes the temporary files of earlier writes of `path` whose process no longer runs (killed
+    mid-write): outside a run folder nobody else would."""
+    for temp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        found = re.fullmatch(rf"\.{re.escape(path.name)}\.(\d+)\.[0-9a-f]{{8}}\.tmp", temp.name)
+        if found and not process_runs(int(found.group(1))):
+            temp.unlink(missing_ok=True)
+
+
+def process_runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def clean_temp_files(folder: Path) -> list[Path]:
@@ -146,6 +171,7 @@ def write_file(path, write: Callable[[BinaryIO], None], overwrite: bool = False,
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise ConfigError(f"cannot write {path}: its folder cannot be created ({error.strerror or error})") from None
+    remove_stale_temps(path)
     temp = temp_path(path)
     try:
         # os.open with 0o666: the file gets the umask's permissions, as a plain open would

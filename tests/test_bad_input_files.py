@@ -167,6 +167,13 @@ def test_damaged_queue_and_cluster_records_are_one_line_errors(tmp_path, capsys)
             load_queue_policy(path)
         line = one_line_error(script("decide.py", "--policy", str(path), "--snapshot", str(path)))
         assert str(path) in line and message in line
+    with pytest.raises(ConfigError, match=r"text.ckpt: QueueConfig: expected a mapping of its fields, got str"):
+        load_queue_policy(saved("text.ckpt", queue="window 128"))
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes((ROOT / "checkpoints" / "queue_bsld_easy.ckpt").read_bytes()[:20_000])
+    with pytest.raises(ConfigError, match=r"cut.ckpt: not a queue policy checkpoint \(torch.load failed: a zip "
+                                          r"archive cut short \(truncated\?\)"):
+        load_queue_policy(cut)
     cluster = torch.load(SHIPPED, map_location="cpu", weights_only=True)
     cluster[CHECKPOINT_KEY]["state_dict"] = ["not", "weights"]
     torch.save(cluster, tmp_path / "list.ckpt")
@@ -220,3 +227,16 @@ def test_a_figure_and_its_json_are_written_as_a_pair(tmp_path):
     assert write_figure_and_json(fig, tmp_path / "curve.png", "{}", numbered=True) == tmp_path / "curve-2.png"
     assert (tmp_path / "curve.json").read_text() == "mine" and (tmp_path / "curve-2.json").read_text() == "{}"
     plt.close(fig)
+
+
+def test_a_write_removes_what_a_killed_write_of_the_same_file_left(tmp_path):
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # a process that no longer runs: its temporary file is left over
+    stale = tmp_path / f".out.json.{ended.pid}.0123abcd.tmp"
+    live = tmp_path / f".out.json.{os.getpid()}.0123abcd.tmp"  # a write still under way
+    other = tmp_path / f".other.json.{ended.pid}.0123abcd.tmp"  # another file's: not this write's to remove
+    for temp in (stale, live, other):
+        temp.write_text("partial")
+    write_text(tmp_path / "out.json", "{}")
+    assert not stale.exists() and live.exists() and other.exists()
+    assert (tmp_path / "out.json").read_text() == "{}"

@@ -359,3 +359,25 @@ def test_a_linear_rule_checkpoint_is_named_as_such_where_a_network_is_needed():
 
     with pytest.raises(ConfigError, match=r"queue_bsld_rule.ckpt: a linear queue rule, not a network: evaluate.py"):
         load_scorer(str(ROOT / "checkpoints" / "queue_bsld_rule.ckpt"))
+
+
+def test_the_window_read_from_the_orders_prefixes_is_the_whole_queues_alternation():
+    """Window reads only the first `width` waiting jobs of each order; the alternation over every
+    waiting job (keys min(2 x SJF rank, 2 x smallest rank + 1), the width smallest) gives the same."""
+    from lightning_sched.decide.rules import Window
+
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        q, width = int(rng.integers(1, 60)), int(rng.integers(1, 20))
+        jobs = [{"id": k, "submit": 0, "requested_time": int(rng.integers(1, 6)), "processors": int(rng.integers(1, 6))}
+                for k in range(q)]
+        snap = read_snapshot({"now": 0, "capacity": {"processors": 8}, "waiting": jobs})
+        view = Window(snap, width)
+        waiting = rng.random(q) < rng.random()
+        queue = np.flatnonzero(waiting)
+        key = np.full(q, np.iinfo(np.int64).max)
+        for parity, order in enumerate(view.orders):
+            ranked = order[waiting[order]]
+            key[ranked] = np.minimum(key[ranked], 2 * np.arange(len(ranked)) + parity)
+        expected = queue if len(queue) <= width else queue[np.argsort(key[queue])][:width]
+        assert np.array_equal(view(waiting), expected), trial

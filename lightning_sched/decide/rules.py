@@ -46,7 +46,10 @@ class Window:
     """The jobs the policy sees, in slot order, as the environment's window (step_torch.window_torch):
     every waiting job up to `width`, in FCFS order; past it the `width` smallest keys
     min(2 * SJF rank, 2 * smallest rank + 1) among the waiting jobs (ranks by requested time, and by
-    processors, ties in FCFS order). Both orders are sorted once a snapshot; a view costs O(Q)."""
+    processors, ties in FCFS order). Both orders are sorted once a snapshot. Only a job among the
+    first `width` waiting of either order can hold one of the `width` smallest keys (the first
+    `width` of the SJF order alone hold keys below 2 * width), so a view reads those prefixes:
+    O(width + jobs started), not O(jobs), after each start."""
 
     def __init__(self, snap: Snapshot, width: int):
         self.width = width
@@ -54,16 +57,19 @@ class Window:
 
     def __call__(self, waiting: np.ndarray) -> np.ndarray:
         """Slot order of the window, int64 [<= width], from `waiting` (bool [Q], the jobs still waiting)."""
-        queue = np.flatnonzero(waiting)
-        if len(queue) <= self.width:
-            return queue
-        key = np.full(len(waiting), np.iinfo(np.int64).max)
-        for parity, order in enumerate(self.orders):
-            jobs = order[waiting[order]]  # the waiting jobs in this order
-            key[jobs] = np.minimum(key[jobs], 2 * np.arange(len(jobs)) + parity)
-        slots = np.full(2 * len(waiting), -1)
-        slots[key[queue]] = queue  # keys are distinct: even ones from one order, odd ones from the other
-        return slots[slots >= 0][:self.width]
+        count = int(np.count_nonzero(waiting))
+        if count <= self.width:
+            return np.flatnonzero(waiting)
+        reach = self.width + len(waiting) - count  # each job no longer waiting hides one place of a prefix
+        firsts = []
+        for order in self.orders:
+            prefix = order[:reach]
+            firsts.append(prefix[waiting[prefix]][:self.width])  # the first `width` waiting, ranks 0, 1, ...
+        jobs = np.concatenate(firsts)
+        keys = np.concatenate([2 * np.arange(len(firsts[0])), 2 * np.arange(len(firsts[1])) + 1])
+        jobs = jobs[np.argsort(keys)]  # keys are distinct: even ones from one order, odd ones from the other
+        _, first_place = np.unique(jobs, return_index=True)  # a job in both orders keeps its smaller key
+        return jobs[np.sort(first_place)][:self.width]
 
 
 def features(jobs: np.ndarray, snap: Snapshot, free_nodes: int, queue: int, cfg: dict) -> tuple[np.ndarray, ...]:

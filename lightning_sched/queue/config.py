@@ -114,6 +114,8 @@ class QueueConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> QueueConfig:
+        if not isinstance(values, dict):
+            raise ConfigError(f"QueueConfig: expected a mapping of its fields, got {type(values).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:

@@ -107,6 +107,8 @@ class QueuePolicySpec:
 
     @classmethod
     def from_dict(cls, values: dict) -> QueuePolicySpec:
+        if not isinstance(values, dict):
+            raise ConfigError(f"QueuePolicySpec: expected a mapping of its fields, got {type(values).__name__}")
         unknown = sorted(set(values) - {f.name for f in fields(cls)})
         if unknown:
             raise ConfigError(f"QueuePolicySpec: unknown field(s) {', '.join(unknown)}")
