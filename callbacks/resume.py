@@ -14,7 +14,7 @@ from jsonargparse import Namespace
 
 from lightning_sched import ConfigError
 from lightning_sched.config import CHECKPOINT_KEY
-from lightning_sched.files import require_finite_weights, require_state_dict
+from lightning_sched.files import non_finite_weight, require_finite_weights, require_state_dict
 
 from .cli import DEFAULT_MODEL
 from .run_folder import run_of_checkpoint
@@ -42,6 +42,10 @@ def read_checkpoint(ckpt_path: str) -> dict:
     except ConfigError as error:
         raise ConfigError(f"--ckpt_path {ckpt_path}: {error}") from None
     require_finite_weights(data, ckpt_path, "loaded")
+    bad = non_finite_weight(data.get("optimizer_states") or [], "optimizer_states")
+    if bad:  # an optimizer's moments that would turn the first step's weights into NaN
+        raise ConfigError(f"--ckpt_path {ckpt_path}: {bad} holds NaN or infinite values; a damaged optimizer "
+                          "state is never resumed")
     require_files_in_their_folder(data, ckpt_path)
     return data
 

@@ -259,10 +259,16 @@ def test_a_checkpoint_can_neither_import_a_module_nor_delete_a_file_outside_its_
     name = next(iter(weights))
     weights[name] = weights[name].reshape(-1)
     bad_shape = {**good, "state_dict": weights}
+    moments = [dict(o) for o in good["optimizer_states"]]
+    moments[0]["state"] = {k: {m: t if m == "step" else torch.full_like(t, float("nan")) for m, t in v.items()}
+                           for k, v in moments[0]["state"].items()}  # RMSprop's or Adam's moments
+    bad_moments = {**good, "optimizer_states": moments}
     for crafted, message in ((bad_class, "hyper_parameters.workload.class_path names 'this.Zen', a class outside "
                                          "lightning_sched, tasks and callbacks that the config does not name"),
                              (bad_path, "the state of ModelCheckpoint names"),
-                             (bad_shape, f"weight {name} is ({weights[name].numel()},) in the checkpoint")):
+                             (bad_shape, f"weight {name} is ({weights[name].numel()},) in the checkpoint"),
+                             (bad_moments, "holds NaN or infinite values; a damaged optimizer state is never "
+                                           "resumed")):
         path = tmp / "crafted.ckpt"
         torch.save(crafted, path)
         for subcommand in ("fit", "validate"):
