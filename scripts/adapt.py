@@ -160,11 +160,13 @@ def main(argv=None) -> int:
         else:
             train = workload
         train_desc, eval_desc = train.describe(), workload.describe()
+        trace_counts = workload.report.counts()
     else:
         workload = train = workload_from_args(args, cfg)
         workload.validate(cfg)
         train_desc = f"DeepRMWorkload({', '.join(f'{k}={v}' for k, v in workload.to_dict().items())})"
         eval_desc = "the same workload"
+        trace_counts = {}
     require_time("adapt.py", {  # the whole run's rollouts, before the first draw
         "the heuristics' reference": len(REFERENCE_HEURISTICS) * rollout_seconds(workload.max_jobs, args.eval_jobsets),
         "evaluations": (settings.steps // args.eval_every + 2) * rollout_seconds(workload.max_jobs, args.eval_jobsets,
@@ -174,6 +176,10 @@ def main(argv=None) -> int:
         {"--steps": settings.steps, "--jobsets": settings.jobsets, "--episodes": settings.episodes,
          "--eval_jobsets": args.eval_jobsets, "job columns": workload.max_jobs})
     eval_jobs = make_jobsets(workload, args.eval_jobsets, seeds.EVALUATION)
+    if trace:  # what the mapping kept, dropped and clipped, on each split it reads
+        print(train.report.line())
+        if train is not workload:
+            print(workload.report.line())
     learned = (record.adaptation or {}).get("step_sizes") is not None
     print(f"adapting {args.ckpt} on {train_desc}: {settings}"
           + (" with learned per-weight step sizes" if settings.step_sizes is not None else "")
@@ -193,7 +199,8 @@ def main(argv=None) -> int:
         diff, ci = paired_difference(result, best_result, metric)
         print(f"{format_row(f'step {step}', summary)} {f'{diff:+.3f} ± {ci:.3f}':>24s}", flush=True)
         if args.json:
-            print(json.dumps({"policy": args.ckpt, **summary, "reference": {"heuristic": best, metric: reference},
+            print(json.dumps({"policy": args.ckpt, **summary, **trace_counts,
+                              "reference": {"heuristic": best, metric: reference},
                               "minus_reference": {"mean": diff, "ci95": ci, "jobsets": result.num_jobsets}}),
                   flush=True)
 

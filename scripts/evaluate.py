@@ -144,17 +144,8 @@ def main(argv=None) -> int:
                          **{"--trace": trace.path})
         jobs = make_jobsets(workload, args.jobsets, args.seed)
         workload_desc = workload.describe()
-        report = workload.report
-        trace_counts = {"trace_kept": report.kept, "trace_dropped": report.dropped,
-                        "trace_clipped": report.clipped, "trace_split_jobs": report.split_jobs,
-                        "trace_load": max(report.split_load), "trace_start": report.start_state,
-                        "trace_carried": report.carried}
-        print(f"trace {trace.path}: {report.job_lines} job lines, kept {report.kept}, dropped "
-              f"{sum(report.dropped.values())} {report.dropped}, clipped {report.clipped}; "
-              f"{report.split} split: {report.split_jobs} jobs, steps {report.split_steps}; windows start "
-              f"{'from the log' if report.start_state == 'log' else 'empty'}"
-              + (f", carrying {report.carried} (running jobs are outside the metrics)"
-                 if report.start_state == "log" else ""))
+        trace_counts = workload.report.counts()
+        print(workload.report.line())
     else:
         workload = workload_from_args(args, cluster)
         workload.validate(cluster)

@@ -16,8 +16,8 @@ per scheme. recipes: validation curves of runs against iterations and against wa
 
     python scripts/figures.py trace [--trace PATH] [--compressions 1 2] [--jobsets 200]
 
-trace: heuristics on a real trace's held-out (test) time range, as recorded and time-compressed
-(docs/traces.md; default: the NASA iPSC/860 log in ../shared/traces).
+trace: heuristics on a real trace's held-out (test) time range, as recorded and time-compressed (docs/traces.md);
+without --trace, the NASA iPSC/860 log of ../shared/traces on 128 processors at 600 s a step.
 
     python scripts/figures.py objectives --ckpt slowdown=A.ckpt completion_time=B.ckpt [--load 1.3]
 
@@ -33,7 +33,6 @@ after 25); the default title names the run and its config (config.yaml beside me
     python scripts/figures.py redraw docs/figures/adaptation_broad_nasa.json --out X.png
 
 redraw: a learning_curve or adaptation (or headroom) figure again from the numbers in its JSON.
-
     python scripts/figures.py gains --ckpt RL=checkpoints/reinforce_slowdown.ckpt [--load 0.7]
 
 gains: lengths of the jobs the policy leaves waiting while they fit, and slowdown by job length
@@ -49,8 +48,7 @@ each with the same steps and episodes (a meta-policy with its own inner loop, th
     python scripts/figures.py headroom [--ckpt checkpoints/reinforce_mixture_masked.ckpt --steps 300]
     python scripts/figures.py cluster_sizes --ckpt best_slowdown=checkpoints/best_slowdown.ckpt
 
-headroom: one checkpoint fine-tuned long on the same held-out workloads and jobsets (how far
-fine-tuning goes at all).
+headroom: one checkpoint fine-tuned long on the same held-out workloads and jobsets (how far fine-tuning goes).
 """
 from __future__ import annotations
 
@@ -197,9 +195,14 @@ def recipes(args) -> None:
 def trace(args) -> None:
     """Heuristics (and any checkpoints) on a real trace's held-out time range, as recorded and time-compressed,
     on the cluster the size flags (or --fit_cluster) describe (checkpoints of slot policies run on it)."""
+    nasa = args.trace is None  # the default figure: NASA's log, its 128 processors, 600 s a step
+    if nasa:
+        args.trace, args.trace_capacity = str(NASA_TRACE), args.trace_capacity or ["processors=128"]
+    if args.target_load is not None or args.time_compression != 1.0:  # --compressions gives them
+        raise ConfigError("figures.py trace compares --compressions; --target_load, --time_compression do not apply")
     cfg, sized, log = setup_from_args(args, list(checkpoints(args).values()))
-    if log.seconds_per_step is None:
-        log = replace(log, seconds_per_step=600.0)  # the NASA figure's step without --fit_cluster
+    if log.seconds_per_step is None and nasa:
+        log = replace(log, seconds_per_step=600.0)
     policies = named_policies(cfg, args.heuristics, args.ckpt, args.device, resize=sized)
     settings, values, cdf, mapping = {}, {}, None, None
     for compression in args.compressions:
@@ -456,7 +459,6 @@ def main() -> None:
     add_cluster_flags(p)
     p.add_argument("--simu_len", type=at_least(1), default=50, help="steps of a window")
     p.add_argument("--compressions", type=float, nargs="+", default=[1.0, 2.0], help="time compressions to compare")
-    p.set_defaults(trace=str(NASA_TRACE), trace_capacity=["processors=128"])
     p = figure(objectives, "policies trained for different objectives, on both metrics",
                shared_flags(["tetris", "sjf", "packer", "random"], ckpt="+"))
     p.add_argument("--load", type=float, default=1.3)

@@ -152,6 +152,9 @@ class SchedulerCLI(LightningCLI):
             config = self.config[self.subcommand]
             print(describe_run(self.run_dir, self.subcommand, config.checkpoint.dirpath, self.trainer.loggers,
                                config.get("ckpt_path"), self.model), flush=True)
+            report = getattr(getattr(self.model, "workload", None), "report", None)
+            if report is not None:  # a trace's jobs: what the mapping kept, dropped and clipped
+                print(report.line(), flush=True)
 
     def before_fit(self) -> None:
         self.print_run()

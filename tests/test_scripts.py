@@ -192,6 +192,14 @@ def test_figures_trace_takes_the_shared_trace_flags_and_its_old_names(tmp_path):
     assert [s["time_compression"] for s in new["settings"].values()] == [1.0, 2.0]
     for setting in new["settings"].values():
         assert set(setting["results"]) == {"tetris", "sjf"} and setting["jobs_in_jobsets"] > 0
+    # a log of one's own: its header's 64 processors (NASA's 128 only without --trace), --compressions alone
+    run(*common, "--out", str(tmp_path / "own.png"))
+    assert json.loads((tmp_path / "own.json").read_text())["mapping"]["capacity"] == {"processors": 64.0}
+    refused = run(*common, "--time_compression", "3", "--out", str(tmp_path / "x.png"), check=False)
+    assert refused.returncode == 2 and "figures.py trace compares --compressions" in refused.stderr
+    unstepped = [a for a in common if a not in ("--seconds_per_step", "300")]
+    refused = run(*unstepped, "--out", str(tmp_path / "y.png"), check=False)
+    assert refused.returncode == 2 and "--trace needs --seconds_per_step" in refused.stderr
 
 
 # ----- outputs and bad input -----------------------------------------------------------------------------

@@ -311,3 +311,23 @@ def test_make_swf_writes_the_memory_per_processor_it_is_given(tmp_path, capsys):
     assert len(rows) == 300 and min(memory) >= 512 // 16 and max(memory) <= 2 * 512
     assert all(m * p <= 16 * 512 for m, p in zip(memory, procs))  # every job fits the machine's memory
     assert max(memory) > 512  # some jobs need more than their processors' share: memory-bound
+
+
+def test_more_random_windows_than_the_split_has_starts_warn_once(tmp_path):
+    from lightning_sched.traces.mapping import TraceWarning
+
+    workload = state_workload(tmp_path, split="all")
+    count = int(workload._plan.interval_end[-1])  # the distinct starts of a 10-step window in 11 steps
+    with pytest.warns(TraceWarning, match=rf"{count + 1} random windows asked, the all split has {count} distinct"):
+        workload.window_starts(count + 1, torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once a workload: a training run draws every iteration
+        workload.window_starts(count + 1, torch.Generator().manual_seed(1))
+        state_workload(tmp_path, split="all").window_starts(count, torch.Generator().manual_seed(0))
+
+
+def test_a_header_of_unknown_max_procs_falls_back_to_max_nodes(tmp_path):
+    lines = ["; MaxProcs: -1", "; MaxNodes: 16"] + [swf_line(j + 1, 60 * j, 0, 60 + j, 1 + j % 16) for j in range(100)]
+    workload = TraceWorkload.for_cluster(ONE_RESOURCE, write(tmp_path / "unknown.swf", lines), 60,
+                                         resources=("processors",), simu_len=10)
+    assert workload.report.capacity == {"processors": 16.0}  # SWF's -1 is "unknown", not a capacity

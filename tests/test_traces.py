@@ -405,6 +405,7 @@ def test_fit_and_adapt_take_a_trace_workload(tmp_path):
     ckpt = tmp_path / "ck" / "last.ckpt"
     data = torch.load(ckpt, map_location="cpu", weights_only=True)
     assert str(trace) in str(data["hyper_parameters"]["workload"])  # trained on the trace's windows
+    assert f"trace {trace}: " in fit.stdout and "; train split: " in fit.stdout  # what the mapping kept, clipped
     adapt = subprocess.run([sys.executable, "scripts/adapt.py", "--ckpt", str(ckpt), "--steps", "1",
                             "--trace", str(trace),
                             "--seconds_per_step", "300", "--simu_len", "20", "--jobsets", "2", "--episodes", "2",
@@ -414,3 +415,5 @@ def test_fit_and_adapt_take_a_trace_workload(tmp_path):
     assert adapt.returncode == 0, adapt.stderr[-3000:]
     last = json.loads(adapt.stdout.strip().splitlines()[-1])
     assert last["step"] == 1 and last["num_jobsets"] == 4 and last["mean_slowdown"] >= 1
+    assert {"trace_kept", "trace_dropped", "trace_clipped"} <= set(last)  # as evaluate.py --json says them
+    assert "; train split: " in adapt.stdout and "; test split: " in adapt.stdout

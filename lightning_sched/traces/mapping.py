@@ -106,12 +106,15 @@ def _given_capacities(path: str, names: tuple[str, ...], capacity: dict | tuple 
 
 
 def _header_processors(header: dict[str, str]) -> float | None:
-    """An SWF header's MaxProcs, else MaxNodes, as a number (its first word); None if neither reads."""
+    """An SWF header's MaxProcs, else MaxNodes, as a number (its first word); None if neither reads
+    as one > 0 (SWF writes -1 for unknown)."""
     for key in ("MaxProcs", "MaxNodes"):
         try:
-            return float(header[key].split()[0])
+            value = float(header[key].split()[0])
         except (KeyError, ValueError, IndexError):
             continue
+        if value > 0:
+            return value
     return None
 
 

@@ -99,6 +99,21 @@ class TraceReport:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def line(self) -> str:
+        """One line of what the mapping kept, dropped and clipped, as the scripts print it."""
+        return (f"trace {self.path}: {self.job_lines} job lines, kept {self.kept}, dropped "
+                f"{sum(self.dropped.values())} {self.dropped}, clipped {self.clipped}; "
+                f"{self.split} split: {self.split_jobs} jobs, steps {self.split_steps}; windows start "
+                f"{'from the log' if self.start_state == 'log' else 'empty'}"
+                + (f", carrying {self.carried} (running jobs are outside the metrics)"
+                   if self.start_state == "log" else ""))
+
+    def counts(self) -> dict:
+        """The counts of a JSON line (trace_kept, trace_dropped, ...)."""
+        return {"trace_kept": self.kept, "trace_dropped": self.dropped, "trace_clipped": self.clipped,
+                "trace_split_jobs": self.split_jobs, "trace_load": max(self.split_load),
+                "trace_start": self.start_state, "trace_carried": self.carried}
+
 
 @dataclass
 class TraceWorkload:
@@ -239,6 +254,7 @@ class TraceWorkload:
         self.arrival, self.duration, self.demand = arrival[rows], jobs.duration[rows], jobs.demand[rows]
         self.range = (lo, hi)
         self._cursor = 0
+        self._warned_repeats = False
         self._plan = plan_windows(self.arrival, self.range, self.simu_len, self.windows)
         start, unknown_wait = start_steps(arrival, jobs.submit, jobs.wait, self.seconds_per_step, compression)
         self._log = LogState.of(arrival, start, jobs.duration, jobs.demand)
@@ -297,8 +313,14 @@ class TraceWorkload:
             self._cursor = (self._cursor + batch_size) % n
             return plan.starts[index]
         # uniform over all starts: a draw below the total count, located in its interval
+        count = int(plan.interval_end[-1])
+        if batch_size > count and not self._warned_repeats:  # an evaluation's CIs would count copies
+            warnings.warn(f"{self.path}: {batch_size} random windows asked, the {self.split} split has {count} "
+                          "distinct starts; windows repeat (a shorter --simu_len or a longer split gives more)",
+                          TraceWarning, stacklevel=3)
+            self._warned_repeats = True
         device = generator.device if generator is not None else "cpu"
-        pick = torch.randint(int(plan.interval_end[-1]), (batch_size,), generator=generator, device=device).cpu()
+        pick = torch.randint(count, (batch_size,), generator=generator, device=device).cpu()
         which = torch.searchsorted(plan.interval_end, pick, right=True)
         before = torch.cat([plan.interval_end.new_zeros(1), plan.interval_end])[which]
         return plan.intervals[which, 0] + (pick - before)
