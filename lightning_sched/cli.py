@@ -150,9 +150,11 @@ def workload_from_args(args, cfg: ClusterConfig) -> DeepRMWorkload:
 
 
 def workload_flags(workload) -> list[str] | None:
-    """The workload flags that describe `workload` (those that differ from DeepRM's defaults), the
-    inverse of `workload_from_args`; None for a workload these flags cannot describe (a family, a
-    trace)."""
+    """The workload flags that describe `workload` (for DeepRM's generator, those that differ from its
+    defaults), the inverse of `workload_from_args`; a trace's flags read its test split (the range a
+    run on its train split never read); None for a family, which these flags cannot describe."""
+    if isinstance(workload, TraceWorkload):
+        return trace_flags(workload)
     if not isinstance(workload, DeepRMWorkload):
         return None
     flags, default = [], DeepRMWorkload()
@@ -161,6 +163,30 @@ def workload_flags(workload) -> list[str] | None:
         value = getattr(workload, name)
         if value != getattr(default, name):
             flags += [f"--{name}", *map(str, value if isinstance(value, (tuple, list)) else [value])]
+    return flags
+
+
+def trace_flags(workload: TraceWorkload) -> list[str]:
+    """The trace flags that read `workload`'s log as it does (add_trace_flags), on its test split."""
+    report, split = workload.report, "test" if workload.split == "train" else workload.split
+    flags = ["--trace", str(workload.path), "--seconds_per_step", f"{workload.seconds_per_step:g}",
+             "--simu_len", str(workload.simu_len), "--trace_split", split,
+             "--test_fraction", f"{workload.test_fraction:g}", "--trace_windows", workload.windows,
+             "--trace_start", workload.start_state, "--oversize", workload.oversize,
+             "--trace_resources", *report.resources,
+             "--trace_capacity", *(f"{name}={value:g}" for name, value in report.capacity.items()),
+             "--trace_statuses", *map(str, workload.statuses or ())]
+    if not workload.keep_unknown_status:
+        flags.append("--drop_unknown_status")
+    if workload.target_load is not None:
+        flags += ["--target_load", f"{workload.target_load:g}"]
+    elif workload.time_compression != 1.0:
+        flags += ["--time_compression", f"{workload.time_compression:g}"]
+    if workload.format != "auto":
+        flags += ["--trace_format", workload.format]
+    for name in ("csv_submit", "csv_run_time", "csv_status", "csv_wait"):
+        if getattr(workload, name) is not None and report.format == "csv":
+            flags += [f"--{name}", getattr(workload, name)]
     return flags
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import shlex
 import subprocess
 import sys
 import warnings
@@ -406,6 +407,16 @@ def test_fit_and_adapt_take_a_trace_workload(tmp_path):
     data = torch.load(ckpt, map_location="cpu", weights_only=True)
     assert str(trace) in str(data["hyper_parameters"]["workload"])  # trained on the trace's windows
     assert f"trace {trace}: " in fit.stdout and "; train split: " in fit.stdout  # what the mapping kept, clipped
+    # the closing "evaluate it" command reads the trace's held-out split as the run read its train split
+    hint = next(line for line in fit.stdout.splitlines() if line.startswith("evaluate it on unseen jobsets: "))
+    command = shlex.split(hint.split(": ", 1)[1])
+    assert command[command.index("--trace_split") + 1] == "test"
+    assert command[:2] == ["python", "scripts/evaluate.py"]
+    evaluated = subprocess.run([sys.executable, str(ROOT / command[1]), *command[2:], "--jobsets", "4",
+                                "--threads", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                               env={**env, "PYTHONPATH": str(ROOT)})
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "test split: " in evaluated.stdout
     adapt = subprocess.run([sys.executable, "scripts/adapt.py", "--ckpt", str(ckpt), "--steps", "1",
                             "--trace", str(trace),
                             "--seconds_per_step", "300", "--simu_len", "20", "--jobsets", "2", "--episodes", "2",
