@@ -313,7 +313,9 @@ def test_adapt_on_a_trace_names_the_split_it_adapts_on_and_the_one_it_evaluates_
     out = run("scripts/adapt.py", "--ckpt", str(ROOT / "checkpoints" / "reinforce_slowdown.ckpt"), "--steps", "1",
               "--jobsets", "1", "--episodes", "1", "--eval_jobsets", "2", "--trace", str(trace),
               "--seconds_per_step", "300", "--simu_len", "20", "--threads", "1", cwd=tmp_path).stdout
-    adapting, evaluating = out.splitlines()[:2]
+    lines = out.splitlines()
+    assert lines[0].startswith(f"trace {trace}: ") and "; train split: " in lines[0] and "; test split: " in lines[1]
+    adapting, evaluating = lines[2:4]
     assert "split=train" in adapting and "split=test" not in adapting
     assert evaluating.startswith("evaluating on 2 unseen jobsets of TraceWorkload(") and "split=test" in evaluating
 
