@@ -86,12 +86,13 @@ class ClusterEnv(EveryRowReset):
         self._first_state = None  # fixed jobsets: their state at time 0, made once, copied at each reset
 
     def draw_jobs(self, rows: torch.Tensor | None = None) -> JobSet:
-        """The jobsets of the next reset, or of its rows `rows` (LongTensor[N]) only. A generator
-        draws the whole batch either way, so the draws do not depend on which rows reset."""
+        """The jobsets of the next reset, or of its rows `rows` (LongTensor[N]) only: a generator
+        draws those rows alone (a collector resets a few rows a step; a draw of the whole batch for
+        them cost as much as the steps between)."""
         if isinstance(self.workload, JobSet):
             return self.workload if rows is None else self.workload[rows]
-        jobs = self.workload.sample(self.rows, self.generator, self.device)
-        return (jobs if rows is None else jobs[rows]).validate(self.cfg)
+        return self.workload.sample(self.rows if rows is None else len(rows), self.generator,
+                                    self.device).validate(self.cfg)
 
     # ----- specs -----------------------------------------------------------------------------
     def _make_specs(self) -> None:
