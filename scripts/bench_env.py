@@ -132,8 +132,8 @@ def queue_rate(cfg, log, batch: int, steps: int, device, generator, picks: str, 
     from lightning_sched.queue.env import QueueEnv
 
     def pick(td):
-        if picks == "random":  # the visible jobs fill the first slots
-            visible = td["action_mask"].sum(-1)
+        if picks == "random":  # the visible jobs fill the first slots: min(queue, window) of them (done: slot 0)
+            visible = td["queue_length"].squeeze(-1).clamp(max=cfg.window)
             return (torch.rand(batch, device=device, generator=generator) * visible).long()
         return torch.zeros(batch, dtype=torch.long, device=device)
 
