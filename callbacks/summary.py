@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -30,13 +31,13 @@ class TrainingSummary(Callback):
                      and not isinstance(c, LatestCheckpoint) and c.monitor), None)
         folder = os.path.relpath(trainer.default_root_dir)
         lines = [f"\nfit done at step {trainer.global_step}; run folder {folder}"]
-        if best is None or not best.best_model_path:
-            return "\n".join(lines + ["no best checkpoint (no validation ran, or no monitored metric)"])
+        # a branch into a new folder keeps the best of the run it came from until it validates itself
+        if best is None or not best.best_model_path or best.best_model_score is None or \
+                Path(best.best_model_path).resolve().parent != Path(best.dirpath).resolve():
+            return "\n".join(lines + ["no best checkpoint of this run (no validation ran, or no monitored metric)"])
         path, metric = os.path.relpath(best.best_model_path), best.monitor
         direction = "lower" if best.mode == "min" else "higher"
-        # a branch into a new folder starts its best afresh: Lightning keeps no score until it validates
-        score = "no score yet" if best.best_model_score is None else f"{float(best.best_model_score):.3f}"
-        lines.append(f"best checkpoint: {path} ({metric} {score}, {direction} is better)")
+        lines.append(f"best checkpoint: {path} ({metric} {float(best.best_model_score):.3f}, {direction} is better)")
         name = metric.split("/")[-1]
         compare = next((c for c in trainer.callbacks if isinstance(c, HeuristicComparison)), None)
         if compare is not None and hasattr(pl_module, "val_jobs") and hasattr(pl_module, "cluster"):

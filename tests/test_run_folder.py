@@ -75,8 +75,13 @@ def test_a_branch_started_from_a_runs_config_writes_only_its_own_folder(tmp_path
     before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
     assert "dirpath: null" in (run / "config.yaml").read_text()
     best = next((run / "checkpoints").glob("best-*.ckpt"))
-    fit("fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(best), "--trainer.default_root_dir",
-        str(branch), "--trainer.max_steps", "6", tmp_path=tmp_path)
+    proc = fit("fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(best), "--trainer.default_root_dir",
+               str(branch), "--trainer.max_steps", "6", tmp_path=tmp_path)
+    assert "best checkpoint: runs/b/checkpoints/best-6.ckpt" in proc.stdout  # its own, not the first run's
+    proc = fit("fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
+               "--trainer.default_root_dir", str(tmp_path / "runs" / "c"), "--trainer.max_steps", "5",
+               "--trainer.logger", "false", tmp_path=tmp_path)  # no validation after the branch point
+    assert "no best checkpoint of this run" in proc.stdout and "runs/a/checkpoints/best" not in proc.stdout
     after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
     assert after == before  # the first run's files, W&B's included, untouched
     assert load(branch / "checkpoints" / "last.ckpt")["global_step"] == 6
