@@ -6,6 +6,7 @@ config's `model.evaluation` and take the rest from the checkpoint, naming what r
 config's values."""
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from jsonargparse import Namespace
 
 from lightning_sched import ConfigError
 from lightning_sched.config import CHECKPOINT_KEY
-from lightning_sched.files import non_finite_weight, require_finite_weights, require_state_dict
+from lightning_sched.files import load_torch_file, require_finite_weights, require_state_dict
 
 from .cli import DEFAULT_MODEL
 from .run_folder import run_of_checkpoint
@@ -24,15 +25,10 @@ def read_checkpoint(ckpt_path: str) -> dict:
     """The checkpoint's contents, loaded as Lightning loads them (weights only: a pickled object is
     refused before it is built); an error naming the file if it is missing, not a checkpoint, a
     policy-only one (no training state to resume) or one of non-finite weights."""
-    if not Path(ckpt_path).is_file():
-        raise ConfigError(f"--ckpt_path {ckpt_path}: no such file")
-    try:
-        data = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-    except Exception as error:  # truncated, not a torch file at all, or pickled objects
-        pickled = "pickled" if re.search("unsupported global", str(error), re.IGNORECASE) else None
-        raise ConfigError(f"--ckpt_path {ckpt_path} is not a Lightning checkpoint (torch.load: "
-                          f"{type(error).__name__}; " + ("it holds pickled objects, never loaded here)" if pickled
-                                                         else "truncated or another kind of file)")) from None
+    try:  # truncated, not a torch file at all, or pickled objects: named by the one reader of them
+        data = load_torch_file(ckpt_path, "Lightning checkpoint", weights_only=True)
+    except ConfigError as error:
+        raise ConfigError(f"--ckpt_path {error}") from None
     if not isinstance(data, dict) or "state_dict" not in data or "global_step" not in data:
         kind = "a policy-only checkpoint" if isinstance(data, dict) and CHECKPOINT_KEY in data else "not one"
         raise ConfigError(f"--ckpt_path {ckpt_path} is {kind}, no Lightning training state (a run's "
@@ -42,10 +38,6 @@ def read_checkpoint(ckpt_path: str) -> dict:
     except ConfigError as error:
         raise ConfigError(f"--ckpt_path {ckpt_path}: {error}") from None
     require_finite_weights(data, ckpt_path, "loaded")
-    bad = non_finite_weight(data.get("optimizer_states") or [], "optimizer_states")
-    if bad:  # an optimizer's moments that would turn the first step's weights into NaN
-        raise ConfigError(f"--ckpt_path {ckpt_path}: {bad} holds NaN or infinite values; a damaged optimizer "
-                          "state is never resumed")
     require_files_in_their_folder(data, ckpt_path)
     return data
 
@@ -63,26 +55,39 @@ def require_fitting_weights(ckpt_path: str, saved: dict[str, tuple], model: torc
 
 PROJECT_PACKAGES = ("lightning_sched.", "tasks.", "callbacks.")
 """Where a checkpoint's hyperparameters may name classes: LightningCLI imports what they name."""
+DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".jsonnet")
 
 
 def require_project_classes(data: dict, ckpt_path: str, given: set[str] = frozenset()) -> None:
-    """ConfigError naming the first class path in the checkpoint's hyperparameters that is neither in
-    this project's packages nor one the config names (`given`): LightningCLI parses them as the
-    model's config and would import that module, so a file could run code by naming one."""
+    """ConfigError naming the first value in the checkpoint's hyperparameters that could make
+    LightningCLI, which parses them as the model's config, import or read code: a class path (a
+    `class_path` entry, or a dotted string whose first name is an importable module, as jsonargparse
+    takes a class from a string too) outside this project's packages and not named by the config
+    (`given`), or the name of a config file on disk (jsonargparse would read it)."""
+    def refuse(where: str, item, what: str):
+        raise ConfigError(f"--ckpt_path {ckpt_path}: {where} names {item!r}, {what}; not read")
+
     def walk(value, where: str) -> None:
         if isinstance(value, dict):
             for key, item in value.items():
-                if key in ("class_path", "_class_path") and not (
-                        isinstance(item, str) and (item.startswith(PROJECT_PACKAGES) or item in given)):
-                    raise ConfigError(f"--ckpt_path {ckpt_path}: {where}.{key} names {item!r}, a class outside "
-                                      "lightning_sched, tasks and callbacks that the config does not name; not "
-                                      "imported")
+                if key in ("class_path", "_class_path") and not isinstance(item, str):
+                    refuse(f"{where}.{key}", item, "not a class path")
                 walk(item, f"{where}.{key}")
         elif isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
                 walk(item, f"{where}[{i}]")
+        elif isinstance(value, str):
+            if DOTTED.fullmatch(value) and not value.startswith(PROJECT_PACKAGES) and value not in given and \
+                    importlib.util.find_spec(value.split(".")[0]) is not None:
+                refuse(where, value, "a class outside lightning_sched, tasks and callbacks that the config does "
+                                     "not name")
+            if Path(value).suffix in CONFIG_SUFFIXES and Path(value).is_file():
+                refuse(where, value, "a config file")
 
-    walk(data.get("hyper_parameters") or {}, "hyper_parameters")
+    saved = dict(data.get("hyper_parameters") or {})
+    saved.pop("_instantiator", None)  # Lightning's own entry, dropped before it parses the rest
+    walk(saved, "hyper_parameters")
 
 
 def class_paths(config) -> set[str]:
@@ -100,15 +105,16 @@ def require_files_in_their_folder(data: dict, ckpt_path: str) -> None:
     """ConfigError when a checkpoint callback's saved state names a file outside its own folder:
     resumed, Lightning would delete such a file as an outdated checkpoint."""
     for name, state in (data.get("callbacks") or {}).items():
-        if not isinstance(state, dict) or not state.get("dirpath"):
+        if not isinstance(state, dict):
             continue
-        folder = Path(str(state["dirpath"])).resolve()
         named = [state.get(k) for k in ("best_model_path", "kth_best_model_path", "last_model_path")]
         named += list(state.get("best_k_models") or {})
+        # without its folder Lightning would take the resumed run's, and a "../" path would pass its check
+        folder = Path(str(state["dirpath"])).resolve() if state.get("dirpath") else None
         for path in named:
-            if path and (not isinstance(path, str) or Path(path).resolve().parent != folder):
+            if path and (folder is None or not isinstance(path, str) or Path(path).resolve().parent != folder):
                 raise ConfigError(f"--ckpt_path {ckpt_path}: the state of {str(name).split('{')[0]} names "
-                                  f"{path!r}, outside its folder {folder}; not resumed")
+                                  f"{path!r}, outside its folder ({folder or 'none given'}); not resumed")
 
 
 def flat(namespace) -> dict:

@@ -177,8 +177,8 @@ class RunFolders:
             raise ConfigError(f"checkpoint.save_last={save_last!r}: last.ckpt is kept by last_checkpoint "
                               "(the latest state); leave checkpoint.save_last unset")
         ckpt = config.get("ckpt_path") if subcommand == "fit" else None
-        # config.yaml keeps the paths as given: filled in here from the folder, a run started from
-        # the file in another folder (a branch, a test, a copied run) writes into its own folder
+        # config.yaml keeps the checkpoint and logger folders as given: filled in here from the run
+        # folder, so a run started from the file into another folder (a branch, a test) writes there
         self.portable = copy.deepcopy(config)
         run_dir = self.choose(subcommand, configs, config.trainer.get("default_root_dir"), ckpt)
         self.portable.trainer.default_root_dir = str(run_dir)

@@ -59,7 +59,9 @@ class EveryRowReset(EnvBase):
 
     STEP_ONLY_KEYS: tuple = ()
     ROLLOUT_COPIES = 3.5
-    """`rollout` holds each step's outputs and the stacked result's two halves (root and next)."""
+    """`rollout` holds each step's outputs and the stacked result's two halves (root and next): peak
+    bytes of 3.2-3.3 times the steps' outputs measured on ClusterEnv, with the image and with
+    observation "none" (B = 256, 100 steps)."""
 
     def size_fields(self) -> dict:
         """The settings a rollout's memory grows with, named in its refusal (a subclass adds its own)."""

@@ -168,20 +168,23 @@ def workload_flags(workload) -> list[str] | None:
 
 def trace_flags(workload: TraceWorkload) -> list[str]:
     """The trace flags that read `workload`'s log as it does (add_trace_flags), on its test split."""
+    def exact(value: float) -> str:  # every digit: 257698037 KB of memory, not 2.57698e+08
+        return str(int(value)) if float(value).is_integer() else repr(float(value))
+
     report, split = workload.report, "test" if workload.split == "train" else workload.split
-    flags = ["--trace", str(workload.path), "--seconds_per_step", f"{workload.seconds_per_step:g}",
+    flags = ["--trace", str(workload.path), "--seconds_per_step", exact(workload.seconds_per_step),
              "--simu_len", str(workload.simu_len), "--trace_split", split,
-             "--test_fraction", f"{workload.test_fraction:g}", "--trace_windows", workload.windows,
+             "--test_fraction", exact(workload.test_fraction), "--trace_windows", workload.windows,
              "--trace_start", workload.start_state, "--oversize", workload.oversize,
              "--trace_resources", *report.resources,
-             "--trace_capacity", *(f"{name}={value:g}" for name, value in report.capacity.items()),
+             "--trace_capacity", *(f"{name}={exact(value)}" for name, value in report.capacity.items()),
              "--trace_statuses", *map(str, workload.statuses or ())]
     if not workload.keep_unknown_status:
         flags.append("--drop_unknown_status")
     if workload.target_load is not None:
-        flags += ["--target_load", f"{workload.target_load:g}"]
+        flags += ["--target_load", exact(workload.target_load)]
     elif workload.time_compression != 1.0:
-        flags += ["--time_compression", f"{workload.time_compression:g}"]
+        flags += ["--time_compression", exact(workload.time_compression)]
     if workload.format != "auto":
         flags += ["--trace_format", workload.format]
     for name in ("csv_submit", "csv_run_time", "csv_status", "csv_wait"):

@@ -9,6 +9,7 @@ import itertools
 import os
 import re
 import secrets
+import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +34,7 @@ class WriteFailed(OSError):
 
 
 # the keys of a checkpoint that hold weights: Lightning's state_dict and this project's policy record
-WEIGHT_KEYS = ("state_dict", CHECKPOINT_KEY)
+WEIGHT_KEYS = ("state_dict", CHECKPOINT_KEY, "optimizer_states")  # NaN moments would make the next step's weights NaN
 
 
 def load_torch_file(path, what: str, weights_only: bool, map_location="cpu"):
@@ -102,12 +103,21 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
+STALE_SECONDS = 3600
+"""A temporary file this old whose process no longer runs here is a killed write's (an hour: on a
+shared filesystem another machine's writer has the same pid space only by chance)."""
+
+
 def remove_stale_temps(path: Path) -> None:
-    """Removes the temporary files of earlier writes of `path` whose process no longer runs (killed
-    mid-write): outside a run folder nobody else would."""
+    """Removes the temporary files of earlier writes of `path` left by a killed process (its pid not
+    running here, the file STALE_SECONDS old): outside a run folder nobody else would."""
     for temp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
         found = re.fullmatch(rf"\.{re.escape(path.name)}\.(\d+)\.[0-9a-f]{{8}}\.tmp", temp.name)
-        if found and not process_runs(int(found.group(1))):
+        try:
+            old = time.time() - temp.stat().st_mtime > STALE_SECONDS
+        except FileNotFoundError:  # its writer finished meanwhile
+            continue
+        if found and old and not process_runs(int(found.group(1))):
             temp.unlink(missing_ok=True)
 
 

@@ -62,7 +62,7 @@ def check(policy: str, onnx_path: Path, trace: str, count: int, window: int) -> 
     from lightning_sched.queue.log import read_queue_log
 
     log = read_queue_log(trace)
-    torch_scorer, onnx_scorer = load_scorer(policy, torch.get_num_threads()), load_scorer(onnx_path)
+    torch_scorer, onnx_scorer = load_scorer(policy), load_scorer(onnx_path)
     recorded = []
     for k, first in enumerate(range(0, log.num_jobs - 1024, 1024)):
         jobs = {key: v[0].numpy() for key, v in log.sequences(torch.tensor([first]), 1024).items()}
@@ -94,7 +94,7 @@ def schedules(policies: list[str], traces: list[str], count: int, windows=(128, 
         log = read_queue_log(trace)
         for policy in policies:
             net, cfg = load_queue_policy(policy)
-            scorer = load_scorer(policy, torch.get_num_threads())
+            scorer = load_scorer(policy)
             for window in windows:
                 starts = rng.integers(0, log.num_jobs - 1024, count)
                 env = QueueEnv(log.config(window=window, backfill=cfg.backfill, sequence_length=1024), log,

@@ -33,6 +33,7 @@ after 25); the default title names the run and its config (config.yaml beside me
     python scripts/figures.py redraw docs/figures/adaptation_broad_nasa.json --out X.png
 
 redraw: a learning_curve or adaptation (or headroom) figure again from the numbers in its JSON.
+
     python scripts/figures.py gains --ckpt RL=checkpoints/reinforce_slowdown.ckpt [--load 0.7]
 
 gains: lengths of the jobs the policy leaves waiting while they fit, and slowdown by job length
@@ -201,8 +202,7 @@ def trace(args) -> None:
     if args.target_load is not None or args.time_compression != 1.0:  # --compressions gives them
         raise ConfigError("figures.py trace compares --compressions; --target_load, --time_compression do not apply")
     cfg, sized, log = setup_from_args(args, list(checkpoints(args).values()))
-    if log.seconds_per_step is None and nasa:
-        log = replace(log, seconds_per_step=600.0)
+    log = replace(log, seconds_per_step=600.0) if nasa and log.seconds_per_step is None else log
     policies = named_policies(cfg, args.heuristics, args.ckpt, args.device, resize=sized)
     settings, values, cdf, mapping = {}, {}, None, None
     for compression in args.compressions:

@@ -9,9 +9,10 @@ Jobs holding processors (RUNNING, COMPLETING, CONFIGURING) give their processors
 limit, start_time + --unlimited_minutes); pending jobs their eligible time (eligible_time, else
 submit_time), time limit (minutes, or --unlimited_minutes without one) and processors. Pending jobs
 that cannot start whatever their priority are not ranked, and are named on stderr: held (priority 0,
-a JobHeld* reason), waiting on a dependency or a begin time, larger than --processors, or with a
-time limit of 0 or none set. With --partition, only the jobs of that partition (a pending job
-listing several counts in each). Integer fields may be plain numbers or Slurm's {"set": true,
+a JobHeld* reason), waiting on a dependency or a begin time, or larger than --processors. A time
+limit of 0 (Slurm: none) or none set is taken as --unlimited_minutes; a wait of more than a year is
+counted from a year ago (named on stderr). With --partition, only the jobs of that partition (a
+pending job listing several counts in each). Integer fields may be plain numbers or Slurm's {"set": true,
 "infinite": false, "number": N} form; job_state a string or a list. Check the fields against your
 Slurm version's `squeue --json` before relying on it.
 
@@ -33,6 +34,7 @@ if (ROOT / "lightning_sched").is_dir() and str(ROOT) not in sys.path:  # a check
 
 from lightning_sched.config import ConfigError  # noqa: E402
 from lightning_sched.decide import SnapshotError, decide, load_scorer  # noqa: E402
+from lightning_sched.decide.snapshot import MAX_WAIT_DAYS  # noqa: E402
 
 TOP_PRIORITY = 1_000_000  # the first job of the order gets this, the next one less, ...
 HOLDING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING"})  # states whose jobs hold their processors
@@ -71,25 +73,33 @@ def not_ranked(job: dict, processors: int) -> str | None:
     reason = str(job.get("state_reason", ""))
     if reason.startswith(NOT_ELIGIBLE):
         return reason
-    if job.get("priority") is not None and number(job, "priority") == 0:
+    priority = job.get("priority")
+    if priority is not None and not (isinstance(priority, dict) and not priority.get("set", True)) \
+            and number(job, "priority") == 0:
         return "held (priority 0)"
     if number(job, "cpus") > processors:
         return f"{number(job, 'cpus')} processors, more than --processors {processors}"
-    limit = job.get("time_limit")
-    if isinstance(limit, dict) and not limit.get("infinite") and not limit.get("set", True):
-        return "no time limit set"
-    if not (isinstance(limit, dict) and limit.get("infinite")) and number(job, "time_limit") <= 0:
-        return "a time limit of 0"
     return None
 
 
+def time_limit_minutes(job: dict, unlimited_minutes: int) -> float:
+    """A pending job's time limit: none (Slurm's infinite, a limit not set, or 0, which Slurm reads as
+    no limit) is taken to ask for `unlimited_minutes`."""
+    limit = job.get("time_limit")
+    if isinstance(limit, dict) and (limit.get("infinite") or not limit.get("set", True)):
+        return unlimited_minutes
+    minutes = number(job, "time_limit")
+    return unlimited_minutes if minutes == 0 else minutes
+
+
 def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: int,
-                partition: str | None = None, processors_per_node: int = 1) -> tuple[dict, dict]:
-    """A decide() snapshot from `squeue --json` output (the jobs of `partition` only, when given), and
-    the pending jobs it leaves out: {job id: why} (`not_ranked`)."""
+                partition: str | None = None, processors_per_node: int = 1) -> tuple[dict, dict, list]:
+    """A decide() snapshot from `squeue --json` output (the jobs of `partition` only, when given), the
+    pending jobs it leaves out ({job id: why}, `not_ranked`) and those whose wait it counts from
+    MAX_WAIT_DAYS ago (the service refuses longer ones)."""
     if not isinstance(squeue, dict) or not isinstance(squeue.get("jobs"), list):
         raise SnapshotError("squeue: expected the JSON of `squeue --json` (an object with a 'jobs' list)")
-    running, waiting, left_out = [], [], {}
+    running, waiting, left_out, year_old = [], [], {}, []
     for i, job in enumerate(squeue["jobs"]):
         if not isinstance(job, dict):
             raise SnapshotError(f"squeue: jobs[{i}]: expected an object, got {type(job).__name__}")
@@ -111,16 +121,19 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
             if why is not None:
                 left_out[job["job_id"]] = why
                 continue
-            minutes = number(job, "time_limit", unlimited=unlimited_minutes)
+            minutes = time_limit_minutes(job, unlimited_minutes)
             eligible = job.get("eligible_time")
             since = number(job, "eligible_time") if eligible not in (None, 0) and not (
                 isinstance(eligible, dict) and (not eligible.get("set", True) or not eligible.get("number"))) \
                 else number(job, "submit_time")
+            if now - since > MAX_WAIT_DAYS * 86400:  # the service refuses longer waits (two clocks' times)
+                since = now - MAX_WAIT_DAYS * 86400
+                year_old.append(job["job_id"])
             waiting.append({"id": job["job_id"], "submit": min(since, now), "requested_time": 60 * minutes,
                             "processors": number(job, "cpus"), "user": job.get("user_name")})
     capacity = {"processors": processors} if processors_per_node == 1 else {
         "nodes": processors // processors_per_node, "processors_per_node": processors_per_node}
-    return {"now": now, "capacity": capacity, "running": running, "waiting": waiting}, left_out
+    return {"now": now, "capacity": capacity, "running": running, "waiting": waiting}, left_out, year_old
 
 
 def main(argv=None) -> int:
@@ -144,9 +157,9 @@ def main(argv=None) -> int:
         p.error(f"--threads must be >= 1, got {args.threads}")
     try:  # a name Slurm stored in another encoding must not stop the hook: only numbers are read
         data = Path(args.input).read_bytes() if args.input else sys.stdin.buffer.read()
-        snapshot, left_out = snapshot_of(json.loads(data.decode("utf-8", errors="replace")), args.processors,
-                                         time.time() if args.now is None else args.now, args.unlimited_minutes,
-                                         args.partition, args.processors_per_node)
+        squeue, now = json.loads(data.decode("utf-8", errors="replace")), time.time() if args.now is None else args.now
+        snapshot, left_out, year_old = snapshot_of(squeue, args.processors, now, args.unlimited_minutes,
+                                                   args.partition, args.processors_per_node)
         answer = decide(snapshot, load_scorer(args.policy, args.threads))
     except KeyError as error:
         print(f"error: squeue: a job has no {error} field", file=sys.stderr)
@@ -157,6 +170,9 @@ def main(argv=None) -> int:
     for rank, job_id in enumerate(answer["order"]):
         print(f"scontrol update JobId={job_id} Priority={TOP_PRIORITY - rank}")
     print(f"# the policy would start now: {' '.join(map(str, answer['start_now'])) or 'none'}", file=sys.stderr)
+    if year_old:
+        print(f"# waiting more than {MAX_WAIT_DAYS} days, counted from then: {' '.join(map(str, year_old))}",
+              file=sys.stderr)
     if left_out:
         print("# not ranked (cannot start whatever their priority): "
               + "; ".join(f"{job_id}: {why}" for job_id, why in left_out.items()), file=sys.stderr)

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,9 @@ def test_non_finite_weights_are_neither_written_nor_loaded(tmp_path):
     torch.save(data, tmp_path / "nan.ckpt")  # written by hand
     with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'nan.ckpt'}: ") + rf"\S*{name} holds NaN"):
         load_policy(tmp_path / "nan.ckpt")
+    moments = {"optimizer_states": [{"state": {0: {"exp_avg": torch.tensor([float("nan")])}}}], "state_dict": {}}
+    with pytest.raises(ConfigError, match=r"optimizer_states\.0\.state\.0\.exp_avg holds NaN .* never written"):
+        write_torch(moments, tmp_path / "moments.ckpt")  # its next step would make the weights NaN
     for lr in (float("inf"), float("nan"), 0.0):
         with pytest.raises(ConfigError, match="adaptation lr must be a finite number > 0"):
             AdaptationSettings(lr=lr)
@@ -235,8 +239,11 @@ def test_a_write_removes_what_a_killed_write_of_the_same_file_left(tmp_path):
     stale = tmp_path / f".out.json.{ended.pid}.0123abcd.tmp"
     live = tmp_path / f".out.json.{os.getpid()}.0123abcd.tmp"  # a write still under way
     other = tmp_path / f".other.json.{ended.pid}.0123abcd.tmp"  # another file's: not this write's to remove
-    for temp in (stale, live, other):
+    recent = tmp_path / f".out.json.{ended.pid}.89abcdef.tmp"  # maybe another machine's writer, under way
+    for temp in (stale, live, other, recent):
         temp.write_text("partial")
+    for temp in (stale, live, other):
+        os.utime(temp, (time.time() - 7200,) * 2)  # two hours old
     write_text(tmp_path / "out.json", "{}")
-    assert not stale.exists() and live.exists() and other.exists()
+    assert not stale.exists() and live.exists() and other.exists() and recent.exists()
     assert (tmp_path / "out.json").read_text() == "{}"

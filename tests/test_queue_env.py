@@ -237,18 +237,27 @@ def test_torchrl_users_paths_masks_transforms_groups_and_faults(tmp_path, monkey
     td = env.reset()
     for _ in range(40):  # rand_action draws visible slots only
         td = env.step(env.rand_action(td))["next"]
-    # rows of a group that reset apart replay the sequence the rest of their group still runs
+    # a row's n-th episode plays its group's n-th sequence, however its group's rows reset
     grouped = QueueEnv(cfg, log, batch_size=[6], seed=2, episodes_per_sequence=3)
+
+    def reset(*rows):
+        td["_reset"] = torch.tensor([r in rows for r in range(6)]).unsqueeze(-1)
+        return grouped.reset(td)["job_submit"].clone()
+
     td = grouped.reset()
     first = td["job_submit"].clone()
-    td["_reset"] = torch.tensor([True, True, False, False, False, False]).unsqueeze(-1)
-    td = grouped.reset(td)
-    assert torch.equal(td["job_submit"], first)  # rows 0, 1 joined row 2's sequence again
-    td["_reset"] = torch.tensor([False, False, False, True, True, True]).unsqueeze(-1)
-    td = grouped.reset(td)
-    submit = td["job_submit"]
-    assert torch.equal(submit[:3], first[:3]) and not torch.equal(submit[3:], first[3:])
-    assert torch.equal(submit[3], submit[4]) and torch.equal(submit[4], submit[5])  # a fresh draw, shared
+    second = reset(0, 1)  # rows 0 and 1 on group 0's second sequence, row 2 still on its first
+    assert torch.equal(second[0], second[1]) and not torch.equal(second[0], first[0])
+    assert torch.equal(second[2], first[2]) and torch.equal(second[3:], first[3:])
+    third = reset(0)  # row 0 ahead: group 0's third sequence
+    assert not torch.equal(third[0], second[0]) and not torch.equal(third[0], first[0])
+    caught_up = reset(1, 2)  # row 1 to the third, row 2 to the second: the ones row 0 played
+    assert torch.equal(caught_up[1], third[0]) and torch.equal(caught_up[2], second[0])
+    whole = reset(3, 4, 5)  # group 1's second sequence, shared
+    assert torch.equal(whole[3], whole[4]) and torch.equal(whole[4], whole[5]) and not torch.equal(whole[3], first[3])
+    # a reset of the whole batch starts every group on a new sequence together, and draws as it always did
+    again = grouped.reset()["job_submit"]
+    assert all(torch.equal(again[g * 3], again[g * 3 + k]) for g in (0, 1) for k in (1, 2))
     fresh = QueueEnv(cfg, log, batch_size=[4], seed=1)
     with pytest.raises(RuntimeError, match=r"step\(\) before reset\(\): call env.reset\(\) first"):
         fresh.step(fresh.fake_tensordict())

@@ -256,10 +256,13 @@ def test_a_checkpoint_can_neither_import_a_module_nor_delete_a_file_outside_its_
     victim = tmp / "victim.txt"
     victim.write_text("keep me")
     bad_class = {**good, "hyper_parameters": {**good["hyper_parameters"], "workload": {"class_path": "this.Zen"}}}
+    bad_string = {**good, "hyper_parameters": {**good["hyper_parameters"], "workload": "this.Zen"}}  # a class too
     state = {k: dict(v) for k, v in good["callbacks"].items()}
     name = next(k for k in state if k.startswith("ModelCheckpoint"))
     state[name]["best_model_path"] = f"{state[name]['dirpath']}/../../../victim.txt"
     bad_path = {**good, "callbacks": state}
+    no_folder = {k: dict(v) for k, v in state.items()}
+    del no_folder[name]["dirpath"]  # Lightning would then take the resumed run's folder
     weights = dict(good["state_dict"])
     name = next(iter(weights))
     weights[name] = weights[name].reshape(-1)
@@ -270,10 +273,12 @@ def test_a_checkpoint_can_neither_import_a_module_nor_delete_a_file_outside_its_
     bad_moments = {**good, "optimizer_states": moments}
     for crafted, message in ((bad_class, "hyper_parameters.workload.class_path names 'this.Zen', a class outside "
                                          "lightning_sched, tasks and callbacks that the config does not name"),
+                             (bad_string, "hyper_parameters.workload names 'this.Zen', a class outside"),
                              (bad_path, "the state of ModelCheckpoint names"),
+                             ({**good, "callbacks": no_folder}, "the state of ModelCheckpoint names"),
                              (bad_shape, f"weight {name} is ({weights[name].numel()},) in the checkpoint"),
-                             (bad_moments, "holds NaN or infinite values; a damaged optimizer state is never "
-                                           "resumed")):
+                             (bad_moments, ".square_avg holds NaN or infinite values; a checkpoint of "
+                                           "non-finite weights is never loaded")):
         path = tmp / "crafted.ckpt"
         torch.save(crafted, path)
         for subcommand in ("fit", "validate"):

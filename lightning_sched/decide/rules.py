@@ -48,8 +48,8 @@ class Window:
     min(2 * SJF rank, 2 * smallest rank + 1) among the waiting jobs (ranks by requested time, and by
     processors, ties in FCFS order). Both orders are sorted once a snapshot. Only a job among the
     first `width` waiting of either order can hold one of the `width` smallest keys (the first
-    `width` of the SJF order alone hold keys below 2 * width), so a view reads those prefixes:
-    O(width + jobs started), not O(jobs), after each start."""
+    `width` of the SJF order alone hold keys below 2 * width), so a view sorts and reads only those
+    prefixes (width + jobs started), beside a count of the waiting jobs."""
 
     def __init__(self, snap: Snapshot, width: int):
         self.width = width

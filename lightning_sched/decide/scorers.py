@@ -24,16 +24,17 @@ from .snapshot import SnapshotError
 
 class TorchScorer:
     """A queue-policy checkpoint (tasks.queue_ppo's, or a QueuePolicyRecord file) as a Scorer; its
-    network runs exactly as in the environment (the window's jobs as one row), torch on `threads`
-    threads (the process's: a hook shares its machine)."""
+    network runs exactly as in the environment (the window's jobs as one row); `threads` sets
+    torch's threads for the process when given (a hook shares its machine)."""
 
-    def __init__(self, path, threads: int = 1):
+    def __init__(self, path, threads: int | None = None):
         import torch
 
         from ..queue.policy import load_queue_policy
 
         self.torch = torch
-        torch.set_num_threads(threads)
+        if threads is not None:
+            torch.set_num_threads(threads)
         self.net, cfg = load_queue_policy(path)
         if cfg.job_features > 4 or cfg.clock:  # the service's features are the four and two of a snapshot
             raise SnapshotError(f"{path}: a policy reading rule ranks, fit delays or the clock cannot serve "
@@ -94,10 +95,11 @@ def checked_settings(queue, path) -> dict:
     return queue
 
 
-def load_scorer(path, threads: int = 1):
-    """The Scorer of a policy file: .onnx -> OnnxScorer, anything else a checkpoint -> TorchScorer."""
+def load_scorer(path, threads: int | None = None):
+    """The Scorer of a policy file: .onnx -> OnnxScorer (on `threads` threads, default 1), anything
+    else a checkpoint -> TorchScorer (torch's threads set to `threads` when given, else left)."""
     if Path(path).suffix == ".onnx":
-        return OnnxScorer(path, threads)
+        return OnnxScorer(path, 1 if threads is None else threads)
     return TorchScorer(path, threads)
 
 

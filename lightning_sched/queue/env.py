@@ -59,8 +59,8 @@ class QueueEnv(EveryRowReset):
             batched env, as a collector given a seed does).
         episodes_per_sequence: E; rows b*E .. b*E+E-1 replay the same fresh sequence (a policy's
             episodes compared on one sequence, as DeepRM's baseline compares them on one jobset).
-            A partial reset draws a group's next sequence when all its rows reset; rows of a group
-            reset apart (a collector's autoreset) replay the sequence the rest of it still runs.
+            A row's n-th episode plays its group's n-th sequence, so rows a collector resets apart
+            stay on shared sequences (`group_sequence_starts`).
 
     The observation's job_submit, job_requested and job_processors are the state's own sequences (a
     copy each step would cost more than the step): read them, do not change them in place.
@@ -91,7 +91,8 @@ class QueueEnv(EveryRowReset):
         self.episodes_per_sequence = e
         self.row_group = torch.arange(batch_size[0]) // e
         self.row_log = self.row_group % len(self.logs)
-        self.row_start = torch.zeros(batch_size[0], dtype=torch.long)  # each row's sequence, in its log
+        self.row_episode = torch.zeros(batch_size[0], dtype=torch.long)  # episodes each row has started
+        self.group_starts: dict[tuple[int, int], int] = {}  # (group, episode) -> its sequence's start
         self.generator = torch.Generator()
         self.generator.manual_seed(0 if seed is None else seed)
         if starts is not None:
@@ -135,6 +136,7 @@ class QueueEnv(EveryRowReset):
     def initial_state(self, rows: torch.Tensor | None = None) -> QueueState:
         """The first state of the next reset's sequences, of rows `rows` (LongTensor[N]) only when given:
         the fixed `starts`, or fresh draws from each row's log within its `positions`."""
+        whole_batch = rows is None
         rows = torch.arange(self.batch_size[0]) if rows is None else rows.cpu()
         length = self.cfg.sequence_length
         parts = {}
@@ -144,14 +146,11 @@ class QueueEnv(EveryRowReset):
                 continue
             if self.starts is not None:
                 starts = self.starts[mine]
-            else:  # one draw per sequence group, shared by its rows
+            elif self.episodes_per_sequence == 1:  # a fresh sequence for each row
                 lo, hi = self.positions[i]
-                groups, member = self.row_group[mine].unique(return_inverse=True)
-                fresh = torch.randint(lo, hi + 1, (groups.numel(),), generator=self.generator)
-                whole = torch.bincount(member, minlength=groups.numel()) == self.episodes_per_sequence
-                running = self.row_start[groups * self.episodes_per_sequence]  # the group's first row's
-                starts = torch.where(whole, fresh, running)[member]
-            self.row_start[mine] = starts
+                starts = torch.randint(lo, hi + 1, (mine.numel(),), generator=self.generator)
+            else:
+                starts = self.group_sequence_starts(mine, i, whole_batch)
             parts[i] = (mine, one.sequences(starts, length, self.device))
         if len(parts) == 1:  # one log: its rows are `rows` in order
             jobs = next(iter(parts.values()))[1]
@@ -160,6 +159,28 @@ class QueueEnv(EveryRowReset):
             jobs = {k: torch.cat([cols[k] for _, cols in parts.values()])[order.to(self.device)]
                     for k in ("submit", "run", "requested", "processors")}
         return init_state(jobs, self.cfg.nodes, self.cfg.processors_per_node)
+
+    def group_sequence_starts(self, rows: torch.Tensor, log: int, whole_batch: bool) -> torch.Tensor:
+        """The starts of the next sequences of `rows` (LongTensor[N], rows of log `log`), as groups of
+        episodes_per_sequence rows share them. A row's n-th episode plays its group's n-th sequence,
+        drawn when the first of the group's rows reaches it, so rows a collector resets apart stay on
+        shared sequences; a reset of the whole batch starts every group on a new one together."""
+        e, group = self.episodes_per_sequence, self.row_group[rows]
+        if whole_batch:  # every row of a group past the furthest one's episode
+            furthest = self.row_episode.view(-1, e).max(1).values
+            self.row_episode[rows] = furthest[group] + 1
+        else:
+            self.row_episode[rows] += 1
+        lo, hi = self.positions[log]
+        keys = list(zip(group.tolist(), self.row_episode[rows].tolist()))
+        new = sorted(set(keys) - set(self.group_starts))  # drawn in (group, episode) order: reproducible
+        for key, start in zip(new, torch.randint(lo, hi + 1, (len(new),), generator=self.generator).tolist()):
+            self.group_starts[key] = start
+        for g in set(group.tolist()):  # forget the sequences every row of the group has left
+            oldest = int(self.row_episode[g * e:(g + 1) * e].min())
+            for key in [k for k in self.group_starts if k[0] == g and k[1] < oldest]:
+                del self.group_starts[key]
+        return torch.tensor([self.group_starts[key] for key in keys], dtype=torch.long)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         index = rows_to_reset(tensordict, self.state is not None)

@@ -162,6 +162,7 @@ def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str
     entry = load_torch_file(spec, "queue policy checkpoint", weights_only=True).get(CHECKPOINT_KEY) or {}
     record = entry.get("provenance", entry)  # a searched rule keeps them in its provenance
     logs = record.get("log", record.get("logs")) or [] if isinstance(record, dict) else None
+    logs = [logs] if isinstance(logs, str) else logs  # a record may hold one log as a string
     if not isinstance(logs, (list, tuple)) or not all(isinstance(one, str) for one in logs):
         raise ConfigError(f"{spec}: its record of the logs it trained on is not a list of file names: {logs!r}")
     trained_backfill = (entry.get("queue") or {}).get("backfill", record.get("backfill"))
