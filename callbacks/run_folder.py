@@ -177,12 +177,11 @@ class RunFolders:
             raise ConfigError(f"checkpoint.save_last={save_last!r}: last.ckpt is kept by last_checkpoint "
                               "(the latest state); leave checkpoint.save_last unset")
         ckpt = config.get("ckpt_path") if subcommand == "fit" else None
-        # config.yaml names no folder: it lies in its run's, the checkpoint and logger folders are
-        # filled in here, and a resume finds its run from its checkpoint; so a run started from the
-        # file into another folder (a branch, a test) writes there, and a moved run resumes in place
+        # config.yaml keeps the checkpoint and logger folders as given: filled in here from the run
+        # folder, so a run started from the file into another folder (a branch, a test) writes there
         self.portable = copy.deepcopy(config)
-        self.portable.trainer.default_root_dir = None
         run_dir = self.choose(subcommand, configs, config.trainer.get("default_root_dir"), ckpt)
+        self.portable.trainer.default_root_dir = str(run_dir)
         if os.environ.get("LOCAL_RANK", "0") == "0":  # DDP's other processes run inside rank 0's hold
             self.hold(run_dir)
             if ckpt and resumed_step is not None:
