@@ -56,15 +56,16 @@ def require_fitting_weights(ckpt_path: str, saved: dict[str, tuple], model: torc
 PROJECT_PACKAGES = ("lightning_sched.", "tasks.", "callbacks.")
 """Where a checkpoint's hyperparameters may name classes: LightningCLI imports what they name."""
 DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+DATA_SUFFIXES = {"swf", "gz", "csv", "ckpt", "pt", "onnx", "txt", "npz"}  # "trace.swf.gz" names a log, not a class
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".jsonnet")
 
 
 def require_project_classes(data: dict, ckpt_path: str, given: set[str] = frozenset()) -> None:
-    """ConfigError naming the first value in the checkpoint's hyperparameters that could make
-    LightningCLI, which parses them as the model's config, import or read code: a class path (a
-    `class_path` entry, or a dotted string whose first name is an importable module, as jsonargparse
-    takes a class from a string too) outside this project's packages and not named by the config
-    (`given`), or the name of a config file on disk (jsonargparse would read it)."""
+    """ConfigError naming the first value in the checkpoint's hyperparameters, other than the strings
+    the config holds (`given`), that could make LightningCLI, which parses them as the model's
+    config, import or read code: a class path (a `class_path` entry, or a dotted string whose first
+    name is an importable module, not a file or a log's name: jsonargparse takes a class from a
+    string too) outside this project's packages, or the name of a config file on disk."""
     def refuse(where: str, item, what: str):
         raise ConfigError(f"--ckpt_path {ckpt_path}: {where} names {item!r}, {what}; not read")
 
@@ -77,8 +78,9 @@ def require_project_classes(data: dict, ckpt_path: str, given: set[str] = frozen
         elif isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
                 walk(item, f"{where}[{i}]")
-        elif isinstance(value, str):
-            if DOTTED.fullmatch(value) and not value.startswith(PROJECT_PACKAGES) and value not in given and \
+        elif isinstance(value, str) and value not in given:
+            if DOTTED.fullmatch(value) and not value.startswith(PROJECT_PACKAGES) and \
+                    value.rsplit(".", 1)[1] not in DATA_SUFFIXES and not Path(value).exists() and \
                     importlib.util.find_spec(value.split(".")[0]) is not None:
                 refuse(where, value, "a class outside lightning_sched, tasks and callbacks that the config does "
                                      "not name")
@@ -90,15 +92,14 @@ def require_project_classes(data: dict, ckpt_path: str, given: set[str] = frozen
     walk(saved, "hyper_parameters")
 
 
-def class_paths(config) -> set[str]:
-    """Every class path a (part of a) config names."""
+def config_strings(config) -> set[str]:
+    """Every string a (part of a) config holds, its class paths among them: what the user chose."""
     value = config.as_dict() if isinstance(config, Namespace) else config
     if isinstance(value, dict):
-        return {v for k, v in value.items() if k == "class_path" and isinstance(v, str)} | set().union(
-            *(class_paths(v) for v in value.values()))
+        return set().union(*(config_strings(v) for v in value.values()))
     if isinstance(value, (list, tuple)):
-        return set().union(*(class_paths(v) for v in value))
-    return set()
+        return set().union(*(config_strings(v) for v in value))
+    return {value} if isinstance(value, str) else set()
 
 
 def require_files_in_their_folder(data: dict, ckpt_path: str) -> None:

@@ -85,8 +85,8 @@ def require_finite_weights(data, path, action: str) -> None:
     (a diverged run's): `action` is "loaded" or "written"."""
     bad = non_finite_weight(data)
     if bad:
-        raise ConfigError(f"{path}: {bad} holds NaN or infinite values; a checkpoint of non-finite weights is "
-                          f"never {action}")
+        raise ConfigError(f"{path}: {bad} holds NaN or infinite values; a checkpoint of non-finite weights (or "
+                          f"optimizer state) is never {action}")
 
 
 def require_state_dict(value, field: str) -> None:

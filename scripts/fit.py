@@ -50,7 +50,7 @@ from callbacks.cli import (
 )
 from callbacks.resume import (
     check_checkpoint_model,
-    class_paths,
+    config_strings,
     read_checkpoint,
     require_fitting_weights,
     require_project_classes,
@@ -113,7 +113,7 @@ class SchedulerCLI(LightningCLI):
         ckpt = subcommand and self.config[subcommand].get("ckpt_path")
         if ckpt:  # LightningCLI then replaces the model by the checkpoint's: keep the config's to compare
             saved = read_checkpoint(ckpt)
-            require_project_classes(saved, ckpt, class_paths(self.config[subcommand].get("model")))
+            require_project_classes(saved, ckpt, config_strings(self.config[subcommand].get("model")))
             held = (saved.get("hyper_parameters") or {}).get("_class_path")
             asked = (self.config[subcommand].get("model") or {}).get("class_path")
             if held and asked:  # before LightningCLI parses one's arguments as the other's

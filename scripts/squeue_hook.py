@@ -10,11 +10,12 @@ limit, start_time + --unlimited_minutes); pending jobs their eligible time (elig
 submit_time), time limit (minutes, or --unlimited_minutes without one) and processors. Pending jobs
 that cannot start whatever their priority are not ranked, and are named on stderr: held (priority 0,
 a JobHeld* reason), waiting on a dependency or a begin time, or larger than --processors. A time
-limit of 0 (Slurm: none) or none set is taken as --unlimited_minutes; a wait of more than a year is
-counted from a year ago (named on stderr). With --partition, only the jobs of that partition (a
-pending job listing several counts in each). Integer fields may be plain numbers or Slurm's {"set": true,
-"infinite": false, "number": N} form; job_state a string or a list. Check the fields against your
-Slurm version's `squeue --json` before relying on it.
+limit of 0 (Slurm: none) or none set is taken as --unlimited_minutes. A job waiting more than a
+year (the service refuses it: a submit time of 0, or --now in milliseconds?) is left out and named.
+With --partition, only the jobs of that partition (a pending job listing several counts in each).
+Integer fields may be plain numbers or Slurm's {"set": true, "infinite": false, "number": N} form;
+job_state a string or a list. Check the fields against your Slurm version's `squeue --json` before
+relying on it.
 
 Setting a priority with scontrol fixes it: Slurm's priority plugin (e.g. multifactor) no longer
 changes it, and only an operator or administrator may raise it; so the hook runs as one, and every
@@ -93,13 +94,12 @@ def time_limit_minutes(job: dict, unlimited_minutes: int) -> float:
 
 
 def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: int,
-                partition: str | None = None, processors_per_node: int = 1) -> tuple[dict, dict, list]:
-    """A decide() snapshot from `squeue --json` output (the jobs of `partition` only, when given), the
-    pending jobs it leaves out ({job id: why}, `not_ranked`) and those whose wait it counts from
-    MAX_WAIT_DAYS ago (the service refuses longer ones)."""
+                partition: str | None = None, processors_per_node: int = 1) -> tuple[dict, dict]:
+    """A decide() snapshot from `squeue --json` output (the jobs of `partition` only, when given), and
+    the pending jobs it leaves out: {job id: why} (`not_ranked`, or a wait the service refuses)."""
     if not isinstance(squeue, dict) or not isinstance(squeue.get("jobs"), list):
         raise SnapshotError("squeue: expected the JSON of `squeue --json` (an object with a 'jobs' list)")
-    running, waiting, left_out, year_old = [], [], {}, []
+    running, waiting, left_out = [], [], {}
     for i, job in enumerate(squeue["jobs"]):
         if not isinstance(job, dict):
             raise SnapshotError(f"squeue: jobs[{i}]: expected an object, got {type(job).__name__}")
@@ -126,14 +126,14 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
             since = number(job, "eligible_time") if eligible not in (None, 0) and not (
                 isinstance(eligible, dict) and (not eligible.get("set", True) or not eligible.get("number"))) \
                 else number(job, "submit_time")
-            if now - since > MAX_WAIT_DAYS * 86400:  # the service refuses longer waits (two clocks' times)
-                since = now - MAX_WAIT_DAYS * 86400
-                year_old.append(job["job_id"])
+            if now - since > MAX_WAIT_DAYS * 86400:  # the service refuses such waits: two clocks' times?
+                left_out[job["job_id"]] = f"waits more than {MAX_WAIT_DAYS} days (a submit time of 0, --now in ms?)"
+                continue
             waiting.append({"id": job["job_id"], "submit": min(since, now), "requested_time": 60 * minutes,
                             "processors": number(job, "cpus"), "user": job.get("user_name")})
     capacity = {"processors": processors} if processors_per_node == 1 else {
         "nodes": processors // processors_per_node, "processors_per_node": processors_per_node}
-    return {"now": now, "capacity": capacity, "running": running, "waiting": waiting}, left_out, year_old
+    return {"now": now, "capacity": capacity, "running": running, "waiting": waiting}, left_out
 
 
 def main(argv=None) -> int:
@@ -158,8 +158,8 @@ def main(argv=None) -> int:
     try:  # a name Slurm stored in another encoding must not stop the hook: only numbers are read
         data = Path(args.input).read_bytes() if args.input else sys.stdin.buffer.read()
         squeue, now = json.loads(data.decode("utf-8", errors="replace")), time.time() if args.now is None else args.now
-        snapshot, left_out, year_old = snapshot_of(squeue, args.processors, now, args.unlimited_minutes,
-                                                   args.partition, args.processors_per_node)
+        snapshot, left_out = snapshot_of(squeue, args.processors, now, args.unlimited_minutes, args.partition,
+                                         args.processors_per_node)
         answer = decide(snapshot, load_scorer(args.policy, args.threads))
     except KeyError as error:
         print(f"error: squeue: a job has no {error} field", file=sys.stderr)
@@ -170,11 +170,8 @@ def main(argv=None) -> int:
     for rank, job_id in enumerate(answer["order"]):
         print(f"scontrol update JobId={job_id} Priority={TOP_PRIORITY - rank}")
     print(f"# the policy would start now: {' '.join(map(str, answer['start_now'])) or 'none'}", file=sys.stderr)
-    if year_old:
-        print(f"# waiting more than {MAX_WAIT_DAYS} days, counted from then: {' '.join(map(str, year_old))}",
-              file=sys.stderr)
     if left_out:
-        print("# not ranked (cannot start whatever their priority): "
+        print("# not ranked: "
               + "; ".join(f"{job_id}: {why}" for job_id, why in left_out.items()), file=sys.stderr)
     return 0
 

@@ -290,19 +290,18 @@ def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     # a job that cannot start (larger than the partition) is left out and named; the others are ranked
     assert bad.returncode == 0 and bad.stdout == ""
-    assert "# not ranked (cannot start whatever their priority): 12: 300 processors, more than --processors 256" \
-        in bad.stderr
+    assert "# not ranked: 12: 300 processors, more than --processors 256" in bad.stderr
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         from squeue_hook import snapshot_of
     finally:
         sys.path.remove(str(ROOT / "scripts"))
-    snapshot, _, _ = snapshot_of({"jobs": jobs}, 256, now, unlimited_minutes=60)
+    snapshot, _ = snapshot_of({"jobs": jobs}, 256, now, unlimited_minutes=60)
     assert snapshot["running"][1] == {"id": 16, "processors": 8, "expected_end": now - 60 + 3600}  # no limit: 60 min
     ending = {"job_id": 17, "job_state": ["COMPLETED", "COMPLETING"], "cpus": 8, "end_time": now, "partition": "gpu"}
     assert [j["id"] for j in snapshot_of({"jobs": [*jobs, ending]}, 256, now, 60)[0]["running"]] == [11, 16, 17]
     mixed = [{**jobs[1], "partition": "cpu,gpu"}, {**jobs[2], "partition": "cpu"}, ending]
-    split, _, _ = snapshot_of({"jobs": mixed}, 256, now, 60, partition="gpu")
+    split, _ = snapshot_of({"jobs": mixed}, 256, now, 60, partition="gpu")
     assert [j["id"] for j in split["waiting"]] == [12] and [j["id"] for j in split["running"]] == [17]
     for odd, message in (([7], "squeue: jobs[0]: expected an object, got int"),
                          ([{**jobs[2], "submit_time": "soon"}], "job 13: submit_time: 'soon' is not a number")):
@@ -322,18 +321,18 @@ def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
             "priority": {"set": False, "number": 0}},
            {**pending, "job_id": 29, "time_limit": 0},  # Slurm's --time=0: no limit
            {**pending, "job_id": 30, "time_limit": {"set": False, "infinite": False, "number": 0}},
-           {**pending, "job_id": 31, "submit_time": now - 400 * 86400}]  # the service refuses a year's wait
-    snapshot, left_out, year_old = snapshot_of({"jobs": cannot + can}, 256, now, 60)
+           {**pending, "job_id": 31, "submit_time": 0}]  # a wait the service refuses: named, the rest ranked
+    snapshot, left_out = snapshot_of({"jobs": cannot + can}, 256, now, 60)
     assert [(j["id"], j["submit"], j["requested_time"]) for j in snapshot["waiting"]] == [
-        (27, now - 60, 600), (28, now - 600, 600), (29, now - 600, 3600), (30, now - 600, 3600),
-        (31, now - 365 * 86400, 600)]
+        (27, now - 60, 600), (28, now - 600, 600), (29, now - 600, 3600), (30, now - 600, 3600)]
     assert left_out == {21: "JobHeldUser", 22: "held (priority 0)", 23: "Dependency", 24: "BeginTime",
-                        25: "300 processors, more than --processors 256"} and year_old == [31]
+                        25: "300 processors, more than --processors 256",
+                        31: "waits more than 365 days (a submit time of 0, --now in ms?)"}
     assert decide(snapshot, load_scorer(onnx_policy))["order"]  # the service takes every job it ranks
     # whole nodes: a running job spread over more nodes than its processors fill holds them all
     spread = {"job_id": 31, "job_state": "RUNNING", "cpus": 4, "node_count": 2, "end_time": now + 60}
-    nodes, _, _ = snapshot_of({"jobs": [spread, {**pending, "job_id": 32, "cpus": 16}]}, 64, now, 60,
-                              processors_per_node=16)
+    nodes, _ = snapshot_of({"jobs": [spread, {**pending, "job_id": 32, "cpus": 16}]}, 64, now, 60,
+                           processors_per_node=16)
     assert nodes["capacity"] == {"nodes": 4, "processors_per_node": 16} and nodes["running"][0]["nodes"] == 2
     assert read_snapshot(nodes).free_nodes == 2
     # a job name in another encoding does not stop the hook (only numbers are read)

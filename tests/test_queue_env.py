@@ -255,7 +255,7 @@ def test_torchrl_users_paths_masks_transforms_groups_and_faults(tmp_path, monkey
     assert torch.equal(caught_up[1], third[0]) and torch.equal(caught_up[2], second[0])
     whole = reset(3, 4, 5)  # group 1's second sequence, shared
     assert torch.equal(whole[3], whole[4]) and torch.equal(whole[4], whole[5]) and not torch.equal(whole[3], first[3])
-    # a reset of the whole batch starts every group on a new sequence together, and draws as it always did
+    # reset() without "_reset" starts every group on a new sequence together
     again = grouped.reset()["job_submit"]
     assert all(torch.equal(again[g * 3], again[g * 3 + k]) for g in (0, 1) for k in (1, 2))
     fresh = QueueEnv(cfg, log, batch_size=[4], seed=1)

@@ -68,7 +68,7 @@ def test_default_root_dir_holds_the_whole_run_and_start_prints_where(tmp_path):
 
 
 def test_a_branch_started_from_a_runs_config_writes_only_its_own_folder(tmp_path):
-    """config.yaml keeps the paths as given, not the run folder's: a branch from an older checkpoint
+    """config.yaml keeps the checkpoint and logger folders as given: a branch from an older checkpoint
     (the resume refusal's advice) writes checkpoints, metrics and W&B into its own folder."""
     run, branch = tmp_path / "runs" / "a", tmp_path / "runs" / "b"
     fit("fit", "--config", SMOKE, "--trainer.default_root_dir", str(run), tmp_path=tmp_path)
@@ -278,7 +278,7 @@ def test_a_checkpoint_can_neither_import_a_module_nor_delete_a_file_outside_its_
                              ({**good, "callbacks": no_folder}, "the state of ModelCheckpoint names"),
                              (bad_shape, f"weight {name} is ({weights[name].numel()},) in the checkpoint"),
                              (bad_moments, ".square_avg holds NaN or infinite values; a checkpoint of "
-                                           "non-finite weights is never loaded")):
+                                           "non-finite weights (or optimizer state) is never loaded")):
         path = tmp / "crafted.ckpt"
         torch.save(crafted, path)
         for subcommand in ("fit", "validate"):

@@ -254,3 +254,21 @@ def test_sigterm_prints_the_command_that_resumes_the_run(monkeypatch):
     assert latest.stopped_message(3, "runs/smoke").endswith(
         "saved runs/smoke/checkpoints/last.ckpt. Resume with:\n  python scripts/fit.py fit --config "
         "runs/smoke/config.yaml --ckpt_path runs/smoke/checkpoints/last.ckpt")
+
+
+def test_the_hyperparameters_check_refuses_importable_names_not_logs_or_the_configs_own(tmp_path):
+    from callbacks.resume import require_project_classes
+
+    def check(value, given=frozenset()):
+        require_project_classes({"hyper_parameters": {"_class_path": "tasks.queue_ppo.QueuePPO", "x": value}},
+                                "x.ckpt", given)
+
+    for fine in ("trace.swf.gz", "queue.swf", "sjf+reserve", "cuda:0", "not_a_module.Thing", str(tmp_path)):
+        check(fine)  # a log's name ("trace" is a stdlib module), a rule, a device, nothing importable, a folder
+    check("torch.float32", given={"torch.float32"})  # the config's own value
+    for bad in ("this.Zen", "os.system", "torch.float32"):
+        with pytest.raises(ConfigError, match=rf"hyper_parameters.x names '{bad}', a class outside"):
+            check(bad)
+    (tmp_path / "evil.yaml").write_text("class_path: this.Zen\n")
+    with pytest.raises(ConfigError, match="a config file; not read"):
+        check(str(tmp_path / "evil.yaml"))

@@ -92,7 +92,7 @@ class QueueEnv(EveryRowReset):
         self.row_group = torch.arange(batch_size[0]) // e
         self.row_log = self.row_group % len(self.logs)
         self.row_episode = torch.zeros(batch_size[0], dtype=torch.long)  # episodes each row has started
-        self.group_starts: dict[tuple[int, int], int] = {}  # (group, episode) -> its sequence's start
+        self.group_starts: dict[int, dict[int, int]] = {}  # group -> {episode: its sequence's start}
         self.generator = torch.Generator()
         self.generator.manual_seed(0 if seed is None else seed)
         if starts is not None:
@@ -164,7 +164,7 @@ class QueueEnv(EveryRowReset):
         """The starts of the next sequences of `rows` (LongTensor[N], rows of log `log`), as groups of
         episodes_per_sequence rows share them. A row's n-th episode plays its group's n-th sequence,
         drawn when the first of the group's rows reaches it, so rows a collector resets apart stay on
-        shared sequences; a reset of the whole batch starts every group on a new one together."""
+        shared sequences; `reset()` without "_reset" starts every group on a new one together."""
         e, group = self.episodes_per_sequence, self.row_group[rows]
         if whole_batch:  # every row of a group past the furthest one's episode
             furthest = self.row_episode.view(-1, e).max(1).values
@@ -173,14 +173,15 @@ class QueueEnv(EveryRowReset):
             self.row_episode[rows] += 1
         lo, hi = self.positions[log]
         keys = list(zip(group.tolist(), self.row_episode[rows].tolist()))
-        new = sorted(set(keys) - set(self.group_starts))  # drawn in (group, episode) order: reproducible
-        for key, start in zip(new, torch.randint(lo, hi + 1, (len(new),), generator=self.generator).tolist()):
-            self.group_starts[key] = start
+        new = sorted({(g, n) for g, n in keys if n not in self.group_starts.get(g, {})})  # in order: reproducible
+        for (g, n), start in zip(new, torch.randint(lo, hi + 1, (len(new),), generator=self.generator).tolist()):
+            self.group_starts.setdefault(g, {})[n] = start
+        starts = torch.tensor([self.group_starts[g][n] for g, n in keys], dtype=torch.long)
         for g in set(group.tolist()):  # forget the sequences every row of the group has left
-            oldest = int(self.row_episode[g * e:(g + 1) * e].min())
-            for key in [k for k in self.group_starts if k[0] == g and k[1] < oldest]:
-                del self.group_starts[key]
-        return torch.tensor([self.group_starts[key] for key in keys], dtype=torch.long)
+            oldest, kept = int(self.row_episode[g * e:(g + 1) * e].min()), self.group_starts[g]
+            for n in [n for n in kept if n < oldest]:
+                del kept[n]
+        return starts
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         index = rows_to_reset(tensordict, self.state is not None)
