@@ -272,10 +272,12 @@ TRACE_METRICS = ("mean_slowdown", "mean_completion_time", "makespan", "utilizati
 
 def trace_case(report, jobs: JobSet, case: Comparison) -> dict:
     """One trace setting: its TraceReport's split (load, steps, seconds, jobs, window starts, max
+    jobs), how its windows start (from the log's state or empty) and what they carried from the log
+    (running jobs outside the metrics, running jobs left out as overfilling the cluster, waiting
     jobs), the jobs in `jobs` (JobSet [N, L], cut from it), and each policy of `case` on them:
     TRACE_METRICS as [mean, ci] and its unfinished jobs."""
     return {**{k: getattr(report, k) for k in ("split_load", "split_steps", "split_seconds", "split_jobs",
-                                               "window_starts", "max_jobs")},
+                                               "window_starts", "max_jobs", "start_state", "carried")},
             "jobs_in_jobsets": int(jobs.num_jobs.sum()),
             "results": {name: {**{m: list(case.mean_ci(name, m)) for m in TRACE_METRICS},
                                "unfinished_jobs": result.summary["unfinished_jobs"]}

@@ -192,6 +192,7 @@ def test_figures_trace_takes_the_shared_trace_flags_and_its_old_names(tmp_path):
     assert [s["time_compression"] for s in new["settings"].values()] == [1.0, 2.0]
     for setting in new["settings"].values():
         assert set(setting["results"]) == {"tetris", "sjf"} and setting["jobs_in_jobsets"] > 0
+        assert setting["start_state"] == "log" and setting["carried"]["windows"] == 3  # what the windows carried
     # a log of one's own: its header's 64 processors (NASA's 128 only without --trace), --compressions alone
     run(*common, "--out", str(tmp_path / "own.png"))
     assert json.loads((tmp_path / "own.json").read_text())["mapping"]["capacity"] == {"processors": 64.0}
