@@ -188,10 +188,12 @@ def test_logged_curves_take_the_last_row_of_a_repeated_step(tmp_path):
 def test_trace_case_records_the_split_and_every_policy():
     jobs = make_jobsets(TINY, 2, 3)
     case = compare(heuristics(CFG, ("tetris",)), CFG, jobs)
+    carried = {"windows": 2, "running": 3, "running_over_capacity": 1, "waiting": 0}
     report = SimpleNamespace(split_load=[0.5], split_steps=10, split_seconds=600.0, split_jobs=20,
-                             window_starts=[0, 5], max_jobs=9, path="log.swf")
+                             window_starts=[0, 5], max_jobs=9, path="log.swf", start_state="log", carried=carried)
     record = analysis.trace_case(report, jobs, case)
     assert record["split_load"] == [0.5] and record["jobs_in_jobsets"] == int(jobs.num_jobs.sum())
+    assert record["start_state"] == "log" and record["carried"] == carried
     assert record["results"]["tetris"]["mean_slowdown"] == list(case.mean_ci("tetris"))
     assert set(record["results"]["tetris"]) == {*analysis.TRACE_METRICS, "unfinished_jobs"}
 
