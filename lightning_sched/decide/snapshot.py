@@ -149,8 +149,8 @@ def _jobs(snapshot: dict, name: str) -> list:
     jobs = snapshot.get(name, [])
     if not isinstance(jobs, list):
         raise SnapshotError(f"{name}: expected a list of jobs, got {type(jobs).__name__}")
-    allowed = FIELDS[name]
-    if not all(type(job) is dict and all(k in allowed for k in job) for job in jobs):
+    allowed = frozenset(FIELDS[name])
+    if not all(type(job) is dict and allowed.issuperset(job) for job in jobs):  # a set's check, in C
         for i, job in enumerate(jobs):  # the slow path names the first fault
             _known_fields(_entry(job, f"{name}[{i}]", ("id",)), f"{name}[{i}]", name)
     return jobs
