@@ -99,8 +99,12 @@ def require_state_dict(value, field: str) -> None:
 
 def temp_path(path: Path) -> Path:
     """The temporary file `path` is written to first (`clean_temp_files` removes those a killed
-    process left behind)."""
+    process left behind): TEMP_NAME."""
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+TEMP_NAME = re.compile(r"\.(?P<target>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.tmp")
+"""A `temp_path` name: the file it is written for and the writer's pid."""
 
 
 STALE_SECONDS = 3600
@@ -112,12 +116,14 @@ def remove_stale_temps(path: Path) -> None:
     """Removes the temporary files of earlier writes of `path` left by a killed process (its pid not
     running here, the file STALE_SECONDS old): outside a run folder nobody else would."""
     for temp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        found = re.fullmatch(rf"\.{re.escape(path.name)}\.(\d+)\.[0-9a-f]{{8}}\.tmp", temp.name)
+        found = TEMP_NAME.fullmatch(temp.name)
+        if not found or found["target"] != path.name:
+            continue
         try:
             old = time.time() - temp.stat().st_mtime > STALE_SECONDS
         except FileNotFoundError:  # its writer finished meanwhile
             continue
-        if found and old and not process_runs(int(found.group(1))):
+        if old and not process_runs(int(found["pid"])):
             temp.unlink(missing_ok=True)
 
 
@@ -136,7 +142,7 @@ def clean_temp_files(folder: Path) -> list[Path]:
     `folder`; call it only while no other process writes there (a run folder's lock held)."""
     removed = []
     for temp in Path(folder).glob(".*.tmp"):
-        if re.fullmatch(r"\..+\.\d+\.[0-9a-f]{8}\.tmp", temp.name):
+        if TEMP_NAME.fullmatch(temp.name):
             temp.unlink(missing_ok=True)
             removed.append(temp)
     return removed
