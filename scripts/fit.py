@@ -83,6 +83,7 @@ class SchedulerParser(LightningArgumentParser):
 class SchedulerCLI(LightningCLI):
     def __init__(self, *args, **kwargs):
         self.folders, self.asked_model, self.wandb_id, self.resumed_step = RunFolders(), None, None, None
+        self.saved_shapes: dict | None = None  # the --ckpt_path weights' shapes, held against the model
         try:
             super().__init__(*args, **kwargs)
         except BaseException as error:
@@ -146,7 +147,7 @@ class SchedulerCLI(LightningCLI):
         return prepare_trainer(super().instantiate_trainer(callbacks=callbacks, **kwargs))
 
     def print_run(self) -> None:
-        if getattr(self, "saved_shapes", None) is not None:  # before Lightning loads them (a traceback)
+        if self.saved_shapes is not None:  # before Lightning loads them (a traceback)
             require_fitting_weights(self.config[self.subcommand].ckpt_path, self.saved_shapes, self.model)
         if self.trainer.is_global_zero:
             config = self.config[self.subcommand]
