@@ -77,6 +77,17 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def open_fraction(text: str) -> float:
+    """An argparse type: a number strictly between 0 and 1 (a share of a log)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {value}")
+    return value
+
+
 SEED_LIMIT = 2**31  # training seeds are (1_000_003 x seed + iteration) x 4_099 + ...: int64 for any seed below
 
 
@@ -232,7 +243,7 @@ def add_trace_flags(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--drop_unknown_status", action="store_true", help="drop jobs whose status is -1 (default: keep)")
     g.add_argument("--trace_split", "--split", choices=("train", "test", "all"), default="test",
                    help="time-ordered split to cut windows from (default test: held out from training)")
-    g.add_argument("--test_fraction", type=float, default=0.25,
+    g.add_argument("--test_fraction", type=open_fraction, default=0.25,
                    help="share of the trace's time range in the test split")
     g.add_argument("--trace_windows", choices=("random", "consecutive"), default="random")
     g.add_argument("--target_load", type=float, help="compress the trace's time to reach this offered load")
@@ -308,7 +319,8 @@ class Setup(NamedTuple):
 
 def setup_from_args(args, checkpoints: Sequence[str] = ()) -> Setup:
     """The cluster the flags describe and the trace to replay on it. With --fit_cluster, the cluster
-    `propose_cluster` proposes for --trace (printed), the size flags given overriding it, and the
+    `propose_cluster` proposes for --trace from its train split's jobs whatever split is replayed (so
+    training and evaluation get one cluster; printed), the size flags given overriding it, and the
     trace's step length the proposal's when --seconds_per_step is not given; its number of
     resources --num_resources, else that of the `checkpoints` (paths) to run on it (their networks
     fix it), else the log's own."""
@@ -321,7 +333,7 @@ def setup_from_args(args, checkpoints: Sequence[str] = ()) -> Setup:
             trace.read(), trace.rules, resources=trace.params["resources"], capacity=trace.params["capacity"],
             num_resources=sizes.get("num_resources", checkpoint_resources(checkpoints)),
             resource_units=args.resource_units, seconds_per_step=args.seconds_per_step,
-            max_horizon=args.max_horizon, simu_len=args.simu_len)
+            max_horizon=args.max_horizon, simu_len=args.simu_len, sized_share=1 - args.test_fraction)
         print(proposal.describe(), flush=True)
         sizes = {**{name: getattr(proposal.cluster, name) for name in SIZE_FIELDS}, **sizes}
         trace = TraceFlags(trace.path, proposal.seconds_per_step, trace.params)

@@ -162,6 +162,26 @@ def test_the_proposal_sizes_the_cluster_by_the_jobs_the_rules_keep(tmp_path):
     assert completed.cluster == every.cluster and completed.seconds_per_step == every.seconds_per_step == 1
 
 
+def test_the_test_splits_jobs_never_size_the_proposed_cluster(tmp_path, capsys):
+    # 100 jobs of 60 s, one a minute; the last 10 (the last tenth of the time span) run 3000 s
+    lines = ["; MaxProcs: 8"] + [swf_line(j + 1, 60 * j, 0, 60 if j < 90 else 3000, 1) for j in range(100)]
+    path = write(tmp_path / "late_long.swf", lines)
+    whole = propose_cluster(read_trace(path), resources=("processors",))
+    train = propose_cluster(read_trace(path), resources=("processors",), sized_share=0.75)
+    assert whole.seconds_per_step == 30 and train.seconds_per_step == 1  # 3000 s in 128 steps; 60 s in 60
+    assert train.jobs == 75 and "first 75% of the log's time span" in train.describe()
+    ap = argparse.ArgumentParser()
+    for add in (add_workload_flags, add_trace_flags, add_cluster_flags):
+        add(ap)
+    for split in ("train", "test", "all"):  # one cluster whatever split a command replays
+        args = ap.parse_args(["--trace", str(path), "--fit_cluster", "--trace_split", split])
+        assert setup_from_args(args).trace.seconds_per_step == 1
+        assert train.describe() in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        ap.parse_args(["--trace", str(path), "--test_fraction", "1"])
+    assert "--test_fraction: must be a number in (0, 1), got 1.0" in capsys.readouterr().err
+
+
 def test_the_command_line_reads_proposes_and_builds_in_one_direction(tmp_path, capsys):
     log = write_swf(tmp_path / "mem.swf", num_jobs=200, processors=32, memory_per_processor_kb=1024, seed=3)
     ap = argparse.ArgumentParser()
@@ -173,7 +193,7 @@ def test_the_command_line_reads_proposes_and_builds_in_one_direction(tmp_path, c
     given = dict(vars(args))
     cfg, sized, trace = setup_from_args(args)
     assert vars(args) == given  # what the proposal chose travels in the result, not in the flags
-    proposal = propose_cluster(read_trace(log), num_resources=1, max_horizon=32, simu_len=20)
+    proposal = propose_cluster(read_trace(log), num_resources=1, max_horizon=32, simu_len=20, sized_share=0.75)
     assert proposal.describe() in capsys.readouterr().out
     assert sized and (cfg.num_resources, cfg.resource_units, cfg.horizon) == (1, 32, proposal.cluster.horizon)
     assert trace.seconds_per_step == proposal.seconds_per_step and trace.read() is read_trace(log)
@@ -235,7 +255,8 @@ def test_the_recipe_on_a_tiny_log(tmp_path):
     trace = ["--trace", str(log), "--trace_capacity", f"memory={32 * 1024}", "--fit_cluster", "--max_horizon", "32",
              "--simu_len", "20", "--threads", "1"]
     # the cluster --fit_cluster proposes (each script prints it), spelt out in the training config
-    proposal = propose_cluster(read_trace(log), capacity={"memory": 32 * 1024}, max_horizon=32, simu_len=20)
+    proposal = propose_cluster(read_trace(log), capacity={"memory": 32 * 1024}, max_horizon=32, simu_len=20,
+                               sized_share=0.75)  # the train split of --test_fraction 0.25
     c = proposal.cluster
     sizes = {"--horizon": c.horizon, "--max_job_len": c.max_job_len, "--seconds_per_step": proposal.seconds_per_step}
     config = tmp_path / "tiny.yaml"

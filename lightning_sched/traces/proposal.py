@@ -33,6 +33,7 @@ class ClusterProposal:
     clipped_length: int
     clipped_demand: int
     unit: dict[str, float]
+    sized_share: float = 1.0
 
     @property
     def clipped_fraction(self) -> float:
@@ -46,14 +47,16 @@ class ClusterProposal:
                 f"--max_job_units {c.max_job_units} "
                 f"--seconds_per_step {self.seconds_per_step:g} --max_job_len {c.max_job_len} --horizon {c.horizon} "
                 f"--max_time {c.max_time} ({units}); clips {self.clipped_length} jobs by length and "
-                f"{self.clipped_demand} by demand of {self.jobs} ({100 * self.clipped_fraction:.3g}%)")
+                f"{self.clipped_demand} by demand of {self.jobs} ({100 * self.clipped_fraction:.3g}%)"
+                + ("" if self.sized_share == 1 else
+                   f" submitted in the first {100 * self.sized_share:.3g}% of the log's time span (the train split)"))
 
 
 def propose_cluster(trace: Trace, rules: JobRules = JobRules(), *, resources: tuple[str, ...] | None = None,
                     capacity: dict | tuple | None = None, num_resources: int | None = None,
                     resource_units: int | None = None,
                     seconds_per_step: float | None = None, max_clipped: float = 0.01, max_horizon: int = 128,
-                    simu_len: int = 50) -> ClusterProposal:
+                    simu_len: int = 50, sized_share: float = 1.0) -> ClusterProposal:
     """A cluster that replays `trace` at its own resolution, clipping fewer than `max_clipped` of its jobs.
 
     The jobs are the job lines `rules` keeps; `resources`, `capacity` and `num_resources` map the trace
@@ -66,6 +69,8 @@ def propose_cluster(trace: Trace, rules: JobRules = JobRules(), *, resources: tu
     of the jobs are longer than a max_job_len <= max_horizon; max_job_len is the shortest such length,
     the horizon a third more (room to reserve ahead; at most max_horizon), max_time
     max(1000, 4 (simu_len + horizon)) so that windows drain. Other ClusterConfig fields: the defaults.
+    sized_share: only jobs submitted in the first sized_share of the kept jobs' time span size the
+    cluster (1 - test_fraction: the train split, so that a test split's jobs never choose its size).
     Raises TraceError when no step length keeps the clipping under max_clipped.
     """
     path = trace.path
@@ -82,6 +87,12 @@ def propose_cluster(trace: Trace, rules: JobRules = JobRules(), *, resources: tu
                          f"--resource_units N (1..{MAX_PROPOSED_UNITS}), N units of capacity / N each")
     jobs = JobColumns.of(trace, names, capacity)
     keep = drop_reasons(jobs, rules) < 0
+    if not 0 < sized_share <= 1:
+        raise TraceError(f"{path}: sized_share must be in (0, 1], got {sized_share!r}")
+    if sized_share < 1 and bool(keep.any()):  # the train split's jobs, up to its rounding to whole steps
+        first, last = jobs.submit[keep].min(), jobs.submit[keep].max()
+        if last > first:
+            keep &= jobs.submit - first < sized_share * (last - first)
     if not bool(keep.any()):
         raise TraceError(f"{path}: no job to size the cluster by (every job line is dropped)")
     given = jobs.given()
@@ -106,5 +117,5 @@ def propose_cluster(trace: Trace, rules: JobRules = JobRules(), *, resources: tu
                             horizon=horizon, max_job_len=length, max_time=max(1000, 4 * (simu_len + horizon)),
                             observation="none")
     return ClusterProposal(cluster, float(step), len(runs), int((steps > length).sum()), clipped_demand,
-                           {k: v / units for k, v in capacity.items()})
+                           {k: v / units for k, v in capacity.items()}, sized_share)
 
