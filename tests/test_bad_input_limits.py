@@ -18,7 +18,7 @@ from test_traces import HEADER, swf_line, write
 from lightning_sched import ClusterConfig, ClusterEnv, ConfigError, DeepRMWorkload, JobSet
 from lightning_sched.evaluation import run_bytes
 from lightning_sched.limits import memory_budget
-from lightning_sched.traces import TraceError, TraceWorkload
+from lightning_sched.traces import TraceError, TraceWorkload, propose_cluster, read_trace
 
 CFG = ClusterConfig(observation="none")
 
@@ -197,10 +197,11 @@ def test_an_absurd_capacity_is_refused(tmp_path, max_procs):
         TraceWorkload.for_cluster(CFG, str(path), 60)
 
 
-def test_zero_processor_jobs_and_a_resource_named_twice_are_refused(tmp_path):
+def test_zero_processor_jobs_are_dropped_and_counted_and_a_resource_named_twice_is_refused(tmp_path):
     path = write(tmp_path / "t.swf", HEADER + [swf_line(1, 60, 60, 8), swf_line(2, 120, 60, 0)])
-    with pytest.raises(TraceError, match=r"t.swf, line 7: a job of demand 0 on every resource it maps \(processors\)"):
-        TraceWorkload.for_cluster(CFG, str(path), 60)
+    workload = TraceWorkload.for_cluster(CFG, str(path), 60, split="all")
+    assert workload.report.kept == 1 and workload.report.dropped["zero_demand"] == 1
+    assert propose_cluster(read_trace(str(path))).jobs == 1  # the proposal sizes on the same jobs
     good = write(tmp_path / "good.swf", HEADER + [swf_line(1, 60, 60, 8, used_mem=10)])
     with pytest.raises(TraceError, match="trace resource 'processors' is named twice"):
         TraceWorkload.for_cluster(CFG, str(good), 60, resources=("processors", "processors"))

@@ -80,7 +80,7 @@ def test_swf_mapping_clip(tmp_path, gz):
     r = w.report
     assert r.job_lines == 11 and r.kept == 5
     assert r.dropped == {"status": 2, "unknown_submit": 1, "unknown_run_time": 1, "zero_run_time": 1,
-                         "unknown_demand": 1, "too_long": 0, "too_large": 0}
+                         "unknown_demand": 1, "zero_demand": 0, "too_long": 0, "too_large": 0}
     assert r.clipped == {"length": 1, "demand": 1}
     assert r.zero_demand_resources == [1]
     # as JSON: the same names and numbers

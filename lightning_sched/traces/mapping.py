@@ -29,8 +29,8 @@ import torch
 
 from .files import SWF_RESOURCES, Trace, TraceError
 
-DROP_REASONS = ("status", "unknown_submit", "unknown_run_time", "zero_run_time", "unknown_demand", "too_long",
-                "too_large")
+DROP_REASONS = ("status", "unknown_submit", "unknown_run_time", "zero_run_time", "unknown_demand", "zero_demand",
+                "too_long", "too_large")
 CLIP_REASONS = ("length", "demand")
 # Arrival steps beyond this are refused: they would not fit the int64 arithmetic of an episode.
 MAX_STEP = 2 ** 40
@@ -227,9 +227,8 @@ class JobColumns:
 
 def drop_reasons(jobs: JobColumns, rules: JobRules) -> torch.Tensor:
     """Why each job is dropped before it is sized, as an index into DROP_REASONS (the first that
-    applies: status, then unknown submit, run time, demand, then a 0 s run), -1 to keep it:
-    LongTensor[N]. An unknown (-1) demand on a resource no job gives does not drop the job."""
-    unknown_status = jobs.status == -1
+    applies, in that order), -1 to keep it: LongTensor[N]. An unknown (-1) demand on a resource no job gives does not drop the job."""
+    unknown_status, given = jobs.status == -1, jobs.given()
     if rules.statuses is None:
         bad_status = torch.zeros_like(unknown_status)
     else:
@@ -238,7 +237,10 @@ def drop_reasons(jobs: JobColumns, rules: JobRules) -> torch.Tensor:
              "unknown_submit": jobs.submit == -1,
              "unknown_run_time": jobs.run_time == -1,
              "zero_run_time": (jobs.run_time == 0) & (not rules.keep_zero_run_time),
-             "unknown_demand": (jobs.demand[:, jobs.given()] == -1).any(1)}
+             "unknown_demand": (jobs.demand[:, given] == -1).any(1),
+             # a job that takes nothing is no real job (SWF writes 0 processors for an unknown count), and one
+             # the scheduler could never delay: dropped as the queue env's log reading drops it
+             "zero_demand": (jobs.demand[:, given] == 0).all(1) if given else torch.zeros_like(unknown_status)}
     tests["status"] = torch.where(unknown_status, tests["status"], bad_status)
     reason = torch.full(jobs.status.shape, -1, dtype=torch.long)
     for name in reversed(tests):  # the first reason that applies is the one counted
@@ -279,12 +281,6 @@ def select_jobs(path: str, trace: Trace, names: tuple[str, ...], capacity: dict[
         reason = torch.where((reason < 0) & too_long, DROP_REASONS.index("too_long"), reason)
         reason = torch.where((reason < 0) & too_large, DROP_REASONS.index("too_large"), reason)
     keep = reason < 0
-    given = jobs.given()
-    empty = keep & (jobs.demand[:, given] == 0).all(1) if given else torch.zeros_like(keep)
-    if bool(empty.any()):  # a job that takes nothing: no real job, and one the scheduler could never delay
-        first = int(empty.nonzero()[0])
-        raise TraceError(f"{path}, line {trace.line[first]}: a job of demand 0 on every resource it maps "
-                         f"({', '.join(names[k] for k in given)}); no job runs on 0 processors")
     counts = torch.bincount(reason[~keep], minlength=len(DROP_REASONS)).tolist()
     dropped = dict(zip(DROP_REASONS, counts))
     if not bool(keep.any()):
