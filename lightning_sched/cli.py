@@ -259,9 +259,11 @@ def add_trace_flags(ap: argparse.ArgumentParser) -> None:
                    "or with an idle cluster")
     g.add_argument("--fit_cluster", action="store_true",
                    help="propose the cluster for --trace at the log's own resolution (units = its processors or "
-                   "--resource_units, the step length and horizon that clip < 1%% of jobs) and use it; size flags "
-                   "given override it")
+                   "--resource_units, the step length and horizon that clip fewer than --max_clipped of its "
+                   "train split's jobs) and use it; size flags given override it")
     g.add_argument("--max_horizon", type=int, default=128, help="--fit_cluster: the longest horizon to propose")
+    g.add_argument("--max_clipped", type=open_fraction, default=0.01,
+                   help="--fit_cluster: the share of jobs the proposal may cut to its longest job (default 0.01)")
 
 
 # the TraceWorkload fields that say how to read the log file (read_trace's arguments)
@@ -333,7 +335,8 @@ def setup_from_args(args, checkpoints: Sequence[str] = ()) -> Setup:
             trace.read(), trace.rules, resources=trace.params["resources"], capacity=trace.params["capacity"],
             num_resources=sizes.get("num_resources", checkpoint_resources(checkpoints)),
             resource_units=args.resource_units, seconds_per_step=args.seconds_per_step,
-            max_horizon=args.max_horizon, simu_len=args.simu_len, sized_share=1 - args.test_fraction)
+            max_horizon=args.max_horizon, simu_len=args.simu_len, sized_share=1 - args.test_fraction,
+            max_clipped=args.max_clipped)
         print(proposal.describe(), flush=True)
         sizes = {**{name: getattr(proposal.cluster, name) for name in SIZE_FIELDS}, **sizes}
         trace = TraceFlags(trace.path, proposal.seconds_per_step, trace.params)

@@ -87,6 +87,21 @@ def test_swf_mapping_clip(tmp_path, gz):
     assert json.loads(json.dumps(r.to_dict())) == vars(r)
 
 
+@pytest.mark.parametrize("long_jobs", [4, 10])
+def test_a_cluster_that_cuts_more_than_five_percent_of_the_jobs_is_named(tmp_path, long_jobs):
+    # 100 jobs a minute apart, of 60 s but `long_jobs` of 1200 s: 20 steps of 60 s, over CFG's max_job_len 15
+    lines = HEADER + [swf_line(j + 1, 60 * j, 1200 if j < long_jobs else 60, 8) for j in range(100)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        w = TraceWorkload.for_cluster(CFG, write(tmp_path / "long.swf", lines), 60)
+    cut = [str(c.message) for c in caught if "cut to the cluster" in str(c.message)]
+    assert w.report.clipped == {"length": long_jobs, "demand": 0}
+    assert cut == ([] if long_jobs == 4 else [f"{tmp_path / 'long.swf'}: 10 of 100 kept jobs (10%) are cut to the "
+                                              "cluster ({'length': 10, 'demand': 0}, max_job_len=15 steps of 60 s, "
+                                              "max_job_units=10); --fit_cluster sizes a cluster at the log's own "
+                                              "resolution, --oversize drop drops them instead"])
+
+
 def test_swf_mapping_drop_and_status_knobs(tmp_path):
     path = processor_trace(tmp_path)
     with pytest.warns(TraceWarning):
@@ -110,7 +125,8 @@ def test_swf_with_memory_columns(tmp_path):
              swf_line(4, 1500, 300, 1, used_mem=-1)]                      # memory unknown: dropped
     path = write(tmp_path / "mem.swf", lines)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # both resources are present: no warning
+        warnings.simplefilter("error")  # both resources are present: no warning of a resource of demand 0
+        warnings.filterwarnings("ignore", message=".*cut to the cluster")  # 1 of 3 jobs is (below)
         w = TraceWorkload.for_cluster(CFG, path, 300, capacity={"memory": 16 * kb}, windows="consecutive", simu_len=10)
     jobs = w.sample(1)
     assert jobs.arrival[0].tolist() == [0, 2, 4]
@@ -377,8 +393,10 @@ def test_evaluate_script_replays_an_swf_with_memory_with_every_heuristic(tmp_pat
                       "--trace_capacity", "processors=64", f"memory={64 * 4 * 1024 * 1024}",
                       "--policy", *heuristics, "--jobsets", "6", "--simu_len", "30", "--json", "--threads", "1")
     assert proc.returncode == 0, proc.stderr
-    assert "TraceWarning" not in proc.stderr  # both resources present
+    assert "get demand 0" not in proc.stderr  # both resources present
     results = [json.loads(line) for line in proc.stdout.strip().splitlines()[-len(heuristics):]]
+    cut = sum(results[0]["trace_clipped"].values())  # DeepRM's cluster cuts many of a real log's jobs: named
+    assert (cut > 0.05 * results[0]["trace_kept"]) == ("are cut to the cluster" in proc.stderr)
     assert [r["policy"] for r in results] == heuristics
     for r in results:
         assert r["num_jobsets"] == 6 and r["num_jobs"] > 0 and r["mean_slowdown"] >= 1

@@ -38,6 +38,8 @@ OVERSIZE = ("clip", "drop")
 SPLITS = ("all", "train", "test")
 WINDOWS = ("random", "consecutive")
 START_STATES = ("log", "empty")
+# above this share of the kept jobs cut to the cluster's limits, the mapping warns
+CLIP_WARNING = 0.05
 
 
 @dataclass
@@ -280,6 +282,13 @@ class TraceWorkload:
             start_state=self.start_state, unknown_wait=unknown_wait,
             carried=dict.fromkeys(("windows", "running", "running_over_capacity", "waiting"), 0),
         )
+        cut = sum(jobs.clipped.values())
+        if cut > CLIP_WARNING * len(jobs.submit):  # every score on such a cluster is of other jobs than the log's
+            warnings.warn(f"{self.path}: {cut} of {len(jobs.submit)} kept jobs ({100 * cut / len(jobs.submit):.3g}%) "
+                          f"are cut to the cluster ({jobs.clipped}, max_job_len={self.max_job_len} steps of "
+                          f"{self.seconds_per_step:g} s, max_job_units={self.max_job_units}); --fit_cluster sizes a "
+                          "cluster at the log's own resolution, --oversize drop drops them instead",
+                          TraceWarning, stacklevel=4)
 
     # ----- the workload protocol --------------------------------------------------------------
     @property
