@@ -227,7 +227,8 @@ class JobColumns:
 
 def drop_reasons(jobs: JobColumns, rules: JobRules) -> torch.Tensor:
     """Why each job is dropped before it is sized, as an index into DROP_REASONS (the first that
-    applies, in that order), -1 to keep it: LongTensor[N]. An unknown (-1) demand on a resource no job gives does not drop the job."""
+    applies, in that order), -1 to keep it: LongTensor[N]. An unknown (-1) demand on a resource no
+    job gives does not drop the job."""
     unknown_status, given = jobs.status == -1, jobs.given()
     if rules.statuses is None:
         bad_status = torch.zeros_like(unknown_status)
