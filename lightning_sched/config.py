@@ -88,7 +88,8 @@ class ClusterConfig:
                 or not math.isfinite(self.tardiness_weight) or self.tardiness_weight < 0):
             raise ConfigError(f"ClusterConfig.tardiness_weight must be a finite number >= 0, "
                               f"got {self.tardiness_weight!r}")
-        if (not isinstance(self.slo_slowdown, (int, float)) or not math.isfinite(self.slo_slowdown)
+        if (isinstance(self.slo_slowdown, bool) or not isinstance(self.slo_slowdown, (int, float))
+                or not math.isfinite(self.slo_slowdown)
                 or self.slo_slowdown < 1):
             raise ConfigError(f"ClusterConfig.slo_slowdown must be a finite number >= 1, got {self.slo_slowdown!r}")
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from .config import ClusterConfig, ConfigError
+from .deeprm.state import NEVER
 from .files import load_torch_file, write_torch
 
 TENSORS = ("arrival", "duration", "demand", "deadline", "running_left", "running_demand")
@@ -65,8 +66,10 @@ class JobSet:
         """LongTensor[B, L]: the given deadlines, or SPEC's default a_j + floor(slo * d_j)."""
         if self.deadline is not None:
             return self.deadline
-        # floor in float64 is exact for the integer ranges a jobset can hold
-        return self.arrival + torch.floor(slo_slowdown * self.duration.double()).long()
+        # floor in float64 is exact for the integer ranges a jobset can hold; a slack beyond any episode
+        # is capped at NEVER, where int64 would wrap a huge slo_slowdown into a deadline in the past
+        slack = torch.floor(slo_slowdown * self.duration.double()).clamp(max=NEVER)
+        return self.arrival + slack.long()
 
     def validate(self, cfg: ClusterConfig) -> "JobSet":
         """Raise ConfigError naming the field, the position and the value of the first bad entry."""

@@ -25,6 +25,7 @@ def both(field: str, value) -> str:
     ({"observation": "pixels"}, "observation", "'pixels'"),
     ({"slo_slowdown": 0.5}, "slo_slowdown", 0.5),
     ({"slo_slowdown": float("nan")}, "slo_slowdown", "nan"),
+    ({"slo_slowdown": True}, "slo_slowdown", True),
     ({"tardiness_weight": -0.1}, "tardiness_weight", -0.1),
     ({"tardiness_weight": float("inf")}, "tardiness_weight", "inf"),
     ({"num_slots": 2.5}, "num_slots", 2.5),
@@ -44,6 +45,15 @@ def test_bad_cluster_config(changes, field, value):
 def test_cluster_config_limits_are_inclusive():
     CFG.replace(max_job_len=20, max_job_units=10, slo_slowdown=1.0)
     ClusterConfig(horizon=62, max_job_len=62)
+
+
+def test_a_huge_slo_slowdown_gives_deadlines_no_episode_reaches():
+    # slo x duration beyond int64 wrapped to a deadline in the past: every job missed it
+    jobs = JobSet(torch.tensor([[0, 3]]), torch.tensor([[2, 15]]), torch.ones(1, 2, 2, dtype=torch.long))
+    for slo in (1e19, 1e300):
+        deadlines = jobs.deadlines(slo)
+        assert bool((deadlines > CFG.max_time).all()) and deadlines.tolist() == [[1 << 40, 3 + (1 << 40)]]
+    assert jobs.deadlines(2.0).tolist() == [[4, 33]]
 
 
 def test_config_error_is_a_value_error():
