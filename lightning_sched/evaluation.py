@@ -81,8 +81,9 @@ def evaluate(policy: Policy, cfg: ClusterConfig, jobs: JobSet, episodes: int = 1
         summary[name], summary[f"{name}_ci95"] = mean_ci95(result.per_jobset(name))
     summary["num_jobs"] = int(result.episodes["num_jobs"].sum()) // episodes
     summary["num_jobsets"] = result.num_jobsets
-    summary["unfinished_jobs"] = int((~m["job_finished"] & (m["job_duration"] > 0)).sum()) // episodes
-    summary["jobs_not_arrived"] = int(result.episodes["num_not_arrived"].sum()) // episodes  # after max_time
+    not_arrived = int(result.episodes["num_not_arrived"].sum())  # arrived at or after the final time
+    unfinished = int((~m["job_finished"] & (m["job_duration"] > 0)).sum()) - not_arrived  # arrived, not done
+    summary["unfinished_jobs"], summary["jobs_not_arrived"] = unfinished // episodes, not_arrived // episodes
     result.summary = summary
     return result
 

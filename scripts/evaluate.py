@@ -29,7 +29,16 @@ import math
 import time
 from pathlib import Path
 
-from _common import NAME_WIDTH, format_row, heuristic, run_main, set_threads, table_header, table_units
+from _common import (
+    NAME_WIDTH,
+    OBJECTIVE_METRIC,
+    format_row,
+    heuristic,
+    run_main,
+    set_threads,
+    table_header,
+    table_units,
+)
 from lightning_sched import ClusterConfig, ConfigError, JobSet, seeds
 from lightning_sched.cli import (
     THREADS_HELP,
@@ -173,10 +182,11 @@ def main(argv=None) -> int:
                           jobs, episodes=args.episodes, device=args.device)
         summary = {"policy": name, **result.summary, **trace_counts, "seconds": round(time.perf_counter() - t0, 3)}
         print(format_row(name, summary, width), flush=True)
-        if results:  # paired against the first policy on the same jobsets
-            diff, ci = paired_difference(result, results[0], "mean_slowdown")
-            summary["mean_slowdown_minus_first"], summary["mean_slowdown_minus_first_ci95"] = diff, ci
-            print(f"{'':{width}s} mean slowdown - {policies[0][0]}'s: {diff:+.3f} ± {ci:.3f} "
+        # paired against the first policy on the same jobsets: the objective's metric, and mean slowdown
+        for metric in dict.fromkeys((OBJECTIVE_METRIC[cluster.objective], "mean_slowdown")) if results else ():
+            diff, ci = paired_difference(result, results[0], metric)
+            summary[f"{metric}_minus_first"], summary[f"{metric}_minus_first_ci95"] = diff, ci
+            print(f"{'':{width}s} {metric.replace('_', ' ')} - {policies[0][0]}'s: {diff:+.3f} ± {ci:.3f} "
                   f"(paired 95% CI over {result.num_jobsets} jobsets)")
         results.append(result)
         if summary["unfinished_jobs"]:

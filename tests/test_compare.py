@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_sched import ClusterConfig, DeepRMWorkload
+from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet
 from lightning_sched.evaluation import compare, evaluate, make_jobsets, mean_ci95, paired_difference, t95
 from lightning_sched.heuristics import make_heuristic
 
@@ -67,3 +67,11 @@ def test_the_t_quantiles_are_students_beyond_the_table():
         assert abs(t95(df + 1) - quantile) < (5e-4 if df <= 30 else 2e-6), df
     _, half = mean_ci95(torch.arange(40, dtype=torch.float64))
     assert half == pytest.approx(2.022691 * torch.arange(40.0).std().item() / 40 ** 0.5, rel=1e-6)
+
+
+def test_a_job_that_never_arrived_is_not_also_counted_unfinished():
+    cfg = ClusterConfig(observation="none", max_time=10)
+    # job 0 runs 2 steps from 0; job 1 arrives at 12, after max_time; job 2 (3 steps from 9) is cut off
+    jobs = JobSet(torch.tensor([[0, 12, 9]]), torch.tensor([[2, 2, 3]]), torch.ones(1, 3, 2, dtype=torch.long))
+    s = evaluate(make_heuristic("sjf", cfg), cfg, jobs, episodes=2).summary
+    assert (s["num_jobs"], s["jobs_not_arrived"], s["unfinished_jobs"]) == (3, 1, 1)

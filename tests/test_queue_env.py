@@ -18,7 +18,7 @@ from torchrl.envs.utils import check_env_specs
 from lightning_sched.config import ConfigError
 from lightning_sched.queue import native
 from lightning_sched.queue.config import QueueConfig
-from lightning_sched.queue.env import QueueEnv
+from lightning_sched.queue.env import QueueEnv, episode_metrics
 from lightning_sched.queue.evaluation import evaluate_queue, heuristic_policies, protocol_starts
 from lightning_sched.queue.heuristics import QueueHeuristic
 from lightning_sched.queue.log import read_queue_log
@@ -315,6 +315,20 @@ def test_sjf_holds_the_head_job_and_backfilling_starts_around_it():
             window = advance(state, torch.tensor([-1]), cfg)["window_job"]
             advance(state, window[:, 0], cfg)  # FCFS: the first visible job
         assert state.start[0].tolist() == starts, backfill
+
+
+def test_utilization_counts_the_nodes_jobs_hold():
+    # 2 nodes of 4 processors: a 1-processor job (takes a node) and a 4-processor one, both 100 s from 0
+    jobs = torch.tensor([[(0, 100, 100, 1), (0, 100, 100, 4)]])
+    cols = {k: jobs[..., i] for i, k in enumerate(("submit", "run", "requested", "processors"))}
+    cfg = QueueConfig(nodes=2, processors_per_node=4, window=2, sequence_length=2)
+    state = init_state(cols, cfg.nodes, cfg.processors_per_node)
+    while not state.done.all():
+        window = advance(state, torch.tensor([-1]), cfg)["window_job"]
+        advance(state, window[:, 0], cfg)
+    m = episode_metrics(state, cfg)
+    assert state.start[0].tolist() == [0, 0] and float(m["makespan"][0]) == 100
+    assert float(m["utilization"][0]) == 1.0  # both nodes busy all along (5 of 8 processors)
 
 
 def test_evaluate_script_on_a_log(tmp_path):

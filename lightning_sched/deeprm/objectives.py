@@ -8,6 +8,11 @@
 | utilization     | mean over r of used[0][r] / U                 | sum of per-step utilization      |
 | deadline        | -(jobs with deadline t+1 unfinished at t+1)   | -(jobs that miss their deadline) |
 
+The utilization return of an episode that ends is the same under every schedule: each unit-step of
+work is counted once, so it sums to the jobs' total work over the cluster's size. As a training
+objective it pays only for work done before max_time (or, with a discount below 1, work done sooner);
+to raise the utilization metric (work over the makespan) train with `makespan`.
+
 With `ClusterConfig.tardiness_weight` w > 0 (beyond SPEC) every reward also pays -w per job in the
 system past its deadline (deadline_j <= t < f_j), and every return falls by w * sum_j max(0, f_j - deadline_j).
 """

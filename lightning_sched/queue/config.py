@@ -5,6 +5,7 @@ processors only, the whole waiting queue, a visible window of it, and backfillin
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 from ..config import ConfigError
@@ -87,8 +88,8 @@ class QueueConfig:
                 raise ConfigError(f"QueueConfig.{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("bsld_threshold", "max_wait", "max_requested"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigError(f"QueueConfig.{name} must be a number > 0, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ConfigError(f"QueueConfig.{name} must be a finite number > 0, got {value!r}")
 
     @property
     def job_features(self) -> int:

@@ -237,7 +237,7 @@ class QueueEnv(EveryRowReset):
     def episode_metrics(self) -> dict[str, torch.Tensor]:
         """Per row (DoubleTensor[B]), over the jobs started so far (all of them once the row is
         done): mean_bounded_slowdown, mean_wait, mean_slowdown, makespan (first submit to last
-        actual end) and utilization (processor-seconds run over processors x makespan); and
+        actual end) and utilization (node-seconds held over nodes x makespan); and
         "finished" (BoolTensor[B])."""
         if self.state is None:
             raise RuntimeError("episode_metrics() before reset()")
@@ -253,7 +253,9 @@ def episode_metrics(state: QueueState, cfg: QueueConfig) -> dict[str, torch.Tens
     slowdown = torch.where(started, (wait + run) / run, 0.0)
     end = torch.where(started, state.start + state.run, state.submit[:, :1])
     makespan = (end.max(1).values - state.submit[:, 0]).double().clamp(min=1)
-    work = torch.where(started, run * state.processors.double(), 0.0).sum(1)
+    # jobs hold whole nodes (a 1-processor job on a 4-processor node takes the node), so the cluster is
+    # busy in node-seconds, as the offered load counts it
+    work = torch.where(started, run * state.nodes.double(), 0.0).sum(1)
     return {"mean_bounded_slowdown": state.bsld_sum / count, "mean_wait": wait.sum(1) / count,
             "mean_slowdown": slowdown.sum(1) / count, "makespan": makespan,
-            "utilization": work / (makespan * cfg.processors), "finished": state.done.clone()}
+            "utilization": work / (makespan * cfg.nodes), "finished": state.done.clone()}
