@@ -367,8 +367,8 @@ def queue_main(argv) -> int:
         print(f"figure: {args.figure}", file=sys.stderr)
     if args.out:
         net, policy_cfg = adapted_first
-        record = QueuePolicyRecord.of(net, replace(policy_cfg, sequence_length=256), [log.summary()["log"]],
-                                      TRAIN_FRACTION)
+        record = QueuePolicyRecord.of(net, replace(policy_cfg, sequence_length=args.sequence_length),
+                                      [log.summary()["log"]], TRAIN_FRACTION)
         write_torch({CHECKPOINT_KEY: record.to_dict()}, args.out, args.overwrite)
         print(f"saved {args.out}", file=sys.stderr)
     return 0

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_queue_env import swf_line, write_log
+from conftest import script_main
+from test_queue_env import ROOT, swf_line, write_log
 
 from lightning_sched.config import ConfigError
 from lightning_sched.queue.env import QueueEnv
@@ -16,7 +17,7 @@ from lightning_sched.queue.evaluation import evaluate_queue, heuristic_config, r
 from lightning_sched.queue.heuristics import QueueHeuristic, priority
 from lightning_sched.queue.linear_rule import BASIC, F1_WEIGHTS, LinearRule, load_linear_rule, save_linear_rule
 from lightning_sched.queue.log import read_queue_log
-from lightning_sched.queue.policy import CHECKPOINT_KEY, QueueNetwork, QueuePolicy, QueuePolicySpec
+from lightning_sched.queue.policy import CHECKPOINT_KEY, QueueNetwork, QueuePolicy, QueuePolicySpec, read_queue_record
 from lightning_sched.queue.reservation import ReservingRule, fit_delay_seconds, reserving_config
 from lightning_sched.queue.state import RUNNING
 
@@ -251,3 +252,11 @@ def test_adaptation_plays_a_reserving_policy_with_its_reservation(tmp_path):
     env = QueueEnv(net_cfg, log, batch_size=[2], starts=starts)
     plain = rollout(env, net.scorer, replace(spec, reserve=False), greedy=True).metrics["mean_bounded_slowdown"]
     assert not torch.equal(plain, rule)  # without its reservation the same network plays F1
+
+
+def test_adapt_script_saves_the_sequence_length_it_adapted_on(tmp_path):
+    log, out = write_log(tmp_path / "log.swf", jobs=6000), tmp_path / "adapted.ckpt"
+    script_main("adapt")(["--env", "queue", "--trace", str(log), "--policy", str(ROOT / "checkpoints/queue_bsld.ckpt"),
+                          "--steps", "1", "--sequences", "1", "--episodes", "2", "--sequence_length", "64",
+                          "--eval_sequences", "2", "--threads", "1", "--out", str(out)])
+    assert read_queue_record(str(out)).queue.sequence_length == 64
