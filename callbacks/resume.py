@@ -21,7 +21,7 @@ from .cli import DEFAULT_MODEL
 from .run_folder import run_of_checkpoint
 
 
-def read_checkpoint(ckpt_path: str) -> dict:
+def read_training_checkpoint(ckpt_path: str) -> dict:
     """The checkpoint's contents, loaded as Lightning loads them (weights only: a pickled object is
     refused before it is built); an error naming the file if it is missing, not a checkpoint, a
     policy-only one (no training state to resume) or one of non-finite weights."""

@@ -81,7 +81,8 @@ class WandbRunId(Callback):
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
-                checkpoint[WANDB_ID_KEY] = first_run_id(logger.version)
+                if logger.version is not None:  # None on the ranks other than 0, which write no file
+                    checkpoint[WANDB_ID_KEY] = first_run_id(logger.version)
                 return
 
 

@@ -51,7 +51,7 @@ from callbacks.cli import (
 from callbacks.resume import (
     check_checkpoint_model,
     config_strings,
-    read_checkpoint,
+    read_training_checkpoint,
     require_fitting_weights,
     require_project_classes,
     require_same_module,
@@ -113,7 +113,7 @@ class SchedulerCLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         ckpt = subcommand and self.config[subcommand].get("ckpt_path")
         if ckpt:  # LightningCLI then replaces the model by the checkpoint's: keep the config's to compare
-            saved = read_checkpoint(ckpt)
+            saved = read_training_checkpoint(ckpt)
             require_project_classes(saved, ckpt, config_strings(self.config[subcommand].get("model")))
             held = (saved.get("hyper_parameters") or {}).get("_class_path")
             asked = (self.config[subcommand].get("model") or {}).get("class_path")

@@ -11,8 +11,14 @@ if [ "${1:-}" = "--base" ]; then
   shift 2
 fi
 mkdir -p logs
+failed=0
 for config in "$@"; do
   name=$(basename "$config" .yaml)
-  OMP_NUM_THREADS=1 python scripts/fit.py fit "${base[@]}" --config "$config" --threads 1 \
-    --progress_bar.refresh_rate 0 > "logs/$name.log" 2>&1 || echo "$config failed (logs/$name.log)" >&2
+  if ! OMP_NUM_THREADS=1 python scripts/fit.py fit "${base[@]}" --config "$config" --threads 1 \
+      --trainer.enable_progress_bar false > "logs/$name.log" 2>&1; then
+    echo "$config failed (logs/$name.log)" >&2
+    failed=$((failed + 1))
+  fi
 done
+# the queue goes on past a failed run; its exit status says whether any failed
+[ "$failed" -eq 0 ] || { echo "$failed of $# runs failed" >&2; exit 1; }

@@ -1,5 +1,5 @@
 """A linear priority rule for the queue env, searched by the cross-entropy method on mean bounded
-slowdown itself (lightning_sched.queue.rule_search; docs/hpc_queue_rounds.md, seventh and eighth rounds).
+slowdown itself (lightning_sched.queue.rule_search; results: docs/hpc_queue_rounds.md).
 
 One training step is one generation: a population of rules runs on the same sequences of the first
 60% of each log, and the search's mean moves to the elite. Validation runs the current mean on the

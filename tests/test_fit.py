@@ -235,10 +235,12 @@ def test_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_p
 def test_ddp_on_two_cpu_processes_splits_jobsets_and_keeps_parameters_identical(tmp_path):
     probe = tmp_path / "probe"
     probe.mkdir()
+    # with the default logger (W&B offline), whose run exists on rank 0 only
     fit("fit", "--config", SMOKE, "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
-        "--trainer.logger", "false", "--trainer.callbacks+=tests.ddp_probe.ParameterProbe",
-        tmp_path=tmp_path, env={"DDP_PROBE_DIR": str(probe)})
+        "--trainer.callbacks+=tests.ddp_probe.ParameterProbe", tmp_path=tmp_path, env={"DDP_PROBE_DIR": str(probe)})
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["smoke"]  # both ranks in rank 0's run folder
+    last = torch.load(tmp_path / "runs/smoke/checkpoints/last.ckpt", map_location="cpu", weights_only=True)
+    assert last["wandb_run_id"] and last["global_step"] == 4
     ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world"] for r in ranks] == [2, 2] and [r["step"] for r in ranks] == [4, 4]
     assert [r["epoch"] for r in ranks] == [1, 1]  # every rank runs all 4 iterations of an epoch, as one process does

@@ -12,7 +12,7 @@ from lightning.pytorch import Callback, Trainer
 
 from lightning_sched import ClusterConfig, DeepRMWorkload, WorkloadFamily
 from lightning_sched.evaluation import make_jobsets
-from lightning_sched.learning.adaptation import AdaptationSettings, adapt
+from lightning_sched.learning.adaptation import AdaptationSettings, adapt, scale_gradients
 from lightning_sched.policies.networks import PolicySpec, make_policy
 from tasks.base import EvaluationSettings
 from tasks.maml import MAML
@@ -182,9 +182,10 @@ def test_meta_sgd_settings_errors_name_the_field():
     net = make_policy(PolicySpec(masked=True), ClusterConfig(observation="none"))
     sizes = {n: torch.ones_like(p) for n, p in net.named_parameters()}
     with pytest.raises(ConfigError, match=r"step_sizes has no entry for the network's 'first.bias'"):
-        AdaptationSettings(step_sizes={n: v for n, v in sizes.items() if n != "first.bias"}).scale_gradients(net)
+        missing = {n: v for n, v in sizes.items() if n != "first.bias"}
+        scale_gradients(net, AdaptationSettings(step_sizes=missing).step_sizes)
     with pytest.raises(ConfigError, match=r"step_sizes\['first.bias'\] has shape \(3,\), the network's \(20,\)"):
-        AdaptationSettings(step_sizes={**sizes, "first.bias": torch.ones(3)}).scale_gradients(net)
+        scale_gradients(net, AdaptationSettings(step_sizes={**sizes, "first.bias": torch.ones(3)}).step_sizes)
 
 
 def test_settings_from_a_checkpoint_keep_its_inner_loop_under_overrides():

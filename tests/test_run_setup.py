@@ -12,7 +12,7 @@ import torch
 from jsonargparse import Namespace
 
 from callbacks.cli import DEFAULT_MODEL, config_error, one_line, with_default_model
-from callbacks.resume import check_checkpoint_model, read_checkpoint
+from callbacks.resume import check_checkpoint_model, read_training_checkpoint
 from callbacks.run import run_callbacks
 from callbacks.run_folder import RUN_DIR_ENV, RunFolders, run_loggers, run_name, run_of_checkpoint
 from lightning_sched import ConfigError
@@ -191,13 +191,13 @@ def test_testing_a_checkpoint_takes_the_configs_evaluation_and_refuses_another_c
 def test_read_checkpoint_names_a_missing_or_broken_file(tmp_path):
     with pytest.raises(ConfigError, match=f"^--ckpt_path {tmp_path / 'no.ckpt'}: no such file "
                                           r"\(expected a Lightning checkpoint\)$"):
-        read_checkpoint(str(tmp_path / "no.ckpt"))
+        read_training_checkpoint(str(tmp_path / "no.ckpt"))
     (tmp_path / "cut.ckpt").write_bytes(b"PK\x03\x04 truncated")
     with pytest.raises(ConfigError, match=r"cut.ckpt: not a Lightning checkpoint \(torch.load failed: a zip archive "
                                           r"cut short \(truncated\?\)"):
-        read_checkpoint(str(tmp_path / "cut.ckpt"))
+        read_training_checkpoint(str(tmp_path / "cut.ckpt"))
     torch.save({"global_step": 3, "state_dict": {}, "wandb_run_id": "abc"}, tmp_path / "ok.ckpt")
-    assert read_checkpoint(str(tmp_path / "ok.ckpt"))["wandb_run_id"] == "abc"
+    assert read_training_checkpoint(str(tmp_path / "ok.ckpt"))["wandb_run_id"] == "abc"
 
 
 # ----- parsing ------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -397,3 +398,28 @@ def test_tune_tetris_prints_each_weight_and_picks_the_lowest_mean(capsys):
     jobs = make_jobsets(DeepRMWorkload(load=1.1), 3, seeds.tuning(1))
     direct = evaluate(Tetris(cfg, short_weight=100), cfg, jobs).summary["mean_slowdown"]
     assert abs(direct - rows["tetris w=100"][1]) < 1e-3
+
+
+def shell_tree(tmp_path: Path) -> dict:
+    """tmp_path as a checkout for the shell scripts (they run scripts/ and configs/ from where they are),
+    and an environment whose `python` is this interpreter."""
+    for name in ("scripts", "configs", "tasks", "callbacks", "lightning_sched"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    return {"PATH": path, "HOME": str(tmp_path), "WANDB_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+
+
+def test_run_queue_goes_past_a_failed_run_and_says_so_in_its_status(tmp_path):
+    env = shell_tree(tmp_path)
+    (tmp_path / "broken.yaml").write_text("model:\n  init_args:\n    no_such_field: 1\n")
+    proc = subprocess.run(["bash", "scripts/run_queue.sh", "broken.yaml", "configs/smoke.yaml"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "broken.yaml failed (logs/broken.log)" in proc.stderr
+    assert "1 of 2 runs failed" in proc.stderr
+    assert (tmp_path / "runs/smoke/checkpoints/last.ckpt").exists()  # the run after the failed one trained
+
+
+def test_ablation_evaluate_names_a_variant_without_a_run(tmp_path):
+    proc = subprocess.run(["bash", "scripts/ablation.sh", "evaluate"], cwd=tmp_path, env=shell_tree(tmp_path),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "ablation: no best checkpoint of deeprm under runs/deeprm*" in proc.stderr

@@ -26,9 +26,8 @@ from typing import Protocol
 
 import numpy as np
 
+from ..queue.config import BACKFILL, QUEUE_WINDOWS
 from .snapshot import Snapshot, SnapshotError, read_snapshot
-
-BACKFILL = ("off", "easy")
 
 
 class Scorer(Protocol):
@@ -78,8 +77,8 @@ def features(jobs: np.ndarray, snap: Snapshot, free_nodes: int, queue: int, cfg:
                              snap.requested[jobs] / cfg["max_requested"],
                              snap.processors[jobs] / float(snap.capacity),
                              (snap.nodes_needed[jobs] <= free_nodes).astype(np.float64)], -1).astype(np.float32)
-    cluster = np.array([free_nodes / snap.nodes, np.log1p(float(queue)) / np.log1p(4.0 * cfg["window"])],
-                       dtype=np.float32)
+    queue_share = np.log1p(float(queue)) / np.log1p(QUEUE_WINDOWS * float(cfg["window"]))
+    cluster = np.array([free_nodes / snap.nodes, queue_share], dtype=np.float32)
     return job_features, cluster
 
 

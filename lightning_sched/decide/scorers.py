@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import CHECKPOINT_KEY, QUEUE_POLICY_KIND  # torch-free: an .onnx policy runs without torch
+from ..queue.config import JOB_FEATURES
 from .snapshot import SnapshotError
 
 
@@ -36,7 +37,7 @@ class TorchScorer:
         if threads is not None:
             torch.set_num_threads(threads)
         self.net, cfg = load_queue_policy(path)
-        if cfg.job_features > 4 or cfg.clock:  # the service's features are the four and two of a snapshot
+        if cfg.job_features > JOB_FEATURES or cfg.clock:  # the service's features are the four and two of a snapshot
             raise SnapshotError(f"{path}: a policy reading rule ranks, fit delays or the clock cannot serve "
                                 "decisions yet")
         self.config = cfg.to_dict()

@@ -35,6 +35,28 @@ def scale_gradients(net: torch.nn.Module, step_sizes: dict[str, torch.Tensor] | 
             p.grad.mul_(step_sizes[name].to(p.device))
 
 
+def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+    """An adaptation step's optimizer: "sgd" (MAML's inner step), "adam", or "rmsprop" (DeepRM's
+    training optimizer, with its alpha 0.9 and eps 1e-9)."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    return torch.optim.RMSprop(params, lr=lr, alpha=0.9, eps=1e-9)
+
+
+def adaptation_step(net: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, step: int,
+                    step_sizes: dict[str, torch.Tensor] | None = None) -> None:
+    """One adaptation step of `net` on `loss`: its gradient (scaled per weight by Meta-SGD's
+    `step_sizes`), then the optimizer's step; a non-finite gradient or weight is refused, naming `step`."""
+    optimizer.zero_grad()
+    loss.backward()
+    scale_gradients(net, step_sizes)
+    require_finite(net, f"at adaptation step {step}", gradients=True)
+    optimizer.step()
+    require_finite(net, f"after adaptation step {step}")
+
+
 def meta_sgd_callback(step_sizes) -> Callable[[list], list] | None:
     """Meta-SGD inside a differentiable inner step (higher's `grad_callback`): each gradient times
     its weight's learned step size, out of place, so the meta-gradient reaches the step sizes.
@@ -95,16 +117,8 @@ class AdaptationSettings:
                                                 for name, s in self.step_sizes.items()}
         return out
 
-    def scale_gradients(self, net: torch.nn.Module) -> None:
-        """Multiply each weight's gradient by its learned step size (no-op without them)."""
-        scale_gradients(net, self.step_sizes)
-
     def make_optimizer(self, params) -> torch.optim.Optimizer:
-        if self.optimizer == "sgd":
-            return torch.optim.SGD(params, lr=self.lr)
-        if self.optimizer == "adam":
-            return torch.optim.Adam(params, lr=self.lr)
-        return torch.optim.RMSprop(params, lr=self.lr, alpha=0.9, eps=1e-9)
+        return make_optimizer(self.optimizer, params, self.lr)
 
 
 def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: AdaptationSettings, eval_jobs: JobSet,
@@ -136,11 +150,6 @@ def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: Adaptati
         jobs = make_jobsets(workload, settings.jobsets, seeds.adaptation(seed, step)).to(device)
         traj = collect(net, cfg, jobs.repeat_interleave(settings.episodes), generator=generator)
         pg = policy_gradient(net, traj, baseline, settings.episodes, normalize_advantage=settings.normalize_advantage)
-        optimizer.zero_grad()
-        pg.loss.backward()
-        settings.scale_gradients(net)
-        require_finite(net, f"at adaptation step {step}", gradients=True)
-        optimizer.step()
-        require_finite(net, f"after adaptation step {step}")
+        adaptation_step(net, optimizer, pg.loss, step, settings.step_sizes)
         measure(step, {"train_mean_return": float(pg.mean_return), "train_decisions": pg.decisions})
     return summaries

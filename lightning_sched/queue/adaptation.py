@@ -17,8 +17,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..config import ConfigError
-from ..learning.adaptation import scale_gradients
-from ..learning.finite import require_finite
+from ..learning.adaptation import adaptation_step, make_optimizer
 from ..learning.policy_gradient import sequence_advantages
 from .env import QueueEnv
 from .policy import QueuePolicySpec, choose
@@ -97,17 +96,12 @@ def adapt(net, spec: QueuePolicySpec, env: QueueEnv, steps: int, lr: float, epis
     (sampled actions)."""
     if step_sizes is not None and optimizer != "sgd":
         raise ConfigError(f"adaptation step_sizes (learned per weight) need optimizer 'sgd', got {optimizer!r}")
-    opt = torch.optim.SGD(net.parameters(), lr=lr) if optimizer == "sgd" else torch.optim.Adam(net.parameters(), lr=lr)
+    opt = make_optimizer(optimizer, net.parameters(), lr)
     seen = []
     for _ in range(steps):
         traj = rollout(env, net, spec, generator)
         seen.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
-        opt.zero_grad()
-        reinforce_loss(net, traj, episodes).backward()
-        scale_gradients(net, step_sizes)
-        require_finite(net, f"at adaptation step {len(seen)}", gradients=True)
-        opt.step()
-        require_finite(net, f"after adaptation step {len(seen)}")
+        adaptation_step(net, opt, reinforce_loss(net, traj, episodes), len(seen), step_sizes)
         if after_step is not None:
             after_step(len(seen))
     return seen

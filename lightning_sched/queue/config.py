@@ -15,7 +15,10 @@ REWARDS = ("per_job", "final")
 # the priority rules of queue.heuristics that a "best heuristic" is chosen among and whose window
 # ranks an observation can carry (the buggy reproductions of RLScheduler's cells are not scheduling rules)
 RULES = ("fcfs", "sjf", "f1", "wfp3", "unicep")
+JOB_FEATURES = 4  # a window slot's own features: wait, requested time, processor share, fits now
 CLUSTER_FEATURES = 2  # a row's features: free node share, log queue length
+# the queue-length feature log1p(q) / log1p(QUEUE_WINDOWS x window) reaches 1 at this many windows of jobs
+QUEUE_WINDOWS = 4
 CLOCK_FEATURES = 2  # with QueueConfig.clock: sin and cos of the time of day
 DAY = 86400  # seconds: the clock's period, and the daily forecast's shift
 
@@ -94,7 +97,7 @@ class QueueConfig:
     @property
     def job_features(self) -> int:
         """Features a window slot carries: 4, one a ranked rule, one for the fit delay."""
-        return 4 + len(self.rule_ranks) + int(self.fit_delay)
+        return JOB_FEATURES + len(self.rule_ranks) + int(self.fit_delay)
 
     @property
     def cluster_features(self) -> int:

@@ -1,4 +1,4 @@
-"""A linear priority rule for the queue env, and its checkpoint (docs/hpc_queue_rounds.md, "A seventh round").
+"""A linear priority rule for the queue env, and its checkpoint (results: docs/hpc_queue_rounds.md).
 
 The rules of the literature are fixed formulas over a job's requested time, processors and wait
 (F1 itself was fitted by regression on simulations, Carastan-Santos & de Camargo, SC'17). A linear

@@ -34,6 +34,7 @@ from .config import DAY, RULES, QueueConfig
 from .heuristics import order_ranks, priority, rule_keys
 from .state import QueueState
 from .step import advance
+from .step_torch import bounded_slowdown
 
 FUTURES = ("known", "repeat", "daily", "clairvoyant")
 NEVER = 1 << 50  # a submit time no copy reaches within its horizon
@@ -115,7 +116,7 @@ def horizon_cost(sim: QueueState, counted: torch.Tensor, threshold: float) -> to
     started = sim.start >= 0
     now = sim.time.unsqueeze(1)
     wait = torch.where(started, sim.start - sim.submit, now - sim.submit).double()
-    cost = ((wait + requested) / requested.clamp(min=threshold)).clamp(min=1.0)
+    cost = bounded_slowdown(wait + requested, requested, threshold)
     return torch.where(counted & (sim.submit <= now), cost, 0.0).sum(1)
 
 

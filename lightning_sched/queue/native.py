@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from ..deeprm import native as deeprm_native
-from .config import QueueConfig
+from .config import CLUSTER_FEATURES, JOB_FEATURES, QueueConfig
 from .state import QueueState
 
 SOURCES = (Path(__file__).with_name("native_queue.c"),)
@@ -28,7 +28,7 @@ IN_PLACE = ("status", "start", "start_rank", "time", "free_nodes", "next_arrival
             "size_order", "order_count", "order_arrival")
 OUT = ("bsld_added", "window_job", "job_features", "cluster_features", "action_mask", "queue_length")
 NUM_ARGS = len(SIZES) + len(SCALARS) + len(READ) + len(IN_PLACE) + len(OUT)
-FEATURES, CLUSTER_FEATURES = 4, 2
+FEATURES = JOB_FEATURES  # native_queue.c's FEATURES and CLUSTER_FEATURES
 MIN_CHUNK_ROWS = 64  # a queue row costs more than a DeepRM row: smaller chunks still pay for a thread
 PACKED_BITS = 24  # native_queue.c's INDEX_BITS: sort keys hold a job index or a node count in their low 24 bits
 DTYPES = {"submit": torch.int64, "run": torch.int64, "requested": torch.int64, "processors": torch.int64,

@@ -1,5 +1,5 @@
 """Backfilling played by the policy's own picks: a reservation for the job a ranking puts first
-(docs/hpc_queue_rounds.md, "An eighth round").
+(results: docs/hpc_queue_rounds.md).
 
 With backfilling off the env starts a picked job as soon as it fits and holds everything else
 until then, so a rule whose first job does not fit leaves nodes idle. A scheduler knows when its

@@ -1,4 +1,4 @@
-"""The cross-entropy method for a linear queue rule (docs/hpc_queue_rounds.md, seventh and eighth rounds).
+"""The cross-entropy method for a linear queue rule (results: docs/hpc_queue_rounds.md).
 
 A linear rule (linear_rule.py) is a handful of weights, and its objective, the mean bounded
 slowdown of whole sequences, has no useful gradient: an argmin changes in jumps. The

@@ -16,7 +16,7 @@ import math
 import torch
 
 from . import native
-from .config import DAY, QueueConfig
+from .config import DAY, QUEUE_WINDOWS, QueueConfig
 from .heuristics import rule_keys, window_ranks
 from .state import RUNNING, WAITING, QueueState
 
@@ -87,6 +87,6 @@ def observe(state: QueueState, window_job: torch.Tensor, cfg: QueueConfig) -> di
     mask = filled.clone()
     mask[:, 0] |= state.done  # a done row takes (and ignores) slot 0, so a masked draw stays defined
     cluster = torch.stack([state.free_nodes.double() / cfg.nodes,
-                           torch.log1p(queue.double()) / math.log1p(4.0 * cfg.window)], -1).float()
+                           torch.log1p(queue.double()) / math.log1p(QUEUE_WINDOWS * float(cfg.window))], -1).float()
     return {"window_job": window_job.to(torch.int32), "job_features": features, "cluster_features": cluster,
             "action_mask": mask, "queue_length": queue}

@@ -114,12 +114,18 @@ def _refill(state: QueueState, rows: torch.Tensor) -> None:
     state.next_arrival += rows
 
 
+def bounded_slowdown(wait_and_run: torch.Tensor, run: torch.Tensor, threshold: float) -> torch.Tensor:
+    """max(1, (wait + run) / max(run, threshold)), elementwise (DoubleTensors of one shape): the
+    threshold keeps jobs of a few seconds from dominating the mean."""
+    return (wait_and_run / run.clamp(min=float(threshold))).clamp(min=1.0)
+
+
 def _start(state: QueueState, rows: torch.Tensor, job: torch.Tensor, added: torch.Tensor,
            cfg: QueueConfig) -> None:
     """START job[b] now on `rows` (BoolTensor[B]); its bounded slowdown is added to `added`."""
     submit, run = _pick(job, state.submit), _pick(job, state.run)
     wait_and_run = (state.time - submit + run).double()
-    bsld = (wait_and_run / run.double().clamp(min=float(cfg.bsld_threshold))).clamp(min=1.0)
+    bsld = bounded_slowdown(wait_and_run, run.double(), cfg.bsld_threshold)
     added += torch.where(rows, bsld, 0.0)  # x + 0.0 == x: other rows keep their sums bit for bit
     started = (state.status >= RUNNING).sum(dim=1)  # RUNNING or ENDED: jobs started before this one
     column = job[:, None]

@@ -11,7 +11,7 @@ is scaled). Training sequences come from the first 60% of each log; the result i
 `recent` (60-80%), `heldout` (last 20%) and `rlscheduler` protocols beside the five rules.
 The same search runs through fit.py (tasks/queue_rule_search.py, configs/base/queue_rule.yaml);
 this script adds the searches of the docs' tables: --reserve (the rule's own reservation, with the
-five rules' reserving versions in the evaluation), --site (declared sites, issue 31's), --start.
+five rules' reserving versions in the evaluation), --site (a declared site of lightning_sched.queue.sites), --start.
 
     python scripts/experiments/queue_rule_search.py --trace ../shared/traces/lublin_256.swf.gz \
         ../shared/traces/lublin_256_new2.swf.gz --backfill easy --train_sequences 64 --seed 1 --threads 1 --json

@@ -9,9 +9,8 @@ from torch import nn
 
 from ...config import ConfigError
 from ...limits import require_memory
+from ..config import JOB_FEATURES
 from .spec import QueuePolicySpec
-
-JOB_FEATURES = 4
 
 
 def mlp(sizes: list[int]) -> nn.Sequential:
