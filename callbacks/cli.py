@@ -42,17 +42,62 @@ def causes(error: BaseException | None):
         error = error.__cause__ or error.__context__
 
 
+# Lightning's refusal of an accelerator or strategy it does not know (a ValueError, not a misconfiguration)
+TRAINER_NAMES = ("You selected an invalid accelerator name", "You selected an invalid strategy name")
+UNION_ERROR = "Does not validate against any of the Union subtypes"
+
+
+def torch_build() -> str:
+    import torch
+
+    return torch.__version__
+# a union branch's reason that only says the value was meant for another branch
+OTHER_BRANCH = ("got an unexpected keyword argument", "Expected a <class 'NoneType'>", UNION_ERROR)
+
+
+def union_reason(message: str) -> str | None:
+    """Why a value fits none of a union's classes (jsonargparse tries each: a workload is DeepRM's, a
+    family or a trace), from the innermost union of its message: the reasons of the branches the
+    value was meant for, "as Class: reason" each; None when the message is not laid out so."""
+    lines = message.splitlines()
+    inner = [i for i, line in enumerate(lines) if line.strip().startswith("Subtypes:")]
+    if not inner or inner[-1] + 1 >= len(lines) or lines[inner[-1] + 1].strip() != "Errors:":
+        return None
+    start = inner[-1]
+    names = [name.rsplit(".", 1)[-1] for name in re.findall(r"<class '([\w.]+)'>", lines[start])]
+    reasons = []
+    for line in lines[start + 2:]:
+        if not line.strip().startswith("- "):
+            break
+        reasons.append(line.strip()[2:])
+    if len(reasons) != len(names):
+        return None
+    meant = [(name, reason) for name, reason in zip(names, reasons) if not any(o in reason for o in OTHER_BRANCH)]
+    if not meant:
+        return None
+    return meant[0][1] if len(meant) == 1 else "; or ".join(f"as {name}: {reason}" for name, reason in meant)
+
+
 def config_error(error: BaseException | None) -> ConfigError | None:
-    """The ConfigError that caused `error` (jsonargparse wraps those raised while instantiating), or
+    """The ConfigError that caused `error` (jsonargparse wraps those raised while instantiating),
     Lightning's refusal of a trainer setting (`--trainer.max_steps -5`, no GPU for `accelerator gpu`)
-    as one (its first line, prefixed "trainer: ")."""
+    as one (its first line, prefixed "trainer: "), or why a value fits none of a union's classes."""
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     for e in causes(error):
         if isinstance(e, ConfigError):
             return e
-        if isinstance(e, MisconfigurationException):
-            return ConfigError(f"trainer: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}")
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if isinstance(e, MisconfigurationException) and "gpu backend" in first:
+            return ConfigError(f"trainer.accelerator: {first} (this machine's torch {torch_build()} sees no GPU); "
+                               "use --trainer.accelerator cpu")
+        if isinstance(e, MisconfigurationException) or (isinstance(e, ValueError) and first.startswith(TRAINER_NAMES)):
+            return ConfigError(f"trainer: {first}")
+    for e in causes(error):  # a ConfigError raised inside a union's branch reaches us as text only
+        if isinstance(e, ValueError) and str(e).startswith(UNION_ERROR):
+            reason = union_reason(str(e))
+            if reason is not None:
+                return ConfigError(reason)
     return None
 
 

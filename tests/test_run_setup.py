@@ -272,3 +272,43 @@ def test_the_hyperparameters_check_refuses_importable_names_not_logs_or_the_conf
     (tmp_path / "evil.yaml").write_text("class_path: this.Zen\n")
     with pytest.raises(ConfigError, match="a config file; not read"):
         check(str(tmp_path / "evil.yaml"))
+
+
+UNION = """Does not validate against any of the Union subtypes
+Subtypes: [<class 'lightning.pytorch.core.module.LightningModule'>, <class 'NoneType'>]
+Errors:
+  - Does not validate against any of the Union subtypes
+    Subtypes: [<class 'lightning_sched.workloads.DeepRMWorkload'>, <class 'lightning_sched.workloads.WorkloadFamily'>, \
+<class 'lightning_sched.traces.workload.TraceWorkload'>]
+    Errors:
+      - DeepRMWorkload.__init__() got an unexpected keyword argument 'path'
+      - WorkloadFamily.__init__() got an unexpected keyword argument 'path'
+      - {reason}
+    Given value type: <class 'jsonargparse._namespace.Namespace'>
+  - Expected a <class 'NoneType'>
+Given value type: <class 'jsonargparse._namespace.Namespace'>"""
+
+
+def test_a_value_that_fits_no_class_of_a_union_gives_the_reason_of_the_class_it_was_meant_for():
+    # jsonargparse hands a ConfigError raised in a union's branch (a workload: DeepRM's, a family, a
+    # trace) on as text only, beside each other branch's refusal
+    error = ValueError(UNION.format(reason="LOG.swf: cannot read the trace (No such file or directory)"))
+    assert str(config_error(error)) == "LOG.swf: cannot read the trace (No such file or directory)"
+    two = UNION.replace("unexpected keyword argument 'path'", "x").format(reason="r")
+    assert str(config_error(ValueError(two))) == ("as DeepRMWorkload: DeepRMWorkload.__init__() got an x; "
+                                                   "or as WorkloadFamily: WorkloadFamily.__init__() got an x; "
+                                                   "or as TraceWorkload: r")
+    assert config_error(ValueError("Does not validate against any of the Union subtypes\nsomething else")) is None
+
+
+def test_lightnings_refusals_of_a_device_or_strategy_are_one_line():
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    gpu = str(config_error(MisconfigurationException("No supported gpu backend found!")))
+    assert gpu.startswith("trainer.accelerator: No supported gpu backend found!") and gpu.endswith(
+        "use --trainer.accelerator cpu")
+    name = ValueError("You selected an invalid accelerator name: `accelerator='gpus'`. Available names are: cpu.")
+    outer = RuntimeError("instantiating the trainer")
+    outer.__cause__ = name
+    assert str(config_error(outer)) == f"trainer: {name}"
+    assert config_error(ValueError("another value error")) is None
