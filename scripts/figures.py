@@ -3,9 +3,8 @@ runs/figures/ unless --out names the PNG (`--out docs/figures/NAME.png --overwri
 
     python scripts/figures.py load_sweep [--ckpt NAME=PATH ...] [--jobsets 200]
 
-load_sweep: mean slowdown vs load 0.1..1.9 (DeepRM Figure 4) and SLO hit rate vs load, heuristics
-and any checkpoints, 200 unseen jobsets a point, 95% CIs over jobsets; each checkpoint's paired
-difference to the best heuristic at each load in the JSON.
+load_sweep: mean slowdown and SLO hit rate vs load 0.1..1.9 (DeepRM Figure 4), 200 unseen jobsets a point, 95% CIs;
+each checkpoint's paired differences to the best heuristics at each load printed and in the JSON.
 
     python scripts/figures.py ablation --ckpt deeprm=A.ckpt "+ mask=B.ckpt" ... [--loads 0.7 1.1 1.5]
     python scripts/figures.py cdf --ckpt RL=A.ckpt [--loads 0.9 1.3]
@@ -25,10 +24,9 @@ objectives: policies trained for different objectives and the heuristics, on bot
 
     python scripts/figures.py learning_curve --metrics runs/deeprm_slowdown/metrics.csv
 
-learning_curve: a run's validation slowdown per iteration with the heuristics' lines, and the mean
-and max total reward of its training episodes (DeepRM Figure 6); the curve's numbers are kept
-in the JSON beside the PNG. Iterations count those done, as the checkpoints' names (best-25.ckpt:
-after 25); the default title names the run and its config (config.yaml beside metrics.csv).
+learning_curve: a run's validation slowdown per iteration with the heuristics' lines, and the mean and max total
+reward of its training episodes (DeepRM Figure 6; numbers in the JSON). Iterations count those done, as the
+checkpoints' names (best-25.ckpt: after 25); the default title names the run and its config (config.yaml).
 
     python scripts/figures.py redraw docs/figures/adaptation_broad_nasa.json --out X.png
 
@@ -41,10 +39,9 @@ against Tetris (DeepRM section 5.3, "where the gains come from").
 
     python scripts/figures.py adaptation --ckpt maml=checkpoints/maml.ckpt mixture=checkpoints/maml_mixture.ckpt
 
-adaptation: on held-out workloads outside the meta-training ranges, the objective on unseen
-jobsets vs adaptation steps for the meta-policy, the mixture-trained policy and a fresh network,
-each with the same steps and episodes (a meta-policy with its own inner loop, the others with
---optimizer/--lr), with heuristic lines; and the first step at which each beats Tetris.
+adaptation: on held-out workloads outside the meta-training ranges, the objective on unseen jobsets vs adaptation
+steps for the meta-policy, the mixture-trained policy and a fresh network, each with the same steps and episodes (a
+meta-policy with its own inner loop, the others with --optimizer/--lr), heuristic lines, when each beats Tetris.
 
     python scripts/figures.py headroom [--ckpt checkpoints/reinforce_mixture_masked.ckpt --steps 300]
     python scripts/figures.py cluster_sizes --ckpt best_slowdown=checkpoints/best_slowdown.ckpt
@@ -102,8 +99,11 @@ def pm(mean_ci: tuple[float, float]) -> str:
 
 
 def versus_text(name: str, row: dict, jobsets: int) -> str:
-    """analysis.versus_best's row as printed: "NAME-BEST diff±ci (paired 95% CI, N jobsets)"."""
-    return (f"{name}-{row['best_heuristic']} {row['slowdown_minus_best']:+.3f}±{row['ci95']:.3f} "
+    """analysis.versus_best's row as printed: "NAME-BEST diff±ci (paired 95% CI, N jobsets)", with the
+    SLO hit rate swept also "slo NAME-SLO_BEST diff±ci" against its best heuristic."""
+    slo = row.get(f"slo_minus_{row.get('best_slo_heuristic')}")
+    slo_text = f"slo {name}-{row['best_slo_heuristic']} {slo[0]:+.3f}±{slo[1]:.3f} " if slo else ""
+    return (f"{name}-{row['best_heuristic']} {row['slowdown_minus_best']:+.3f}±{row['ci95']:.3f} {slo_text}"
             f"(paired 95% CI, {jobsets} jobsets)")
 
 
