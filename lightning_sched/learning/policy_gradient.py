@@ -35,6 +35,12 @@ def sequence_advantages(reward: torch.Tensor, active: torch.Tensor, episodes: in
     return TimeIndexedBaseline().advantages(returns, active, None, episodes), returns
 
 
+def std_scaled(advantage: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    """The advantages [T, B] over their standard deviation across the active decisions (+1e-8): one
+    step size then serves rewards of any magnitude (loads, sites whose slowdowns differ by orders)."""
+    return advantage / (advantage[active].std() + 1e-8)
+
+
 def jobset_std(advantage: torch.Tensor, active: torch.Tensor, episodes: int) -> torch.Tensor:
     """Standard deviation of the advantages of each jobset's decisions, per row: [1, B] (+1e-8)."""
     s, b = advantage.shape
@@ -79,7 +85,7 @@ def policy_gradient(net, traj: Trajectories, baseline: Baseline, episodes: int, 
     if normalize_advantage == "jobset":
         advantage = advantage / jobset_std(advantage, active, episodes)
     elif normalize_advantage:
-        advantage = advantage / (advantage[active].std() + 1e-8)
+        advantage = std_scaled(advantage, active)
     features, action = traj.decisions()  # [D, ...]
     log_prob, entropy = policy_log_prob(net, features, action)
     advantage = advantage[active].detach()

@@ -18,7 +18,7 @@ import torch
 
 from ..config import ConfigError
 from ..learning.adaptation import adaptation_step, make_optimizer
-from ..learning.policy_gradient import sequence_advantages
+from ..learning.policy_gradient import sequence_advantages, std_scaled
 from .env import QueueEnv
 from .policy import QueuePolicySpec, choose
 
@@ -71,7 +71,7 @@ def reinforce_loss(net, traj: QueueRollout, episodes: int) -> torch.Tensor:
     sequence (TimeIndexedBaseline), divided by the advantages' standard deviation (so one step size
     serves sites whose bounded slowdowns differ by orders of magnitude)."""
     advantage, _ = sequence_advantages(traj.reward, traj.active, episodes)
-    advantage = (advantage / (advantage[traj.active].std() + 1e-8))[traj.active]
+    advantage = std_scaled(advantage, traj.active)[traj.active]
     active = traj.active
     logits = net(traj.job_features[active], traj.cluster_features[active], traj.action_mask[active])  # [D, W]
     log_prob = torch.log_softmax(logits, -1).gather(1, traj.action[active].unsqueeze(1)).squeeze(1)
