@@ -16,6 +16,7 @@ import yaml
 
 from . import seeds
 from .config import ClusterConfig, ConfigError
+from .deeprm.objectives import METRICS
 from .deeprm.rollout import Policy
 from .evaluation import HIGHER_IS_BETTER, Comparison, EvalResult, compare, make_jobsets, mean_ci95
 from .heuristics import make_heuristic
@@ -267,7 +268,6 @@ def adapt_on_held_out(panels: Iterable[HeldOut], starts: Callable[[ClusterConfig
 
 # --- a real trace's held-out range ---
 
-TRACE_METRICS = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate")
 
 
 def trace_case(report, jobs: JobSet, case: Comparison) -> dict:
@@ -275,11 +275,11 @@ def trace_case(report, jobs: JobSet, case: Comparison) -> dict:
     jobs), how its windows start (from the log's state or empty) and what they carried from the log
     (running jobs outside the metrics, running jobs left out as overfilling the cluster, waiting
     jobs), the jobs in `jobs` (JobSet [N, L], cut from it), and each policy of `case` on them:
-    TRACE_METRICS as [mean, ci] and its unfinished jobs."""
+    METRICS as [mean, ci] and its unfinished jobs."""
     return {**{k: getattr(report, k) for k in ("split_load", "split_steps", "split_seconds", "split_jobs",
                                                "window_starts", "max_jobs", "start_state", "carried")},
             "jobs_in_jobsets": int(jobs.num_jobs.sum()),
-            "results": {name: {**{m: list(case.mean_ci(name, m)) for m in TRACE_METRICS},
+            "results": {name: {**{m: list(case.mean_ci(name, m)) for m in METRICS},
                                "unfinished_jobs": result.summary["unfinished_jobs"]}
                         for name, result in case.results.items()}}
 

@@ -25,9 +25,6 @@ TRACEBACK_ENV = "LIGHTNING_SCHED_TRACEBACK"
 # outputs nobody named go here (relative to the working directory, as training runs' folders),
 # never into the repository's docs/, checkpoints/ or configs/
 RUNS = Path("runs")
-# the episode metric each objective is judged by (SPEC "Episode metrics")
-OBJECTIVE_METRIC = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time", "makespan": "makespan",
-                    "utilization": "utilization", "deadline": "slo_hit_rate"}
 
 
 def show_tracebacks() -> bool:

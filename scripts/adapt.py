@@ -45,7 +45,6 @@ from pathlib import Path
 import torch
 
 from _common import (
-    OBJECTIVE_METRIC,
     RUNS,
     format_row,
     heuristic,
@@ -74,6 +73,7 @@ from lightning_sched.cli import (
     workload_from_args,
 )
 from lightning_sched.config import CHECKPOINT_KEY
+from lightning_sched.deeprm.objectives import OBJECTIVE_METRIC
 from lightning_sched.deeprm.rollout import rollout_seconds
 from lightning_sched.evaluation import EvalResult, compare, evaluate, make_jobsets, paired_difference
 from lightning_sched.files import numbered_name, refuse_figure, refuse_output, write_figure, write_torch

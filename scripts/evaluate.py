@@ -31,7 +31,6 @@ from pathlib import Path
 
 from _common import (
     NAME_WIDTH,
-    OBJECTIVE_METRIC,
     format_row,
     heuristic,
     run_main,
@@ -58,6 +57,7 @@ from lightning_sched.cli import (
     workload_from_args,
 )
 from lightning_sched.config import REWARD_FIELDS
+from lightning_sched.deeprm.objectives import OBJECTIVE_METRIC
 from lightning_sched.evaluation import evaluate, make_jobsets, paired_difference, require_run_fits
 from lightning_sched.files import refuse_figure, refuse_output, write_figure
 from lightning_sched.heuristics import HEURISTICS

@@ -72,6 +72,7 @@ from lightning_sched.cli import (
     torch_device,
 )
 from lightning_sched.config import SIZE_FIELDS
+from lightning_sched.deeprm.objectives import OBJECTIVE_METRIC
 from lightning_sched.evaluation import compare, make_jobsets
 from lightning_sched.files import refuse_figure, refuse_output, write_figure, write_figure_and_json
 from lightning_sched.learning.adaptation import AdaptationSettings
@@ -122,8 +123,7 @@ def save(fig, args, default: str, data: dict) -> Path:
 
 
 def load_sweep(args) -> None:
-    """Mean slowdown and SLO hit rate vs load for heuristics and checkpoints; for each checkpoint,
-    the paired difference to the best heuristic at each load."""
+    """Mean slowdown and SLO hit rate vs load; each checkpoint's paired differences to the best heuristics."""
     cfg, policies = cluster_and_policies(args)
 
     def report(load, case, versus) -> None:
@@ -348,7 +348,7 @@ def adaptation(args) -> None:
         raise ConfigError(f"{', '.join(sized)} size the --trace panel's cluster; without --trace they would do nothing")
     starts = analysis.AdaptationStarts(checkpoints(args), args.device, args.objective, fresh="scratch", seed=args.seed)
     settings = starts.settings(args.steps, args.jobsets, args.episodes, args.lr, args.optimizer)
-    metric = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time"}[args.objective]
+    metric = OBJECTIVE_METRIC[args.objective]
 
     def report(panel, name, curve, first) -> None:
         print(f"{panel.label:32s} {name:10s} " + " ".join(f"{st}:{v[0]:.2f}" for st, v in curve.items())

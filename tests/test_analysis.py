@@ -195,7 +195,7 @@ def test_trace_case_records_the_split_and_every_policy():
     assert record["split_load"] == [0.5] and record["jobs_in_jobsets"] == int(jobs.num_jobs.sum())
     assert record["start_state"] == "log" and record["carried"] == carried
     assert record["results"]["tetris"]["mean_slowdown"] == list(case.mean_ci("tetris"))
-    assert set(record["results"]["tetris"]) == {*analysis.TRACE_METRICS, "unfinished_jobs"}
+    assert set(record["results"]["tetris"]) == {*analysis.METRICS, "unfinished_jobs"}
 
 
 def test_finishers_first_then_the_best_score():

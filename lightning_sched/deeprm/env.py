@@ -15,12 +15,12 @@ from ..batched import EveryRowReset, require_slot_actions, rows_to_reset
 from ..config import ClusterConfig, ConfigError
 from ..jobs import JobSet
 from .cluster import compiled_step, init_state, step_state
-from .objectives import episode_metrics
+from .objectives import METRICS, episode_metrics
 from .observations import observe
 from .state import ClusterState, require_state_fits
 
 # the per-episode metrics a step writes under "episode" when a row's episode ends (objectives.episode_metrics)
-EPISODE_KEYS = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate", "final_time")
+EPISODE_KEYS = (*METRICS, "final_time")
 
 
 class ClusterEnv(EveryRowReset):

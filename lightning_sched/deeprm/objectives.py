@@ -24,6 +24,9 @@ from ..config import ClusterConfig
 from .state import NEVER, ClusterState, utilization_now
 
 METRICS = ("mean_slowdown", "mean_completion_time", "makespan", "utilization", "slo_hit_rate")
+# the episode metric each objective is judged by (SPEC "Episode metrics")
+OBJECTIVE_METRIC = {"slowdown": "mean_slowdown", "completion_time": "mean_completion_time", "makespan": "makespan",
+                    "utilization": "utilization", "deadline": "slo_hit_rate"}
 
 
 def interval_reward(state: ClusterState, cfg: ClusterConfig) -> torch.Tensor:
