@@ -72,11 +72,10 @@ from lightning_sched.cli import (
     torch_device,
     workload_from_args,
 )
-from lightning_sched.config import CHECKPOINT_KEY
 from lightning_sched.deeprm.objectives import OBJECTIVE_METRIC
 from lightning_sched.deeprm.rollout import rollout_seconds
 from lightning_sched.evaluation import EvalResult, compare, evaluate, make_jobsets, paired_difference
-from lightning_sched.files import numbered_name, refuse_figure, refuse_output, write_figure, write_torch
+from lightning_sched.files import numbered_name, refuse_figure, refuse_output, write_figure
 from lightning_sched.learning.adaptation import AdaptationSettings, adapt
 from lightning_sched.limits import require_time
 from lightning_sched.policies.acting import NetworkPolicy
@@ -369,7 +368,7 @@ def queue_main(argv) -> int:
         net, policy_cfg = adapted_first
         record = QueuePolicyRecord.of(net, replace(policy_cfg, sequence_length=args.sequence_length),
                                       [log.summary()["log"]], TRAIN_FRACTION)
-        write_torch({CHECKPOINT_KEY: record.to_dict()}, args.out, args.overwrite)
+        record.save(args.out, args.overwrite)
         print(f"saved {args.out}", file=sys.stderr)
     return 0
 

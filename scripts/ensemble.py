@@ -13,8 +13,8 @@ import argparse
 
 from _common import run_main
 from lightning_sched.cli import ScriptParser
-from lightning_sched.files import refuse_output, write_torch
-from lightning_sched.queue.policy import CHECKPOINT_KEY, ensemble_record, queue_network, read_queue_record
+from lightning_sched.files import refuse_output
+from lightning_sched.queue.policy import ensemble_record, queue_network, read_queue_record
 
 
 def main(argv=None) -> int:
@@ -28,7 +28,7 @@ def main(argv=None) -> int:
         ap.error(f"--policy names a file twice: {' '.join(args.policy)}")
     record = ensemble_record({path: read_queue_record(path) for path in args.policy})
     queue_network(record, args.out)  # its weights rebuild the network before anything is written
-    write_torch({CHECKPOINT_KEY: record.to_dict()}, args.out, args.overwrite)
+    record.save(args.out, args.overwrite)
     print(f"{args.out}: the mean of {len(args.policy)} scorers ({', '.join(args.policy)})")
     return 0
 

@@ -3,9 +3,10 @@ reading and loading a checkpoint, and merging trained runs into an ensemble."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 
 from ...config import CHECKPOINT_KEY, QUEUE_POLICY_KIND, QUEUE_RULE_KIND, ConfigError
-from ...files import load_torch_file, require_finite_weights, require_state_dict
+from ...files import load_torch_file, require_finite_weights, require_state_dict, write_torch
 from ..config import QueueConfig
 from .networks import QueueNetwork
 from .spec import QueuePolicySpec
@@ -40,6 +41,11 @@ class QueuePolicyRecord:
            adaptation: dict | None = None) -> QueuePolicyRecord:
         return cls(cfg, net.spec, {k: v.detach().cpu() for k, v in net.state_dict().items()},
                    tuple([log] if isinstance(log, str) else log), float(train_fraction), adaptation)
+
+    def save(self, path, overwrite: bool = False) -> Path:
+        """A policy-only checkpoint file, written by files.write_torch (whole or not at all; an existing
+        file replaced only with `overwrite`). Returns the path written."""
+        return write_torch({CHECKPOINT_KEY: self.to_dict()}, path, overwrite)
 
     def to_dict(self) -> dict:
         return {"kind": QUEUE_POLICY_KIND, "queue": self.queue.to_dict(), "policy": self.policy.to_dict(),
