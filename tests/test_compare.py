@@ -75,3 +75,11 @@ def test_a_job_that_never_arrived_is_not_also_counted_unfinished():
     jobs = JobSet(torch.tensor([[0, 12, 9]]), torch.tensor([[2, 2, 3]]), torch.ones(1, 3, 2, dtype=torch.long))
     s = evaluate(make_heuristic("sjf", cfg), cfg, jobs, episodes=2).summary
     assert (s["num_jobs"], s["jobs_not_arrived"], s["unfinished_jobs"]) == (3, 1, 1)
+
+
+def test_a_jobset_without_jobs_has_no_metrics_not_a_utilization_of_zero():
+    cfg = ClusterConfig(observation="none", max_time=10)
+    empty = JobSet(torch.zeros(2, 0, dtype=torch.long), torch.zeros(2, 0, dtype=torch.long),
+                   torch.zeros(2, 0, 2, dtype=torch.long))
+    episodes = evaluate(make_heuristic("sjf", cfg), cfg, empty).episodes
+    assert all(bool(torch.isnan(episodes[m]).all()) for m in ("mean_slowdown", "utilization", "makespan"))

@@ -106,7 +106,7 @@ def episode_metrics(state: ClusterState) -> dict[str, torch.Tensor]:
         "mean_slowdown": slowdown.nansum(1) / n,
         "mean_completion_time": completion.nansum(1) / n,
         "makespan": _latest(torch.where(entered, capped, float("-inf"))).where(n > 0, float("nan")),
-        "utilization": state.util_sum / state.time.clamp(min=1).double(),
+        "utilization": (state.util_sum / state.time.clamp(min=1).double()).where(n > 0, float("nan")),
         "slo_hit_rate": met.sum(1).double() / n,
         "num_jobs": state.num_jobs,
         "num_not_arrived": (real & ~entered).sum(1),
