@@ -156,6 +156,8 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
                          "'; MaxProcs: P' lines (the cluster's nodes and processors), or evaluate.py --nodes")
 
     number, submit, run = table[:, 0].astype(np.int64), table[:, 1].astype(np.int64), table[:, 3].astype(np.int64)
+    # RLScheduler's reading (its published cells depend on it); the DeepRM trace path takes allocated,
+    # else requested (traces/files.py read_swf)
     processors = np.maximum(table[:, 4], table[:, 7]).astype(np.int64)
     requested = table[:, 8].astype(np.int64)
     bad = (requested < 0) & (requested != -1)
