@@ -9,11 +9,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout (installed: the lightning_sched package)
-if (ROOT / "lightning_sched").is_dir() and str(ROOT) not in sys.path:  # a checkout without `pip install -e .`
-    sys.path.insert(0, str(ROOT))
-
 import torch  # noqa: E402
+from _checkout import ROOT  # noqa: F401  (the checkout on sys.path before lightning_sched; ROOT for the scripts)
 
 from lightning_sched import ClusterConfig, ConfigError  # noqa: E402
 from lightning_sched.allocator import reuse_freed_memory  # noqa: E402

@@ -16,10 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-# run as a file from a checkout; no torch import here, so an .onnx policy starts in a fraction of a second
-ROOT = Path(__file__).resolve().parent.parent  # the checkout (installed: the lightning_sched package)
-if (ROOT / "lightning_sched").is_dir() and str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# no torch import here (nor through _common), so an .onnx policy starts in a fraction of a second
+import _checkout  # noqa: E402, F401  (the checkout on sys.path)
 
 from lightning_sched.config import ConfigError  # noqa: E402
 from lightning_sched.decide import SnapshotError, decide, export_onnx, load_scorer  # noqa: E402

@@ -29,9 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout (installed: the lightning_sched package)
-if (ROOT / "lightning_sched").is_dir() and str(ROOT) not in sys.path:  # a checkout; no torch for an .onnx policy
-    sys.path.insert(0, str(ROOT))
+import _checkout  # noqa: E402, F401  (the checkout on sys.path; no torch, for an .onnx policy)
 
 from lightning_sched.config import ConfigError  # noqa: E402
 from lightning_sched.decide import SnapshotError, decide, load_scorer  # noqa: E402
