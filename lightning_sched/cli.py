@@ -361,10 +361,12 @@ def idle_rule(text: str) -> str:
 def add_site_flags(ap: argparse.ArgumentParser) -> None:
     """The queue env's site flags (lightning_sched.queue.sites): a declared site, or a log rewritten
     with hidden parameters given here."""
+    from .queue.sites import TRACES_DIR
+
     g = ap.add_argument_group("site (queue env): what differs between clusters and the state cannot show")
     g.add_argument("--site", help="a declared site by name (lightning_sched.queue.sites: TRAINING_SITES, "
                                   "HELDOUT_SITES); its log, from --traces_dir, unless --trace is given")
-    g.add_argument("--traces_dir", default="../shared/traces", help="where declared sites' logs are")
+    g.add_argument("--traces_dir", default=TRACES_DIR, help="where declared sites' logs are")
     g.add_argument("--request_factors", nargs="+", metavar="P:LOW:HIGH",
                    help="requested = actual x a factor: with probability P log-uniform in [LOW, HIGH]")
     g.add_argument("--max_request", type=at_least(1), help="seconds: no request above this")

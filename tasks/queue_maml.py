@@ -25,7 +25,6 @@ and logs the greedy policy's mean bounded slowdown; the best checkpoint monitors
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import higher
 import torch
@@ -38,7 +37,6 @@ from lightning_sched.queue.adaptation import adapt, reinforce_loss, rollout, sit
 from lightning_sched.queue.config import QueueConfig
 from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, rollout_bytes
 from lightning_sched.queue.evaluation import RULES, compare_queue, heuristic_policies
-from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.policy import (
     CHECKPOINT_KEY,
     QueueNetwork,
@@ -47,7 +45,7 @@ from lightning_sched.queue.policy import (
     QueuePolicySpec,
     load_queue_policy,
 )
-from lightning_sched.queue.sites import HELDOUT_SITES, TRAINING_SITES
+from lightning_sched.queue.sites import HELDOUT_SITES, TRACES_DIR, TRAINING_SITES, site_log
 
 from .base import IterationTask, require_at_least, require_positive
 
@@ -86,7 +84,7 @@ class QueueMAML(IterationTask):
         seed: seeds the sites drawn, the sequences and the actions.
     """
 
-    def __init__(self, init_from: str | None = None, traces: str = "../shared/traces", train_fraction: float = 0.8,
+    def __init__(self, init_from: str | None = None, traces: str = TRACES_DIR, train_fraction: float = 0.8,
                  backfill: str = "off", window: int = 128, sequence_length: int = 256, meta_batch: int = 5,
                  inner_steps: int = 1, inner_lr: float = 0.1, sequences: int = 4, episodes: int = 4,
                  rollouts_per_site: int = 1, meta_lr: float = 1e-4, first_order: bool = False,
@@ -133,7 +131,7 @@ class QueueMAML(IterationTask):
         self.net.value.requires_grad_(False)
         self.log_step_sizes = torch.nn.ParameterList(
             [torch.nn.Parameter(torch.zeros_like(p)) for p in self.net.scorer.parameters()] if learn_step_sizes else [])
-        self.sites = [(name, model, model.apply(read_queue_log(Path(traces) / name))) for name, model in TRAINING_SITES]
+        self.sites = [(name, model, site_log(name, model, traces)) for name, model in TRAINING_SITES]
         first = self.sites[0][2]
         self.cfg = first.config(backfill=backfill, window=window, sequence_length=sequence_length,
                                 **self.net.spec.observation())

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..config import ConfigError
-from .log import QueueLog
+from .log import QueueLog, read_queue_log
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,14 @@ HELDOUT_SITES = (
     ("lublin_256.swf.gz", SiteModel("lublin1-over-anticorr", OVERESTIMATING, FIVE_DAYS, size_length_correlation=-0.4,
                                     seed=22)),
 )
+
+
+TRACES_DIR = "../shared/traces"  # where the declared sites' logs are, from a checkout
+
+
+def site_log(file_name: str, model: SiteModel, traces_dir: str | Path = TRACES_DIR) -> QueueLog:
+    """A declared site's log: `file_name` in `traces_dir`, rewritten with the site's hidden parameters."""
+    return model.apply(read_queue_log(Path(traces_dir) / file_name))
 
 
 def declared_sites() -> dict[str, tuple[str, SiteModel]]:

@@ -23,9 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import set_threads  # noqa: E402
 from lightning_sched.queue.adaptation import reinforce_loss, rollout, site_env  # noqa: E402
 from lightning_sched.queue.evaluation import TRAIN_FRACTION, network_config  # noqa: E402
-from lightning_sched.queue.log import read_queue_log  # noqa: E402
 from lightning_sched.queue.policy import load_queue_policy  # noqa: E402
-from lightning_sched.queue.sites import HELDOUT_SITES  # noqa: E402
+from lightning_sched.queue.sites import HELDOUT_SITES, TRACES_DIR, site_log  # noqa: E402
 
 
 def peakedness(ckpt: str, log, sequences: int, episodes: int, length: int, seed: int) -> dict[str, float]:
@@ -51,7 +50,7 @@ def peakedness(ckpt: str, log, sequences: int, episodes: int, length: int, seed:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--policy", nargs="+", required=True, help="queue policy checkpoints")
-    parser.add_argument("--traces_dir", default="../shared/traces", help="where the held-out sites' logs are")
+    parser.add_argument("--traces_dir", default=TRACES_DIR, help="where the held-out sites' logs are")
     parser.add_argument("--sequences", type=int, default=4)
     parser.add_argument("--episodes", type=int, default=4)
     parser.add_argument("--sequence_length", type=int, default=256)
@@ -60,7 +59,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     set_threads(args.threads)
     for name, model in HELDOUT_SITES:
-        log = model.apply(read_queue_log(Path(args.traces_dir) / name))
+        log = site_log(name, model, args.traces_dir)
         for ckpt in args.policy:
             s = peakedness(ckpt, log, args.sequences, args.episodes, args.sequence_length, args.seed)
             print(f"{model.name:22s} {ckpt}: {s['choices']} decisions with a choice, greedy job's probability "

@@ -49,7 +49,7 @@ from lightning_sched.queue.rule_search import (  # noqa: E402
     relative_scores,
     training_starts,
 )
-from lightning_sched.queue.sites import declared_sites  # noqa: E402
+from lightning_sched.queue.sites import TRACES_DIR, declared_sites, site_log  # noqa: E402
 
 
 def search(logs, cfgs, train_starts, args, echo) -> torch.Tensor:
@@ -70,7 +70,7 @@ def main(argv=None) -> None:
     parser.add_argument("--trace", nargs="+", help="SWF logs of one cluster size, searched jointly")
     parser.add_argument("--site", nargs="+", help="declared sites instead (lightning_sched.queue.sites), each its "
                         "log rewritten with the site's hidden parameters; logs from --traces_dir")
-    parser.add_argument("--traces_dir", default="../shared/traces")
+    parser.add_argument("--traces_dir", default=TRACES_DIR)
     parser.add_argument("--start", type=float, nargs="+", help="the search's first mean (default F1's weights)")
     parser.add_argument("--protocols", nargs="+", default=["recent", "heldout", "rlscheduler"],
                         choices=["recent", "heldout", "rlscheduler"])
@@ -102,8 +102,7 @@ def main(argv=None) -> None:
         unknown = [name for name in args.site if name not in declared]
         if unknown:
             parser.error(f"--site must be among {', '.join(declared)}, got {unknown[0]!r}")
-        logs = [declared[name][1].apply(read_queue_log(Path(args.traces_dir) / declared[name][0]))
-                for name in args.site]
+        logs = [site_log(*declared[name], args.traces_dir) for name in args.site]
         args.trace = list(args.site)  # the names the outputs carry
     else:
         logs = [read_queue_log(path) for path in args.trace]
