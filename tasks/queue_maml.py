@@ -153,9 +153,8 @@ class QueueMAML(IterationTask):
         the best rule's, on gap_sequences sequences of validation_length jobs of its training range."""
         hp, gaps = self.hparams, []
         for site, (name, model, log) in enumerate(self.sites):
-            lo, hi = log.positions(0, log.jobs_before(hp.train_fraction), hp.validation_length)
-            starts = torch.randint(lo, hi + 1, (hp.gap_sequences,),
-                                   generator=torch.Generator().manual_seed(seeds.SELECTION + site))
+            starts = log.random_starts(hp.train_fraction, hp.validation_length, hp.gap_sequences,
+                                       torch.Generator().manual_seed(seeds.SELECTION + site))
             policies = {**heuristic_policies(RULES, self.val_cfg), "policy": (QueuePolicy(self.net), self.val_cfg)}
             bsld = {n: float(r.sequences["mean_bounded_slowdown"].mean())
                     for n, r in compare_queue(policies, log, starts).items()}
@@ -279,8 +278,7 @@ class QueueMAML(IterationTask):
                                      seed=seeds.VALIDATION + site)
                 adapt(net.scorer, net.spec, train_env, hp.inner_steps, hp.inner_lr, hp.episodes, generator,
                       step_sizes=step_sizes)
-            lo, hi = log.positions(0, log.jobs_before(hp.train_fraction), hp.validation_length)
-            start = torch.randint(lo, hi + 1, (1,), generator=generator)
+            start = log.random_starts(hp.train_fraction, hp.validation_length, 1, generator)
             env = QueueEnv(self.val_cfg, log, batch_size=[1], starts=start)
             with torch.no_grad():
                 played = rollout(env, net.scorer, net.spec, greedy=True, device=self.device)

@@ -97,6 +97,12 @@ class QueueLog:
                               f"{Path(self.path).name}[{first}:{last}]")
         return first, last - length
 
+    def random_starts(self, fraction: float, length: int, count: int, generator: torch.Generator) -> torch.Tensor:
+        """`count` start positions (LongTensor[count]) drawn uniformly among those of sequences of
+        `length` jobs inside the log's first `fraction` (a training range)."""
+        lo, hi = self.positions(0, self.jobs_before(fraction), length)
+        return torch.randint(lo, hi + 1, (count,), generator=generator)
+
     def sequences(self, starts: torch.Tensor, length: int, device="cpu") -> dict[str, torch.Tensor]:
         """Jobs [start, start + length) of the log for each start (LongTensor[B]): "submit", "run",
         "requested", "processors" as LongTensors [B, length] on `device`."""

@@ -58,8 +58,7 @@ def training_starts(logs: Sequence[QueueLog], sequences: int, seed: int) -> list
     g = torch.Generator().manual_seed(seed)
     starts = []
     for log in logs:
-        lo, hi = log.positions(0, log.jobs_before(RECENT_FRACTION), EVAL_LENGTH)
-        starts.append(torch.randint(lo, hi + 1, (sequences,), generator=g))
+        starts.append(log.random_starts(RECENT_FRACTION, EVAL_LENGTH, sequences, g))
     return starts
 
 
