@@ -276,7 +276,7 @@ def queue_main(argv) -> int:
     ap.add_argument("--out", help="save the first --policy, adapted, to this new file")
     ap.add_argument("--figure", help="draw the curves to this new file")
     ap.add_argument("--overwrite", action="store_true", help="let --out and --figure replace existing files")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--json", action="store_true", help="also print one JSON line per policy and step")
     args = ap.parse_args(argv)
     beyond = [step for step in args.measure or () if step > args.steps]
