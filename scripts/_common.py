@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch  # noqa: E402
-from _checkout import ROOT  # noqa: F401  (the checkout on sys.path before lightning_sched; ROOT for the scripts)
 
+from _checkout import ROOT  # noqa: F401  (the checkout on sys.path before lightning_sched; ROOT for the scripts)
 from lightning_sched import ClusterConfig, ConfigError  # noqa: E402
 from lightning_sched.allocator import reuse_freed_memory  # noqa: E402
 from lightning_sched.heuristics import make_heuristic  # noqa: E402

@@ -3,7 +3,7 @@ script's `main` as `python scripts/<name>.py` does in the checkout.
 
 Installed, tasks/, callbacks/ and scripts/ are lightning_sched.tasks, .callbacks and .scripts; the
 scripts, configs (`class_path: tasks.reinforce.Reinforce`) and saved runs name them `tasks`,
-`callbacks` and `_common` as the checkout does. `use_checkout_names` makes those names the installed
+`callbacks`, `_common` and `_checkout` as the checkout does. `use_checkout_names` makes those names the installed
 modules themselves (the same module objects, not copies), for these commands only: nothing
 top-level is installed into site-packages.
 """
@@ -16,7 +16,7 @@ import importlib.util
 import sys
 
 CHECKOUT_NAMES = {"tasks": "lightning_sched.tasks", "callbacks": "lightning_sched.callbacks",
-                  "_common": "lightning_sched.scripts._common"}
+                  "_common": "lightning_sched.scripts._common", "_checkout": "lightning_sched.scripts._checkout"}
 
 
 class _CheckoutNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -39,7 +39,7 @@ class _CheckoutNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def use_checkout_names() -> None:
-    """Let `tasks`, `callbacks` and `_common` import as the installed modules, before any other
+    """Let `tasks`, `callbacks`, `_common` and `_checkout` import as the installed modules, before any other
     package of those names (once)."""
     if not any(isinstance(f, _CheckoutNames) for f in sys.meta_path):
         sys.meta_path.insert(0, _CheckoutNames())
@@ -77,4 +77,5 @@ def select_checkpoint() -> None:
 
 
 def decide() -> None:  # no _common (and so no torch) on this path: an .onnx policy starts in a fraction of a second
+    use_checkout_names()  # its _checkout
     sys.exit(importlib.import_module("lightning_sched.scripts.decide").main())

@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 import _checkout  # noqa: E402, F401  (the checkout on sys.path; no torch, for an .onnx policy)
-
 from lightning_sched.config import ConfigError  # noqa: E402
 from lightning_sched.decide import SnapshotError, decide, load_scorer  # noqa: E402
 from lightning_sched.decide.snapshot import MAX_WAIT_DAYS  # noqa: E402
