@@ -45,20 +45,25 @@ def causes(error: BaseException | None):
 # Lightning's refusal of an accelerator or strategy it does not know (a ValueError, not a misconfiguration)
 TRAINER_NAMES = ("You selected an invalid accelerator name", "You selected an invalid strategy name")
 UNION_ERROR = "Does not validate against any of the Union subtypes"
+# a union branch's reason that only says the value was meant for another branch
+OTHER_BRANCH = ("got an unexpected keyword argument", "Expected a <class 'NoneType'>", UNION_ERROR,
+                "does not correspond to a subclass")
+# jsonargparse's own refusal of a value's type (the other reasons a config gives are ConfigErrors)
+TYPE_REFUSAL = "Expected a <class '"
 
 
 def torch_build() -> str:
     import torch
 
     return torch.__version__
-# a union branch's reason that only says the value was meant for another branch
-OTHER_BRANCH = ("got an unexpected keyword argument", "Expected a <class 'NoneType'>", UNION_ERROR)
 
 
 def union_reason(message: str) -> str | None:
     """Why a value fits none of a union's classes (jsonargparse tries each: a workload is DeepRM's, a
     family or a trace), from the innermost union of its message: the reasons of the branches the
-    value was meant for, "as Class: reason" each; None when the message is not laid out so."""
+    value was meant for, "as Class: reason" each. None when the message is not laid out so, or when a
+    reason is neither a ConfigError of this run nor jsonargparse's type refusal: a crash inside a
+    class, which keeps its traceback."""
     lines = message.splitlines()
     inner = [i for i, line in enumerate(lines) if line.strip().startswith("Subtypes:")]
     if not inner or inner[-1] + 1 >= len(lines) or lines[inner[-1] + 1].strip() != "Errors:":
@@ -73,7 +78,7 @@ def union_reason(message: str) -> str | None:
     if len(reasons) != len(names):
         return None
     meant = [(name, reason) for name, reason in zip(names, reasons) if not any(o in reason for o in OTHER_BRANCH)]
-    if not meant:
+    if not meant or not all(reason in ConfigError.recent or reason.startswith(TYPE_REFUSAL) for _, reason in meant):
         return None
     return meant[0][1] if len(meant) == 1 else "; or ".join(f"as {name}: {reason}" for name, reason in meant)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import asdict, dataclass, fields
 
 OBJECTIVES = ("slowdown", "completion_time", "makespan", "utilization", "deadline")
@@ -23,7 +24,16 @@ MAX_IMAGE_CELLS = 1 << 18
 
 
 class ConfigError(ValueError):
-    """A configuration or jobset outside the ranges SPEC.md allows; the message names the field."""
+    """A configuration or jobset outside the ranges SPEC.md allows; the message names the field.
+
+    The latest messages are kept (`recent`): jsonargparse passes on the errors of a union's classes
+    as text only, and fit.py tells a refusal of ours from a crash by its message."""
+
+    recent: deque = deque(maxlen=64)
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        ConfigError.recent.append(str(self))
 
 
 @dataclass(frozen=True)

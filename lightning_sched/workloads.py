@@ -266,7 +266,9 @@ class WorkloadFamily:
             lo_range, hi_range = _pair(name, getattr(self, name))
             setattr(self, name, (_pair(f"{name}[0]", lo_range), _pair(f"{name}[1]", hi_range)))
         try:  # the lightest task checks the ranges' low ends (a load must be > 0, a probability in [0, 1])
-            self.workload(load=self.load[0], short_prob=self.short_prob[0])
+            self.workload(load=self.load[0], short_prob=self.short_prob[0],
+                          **{name: (getattr(self, name)[0][0], getattr(self, name)[1][0])
+                             for name in ("short_len", "long_len", "dominant_units", "other_units")})
         except ConfigError as error:
             raise ConfigError(f"WorkloadFamily(load={self.load}, short_prob={self.short_prob}): {error}") from None
         # The densest task (most arrivals a step) sets the job columns; building it checks the ranges.

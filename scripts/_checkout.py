@@ -1,5 +1,5 @@
 """The checkout on sys.path, for the scripts run as files from one (without `pip install -e .`):
-imported first by every script, through _common or directly by those that must start without torch
+imported first by every script of scripts/, through _common or directly by those that must start without torch
 (decide.py, squeue_hook.py: an .onnx policy answers in a fraction of a second)."""
 import sys
 from pathlib import Path

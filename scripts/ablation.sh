@@ -15,8 +15,12 @@ else
   first=$!
   bash scripts/run_queue.sh "${base[@]}" configs/ablation/{mask_ppo,mask_curriculum,mask_imitation,mask_larger}.yaml &
   second=$!
-  # a failed training stops here: the figure would otherwise show older runs of that variant
-  wait "$first" && wait "$second" || { echo "ablation: a training run failed (logs/)" >&2; exit 1; }
+  # both queues end before anything is judged; a failed training stops here (the figure would otherwise
+  # show older runs of that variant)
+  failed=0
+  wait "$first" || failed=1
+  wait "$second" || failed=1
+  [ "$failed" -eq 0 ] || { echo "ablation: a training run failed (logs/)" >&2; exit 1; }
 fi
 # the newest run's best: runs/<variant>, or runs/<variant>-2, -3, ... when it was trained again
 best() {

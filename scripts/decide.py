@@ -17,7 +17,10 @@ import sys
 from pathlib import Path
 
 # no torch import here (nor through _common), so an .onnx policy starts in a fraction of a second
-import _checkout  # noqa: E402, F401  (the checkout on sys.path)
+try:
+    import _checkout  # noqa: F401  (the checkout on sys.path)
+except ModuleNotFoundError:  # run as a module of the installed package: nothing to put on the path
+    pass
 from lightning_sched.config import ConfigError  # noqa: E402
 from lightning_sched.decide import SnapshotError, decide, export_onnx, load_scorer  # noqa: E402
 

@@ -29,7 +29,10 @@ import sys
 import time
 from pathlib import Path
 
-import _checkout  # noqa: E402, F401  (the checkout on sys.path; no torch, for an .onnx policy)
+try:
+    import _checkout  # noqa: F401  (the checkout on sys.path; no torch, for an .onnx policy)
+except ModuleNotFoundError:  # run as a module of the installed package: nothing to put on the path
+    pass
 from lightning_sched.config import ConfigError  # noqa: E402
 from lightning_sched.decide import SnapshotError, decide, load_scorer  # noqa: E402
 from lightning_sched.decide.snapshot import MAX_WAIT_DAYS  # noqa: E402

@@ -198,10 +198,13 @@ def test_an_absurd_capacity_is_refused(tmp_path, max_procs):
 
 
 def test_zero_processor_jobs_are_dropped_and_counted_and_a_resource_named_twice_is_refused(tmp_path):
-    path = write(tmp_path / "t.swf", HEADER + [swf_line(1, 60, 60, 8), swf_line(2, 120, 60, 0)])
-    workload = TraceWorkload.for_cluster(CFG, str(path), 60, split="all")
-    assert workload.report.kept == 1 and workload.report.dropped["zero_demand"] == 1
-    assert propose_cluster(read_trace(str(path))).jobs == 1  # the proposal sizes on the same jobs
+    # allocated 0 and requested 0: no job; allocated 0 and requested 4: the request, as the queue env reads it
+    lines = [swf_line(1, 60, 60, 8), swf_line(2, 120, 60, 0, req_procs=0), swf_line(3, 180, 60, 0, req_procs=4)]
+    path = write(tmp_path / "t.swf", HEADER + lines)
+    workload = TraceWorkload.for_cluster(CFG, str(path), 60, split="all", windows="consecutive", simu_len=10)
+    assert workload.report.kept == 2 and workload.report.dropped["zero_demand"] == 1
+    assert workload.sample(1).demand[0, :2, 0].tolist() == [2, 1]  # 8 and 4 of 64 processors, in 10 units
+    assert propose_cluster(read_trace(str(path))).jobs == 2  # the proposal sizes on the same jobs
     good = write(tmp_path / "good.swf", HEADER + [swf_line(1, 60, 60, 8, used_mem=10)])
     with pytest.raises(TraceError, match="trace resource 'processors' is named twice"):
         TraceWorkload.for_cluster(CFG, str(good), 60, resources=("processors", "processors"))

@@ -292,12 +292,17 @@ Given value type: <class 'jsonargparse._namespace.Namespace'>"""
 def test_a_value_that_fits_no_class_of_a_union_gives_the_reason_of_the_class_it_was_meant_for():
     # jsonargparse hands a ConfigError raised in a union's branch (a workload: DeepRM's, a family, a
     # trace) on as text only, beside each other branch's refusal
-    error = ValueError(UNION.format(reason="LOG.swf: cannot read the trace (No such file or directory)"))
-    assert str(config_error(error)) == "LOG.swf: cannot read the trace (No such file or directory)"
-    two = UNION.replace("unexpected keyword argument 'path'", "x").format(reason="r")
-    assert str(config_error(ValueError(two))) == ("as DeepRMWorkload: DeepRMWorkload.__init__() got an x; "
-                                                   "or as WorkloadFamily: WorkloadFamily.__init__() got an x; "
-                                                   "or as TraceWorkload: r")
+    from lightning_sched import ConfigError
+
+    refused = str(ConfigError("LOG.swf: cannot read the trace (No such file or directory)"))  # raised in a branch
+    assert str(config_error(ValueError(UNION.format(reason=refused)))) == refused
+    # two branches the value may have been meant for: jsonargparse's type refusal and a refusal of ours
+    two = UNION.replace("WorkloadFamily.__init__() got an unexpected keyword argument 'path'",
+                        "Expected a <class 'float'>. Got value: (1.5, 0.3)").format(reason=refused)
+    assert str(config_error(ValueError(two))) == (f"as WorkloadFamily: Expected a <class 'float'>. Got value: "
+                                                   f"(1.5, 0.3); or as TraceWorkload: {refused}")
+    # a crash inside a class (no ConfigError of ours) keeps its traceback
+    assert config_error(ValueError(UNION.format(reason="'oops'"))) is None
     assert config_error(ValueError("Does not validate against any of the Union subtypes\nsomething else")) is None
 
 

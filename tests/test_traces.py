@@ -87,15 +87,18 @@ def test_swf_mapping_clip(tmp_path, gz):
     assert json.loads(json.dumps(r.to_dict())) == vars(r)
 
 
-@pytest.mark.parametrize("long_jobs", [4, 10])
-def test_a_cluster_that_cuts_more_than_five_percent_of_the_jobs_is_named(tmp_path, long_jobs):
-    # 100 jobs a minute apart, of 60 s but `long_jobs` of 1200 s: 20 steps of 60 s, over CFG's max_job_len 15
-    lines = HEADER + [swf_line(j + 1, 60 * j, 1200 if j < long_jobs else 60, 8) for j in range(100)]
+@pytest.mark.parametrize("long_jobs, processors", [(4, 8), (10, 8), (4, 100)])
+def test_a_cluster_that_cuts_more_than_five_percent_of_the_jobs_is_named(tmp_path, long_jobs, processors):
+    # 100 jobs a minute apart, of 60 s but `long_jobs` of 1200 s (20 steps of 60 s, over CFG's max_job_len 15)
+    # on `processors` of 64 (100: more units than max_job_units 10 too, so each of those is cut twice)
+    lines = HEADER + [swf_line(j + 1, 60 * j, 1200 if j < long_jobs else 60, processors if j < long_jobs else 8)
+                      for j in range(100)]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         w = TraceWorkload.for_cluster(CFG, write(tmp_path / "long.swf", lines), 60)
     cut = [str(c.message) for c in caught if "cut to the cluster" in str(c.message)]
-    assert w.report.clipped == {"length": long_jobs, "demand": 0}
+    wide = long_jobs if processors > 64 else 0
+    assert w.report.clipped == {"length": long_jobs, "demand": wide}
     assert cut == ([] if long_jobs == 4 else [f"{tmp_path / 'long.swf'}: 10 of 100 kept jobs (10%) are cut to the "
                                               "cluster ({'length': 10, 'demand': 0}, max_job_len=15 steps of 60 s, "
                                               "max_job_units=10); --fit_cluster sizes a cluster at the log's own "

@@ -195,3 +195,14 @@ def test_jobset_helpers():
     assert (both.duration[3:, 4:] == 0).all() and torch.equal(both.num_jobs[3:], short.num_jobs)
     # default deadlines: a + floor(slo * d)
     assert torch.equal(jobs.deadlines(1.5), jobs.arrival + (3 * jobs.duration) // 2)
+
+
+def test_a_family_checks_both_ends_of_its_ranges_on_its_own_sizes():
+    from lightning_sched import ConfigError
+
+    # a small cluster's family: its own unit ranges, not DeepRM's defaults, bound the check
+    small = WorkloadFamily(resource_units=5, dominant_units=((2, 3), (4, 5)), other_units=((0, 1), (1, 2)))
+    assert small.draw(3, torch.Generator().manual_seed(0))
+    with pytest.raises(ConfigError, match=r"WorkloadFamily\(load=\(-0.5, 1.5\).*load must be a finite number > 0, "
+                                          r"got -0.5"):
+        WorkloadFamily(load=(-0.5, 1.5))

@@ -42,7 +42,9 @@ def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
         return torch.optim.SGD(params, lr=lr)
     if name == "adam":
         return torch.optim.Adam(params, lr=lr)
-    return torch.optim.RMSprop(params, lr=lr, alpha=0.9, eps=1e-9)
+    if name == "rmsprop":
+        return torch.optim.RMSprop(params, lr=lr, alpha=0.9, eps=1e-9)
+    raise ConfigError(f"adaptation optimizer must be sgd, adam or rmsprop, got {name!r}")
 
 
 def adaptation_step(net: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, step: int,

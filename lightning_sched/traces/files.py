@@ -193,9 +193,9 @@ def read_swf(path: str | Path) -> Trace:
     first malformed line, or when the file has no job line."""
     path = Path(path)
     header, table, numbers = read_swf_table(path)
-    # what the job used (allocated), else what it asked for; the queue env reads max(allocated, requested)
-    # as RLScheduler does (queue/log.py), whose published cells depend on it
-    procs = np.where(table[:, 4] != -1, table[:, 4], table[:, 7])
+    # what the job used (allocated, when above 0), else what it asked for; the queue env reads
+    # max(allocated, requested) as RLScheduler does (queue/log.py), whose published cells depend on it
+    procs = np.where(table[:, 4] > 0, table[:, 4], table[:, 7])
     memory = np.where(table[:, 6] != -1, table[:, 6], table[:, 9])
     # SWF memory is KB per processor: the job's total is that times its processors
     total_memory = np.where((memory == -1) | (procs == -1), -1.0, memory * procs)

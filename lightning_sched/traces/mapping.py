@@ -187,7 +187,8 @@ class KeptJobs:
     duration: LongTensor[N], steps in [1, max_job_len]; demand: LongTensor[N, num_resources], units in
               [0, max_job_units].
     dropped:  jobs dropped per reason (DROP_REASONS, in that order); clipped: kept jobs cut to a limit per
-              reason (CLIP_REASONS); a job cut in both length and demand counts in each.
+              reason (CLIP_REASONS); a job cut in both length and demand counts in each; cut_jobs: the
+              kept jobs cut in either (each once).
     """
 
     submit: list[float]
@@ -197,6 +198,7 @@ class KeptJobs:
     dropped: dict[str, int]
     clipped: dict[str, int]
     wait: list[float]
+    cut_jobs: int = 0
 
 
 @dataclass
@@ -292,7 +294,8 @@ def select_jobs(path: str, trace: Trace, names: tuple[str, ...], capacity: dict[
     kept = kept[torch.sort(jobs.submit[kept], stable=True).indices]  # equal submit times keep file order
     line, wait = torch.tensor(trace.line), torch.tensor(trace.wait, dtype=torch.float64)
     return KeptJobs(jobs.submit[kept].tolist(), line[kept].tolist(), duration[kept].clamp(max=sizing.max_job_len),
-                    units[kept].clamp(max=sizing.max_job_units), dropped, clipped, wait[kept].tolist())
+                    units[kept].clamp(max=sizing.max_job_units), dropped, clipped, wait[kept].tolist(),
+                    int(((too_long | too_large) & keep).sum()))
 
 
 # ----- time: load, compression, arrivals, split --------------------------------------------------

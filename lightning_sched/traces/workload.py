@@ -282,7 +282,7 @@ class TraceWorkload:
             start_state=self.start_state, unknown_wait=unknown_wait,
             carried=dict.fromkeys(("windows", "running", "running_over_capacity", "waiting"), 0),
         )
-        cut = sum(jobs.clipped.values())
+        cut = jobs.cut_jobs
         if cut > CLIP_WARNING * len(jobs.submit):  # every score on such a cluster is of other jobs than the log's
             warnings.warn(f"{self.path}: {cut} of {len(jobs.submit)} kept jobs ({100 * cut / len(jobs.submit):.3g}%) "
                           f"are cut to the cluster ({jobs.clipped}, max_job_len={self.max_job_len} steps of "
