@@ -265,16 +265,15 @@ class WorkloadFamily:
         for name in ("short_len", "long_len", "dominant_units", "other_units"):
             lo_range, hi_range = _pair(name, getattr(self, name))
             setattr(self, name, (_pair(f"{name}[0]", lo_range), _pair(f"{name}[1]", hi_range)))
+        # each integer range at its lowest ends: the shortest, smallest jobs, so the most arrivals a step
+        lowest = {name: (getattr(self, name)[0][0], getattr(self, name)[1][0])
+                  for name in ("short_len", "long_len", "dominant_units", "other_units")}
         try:  # the lightest task checks the ranges' low ends (a load must be > 0, a probability in [0, 1])
-            self.workload(load=self.load[0], short_prob=self.short_prob[0],
-                          **{name: (getattr(self, name)[0][0], getattr(self, name)[1][0])
-                             for name in ("short_len", "long_len", "dominant_units", "other_units")})
+            self.workload(load=self.load[0], short_prob=self.short_prob[0], **lowest)
         except ConfigError as error:
             raise ConfigError(f"WorkloadFamily(load={self.load}, short_prob={self.short_prob}): {error}") from None
         # The densest task (most arrivals a step) sets the job columns; building it checks the ranges.
-        self._densest = self.workload(load=self.load[1], short_prob=self.short_prob[1],
-                                      **{name: (getattr(self, name)[0][0], getattr(self, name)[1][0])
-                                         for name in ("short_len", "long_len", "dominant_units", "other_units")})
+        self._densest = self.workload(load=self.load[1], short_prob=self.short_prob[1], **lowest)
 
     def with_load_upto(self, fraction: float) -> "WorkloadFamily":
         """The family with its load range cut to the first `fraction` of it (a curriculum over load:

@@ -29,15 +29,7 @@ import math
 import time
 from pathlib import Path
 
-from _common import (
-    NAME_WIDTH,
-    format_row,
-    heuristic,
-    run_main,
-    set_threads,
-    table_header,
-    table_units,
-)
+from _common import NAME_WIDTH, format_row, heuristic, run_main, set_threads, table_header, table_units
 from lightning_sched import ClusterConfig, ConfigError, JobSet, seeds
 from lightning_sched.cli import (
     THREADS_HELP,

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import CHECKPOINT_KEY, QUEUE_POLICY_KIND  # torch-free: an .onnx policy runs without torch
-from ..queue.config import JOB_FEATURES
+from ..queue.config import BACKFILL, JOB_FEATURES
 from .snapshot import SnapshotError
 
 
@@ -91,7 +91,7 @@ def checked_settings(queue, path) -> dict:
                 value <= 0 or (name == "window" and not isinstance(value, int)):
             raise SnapshotError(f"{path}: its metadata's queue.{name} must be a positive "
                                 f"{'integer' if name == 'window' else 'number'}, got {value!r}")
-    if queue.get("backfill", "off") not in ("off", "easy"):
+    if queue.get("backfill", "off") not in BACKFILL:
         raise SnapshotError(f"{path}: its metadata's queue.backfill must be off or easy, got {queue['backfill']!r}")
     return queue
 
