@@ -14,9 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from lightning.pytorch import LightningModule
 from torch import nn
-from torch.utils.data import DataLoader
 
 from lightning_sched.config import ConfigError
 from lightning_sched.queue.evaluation import (
@@ -41,10 +39,10 @@ from lightning_sched.queue.rule_search import (
     training_starts,
 )
 
-from .base import pacing_loader
+from .base import IterationTask
 
 
-class QueueRuleSearch(LightningModule):
+class QueueRuleSearch(IterationTask):
     """The cross-entropy method over a LinearRule's weights, one generation a step.
 
     log: one SWF log or several of one cluster size, searched jointly (each weighs the same).
@@ -79,14 +77,8 @@ class QueueRuleSearch(LightningModule):
                                   f"{search.context}), got {len(start)}")
             first = torch.tensor(start, dtype=torch.double)
         self.weights = nn.Parameter(first, requires_grad=False)  # the search's mean rule
+        self.iterations_per_epoch = 1000  # pacing only: trainer.max_steps is the number of generations
         self._best_rules: list[tuple[str, torch.Tensor]] | None = None
-
-    # ----- data: the dataloader only paces generations ---------------------------------------------
-    def train_dataloader(self):  # trainer.max_steps is the number of generations
-        return pacing_loader(1000)
-
-    def val_dataloader(self):
-        return DataLoader([0], batch_size=None)
 
     def configure_optimizers(self):
         return CrossEntropyMethod([self.weights], self.settings, self.seed)
@@ -137,8 +129,4 @@ class QueueRuleSearch(LightningModule):
 
     def on_save_checkpoint(self, checkpoint):
         checkpoint[CHECKPOINT_KEY] = self.rule_entry()
-        if self.CHECKPOINT_HYPER_PARAMS_KEY in checkpoint:  # plain values: the dataclass as a dict
-            hp = dict(checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY])
-            if isinstance(hp.get("search"), SearchSettings):
-                hp["search"] = vars(hp["search"]).copy()
-            checkpoint[self.CHECKPOINT_HYPER_PARAMS_KEY] = hp
+        super().on_save_checkpoint(checkpoint)  # plain hyperparameters: SearchSettings as a dict
