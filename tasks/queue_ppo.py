@@ -255,6 +255,13 @@ class QueuePPO(IterationTask):
                                    ("next", "terminated"), strict=False))
             td = td["next"]
         traj = torch.stack(steps, 1).to(self.device)  # [B, T]
+        decided = self.advantages(traj)
+        return traj[decided], self.on_module_device(env.episode_metrics())
+
+    def advantages(self, traj: TensorDict) -> torch.Tensor:
+        """Set "advantage" and "value_target" [B, T, 1] on the rollout `traj` [B, T] (GAE over the
+        critic's values, or DeepRM's sequence baseline); the mask [B, T] of the steps that were
+        decisions (the row was not finished before them)."""
         value = self.critic(traj.select(*IN_KEYS, "action_mask"))["state_value"]  # [B, T, 1]
         traj["state_value"] = value
         # s_{t+1} is the next decision's state; after the last decision every row is terminated
@@ -270,7 +277,7 @@ class QueuePPO(IterationTask):
             if self.ppo.scale_per_sequence:
                 advantage = per_sequence_scaled(advantage, active, self.ppo.episodes_per_sequence)
             traj["advantage"], traj["value_target"] = advantage.T.unsqueeze(-1), returns.T.unsqueeze(-1)
-        return traj[decided], self.on_module_device(env.episode_metrics())
+        return decided
 
     def teacher(self, env: QueueEnv):
         """The policy the warm start imitates, acting on `env`."""
@@ -307,19 +314,39 @@ class QueuePPO(IterationTask):
         """One PPO iteration: a rollout (or the teacher's), then the update's epochs in minibatches."""
         start = time.perf_counter()
         imitating = self.global_step < self.hparams.imitation_iterations
+        data, metrics = self.collect(imitating)
+        rollout_s, decisions = time.perf_counter() - start, data.shape[0]
+        losses = self.update(data, imitating)
+        values = {f"train/{k}": v for k, v in losses.items()}
+        values.update({f"train/{m}": metrics[m].mean().float() for m in METRICS})
+        values.update({"train/decisions": float(decisions), "perf/rollout_s": rollout_s,
+                       "perf/iteration_s": time.perf_counter() - start, "perf/decisions_per_s": decisions / rollout_s})
+        self.log_dict(values, on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
+        self.log("bsld", metrics["mean_bounded_slowdown"].mean().float(), prog_bar=True, on_step=True,
+                 on_epoch=False, logger=False)
+
+    def collect(self, imitating: bool) -> tuple[TensorDict, dict[str, torch.Tensor]]:
+        """This iteration's decisions [N] and episode metrics: the network's rollout, or while
+        `imitating` the teacher's (or with DAgger the network's, labelled by the teacher), reduced to
+        what the warm start fits and, with `imitation_aggregate`, joined to the earlier iterations'."""
         if imitating and self.hparams.dagger and self.global_step > 0:
             data, metrics = self.rollout(labeler=self.teacher(self.env("train")))
         else:
             data, metrics = self.rollout(self.teacher(self.env("train")) if imitating else None)
-        rollout_s, decisions = time.perf_counter() - start, data.shape[0]
-        if imitating:  # what the warm start fits; when the teacher acted, its picks are the labels
-            data = data.set("label", data.get("label", data["action"])).select(*IN_KEYS, "action_mask", "label",
-                                                                              "value_target")
-        if imitating and self.hparams.imitation_aggregate:
+        if not imitating:
+            self.imitation_data = None
+            return data, metrics
+        # when the teacher acted, its picks are the labels
+        data = data.set("label", data.get("label", data["action"])).select(*IN_KEYS, "action_mask", "label",
+                                                                          "value_target")
+        if self.hparams.imitation_aggregate:
             earlier = [] if self.imitation_data is None else [self.imitation_data.to(data.device)]
             self.imitation_data = data = torch.cat([*earlier, data])
-        elif not imitating:
-            self.imitation_data = None
+        return data, metrics
+
+    def update(self, data: TensorDict, imitating: bool) -> dict[str, float]:
+        """`ppo.epochs` passes over `data` [N] in shuffled minibatches, one Adam step each, on the PPO
+        loss (or while `imitating` the warm start's); the losses' means over the steps."""
         optimizer = self.optimizers()
         n = data.shape[0]
         count = steps = self.ppo.epochs * -(-n // self.ppo.minibatch_size)  # optimizer steps this iteration
@@ -344,14 +371,7 @@ class QueuePPO(IterationTask):
                 for key in ("loss_objective", "loss_critic", "loss_prior_kl", "entropy", "clip_fraction", "kl_approx"):
                     if key in parts.keys():
                         sums[key] = sums.get(key, 0.0) + float(parts[key].detach())
-        seconds = time.perf_counter() - start
-        values = {f"train/{k}": v / count for k, v in sums.items()}
-        values.update({f"train/{m}": metrics[m].mean().float() for m in METRICS})
-        values.update({"train/decisions": float(decisions), "perf/rollout_s": rollout_s, "perf/iteration_s": seconds,
-                       "perf/decisions_per_s": decisions / rollout_s})
-        self.log_dict(values, on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
-        self.log("bsld", metrics["mean_bounded_slowdown"].mean().float(), prog_bar=True, on_step=True,
-                 on_epoch=False, logger=False)
+        return {key: total / count for key, total in sums.items()}
 
     def configure_optimizers(self):
         if str(self.trainer.precision) not in ("32-true", "32", "64-true", "64"):  # iterate() steps past the plugin
