@@ -13,16 +13,21 @@ values a test checks never land in a held-out range (tests/test_seeds.py).
 | evaluation | 12_345 + offset, offset < 400                      | evaluate.py, figures.py, adapt.py, fit test  |
 | validation | 900_001 + i, i < 1_000                             | the tasks' validation jobsets                |
 | adaptation | 5_000_000 + 10_007 x seed + step                   | adaptation.adapt (fine-tuning)               |
-| training   | (1_000_003 x seed + iteration) x 4_099             | the tasks' training jobsets                  |
-|            |   + 100_003 x rank + stream                        |                                              |
+| training   | (1_000_003 x seed + iteration) x 4_099 + stream,   | the tasks' training jobsets                  |
+|            |   stream < 4_099; DDP ranks > 0: a hash (below)    |                                              |
 
 A training or adaptation seed that would land in a held-out range is moved past all of them
-(+ 10^12); with the shipped configurations none does.
+(+ 10^12); with the shipped configurations none does. The streams of one iteration fit between it and
+the next (stream < 4_099), so no draw repeats another iteration's. DDP ranks after the first take a hash
+of (seed, iteration, rank, stream) below 2^62 instead: a formula with a rank term would meet another
+iteration's draws of rank 0, and rank 0 keeps the formula its documented runs used.
 
 Figures offset the evaluation seed per load (`EVALUATION + i`, `+ 100 + i`, `+ 200 + i`; the cluster-size
 figure `+ 300 + 10 x size + i`), so each point of a figure has its own unseen jobsets.
 """
 from __future__ import annotations
+
+import hashlib
 
 from .config import ConfigError
 
@@ -63,10 +68,19 @@ def adaptation(seed: int, step: int) -> int:
     return _outside(ADAPTATION + seed * 10_007 + step)
 
 
+STREAMS = 4099  # the draws one training iteration may make: streams 0 .. STREAMS - 1
+SAMPLER_STREAM = STREAMS - 1  # the action sampling of DDP ranks > 0 (tasks/base.py), apart from every jobset draw
+
+
 def training(seed: int, iteration: int, rank: int = 0, stream: int = 0) -> int:
-    """The jobsets of one training iteration on one DDP rank; `stream` (< 100_003) separates the
+    """The jobsets of one training iteration on one DDP rank; `stream` (< STREAMS) separates the
     draws of one iteration (MAML: tasks, inner and outer rollouts)."""
-    return _outside((seed * 1_000_003 + iteration) * 4099 + rank * 100_003 + stream)
+    if not 0 <= stream < STREAMS:
+        raise ConfigError(f"training seed stream {stream} is outside [0, {STREAMS}) (lightning_sched.seeds)")
+    if rank == 0:
+        return _outside((seed * 1_000_003 + iteration) * STREAMS + stream)
+    digest = hashlib.blake2b(f"{seed},{iteration},{rank},{stream}".encode(), digest_size=8).digest()
+    return _outside(int.from_bytes(digest) >> 2)
 
 
 def _outside(seed: int) -> int:

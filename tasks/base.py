@@ -199,7 +199,11 @@ class SchedulerTask(IterationTask):
         return seeds.training(self.seed, self.global_step, self.trainer.global_rank, stream)
 
     def action_sampler(self) -> torch.Generator:
-        """The generator of the rollouts' action samples, on the module's device."""
+        """The generator of the rollouts' action samples, on the module's device. Rank 0's runs on
+        (checkpoints keep its state); under DDP the other ranks seed one for each iteration apart,
+        so no two ranks sample alike (nor a resumed rank like rank 0)."""
+        if self.trainer.world_size > 1 and self.trainer.global_rank > 0:
+            return torch.Generator(device=self.device).manual_seed(self.iteration_seed(seeds.SAMPLER_STREAM))
         if self.sampler.device != self.device:
             self.sampler = torch.Generator(device=self.device).manual_seed(self.seed + self.global_step)
         return self.sampler

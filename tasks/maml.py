@@ -32,7 +32,7 @@ from typing import NamedTuple
 import higher
 import torch
 
-from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily
+from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily, seeds
 from lightning_sched.config import OBJECTIVES, ConfigError
 from lightning_sched.deeprm.objectives import episode_metrics
 from lightning_sched.deeprm.rollout import Trajectories, collect
@@ -44,6 +44,12 @@ from lightning_sched.policies.checkpoints import PolicyRecord, warm_start
 from lightning_sched.policies.networks import PolicySpec, make_policy
 
 from .base import EvaluationSettings, SchedulerTask, require_at_least, require_positive
+
+
+def outer_stream(inner_steps: int) -> int:
+    """The seed stream of a meta-iteration's outer rollouts: 1000, or past the inner steps' streams
+    (1 + 100 x step + task) when they reach it."""
+    return max(1000, 1 + 100 * inner_steps)
 
 
 class Task(NamedTuple):
@@ -142,6 +148,9 @@ class MAML(SchedulerTask):
         self.save_hyperparameters(ignore=["baseline"])
         if meta_batch >= 100:
             raise ConfigError(f"MAML.meta_batch must be < 100 (jobset seed streams), got {meta_batch}")
+        if outer_stream(inner_steps) + meta_batch > seeds.SAMPLER_STREAM:
+            raise ConfigError(f"MAML.inner_steps must be <= {(seeds.SAMPLER_STREAM - 1 - meta_batch) // 100} with "
+                              f"meta_batch {meta_batch} (jobset seed streams of an iteration), got {inner_steps}")
         if isinstance(entropy_weight, bool) or not isinstance(entropy_weight, (int, float)) \
                 or not math.isfinite(entropy_weight) or entropy_weight < 0:
             raise ConfigError(f"MAML.entropy_weight must be a finite number >= 0, got {entropy_weight!r}")
@@ -224,7 +233,7 @@ class MAML(SchedulerTask):
 
     # ----- tasks and rollouts -----------------------------------------------------------------------
     # Seed streams of one iteration (iteration_seed): 0 the tasks, 1 + 100 * step the inner rollouts of
-    # each step, 1000 the outer ones; task k of a stream adds k (meta_batch < 100).
+    # each step, outer_stream the outer ones; task k of a stream adds k (meta_batch < 100).
     def draw_tasks(self) -> list[Task]:
         """This rank's meta-batch of tasks (split over DDP ranks)."""
         generator = torch.Generator().manual_seed(self.iteration_seed(0))
@@ -272,7 +281,8 @@ class MAML(SchedulerTask):
                 for (fnet, diffopt), part in zip(learners, parts):
                     inner_step(fnet, diffopt, part, self.baseline, hp.inner_episodes, hp.normalize_advantage,
                                step_sizes)
-            parts = self.rollout(fnets, tasks, hp.outer_jobsets, hp.outer_episodes, stream=1000)
+            parts = self.rollout(fnets, tasks, hp.outer_jobsets, hp.outer_episodes,
+                                 stream=outer_stream(hp.inner_steps))
             outer = [policy_gradient(fnet, part, self.baseline, hp.outer_episodes, entropy_weight=hp.entropy_weight,
                                      normalize_advantage=hp.normalize_advantage) for fnet, part in zip(fnets, parts)]
             meta_loss = torch.stack([pg.loss for pg in outer]).mean()

@@ -278,3 +278,24 @@ def test_a_meta_policy_over_rule_weights_adapts_only_them(tmp_path):
     after = dict(moved.scorer.named_parameters())
     changed = {name for name, p in net.scorer.named_parameters() if not torch.equal(p, after[name])}
     assert changed == {"prior_weights"}
+
+
+def test_validation_replays_the_same_sequences_whatever_the_inner_steps(monkeypatch):
+    # MAML and its mixture baseline (inner_steps 0) are validated on one set of sequences: the
+    # adaptation's draws before them must not move where they start
+    import tasks.queue_maml as queue_maml
+    starts, real_env = [], queue_maml.QueueEnv
+
+    def recording_env(*args, **kwargs):
+        if "starts" in kwargs:
+            starts[-1].append(kwargs["starts"].tolist())
+        return real_env(*args, **kwargs)
+
+    monkeypatch.setattr(queue_maml, "QueueEnv", recording_env)
+    for inner_steps in (0, 1, 2):
+        module = QueueMAML(str(POLICY), traces=str(TRACES), inner_steps=inner_steps, sequences=1, episodes=2,
+                           sequence_length=32, validation_length=64)
+        module.log = lambda *args, **kwargs: None
+        starts.append([])
+        module.validation_step(0, 0)
+    assert starts[0] == starts[1] == starts[2] and len(starts[0]) == 5

@@ -43,3 +43,26 @@ def test_shipped_streams_are_the_plain_formula():
     for iteration in range(2000):
         for stream in [1 + k for k in range(8)] + [1000 + k for k in range(8)]:
             assert seeds.training(0, iteration, 0, stream) == iteration * 4099 + stream
+
+
+def test_no_draw_repeats_another_iterations_or_ranks():
+    # rank 0's formula spaces iterations STREAMS apart; other ranks hash, so a DDP rank never replays
+    # the jobsets rank 0 draws at another iteration (a rank term in the formula would: 100_003 = 24 x 4099 + 1627)
+    rank0 = {seeds.training(0, it, 0, s) for it in range(60) for s in range(0, seeds.STREAMS, 7)}
+    assert len(rank0) == 60 * len(range(0, seeds.STREAMS, 7))
+    others = {seeds.training(0, it, rank, s) for it in range(60) for rank in (1, 2, 3) for s in range(0, 2000, 7)}
+    assert len(others) == 60 * 3 * len(range(0, 2000, 7)) and not rank0 & others
+    assert all(seed < 2**62 for seed in others)
+    for stream in (-1, seeds.STREAMS):
+        with pytest.raises(ConfigError, match=f"training seed stream {stream} is outside"):
+            seeds.training(0, 0, 0, stream)
+
+
+def test_maml_outer_rollouts_draw_apart_from_every_inner_step():
+    from tasks.maml import MAML, outer_stream
+    assert outer_stream(1) == 1000 and outer_stream(9) == 1000  # the shipped runs' stream
+    for inner_steps in (10, 12, 40):
+        inner = {1 + 100 * step + k for step in range(inner_steps) for k in range(99)}
+        assert not inner & set(range(outer_stream(inner_steps), outer_stream(inner_steps) + 99))
+    with pytest.raises(ConfigError, match="MAML.inner_steps must be <= 40 with meta_batch 8 .* got 41"):
+        MAML(inner_steps=41)
