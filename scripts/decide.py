@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -45,10 +46,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def unique_keys(pairs: list[tuple]) -> dict:
+    """A JSON object's pairs as a dict; a key given twice is refused (json keeps the last one silently)."""
+    obj = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        obj[key] = value
+    return obj
+
+
 def answer(data: bytes, scorer, args) -> tuple[str, bool]:
     """(the JSON answer line, whether it is an error) of one snapshot's bytes (UTF-8 JSON)."""
     try:
-        snapshot = json.loads(data.decode("utf-8"))
+        snapshot = json.loads(data.decode("utf-8"), object_pairs_hook=unique_keys)
     except UnicodeDecodeError as error:
         return json.dumps({"error": f"snapshot: not UTF-8 text (byte {data[error.start]:#04x} at offset "
                                     f"{error.start})"}), True
@@ -56,8 +67,9 @@ def answer(data: bytes, scorer, args) -> tuple[str, bool]:
         return json.dumps({"error": f"snapshot: not JSON ({error})"}), True
     except RecursionError:
         return json.dumps({"error": "snapshot: nested too deeply to read"}), True
-    except ValueError as error:  # e.g. an integer of more digits than Python converts
-        return json.dumps({"error": f"snapshot: {error}"}), True
+    except ValueError as error:  # a key given twice, or an integer of more digits than Python converts
+        text = str(error) if "twice" in str(error) else "an integer of more digits than any time or size has"
+        return json.dumps({"error": f"snapshot: {text}"}), True
     try:
         return json.dumps(decide(snapshot, scorer, args.backfill, args.window)), False
     except SnapshotError as error:
@@ -65,7 +77,15 @@ def answer(data: bytes, scorer, args) -> tuple[str, bool]:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    try:
+        return serve(parse_args(argv))
+    except BrokenPipeError:  # the reader went away (`| head`): nothing is left to answer to
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (so the exit's flush does not fail again)
+        return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Answer the snapshot (or, with --serve, each line), or export the policy; the exit code."""
     try:
         if args.export:
             print(f"wrote {export_onnx(args.policy, args.export, args.overwrite)}")

@@ -7,12 +7,14 @@ as Slurm priorities (a dry run: it prints `scontrol` commands; pipe them to `sh`
 Jobs holding processors (RUNNING, COMPLETING, CONFIGURING) give their processors (cpus), nodes
 (node_count, with --processors_per_node) and expected end (end_time: start + time limit; without a
 limit, start_time + --unlimited_minutes); pending jobs their eligible time (eligible_time, else
-submit_time), time limit (minutes, or --unlimited_minutes without one) and processors. Pending jobs
+submit_time), time limit (minutes, or --unlimited_minutes without one) and processors (with
+--processors_per_node, at least node_count whole nodes' worth). Job ids must be integers. Pending jobs
 that cannot start whatever their priority are not ranked, and are named on stderr: held (priority 0,
-a JobHeld* reason), waiting on a dependency or a begin time, or larger than --processors. A time
-limit of 0 (Slurm: none) or none set is taken as --unlimited_minutes. A job waiting more than a
-year (the service refuses it: a submit time of 0, or --now in milliseconds?) is left out and named.
-With --partition, only the jobs of that partition (a pending job listing several counts in each).
+a JobHeld* reason), waiting on a dependency or a begin time, eligible more than a minute after --now,
+or larger than --processors. A time limit of 0 (Slurm: none) or none set is taken as
+--unlimited_minutes. A job waiting more than a year (the service refuses it: a submit time of 0, or
+--now in milliseconds?) is left out and named. With --partition, only the jobs of that partition (a
+pending job listing several counts in each); a partition no listed job is in is an error.
 Integer fields may be plain numbers or Slurm's {"set": true, "infinite": false, "number": N} form;
 job_state a string or a list. Check the fields against your Slurm version's `squeue --json` before
 relying on it.
@@ -38,6 +40,7 @@ from lightning_sched.decide import SnapshotError, decide, load_scorer  # noqa: E
 from lightning_sched.decide.snapshot import MAX_WAIT_DAYS  # noqa: E402
 
 TOP_PRIORITY = 1_000_000  # the first job of the order gets this, the next one less, ...
+CLOCK_SKEW = 60  # seconds an eligible time may lie after --now and count as now
 HOLDING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING"})  # states whose jobs hold their processors
 
 
@@ -56,6 +59,14 @@ def number(job: dict, key: str, unlimited: float | None = None):
         raise SnapshotError(f"job {job.get('job_id')}: {key}: missing")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SnapshotError(f"job {job.get('job_id')}: {key}: {value!r} is not a number")
+    return value
+
+
+def job_id(job: dict, index: int) -> int:
+    """A job's id: Slurm's are integers, and the printed lines are meant for `sh`, so nothing else passes."""
+    value = job.get("job_id")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SnapshotError(f"squeue: jobs[{index}].job_id: expected a non-negative integer, got {value!r}")
     return value
 
 
@@ -105,6 +116,7 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
             raise SnapshotError(f"squeue: jobs[{i}]: expected an object, got {type(job).__name__}")
         if partition is not None and partition not in str(job.get("partition", "")).split(","):
             continue
+        jid = job_id(job, i)
         state = states(job)
         if state & HOLDING:
             end = job.get("end_time")
@@ -112,14 +124,14 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
                 end = number(job, "start_time") + 60 * unlimited_minutes
             else:
                 end = number(job, "end_time")
-            entry = {"id": job["job_id"], "processors": number(job, "cpus"), "expected_end": end}
-            if processors_per_node > 1 and job.get("node_count") is not None:  # spread over more nodes
-                entry["nodes"] = max(number(job, "node_count"), -(-entry["processors"] // processors_per_node))
+            entry = {"id": jid, "processors": number(job, "cpus"), "expected_end": end}
+            if processors_per_node > 1 and job.get("node_count") is not None:  # decide() refuses too few nodes
+                entry["nodes"] = number(job, "node_count")
             running.append(entry)
         elif "PENDING" in state:
             why = not_ranked(job, processors)
             if why is not None:
-                left_out[job["job_id"]] = why
+                left_out[jid] = why
                 continue
             minutes = time_limit_minutes(job, unlimited_minutes)
             eligible = job.get("eligible_time")
@@ -127,10 +139,24 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
                 isinstance(eligible, dict) and (not eligible.get("set", True) or not eligible.get("number"))) \
                 else number(job, "submit_time")
             if now - since > MAX_WAIT_DAYS * 86400:  # the service refuses such waits: two clocks' times?
-                left_out[job["job_id"]] = f"waits more than {MAX_WAIT_DAYS} days (a submit time of 0, --now in ms?)"
+                left_out[jid] = f"waits more than {MAX_WAIT_DAYS} days (a submit time of 0, --now in ms?)"
                 continue
-            waiting.append({"id": job["job_id"], "submit": min(since, now), "requested_time": 60 * minutes,
-                            "processors": number(job, "cpus"), "user": job.get("user_name")})
+            if since > now + CLOCK_SKEW:  # a few seconds between the controller's clock and ours are no wait
+                left_out[jid] = f"eligible {since - now:.0f} s after --now (a begin time, or clocks apart?)"
+                continue
+            cpus = number(job, "cpus")
+            if processors_per_node > 1 and job.get("node_count") is not None:
+                # whole nodes: a job asking for more of them than its processors fill holds them all
+                cpus = max(cpus, number(job, "node_count") * processors_per_node)
+                if cpus > processors:
+                    left_out[jid] = (f"{cpus // processors_per_node} nodes of {processors_per_node} processors, "
+                                     f"more than --processors {processors}")
+                    continue
+            waiting.append({"id": jid, "submit": min(since, now), "requested_time": 60 * minutes,
+                            "processors": cpus, "user": job.get("user_name")})
+    if partition is not None and squeue["jobs"] and not running and not waiting and not left_out:
+        seen = sorted({str(job.get("partition")) for job in squeue["jobs"] if isinstance(job, dict)})
+        raise SnapshotError(f"--partition {partition}: no job of squeue's is in it (its partitions: {', '.join(seen)})")
     capacity = {"processors": processors} if processors_per_node == 1 else {
         "nodes": processors // processors_per_node, "processors_per_node": processors_per_node}
     return {"now": now, "capacity": capacity, "running": running, "waiting": waiting}, left_out
@@ -155,6 +181,8 @@ def main(argv=None) -> int:
                 f"({args.processors_per_node})")
     if args.threads < 1:
         p.error(f"--threads must be >= 1, got {args.threads}")
+    if args.unlimited_minutes < 1:
+        p.error(f"--unlimited_minutes must be >= 1, got {args.unlimited_minutes}")
     try:  # a name Slurm stored in another encoding must not stop the hook: only numbers are read
         data = Path(args.input).read_bytes() if args.input else sys.stdin.buffer.read()
         squeue, now = json.loads(data.decode("utf-8", errors="replace")), time.time() if args.now is None else args.now

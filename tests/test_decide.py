@@ -162,6 +162,7 @@ BAD = [
     ({"waiting": [{"id": "x", "submit": float("nan"), "requested_time": 5, "processors": 1}]},
      "waiting[0].submit: nan is not a finite number"),
     ({"capacity": {"nodes": 16}}, "capacity.processors_per_node: missing beside nodes"),
+    ({"capacity": {"processors": 8, "processors_per_node": 4}}, "capacity.processors_per_node: given without nodes"),
     ({"held": {"id": "zz", "shadow": "later"}}, "held.shadow: 'later' is not a finite number"),
     ({"now": 10**400}, "now: 10000000000000000000... (401 characters) is out of range"),
     ({"capacity": {"nodes": 1, "processors_per_node": 10**30}}, "capacity.processors_per_node: "),
@@ -234,8 +235,27 @@ def test_cli_file_stdin_and_serve(tmp_path, onnx_policy):
     answers = [json.loads(line) for line in served.stdout.splitlines()]
     assert [a.get("error") for a in answers] == [
         None, "snapshot: not UTF-8 text (byte 0xe9 at offset 9)",
-        "snapshot: Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits; use "
-        "sys.set_int_max_str_digits() to increase the limit", "snapshot: an empty line (one snapshot a line)", None]
+        "snapshot: an integer of more digits than any time or size has", "snapshot: an empty line (one snapshot a "
+        "line)", None]
+    twice = json.dumps(MINIMAL).replace('"processors": 256', '"processors": 300, "processors": 256')
+    assert twice != json.dumps(MINIMAL)
+    bad = run_decide("--policy", onnx_policy, stdin=twice)
+    assert bad.returncode == 2 and json.loads(bad.stdout) == {
+        "error": "snapshot: the key 'processors' appears twice in one object"}
+    # a reader that stops reading (`| head -1`) ends the service quietly
+    reader = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "decide.py"), "--policy", str(onnx_policy),
+                               "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    reader.stdin.write((json.dumps(MINIMAL) + "\n").encode())
+    reader.stdin.flush()
+    assert json.loads(reader.stdout.readline())["start_now"] == ["b7"]
+    reader.stdout.close()
+    try:  # the service may have gone before all of it is written
+        reader.stdin.write(((json.dumps(MINIMAL) + "\n") * 20_000).encode())
+        reader.stdin.close()
+    except BrokenPipeError:
+        pass
+    assert reader.wait(timeout=120) == 0 and b"Traceback" not in reader.stderr.read()
     not_utf8 = tmp_path / "latin1.json"
     not_utf8.write_bytes(json.dumps({**MINIMAL, "now": 1}).encode()[:-1] + b', "x": "\xe9"}')
     bad = run_decide("--policy", onnx_policy, "--snapshot", not_utf8)
@@ -250,6 +270,15 @@ def test_export_refuses_to_replace_a_file_and_the_onnx_path_needs_no_torch(tmp_p
     refused = run_decide("--policy", POLICY, "--export", keep)
     assert refused.returncode == 2 and "exists; name another file or pass --overwrite" in refused.stderr
     assert keep.read_text() == "mine"
+    # decide tells an export from a checkpoint by its name's .onnx, in any case
+    for args, message in ((("--policy", POLICY, "--export", tmp_path / "policy.bin"),
+                           "--export: the file's name must end in .onnx, got"),
+                          (("--policy", onnx_policy, "--export", tmp_path / "again.onnx"), "is an export already")):
+        refused = run_decide(*args)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+    upper = tmp_path / "POLICY.ONNX"
+    upper.write_bytes(Path(onnx_policy).read_bytes())
+    assert json.loads(run_decide("--policy", upper, stdin=json.dumps(MINIMAL)).stdout)["start_now"] == ["b7"]
     code = ("import json, sys; from lightning_sched.decide import decide, load_scorer; "
             f"a = decide(json.loads(sys.argv[1]), load_scorer({str(onnx_policy)!r})); "
             "assert 'torch' not in sys.modules, 'torch imported'; print(a['start_now'])")
@@ -335,6 +364,34 @@ def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
                            processors_per_node=16)
     assert nodes["capacity"] == {"nodes": 4, "processors_per_node": 16} and nodes["running"][0]["nodes"] == 2
     assert read_snapshot(nodes).free_nodes == 2
+    # a pending job's node_count: it holds those nodes whole (or is too large for the partition)
+    wide = {**pending, "job_id": 33, "cpus": 4, "node_count": 3}
+    nodes, left_out = snapshot_of({"jobs": [spread, wide, {**wide, "job_id": 34, "node_count": 5}]}, 64, now, 60,
+                                  processors_per_node=16)
+    assert [(j["id"], j["processors"]) for j in nodes["waiting"]] == [(33, 48)]
+    assert left_out == {34: "5 nodes of 16 processors, more than --processors 64"}
+    assert read_snapshot(nodes).free_nodes == 2  # so 33 does not fit now
+    # a running job on fewer nodes than --processors_per_node needs: decide's refusal, not a silent fix
+    crowded = {**spread, "cpus": 64, "node_count": 1}
+    with pytest.raises(SnapshotError, match="running\\[0\\].nodes: 1 nodes cannot hold its 64 processors"):
+        read_snapshot(snapshot_of({"jobs": [crowded]}, 128, now, 60, processors_per_node=32)[0])
+    # eligible beyond a minute after --now: left out and named (a few seconds of skew count as now)
+    soon, later = ({**pending, "job_id": 35, "eligible_time": now + 30},
+                   {**pending, "job_id": 36, "eligible_time": now + 7200})
+    snapshot, left_out = snapshot_of({"jobs": [soon, later]}, 256, now, 60)
+    assert [(j["id"], j["submit"]) for j in snapshot["waiting"]] == [(35, now)]
+    assert left_out == {36: "eligible 7200 s after --now (a begin time, or clocks apart?)"}
+    gpu = {**pending, "partition": "gpu"}
+    for odd, message in (([{**gpu, "job_id": [5]}], "squeue: jobs[0].job_id: expected a non-negative integer, got [5]"),
+                         ([{**gpu, "job_id": "7; echo INJECTED"}], "got '7; echo INJECTED'"),
+                         ([{**pending, "job_id": 1, "partition": "cpu"}],
+                          "--partition gpu: no job of squeue's is in it (its partitions: cpu)")):
+        with pytest.raises(SnapshotError, match=re.escape(message)):
+            snapshot_of({"jobs": odd}, 256, now, 60, partition="gpu")
+    zero = subprocess.run([sys.executable, str(ROOT / "scripts" / "squeue_hook.py"), "--policy", str(onnx_policy),
+                           "--processors", "256", "--input", str(path), "--unlimited_minutes", "0"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert zero.returncode == 2 and "--unlimited_minutes must be >= 1, got 0" in zero.stderr
     # a job name in another encoding does not stop the hook (only numbers are read)
     named = json.dumps({"jobs": [{**pending, "job_id": 41, "name": "NAME"}]}).encode()
     path.write_bytes(named.replace(b"NAME", b"r\xe9s"))

@@ -99,7 +99,7 @@ def checked_settings(queue, path) -> dict:
 def load_scorer(path, threads: int | None = None):
     """The Scorer of a policy file: .onnx -> OnnxScorer (on `threads` threads, default 1), anything
     else a checkpoint -> TorchScorer (torch's threads set to `threads` when given, else left)."""
-    if Path(path).suffix == ".onnx":
+    if Path(path).suffix.lower() == ".onnx":
         return OnnxScorer(path, 1 if threads is None else threads)
     return TorchScorer(path, threads)
 
@@ -115,6 +115,10 @@ def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
     from ..files import write_file
     from ..queue.policy import load_queue_policy
 
+    if Path(out).suffix.lower() != ".onnx":  # load_scorer tells an export from a checkpoint by the name
+        raise ConfigError(f"--export: the file's name must end in .onnx, got {out}")
+    if Path(checkpoint).suffix.lower() == ".onnx":
+        raise ConfigError(f"--export: {checkpoint} is an export already (it reads a queue checkpoint, .ckpt)")
     net, cfg = load_queue_policy(checkpoint)
     if net.spec.context or net.spec.extra_inputs or net.spec.clock:  # inputs the graph does not take yet
         raise ConfigError(f"{checkpoint}: a policy with QueuePolicySpec.context, rule_ranks, fit_delay or clock "
