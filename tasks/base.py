@@ -115,6 +115,13 @@ class IterationTask(LightningModule):
         """Before an optimizer step: non-finite gradients stop training before they are applied."""
         require_finite(self, f"at iteration {self.global_step}", gradients=True)
 
+    def require_full_precision(self, why: str) -> None:
+        """A ConfigError unless the trainer runs in 32 or 64 bits: steps taken past Lightning's optimizer
+        wrapper (`why`) skip its precision plugin, whose loss scaling they would apply unscaled."""
+        if str(self.trainer.precision) not in ("32-true", "32", "64-true", "64"):
+            raise ConfigError(f"trainer.precision {self.trainer.precision}: {type(self).__name__} trains in 32-true "
+                              f"or 64-true ({why})")
+
     def on_train_batch_end(self, outputs, batch, batch_idx):
         # after the optimizer step and before any validation or checkpoint of this iteration: finite
         # gradients times a huge step size can still overflow

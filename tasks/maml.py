@@ -170,7 +170,8 @@ class MAML(SchedulerTask):
                                   inner_jobsets=inner_jobsets, inner_episodes=inner_episodes,
                                   outer_jobsets=outer_jobsets, outer_episodes=outer_episodes)
         self.inner = AdaptationSettings(steps=inner_steps, jobsets=inner_jobsets, episodes=inner_episodes, lr=inner_lr,
-                                        optimizer=inner_optimizer, normalize_advantage=normalize_advantage)
+                                        optimizer=inner_optimizer, normalize_advantage=normalize_advantage,
+                                        baseline=type(self.baseline).__name__)
         if init_from is not None:
             warm_start(self.net, init_from)
         self.family = family

@@ -374,9 +374,7 @@ class QueuePPO(IterationTask):
         return {key: total / count for key, total in sums.items()}
 
     def configure_optimizers(self):
-        if str(self.trainer.precision) not in ("32-true", "32", "64-true", "64"):  # iterate() steps past the plugin
-            raise ConfigError(f"trainer.precision {self.trainer.precision}: QueuePPO trains in 32-true or 64-true "
-                              "(its minibatch steps within an iteration bypass Lightning's precision plugin)")
+        self.require_full_precision("its minibatch steps within an iteration bypass Lightning's precision plugin")
         return torch.optim.Adam(self.net.parameters(), lr=self.ppo.lr)
 
     # ----- validation: the greedy policy on fixed sequences --------------------------------------

@@ -256,5 +256,8 @@ class Reinforce(SchedulerTask):
                        "perf/rollout_s": self._perf["perf/rollout_s"]}, on_step=True, on_epoch=False)
 
     def configure_optimizers(self):
+        if self.ppo.epochs > 1:
+            self.require_full_precision("with ppo.epochs > 1 the steps before an iteration's last bypass Lightning's "
+                                        "precision plugin")
         rms = self.rmsprop
         return torch.optim.RMSprop(self.net.parameters(), lr=rms.lr, alpha=rms.alpha, eps=rms.eps)

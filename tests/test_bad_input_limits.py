@@ -239,3 +239,14 @@ def test_queue_training_in_another_precision_is_one_line(fit_main, capsys, tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert stopped.value.code == 2 and err[-1].startswith("error: trainer.precision bf16-mixed: QueuePPO trains in "
                                                           "32-true"), err
+
+
+def test_reinforce_with_several_epochs_in_another_precision_is_one_line(fit_main, capsys, tmp_path):
+    # the steps before an iteration's last bypass the precision plugin's loss scaling: refused
+    with pytest.raises(SystemExit) as stopped:
+        fit_main(["fit", "--config", str(ROOT / "configs" / "smoke.yaml"), "--trainer.precision", "bf16-mixed",
+                  "--model.init_args.ppo.epochs", "2", "--threads", "1", "--trainer.logger", "false",
+                  "--trainer.default_root_dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and err[-1].startswith("error: trainer.precision bf16-mixed: Reinforce trains in "
+                                                          "32-true or 64-true (with ppo.epochs > 1"), err

@@ -7,10 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from lightning.pytorch import Callback, Trainer
 
-from lightning_sched import ClusterConfig, DeepRMWorkload, WorkloadFamily
+from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, WorkloadFamily
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.learning.adaptation import AdaptationSettings, adapt, scale_gradients
 from lightning_sched.policies.networks import PolicySpec, make_policy
@@ -328,3 +329,21 @@ def test_tasks_with_cluster_sizes_roll_out_on_their_own_cluster_and_train():
         MAML(cluster_sizes=[[5, 10]])
     with pytest.raises(ConfigError, match=r"cluster_sizes holds \[5\]"):
         MAML(cluster_sizes=[[5]], policy=spec)
+
+
+def test_a_meta_policys_record_names_its_inner_loops_baseline_and_adapt_uses_it(monkeypatch):
+    from lightning_sched.learning import adaptation as adaptation_module
+    from lightning_sched.learning.baselines import ClusterTimeBaseline, make_baseline
+    record = MAML(baseline=ClusterTimeBaseline(), meta_batch=2).policy_record()
+    settings = AdaptationSettings.from_checkpoint(record.adaptation, steps=1, jobsets=1, episodes=2)
+    assert settings.baseline == "ClusterTimeBaseline"
+    assert AdaptationSettings.from_checkpoint(None, steps=1).baseline == "TimeIndexedBaseline"  # older records
+    used = []
+    monkeypatch.setattr(adaptation_module, "make_baseline", lambda name: used.append(name) or make_baseline(name))
+    cfg = ClusterConfig(observation="none")
+    workload = DeepRMWorkload(simu_len=10)
+    net = make_policy(PolicySpec(masked=True), cfg)
+    adapt(net, cfg, workload, settings, make_jobsets(workload, 2, 12_345))
+    assert used == ["ClusterTimeBaseline"]
+    with pytest.raises(ConfigError, match="baseline 'MeanBaseline' is not one of TimeIndexedBaseline"):
+        make_baseline("MeanBaseline")

@@ -15,7 +15,7 @@ from ..deeprm.rollout import collect
 from ..evaluation import EvalResult, evaluate, make_jobsets
 from ..jobs import JobSet
 from ..policies.acting import SAMPLED, Acting, NetworkPolicy
-from .baselines import Baseline, TimeIndexedBaseline
+from .baselines import Baseline, make_baseline
 from .finite import require_finite
 from .policy_gradient import policy_gradient
 
@@ -83,6 +83,7 @@ class AdaptationSettings:
     # Meta-SGD (Li et al., 2017): a learned step size per weight, multiplying lr; {parameter name:
     # tensor of its shape}. Only with sgd (Adam and RMSprop divide any gradient scale away).
     step_sizes: dict[str, torch.Tensor] | None = field(default=None, repr=False, compare=False)
+    baseline: str = "TimeIndexedBaseline"  # learning.baselines.BASELINES: the inner loop's, in a meta-policy's record
 
     def __post_init__(self) -> None:
         for name in ("jobsets", "episodes"):
@@ -132,7 +133,7 @@ def adapt(net: torch.nn.Module, cfg: ClusterConfig, workload, settings: Adaptati
     Returns the evaluation summaries, one per step, each with the step's training figures; `report(step, summary,
     result)` sees each as it comes, with its EvalResult (per-jobset values, to pair with another policy's).
     `eval_steps`: evaluate only after these steps (default: all; the last step always)."""
-    baseline = baseline or TimeIndexedBaseline()
+    baseline = baseline or make_baseline(settings.baseline)
     optimizer = settings.make_optimizer(net.parameters())
     generator = torch.Generator(device=device).manual_seed(seed)
     summaries = []

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from ..config import ConfigError
+
 
 class Baseline:
     """advantages(returns, active, time, episodes) -> FloatTensor[S, B]."""
@@ -64,6 +66,17 @@ class ClusterTimeBaseline(Baseline):
         mean = at_time.view(b // episodes, episodes, -1).mean(1, keepdim=True)  # [N, 1, last+1]
         baseline = mean.expand(-1, episodes, -1).reshape(b, -1).gather(1, time.T.clamp(0, last)).T  # [S, B]
         return torch.where(active, returns - baseline, 0.0)
+
+
+BASELINES = {cls.__name__: cls for cls in (TimeIndexedBaseline, ClusterTimeBaseline, NoBaseline)}
+
+
+def make_baseline(name: str) -> Baseline:
+    """The baseline a record names (e.g. a meta-policy's inner loop: AdaptationSettings.baseline)."""
+    if name not in BASELINES:
+        raise ConfigError(f"baseline {name!r} is not one of {', '.join(BASELINES)} (a baseline of your own: pass "
+                          "the object to learning.adaptation.adapt)")
+    return BASELINES[name]()
 
 
 def per_sequence_scaled(advantage: torch.Tensor, active: torch.Tensor, episodes: int) -> torch.Tensor:
