@@ -39,6 +39,7 @@ from lightning_sched.deeprm.rollout import Trajectories, collect
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.learning.adaptation import AdaptationSettings, meta_sgd_callback
 from lightning_sched.learning.baselines import Baseline
+from lightning_sched.learning.meta import LearnedStepSizes, add_first_order_gradients, require_learnable_step_sizes
 from lightning_sched.learning.policy_gradient import PolicyGradient, policy_gradient
 from lightning_sched.policies.checkpoints import PolicyRecord, warm_start
 from lightning_sched.policies.networks import PolicySpec, make_policy
@@ -179,16 +180,8 @@ class MAML(SchedulerTask):
         self.encoders = {}  # task cluster -> a network of that size; only its encode() is used
         self.log_step_sizes = None
         if learn_step_sizes:
-            if inner_optimizer != "sgd":
-                raise ConfigError(f"MAML.learn_step_sizes needs inner_optimizer 'sgd' (Adam divides the step sizes "
-                                  f"away), got {inner_optimizer!r}")
-            if first_order:
-                raise ConfigError("MAML.learn_step_sizes needs second-order gradients (first_order=True gives the "
-                                  "step sizes none)")
-            if inner_steps == 0:
-                raise ConfigError("MAML.learn_step_sizes needs inner_steps >= 1 (there is no step to size)")
-            self.log_step_sizes = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros_like(p))
-                                                          for p in self.net.parameters()])
+            require_learnable_step_sizes("MAML", inner_optimizer, first_order, inner_steps)
+            self.log_step_sizes = LearnedStepSizes(self.net)
 
     def make_task_clusters(self, cluster_sizes, policy: PolicySpec) -> list[ClusterConfig] | None:
         if cluster_sizes is None:
@@ -224,13 +217,9 @@ class MAML(SchedulerTask):
             groups.append({"params": list(self.log_step_sizes), "lr": self.hparams.step_size_lr})
         return torch.optim.Adam(groups)
 
-    def step_sizes(self) -> list[torch.Tensor] | None:
+    def step_sizes(self) -> dict[str, torch.Tensor] | None:
         """Meta-SGD's per-weight step multipliers, in the order of net.parameters() (differentiable)."""
-        return None if self.log_step_sizes is None else [s.exp() for s in self.log_step_sizes]
-
-    def named_log_step_sizes(self) -> list[tuple[str, torch.nn.Parameter]]:
-        """(parameter name, its log step sizes) pairs."""
-        return [(name, s) for (name, _), s in zip(self.net.named_parameters(), self.log_step_sizes, strict=True)]
+        return None if self.log_step_sizes is None else self.log_step_sizes.sizes()
 
     # ----- tasks and rollouts -----------------------------------------------------------------------
     # Seed streams of one iteration (iteration_seed): 0 the tasks, 1 + 100 * step the inner rollouts of
@@ -297,10 +286,10 @@ class MAML(SchedulerTask):
                        "train/entropy": torch.stack([pg.entropy for pg in outer]).mean(),
                        "perf/iteration_s": time.perf_counter() - start},
                       on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
-        if self.log_step_sizes is not None:  # geometric mean of each tensor's learned step multiplier
-            self.log_dict({f"train/step_size/{name}": s.detach().mean().exp()
-                           for name, s in self.named_log_step_sizes()},
-                          on_step=True, on_epoch=False)
+        if self.log_step_sizes is not None:
+            means = self.log_step_sizes.geometric_means()  # each tensor's learned step multiplier
+            self.log_dict({f"train/step_size/{name}": size for name, size in means.items()}, on_step=True,
+                          on_epoch=False)
         self.log("iteration", float(self.global_step), prog_bar=True, on_step=True, on_epoch=False)
 
     def meta_gradient(self, meta_loss: torch.Tensor, fnets) -> None:
@@ -311,11 +300,7 @@ class MAML(SchedulerTask):
             self.manual_backward(meta_loss)
             return
         meta_params = list(self.net.parameters())
-        grads = torch.autograd.grad(meta_loss, [p for fnet in fnets for p in fnet.parameters()], allow_unused=True)
-        per_task = [grads[i:i + len(meta_params)] for i in range(0, len(grads), len(meta_params))]
-        for i, p in enumerate(meta_params):
-            found = [task[i] for task in per_task if task[i] is not None]
-            p.grad = torch.stack(found).sum(0) if found else torch.zeros_like(p)
+        add_first_order_gradients(meta_params, meta_loss, [list(fnet.parameters()) for fnet in fnets])
         self.mean_over_ranks(meta_params)
 
     # ----- evaluation and checkpoints -----------------------------------------------------------------
@@ -328,5 +313,5 @@ class MAML(SchedulerTask):
         """With the inner loop the meta-policy was trained for: scripts/adapt.py adapts with it."""
         inner = {k: v for k, v in vars(self.inner).items() if k not in ("steps", "step_sizes")}
         if self.log_step_sizes is not None:
-            inner["step_sizes"] = {name: s.detach().exp().cpu() for name, s in self.named_log_step_sizes()}
+            inner["step_sizes"] = self.log_step_sizes.record()
         return replace(super().policy_record(), adaptation=inner)

@@ -32,6 +32,7 @@ import torch
 from lightning_sched import seeds
 from lightning_sched.config import ConfigError
 from lightning_sched.learning.adaptation import meta_sgd_callback
+from lightning_sched.learning.meta import LearnedStepSizes, add_first_order_gradients, require_learnable_step_sizes
 from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue.adaptation import adapt, reinforce_loss, rollout, site_env
 from lightning_sched.queue.config import QueueConfig
@@ -102,9 +103,8 @@ class QueueMAML(IterationTask):
             raise ConfigError(f"QueueMAML.site_sampling must be uniform or rule_gap, got {site_sampling!r}")
         require_at_least("QueueMAML", 0, inner_steps=inner_steps)
         require_positive("QueueMAML", inner_lr=inner_lr, meta_lr=meta_lr, step_size_lr=step_size_lr)
-        if learn_step_sizes and (first_order or inner_steps == 0):
-            raise ConfigError(f"QueueMAML.learn_step_sizes needs second-order gradients and inner_steps >= 1 (else the "
-                              f"step sizes get no gradient), got first_order {first_order}, inner_steps {inner_steps}")
+        if learn_step_sizes:
+            require_learnable_step_sizes("QueueMAML", "sgd", first_order, inner_steps)
         if inner_steps > 0 and rollouts_per_site != 1:
             raise ConfigError("QueueMAML.rollouts_per_site is for the mixture baseline (inner_steps 0) only")
         if meta_batch > len(TRAINING_SITES):
@@ -129,8 +129,7 @@ class QueueMAML(IterationTask):
         # MAML trains the scorer only; under DDP a parameter that never gets a gradient (the critic's)
         # would be waited for at every step
         self.net.value.requires_grad_(False)
-        self.log_step_sizes = torch.nn.ParameterList(
-            [torch.nn.Parameter(torch.zeros_like(p)) for p in self.net.scorer.parameters()] if learn_step_sizes else [])
+        self.log_step_sizes = LearnedStepSizes(self.net.scorer) if learn_step_sizes else None
         self.sites = [(name, model, site_log(name, model, traces)) for name, model in TRAINING_SITES]
         first = self.sites[0][2]
         self.cfg = first.config(backfill=backfill, window=window, sequence_length=sequence_length,
@@ -175,10 +174,7 @@ class QueueMAML(IterationTask):
         if self.hparams.inner_params == "prior_weights":
             return {name: torch.full_like(p, float(name == "prior_weights")).detach()
                     for name, p in self.net.scorer.named_parameters()}
-        if not self.hparams.learn_step_sizes:
-            return None
-        return {name: s.exp() for (name, _), s in zip(self.net.scorer.named_parameters(), self.log_step_sizes,
-                                                      strict=True)}
+        return None if self.log_step_sizes is None else self.log_step_sizes.sizes()
 
     def env(self, site: int) -> QueueEnv:
         """Site `site`'s training env (fresh sequences at every reset; training_step seeds them), built once."""
@@ -238,10 +234,10 @@ class QueueMAML(IterationTask):
         self.log_dict({"train/meta_loss": meta_loss, "train/mean_bounded_slowdown": sum(bsld) / len(bsld)},
                       on_step=True, on_epoch=False)
         self.log("bsld", sum(bsld) / len(bsld), prog_bar=True, on_step=True, on_epoch=False, logger=False)
-        if hp.learn_step_sizes:  # geometric mean of each tensor's learned step multiplier
-            self.log_dict({f"train/step_size/{name}": float(s.detach().mean().exp()) for (name, _), s in
-                           zip(self.net.scorer.named_parameters(), self.log_step_sizes, strict=True)},
-                          on_step=True, on_epoch=False)
+        if self.log_step_sizes is not None:
+            means = self.log_step_sizes.geometric_means()  # each tensor's learned step multiplier
+            self.log_dict({f"train/step_size/{name}": size for name, size in means.items()}, on_step=True,
+                          on_epoch=False)
 
     def meta_backward(self, loss: torch.Tensor, fnet) -> None:
         """The meta-gradient of a site's loss: through the inner steps, or (first order) the gradient
@@ -249,10 +245,7 @@ class QueueMAML(IterationTask):
         if not self.hparams.first_order:
             self.manual_backward(loss)
             return
-        grads = torch.autograd.grad(loss, list(fnet.parameters()), allow_unused=True)
-        for p, g in zip(self.net.scorer.parameters(), grads, strict=True):
-            if g is not None:
-                p.grad = g if p.grad is None else p.grad + g
+        add_first_order_gradients(list(self.net.scorer.parameters()), loss, [list(fnet.parameters())])
 
     def evaluation_command(self, checkpoint: str) -> tuple[str, list[str]]:
         """(the script, its arguments) that adapt `checkpoint` with its own inner loop to the first
