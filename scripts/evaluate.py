@@ -77,6 +77,39 @@ def main(argv=None) -> int:
     known, rest = pre.parse_known_args(argv)
     if known.env == "queue":
         return queue_main(rest)
+    ap = deeprm_parser()
+    args = ap.parse_args(argv)
+    changed = [f"--{name}" for name in ("jobsets", "load") if getattr(args, name) != ap.get_default(name)]
+    if args.jobset_file and changed:  # the file's jobsets are what runs (--seed still seeds random decisions)
+        raise ConfigError(f"--jobset_file {args.jobset_file} fixes the jobsets: {', '.join(changed)} would change "
+                          "nothing")
+    set_threads(args.threads)
+    if args.save_jobsets:
+        refuse_output(args.save_jobsets, args.overwrite, "--save_jobsets",
+                      [p for p in [*args.policy, args.jobset_file] if p and Path(p).suffix])
+    cfg, sized, trace = setup_from_args(args, [p for p in args.policy if p.endswith(".ckpt")])
+    flags = {"greedy": args.greedy, "idle_rule": args.idle_rule, "wait_rate": args.wait_rate}
+    policies = [resolve_policy(p, cfg, args.device, args.seed, sized, flags) for p in args.policy]
+    reads_rate = any(isinstance(policy, NetworkPolicy) and policy.acting.idle_rule == "while_frequent"
+                     for _, policy, _ in policies)
+    if args.wait_rate is not None and not reads_rate:
+        raise ConfigError(f"--wait_rate {args.wait_rate} changes nothing: no policy here acts with idle rule "
+                          f"while_frequent (give --idle_rule while_frequent, or a checkpoint that acts so)")
+    # a checkpoint fixes the cluster; all policies in one table must share it (the reward they
+    # were trained for may differ: the table measures every metric)
+    cluster = policies[0][2]
+    for name, _, other in policies[1:]:
+        cluster.require_same_cluster(other, policies[0][0], name, may_differ=REWARD_FIELDS)
+    counts = len(policies), sum(isinstance(policy, NetworkPolicy) for _, policy, _ in policies)  # the work budget's
+    jobs, workload_desc, trace_counts = evaluation_jobsets(args, cluster, trace, counts)
+    lines = compare_policies(policies, cluster, jobs, workload_desc, trace_counts, args)
+    if args.json:
+        print("\n".join(lines))
+    return 0
+
+
+def deeprm_parser() -> ScriptParser:
+    """evaluate.py's flags for DeepRM's cluster."""
     ap = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--env", choices=("deeprm", "queue"), default="deeprm",
                     help="deeprm: DeepRM's cluster (these flags); queue: an SWF log job by job (--env queue --help)")
@@ -108,30 +141,13 @@ def main(argv=None) -> int:
     ap.add_argument("--device", type=torch_device, default="cpu")
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--json", action="store_true", help="also print one JSON line per policy")
-    args = ap.parse_args(argv)
-    changed = [f"--{name}" for name in ("jobsets", "load") if getattr(args, name) != ap.get_default(name)]
-    if args.jobset_file and changed:  # the file's jobsets are what runs (--seed still seeds random decisions)
-        raise ConfigError(f"--jobset_file {args.jobset_file} fixes the jobsets: {', '.join(changed)} would change "
-                          "nothing")
-    set_threads(args.threads)
-    if args.save_jobsets:
-        refuse_output(args.save_jobsets, args.overwrite, "--save_jobsets",
-                      [p for p in [*args.policy, args.jobset_file] if p and Path(p).suffix])
-    cfg, sized, trace = setup_from_args(args, [p for p in args.policy if p.endswith(".ckpt")])
-    flags = {"greedy": args.greedy, "idle_rule": args.idle_rule, "wait_rate": args.wait_rate}
-    policies = [resolve_policy(p, cfg, args.device, args.seed, sized, flags) for p in args.policy]
-    reads_rate = any(isinstance(policy, NetworkPolicy) and policy.acting.idle_rule == "while_frequent"
-                     for _, policy, _ in policies)
-    if args.wait_rate is not None and not reads_rate:
-        raise ConfigError(f"--wait_rate {args.wait_rate} changes nothing: no policy here acts with idle rule "
-                          f"while_frequent (give --idle_rule while_frequent, or a checkpoint that acts so)")
-    # a checkpoint fixes the cluster; all policies in one table must share it (the reward they
-    # were trained for may differ: the table measures every metric)
-    cluster = policies[0][2]
-    for name, _, other in policies[1:]:
-        cluster.require_same_cluster(other, policies[0][0], name, may_differ=REWARD_FIELDS)
-    counts = len(policies), sum(isinstance(policy, NetworkPolicy) for _, policy, _ in policies)  # the work budget's
-    trace_counts = {}  # with --trace, every JSON line also says what the mapping dropped and clipped
+    return ap
+
+
+def evaluation_jobsets(args, cluster, trace, counts: tuple[int, int]) -> tuple[JobSet, str, dict]:
+    """(the jobsets every policy runs on: a file's, a trace's or the workload's, each checked against
+    the work and memory budget; their description; with --trace what its mapping dropped and clipped)."""
+    trace_counts = {}
     if args.jobset_file and trace:
         raise ConfigError("give --jobset_file or --trace, not both")
     if args.jobset_file:
@@ -161,7 +177,12 @@ def main(argv=None) -> int:
     jobs.validate(cluster)
     if args.jobset_file:
         jobs.require_arrivals_in_episode(cluster)
+    return jobs, workload_desc, trace_counts
 
+
+def compare_policies(policies, cluster, jobs: JobSet, workload_desc: str, trace_counts: dict, args) -> list[str]:
+    """Every policy on `jobs`, printed as a table with each one's paired difference to the first
+    (the objective's metric and mean slowdown); the JSON lines of the rows."""
     print(f"{jobs.batch_size} jobsets x {args.episodes} episodes of {workload_desc}, seed {args.seed}, "
           f"objective {cluster.objective}; mean ± 95% CI over jobsets")
     width = max(NAME_WIDTH, *(len(name) + 1 for name, _, _ in policies))  # long paths keep the columns aligned
@@ -185,9 +206,7 @@ def main(argv=None) -> int:
             print(f"  note: {summary['unfinished_jobs']} jobs unfinished at max_time={pcfg.max_time} "
                   "(counted with f capped at the final time)")
         lines.append(json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in summary.items()}))
-    if args.json:
-        print("\n".join(lines))
-    return 0
+    return lines
 
 
 def queue_main(argv) -> int:
