@@ -230,55 +230,11 @@ def queue_main(argv) -> int:
     """adapt.py --env queue: queue policies adapted to a site in a few REINFORCE steps on its own
     history (its first 80%), each measured greedily after every step on sequences of 1024 jobs from
     the rest (docs/hpc_queue.md, "Sites"), with the rules and paired differences on the same sequences."""
-    from lightning_sched.evaluation import mean_ci95
-    from lightning_sched.plots import adaptation_curves
-    from lightning_sched.queue.adaptation import adaptation_curve
-    from lightning_sched.queue.evaluation import (
-        EVAL_LENGTH,
-        RULES,
-        TRAIN_FRACTION,
-        evaluate_queue,
-        heuristic_policies,
-        network_config,
-        protocol_starts,
-        spread_starts,
-    )
+    from lightning_sched.queue.evaluation import EVAL_LENGTH, TRAIN_FRACTION, protocol_starts
     from lightning_sched.queue.log import read_queue_log
-    from lightning_sched.queue.policy import (
-        QueueNetwork,
-        QueuePolicyRecord,
-        QueuePolicySpec,
-        queue_network,
-        read_queue_record,
-    )
+    from lightning_sched.queue.policy import QueuePolicyRecord, read_queue_record
 
-    ap = ScriptParser(prog="adapt.py --env queue", description=queue_main.__doc__)
-    ap.add_argument("--policy", nargs="+", required=True,
-                    help="queue checkpoints, and/or 'scratch' (a fresh network seeded by --seed)")
-    ap.add_argument("--reference", help="one of --policy that every other is compared with after the same steps "
-                                        "(e.g. the mixture baseline)")
-    ap.add_argument("--trace", help="an SWF log (default: --site's)")
-    ap.add_argument("--load", type=positive_float, help="scale the log's arrivals to this offered load")
-    add_site_flags(ap)
-    ap.add_argument("--steps", type=at_least(0), default=5, help="adaptation steps")
-    ap.add_argument("--measure", type=at_least(0), nargs="+", help="steps after which to measure (default 0..steps)")
-    ap.add_argument("--lr", type=positive_float, help="step size (default: the checkpoint's inner lr, else 0.1; with "
-                    "its recorded per-weight step sizes, learned by Meta-SGD or fixed by inner_params, each "
-                    "weight moves by lr * its own)")
-    ap.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
-    ap.add_argument("--sequences", type=at_least(1), help="sequences a step (default: its inner loop's, else 4)")
-    ap.add_argument("--sequence_length", type=at_least(2), default=256,
-                    help=f"jobs in each adaptation sequence (the test sequences keep {EVAL_LENGTH})")
-    ap.add_argument("--episodes", type=at_least(2), help="episodes of each (default: inner loop's, else 4)")
-    ap.add_argument("--eval_sequences", type=at_least(2), default=50, help="test sequences from the last 20%%")
-    ap.add_argument("--backfill", choices=("off", "easy"), default="off")
-    ap.add_argument("--seed", type=seed_number, default=0, help="seed of the adaptation sequences and actions")
-    ap.add_argument("--out", help="save the first --policy, adapted, to this new file")
-    ap.add_argument("--figure", help="draw the curves to this new file")
-    ap.add_argument("--overwrite", action="store_true", help="let --out and --figure replace existing files")
-    ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
-    ap.add_argument("--json", action="store_true", help="also print one JSON line per policy and step")
-    args = ap.parse_args(argv)
+    args = queue_parser(EVAL_LENGTH).parse_args(argv)
     beyond = [step for step in args.measure or () if step > args.steps]
     if beyond:
         raise ConfigError(f"--measure {beyond[0]} is beyond --steps {args.steps}")
@@ -303,11 +259,70 @@ def queue_main(argv) -> int:
     print(f"adapting on its first {train_jobs} jobs (sequences of {args.sequence_length}); measured on "
           f"{len(starts)} sequences of {EVAL_LENGTH} jobs after "
           f"them, backfill {args.backfill}; mean bounded slowdown ± 95% CI over sequences, differences paired")
+    rules, best = rules_on_site(log, cfg, starts, train_jobs, args.json)
+    curves, (net, policy_cfg) = adapt_policies(args, records, log, cfg, starts, train_jobs)
+    print_curves(curves, rules[best], best, args.reference, log.summary(), args.json)
+    if args.figure:
+        from lightning_sched.evaluation import mean_ci95
+        from lightning_sched.plots import adaptation_curves
+
+        site_name = site.name if site is not None else Path(trace).name
+        fig = adaptation_curves({site_name: {Path(s).stem: {k: mean_ci95(v) for k, v in c.items()}
+                                             for s, c in curves.items()}},
+                                {site_name: {f"{best} (best rule)": mean_ci95(rules[best])}},
+                                ylabel="mean bounded slowdown", title="adapted to the site's first 80%")
+        write_figure(fig, args.figure, args.overwrite)
+        print(f"figure: {args.figure}", file=sys.stderr)
+    if args.out:  # the first --policy, adapted
+        record = QueuePolicyRecord.of(net, replace(policy_cfg, sequence_length=args.sequence_length),
+                                      [log.summary()["log"]], TRAIN_FRACTION)
+        record.save(args.out, args.overwrite)
+        print(f"saved {args.out}", file=sys.stderr)
+    return 0
+
+
+def queue_parser(eval_length: int) -> ScriptParser:
+    """adapt.py --env queue's flags."""
+    ap = ScriptParser(prog="adapt.py --env queue", description=queue_main.__doc__)
+    ap.add_argument("--policy", nargs="+", required=True,
+                    help="queue checkpoints, and/or 'scratch' (a fresh network seeded by --seed)")
+    ap.add_argument("--reference", help="one of --policy that every other is compared with after the same steps "
+                                        "(e.g. the mixture baseline)")
+    ap.add_argument("--trace", help="an SWF log (default: --site's)")
+    ap.add_argument("--load", type=positive_float, help="scale the log's arrivals to this offered load")
+    add_site_flags(ap)
+    ap.add_argument("--steps", type=at_least(0), default=5, help="adaptation steps")
+    ap.add_argument("--measure", type=at_least(0), nargs="+", help="steps after which to measure (default 0..steps)")
+    ap.add_argument("--lr", type=positive_float, help="step size (default: the checkpoint's inner lr, else 0.1; with "
+                    "its recorded per-weight step sizes, learned by Meta-SGD or fixed by inner_params, each "
+                    "weight moves by lr * its own)")
+    ap.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
+    ap.add_argument("--sequences", type=at_least(1), help="sequences a step (default: its inner loop's, else 4)")
+    ap.add_argument("--sequence_length", type=at_least(2), default=256,
+                    help=f"jobs in each adaptation sequence (the test sequences keep {eval_length})")
+    ap.add_argument("--episodes", type=at_least(2), help="episodes of each (default: inner loop's, else 4)")
+    ap.add_argument("--eval_sequences", type=at_least(2), default=50, help="test sequences from the last 20%%")
+    ap.add_argument("--backfill", choices=("off", "easy"), default="off")
+    ap.add_argument("--seed", type=seed_number, default=0, help="seed of the adaptation sequences and actions")
+    ap.add_argument("--out", help="save the first --policy, adapted, to this new file")
+    ap.add_argument("--figure", help="draw the curves to this new file")
+    ap.add_argument("--overwrite", action="store_true", help="let --out and --figure replace existing files")
+    ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
+    ap.add_argument("--json", action="store_true", help="also print one JSON line per policy and step")
+    return ap
+
+
+def rules_on_site(log, cfg, starts, train_jobs: int, as_json: bool) -> tuple[dict, str]:
+    """The five rules on the test sequences `starts`, printed with the best one and the one the site's
+    own history picks (the non-meta way to adapt: run every rule on the first `train_jobs` jobs and keep
+    the best there); ({rule: per-sequence mean bounded slowdown}, the best rule's name)."""
+    from lightning_sched.evaluation import mean_ci95
+    from lightning_sched.queue.evaluation import RULES, evaluate_queue, heuristic_policies, spread_starts
+
     rule_policies = heuristic_policies(RULES, cfg)
     rules = {name: evaluate_queue(policy, rule_cfg, log, starts).sequences["mean_bounded_slowdown"]
              for name, (policy, rule_cfg) in rule_policies.items()}
     best = min(rules, key=lambda n: float(rules[n].mean()))
-    # the non-meta way to adapt: run every rule on the site's own history and keep the best there
     history = spread_starts(log, 0, train_jobs, len(starts))
     on_history = {name: float(evaluate_queue(policy, rule_cfg, log, history).sequences["mean_bounded_slowdown"].mean())
                   for name, (policy, rule_cfg) in rule_policies.items()}
@@ -316,11 +331,22 @@ def queue_main(argv) -> int:
         mean, ci = mean_ci95(values)
         print(f"  {name:8s} {mean:9.2f} ± {ci:7.2f}" + ("  (best rule on these sequences)" if name == best else "")
               + ("  (best rule on the site's history)" if name == chosen else ""))
-    if args.json:
+    if as_json:
         diff, diff_ci = mean_ci95(rules[chosen] - rules[best])
         print(json.dumps({"policy": f"{chosen} (best rule on the site's history)", "site": log.summary(),
                           "mean_bounded_slowdown": mean_ci95(rules[chosen])[0], "sequences": len(starts),
                           "best_rule": best, "minus_best_rule": diff, "minus_best_rule_ci95": diff_ci}))
+    return rules, best
+
+
+def adapt_policies(args, records: dict, log, cfg, starts, train_jobs: int) -> tuple[dict, tuple]:
+    """Each --policy (a checkpoint, or 'scratch': a fresh network) adapted with its own inner loop's
+    settings unless the flags say otherwise, measured after the steps --measure names:
+    ({policy: {step: per-sequence values}}, (the first policy adapted, its queue config))."""
+    from lightning_sched.queue.adaptation import adaptation_curve
+    from lightning_sched.queue.evaluation import network_config
+    from lightning_sched.queue.policy import QueueNetwork, QueuePolicySpec, queue_network
+
     curves, adapted_first = {}, None
     for spec in args.policy:
         if spec == "scratch":
@@ -341,36 +367,29 @@ def queue_main(argv) -> int:
                                              args.optimizer, train_length=args.sequence_length,
                                              measure_at=args.measure, step_sizes=step_sizes)
         adapted_first = adapted_first or (net, policy_cfg)
+    return curves, adapted_first
+
+
+def print_curves(curves: dict, best_values, best: str, reference: str | None, site: dict, as_json: bool) -> None:
+    """Every policy's mean after each measured step, minus the best rule's and minus --reference's after
+    the same step (paired over the test sequences)."""
+    from lightning_sched.evaluation import mean_ci95
+
     for spec, curve in curves.items():
         for step, values in curve.items():
             mean, ci = mean_ci95(values)
             text = f"{spec:40s} step {step:3d}  {mean:9.2f} ± {ci:7.2f}"
-            line = {"policy": spec, "step": step, "site": log.summary(), "mean_bounded_slowdown": mean,
-                    "mean_bounded_slowdown_ci95": ci, "sequences": len(starts), "best_rule": best}
-            line["minus_best_rule"], line["minus_best_rule_ci95"] = mean_ci95(values - rules[best])
+            line = {"policy": spec, "step": step, "site": site, "mean_bounded_slowdown": mean,
+                    "mean_bounded_slowdown_ci95": ci, "sequences": len(values), "best_rule": best}
+            line["minus_best_rule"], line["minus_best_rule_ci95"] = mean_ci95(values - best_values)
             text += f"  minus {best}: {line['minus_best_rule']:+8.2f} ± {line['minus_best_rule_ci95']:6.2f}"
-            if args.reference and spec != args.reference and step in curves[args.reference]:
-                diff, diff_ci = mean_ci95(values - curves[args.reference][step])
-                line.update(reference=args.reference, minus_reference=diff, minus_reference_ci95=diff_ci)
+            if reference and spec != reference and step in curves[reference]:
+                diff, diff_ci = mean_ci95(values - curves[reference][step])
+                line.update(reference=reference, minus_reference=diff, minus_reference_ci95=diff_ci)
                 text += f"  minus reference: {diff:+8.2f} ± {diff_ci:6.2f}"
-            print(text + f"  ({len(starts)} sequences)")
-            if args.json:
+            print(text + f"  ({len(values)} sequences)")
+            if as_json:
                 print(json.dumps(line))
-    if args.figure:
-        site_name = site.name if site is not None else Path(trace).name
-        fig = adaptation_curves({site_name: {Path(s).stem: {k: mean_ci95(v) for k, v in c.items()}
-                                             for s, c in curves.items()}},
-                                {site_name: {f"{best} (best rule)": mean_ci95(rules[best])}},
-                                ylabel="mean bounded slowdown", title="adapted to the site's first 80%")
-        write_figure(fig, args.figure, args.overwrite)
-        print(f"figure: {args.figure}", file=sys.stderr)
-    if args.out:
-        net, policy_cfg = adapted_first
-        record = QueuePolicyRecord.of(net, replace(policy_cfg, sequence_length=args.sequence_length),
-                                      [log.summary()["log"]], TRAIN_FRACTION)
-        record.save(args.out, args.overwrite)
-        print(f"saved {args.out}", file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":
