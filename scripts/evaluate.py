@@ -41,6 +41,7 @@ from lightning_sched.cli import (
     at_least,
     idle_rule,
     positive_float,
+    reward_from_args,
     seed_number,
     setup_from_args,
     site_from_args,
@@ -87,7 +88,12 @@ def main(argv=None) -> int:
     if args.save_jobsets:
         refuse_output(args.save_jobsets, args.overwrite, "--save_jobsets",
                       [p for p in [*args.policy, args.jobset_file] if p and Path(p).suffix])
-    cfg, sized, trace = setup_from_args(args, [p for p in args.policy if p.endswith(".ckpt")])
+    checkpoints = [p for p in args.policy if p.endswith(".ckpt")]
+    cfg, sized, trace = setup_from_args(args, checkpoints)
+    if checkpoints and not sized:  # no size flags: the heuristics run on the cluster the first checkpoint knows
+        from lightning_sched.policies.checkpoints import read_record
+
+        cfg = read_record(checkpoints[0]).cluster.replace(observation="none", **reward_from_args(args))
     flags = {"greedy": args.greedy, "idle_rule": args.idle_rule, "wait_rate": args.wait_rate}
     policies = [resolve_policy(p, cfg, args.device, args.seed, sized, flags) for p in args.policy]
     reads_rate = any(isinstance(policy, NetworkPolicy) and policy.acting.idle_rule == "while_frequent"

@@ -423,3 +423,21 @@ def test_ablation_evaluate_names_a_variant_without_a_run(tmp_path):
     proc = subprocess.run(["bash", "scripts/ablation.sh", "evaluate"], cwd=tmp_path, env=shell_tree(tmp_path),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "ablation: no best checkpoint of deeprm under runs/deeprm*" in proc.stderr
+
+
+def test_heuristics_run_on_the_checkpoints_cluster_when_no_size_flag_is_given(tmp_path):
+    # fit.py's closing "evaluate it" command of a run on another cluster lists the checkpoint beside
+    # the heuristics without size flags: they run on the cluster the checkpoint was trained for
+    from lightning_sched import ClusterConfig
+    from lightning_sched.policies.checkpoints import PolicyRecord
+    from lightning_sched.policies.networks import PolicySpec, make_policy
+    cluster = ClusterConfig(observation="none", resource_units=16, max_job_units=16, num_slots=4)
+    ckpt = tmp_path / "small.ckpt"
+    PolicyRecord.of(make_policy(PolicySpec(masked=True), cluster)).save(ckpt)
+    out = run("scripts/evaluate.py", "--policy", "tetris", str(ckpt), "--jobsets", "4", "--simu_len", "10",
+              "--json", "--threads", "1").stdout
+    rows = [json.loads(line) for line in out.strip().splitlines() if line.startswith("{")]
+    assert [row["policy"] for row in rows] == ["tetris", str(ckpt)]
+    refused = run("scripts/evaluate.py", "--policy", "tetris", str(ckpt), "--jobsets", "4", "--simu_len", "10",
+                  "--resource_units", "10", "--threads", "1", check=False)
+    assert refused.returncode == 2 and "DeepRM's image network runs only on" in refused.stderr  # the flags size it
