@@ -150,6 +150,16 @@ def test_a_missing_capacity_names_the_command_line_flag(tmp_path):
     assert "capacity={" not in str(error.value)
 
 
+def test_jobs_larger_than_the_capacity_name_both_ways_out(tmp_path):
+    # 5 jobs of 8 processors and one of 32 on a 16-processor log: 1 of 6 cut is more than 1%
+    lines = ["; MaxProcs: 16"] + [swf_line(j + 1, 60 * j, 0, 60, 8) for j in range(5)] + [swf_line(6, 400, 0, 60, 32)]
+    path = write(tmp_path / "wide.swf", lines)
+    with pytest.raises(TraceError, match=r"1 of 6 jobs ask for more than the capacity .* raise --trace_capacity, "
+                                         r"or --max_clipped to let that many be cut \(--oversize drop"):
+        propose_cluster(read_trace(path), resources=("processors",))
+    assert propose_cluster(read_trace(path), resources=("processors",), max_clipped=0.2).clipped_demand == 1
+
+
 def test_the_proposal_sizes_the_cluster_by_the_jobs_the_rules_keep(tmp_path):
     # 100 completed jobs of 60 s and a failed one (status 0) of 10 h
     lines = ["; MaxProcs: 8"] + [swf_line(j + 1, 60 * j, 0, 60, 1) for j in range(100)]

@@ -101,8 +101,9 @@ def propose_cluster(trace: Trace, rules: JobRules = JobRules(), *, resources: tu
     runs = jobs.run_time[keep]
     allowed = math.ceil(max_clipped * len(runs)) - 1 - clipped_demand  # strictly fewer than max_clipped
     if allowed < 0:
-        raise TraceError(f"{path}: {clipped_demand} of {len(runs)} jobs ask for more than the "
-                         f"capacity {capacity}; raise --trace_capacity")
+        raise TraceError(f"{path}: {clipped_demand} of {len(runs)} jobs ask for more than the capacity "
+                         f"{capacity}, {max_clipped:g} of them or more; raise --trace_capacity, or --max_clipped to "
+                         "let that many be cut (--oversize drop: dropped, counted)")
     for step in (seconds_per_step,) if seconds_per_step is not None else STEP_LENGTHS:
         steps = torch.ceil(runs / step - 1e-9).clamp(min=1).sort().values
         length = int(steps[len(steps) - 1 - allowed])  # all but `allowed` jobs are at most this long
