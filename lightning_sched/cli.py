@@ -358,6 +358,16 @@ def idle_rule(text: str) -> str:
         raise argparse.ArgumentTypeError(f"must be one of {', '.join(IDLE_RULES)}, got {text!r}") from None
 
 
+def add_log_reading_flags(ap: argparse.ArgumentParser) -> None:
+    """How the queue env reads an SWF log onto its cluster (queue.log.read_queue_log)."""
+    ap.add_argument("--nodes", type=at_least(1), help="the cluster's nodes (default: the log header's MaxNodes, or "
+                    "MaxProcs / --processors_per_node without it)")
+    ap.add_argument("--processors_per_node", type=at_least(1),
+                    help="default: the header's MaxProcs / MaxNodes (1 without MaxNodes)")
+    ap.add_argument("--oversize", choices=("refuse", "drop"), default="refuse",
+                    help="a job larger than the cluster: refused with its line, or dropped and counted in the summary")
+
+
 def add_site_flags(ap: argparse.ArgumentParser) -> None:
     """The queue env's site flags (lightning_sched.queue.sites): a declared site, or a log rewritten
     with hidden parameters given here."""

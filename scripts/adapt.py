@@ -59,6 +59,7 @@ from lightning_sched.cli import (
     THREADS_HELP,
     ScriptParser,
     add_cluster_flags,
+    add_log_reading_flags,
     add_site_flags,
     add_trace_flags,
     add_workload_flags,
@@ -250,14 +251,14 @@ def queue_main(argv) -> int:
     if trace is None:
         raise ConfigError("--trace: give an SWF log (or a declared --site)")
     set_threads(args.threads)
-    log = read_queue_log(trace)
+    log = read_queue_log(trace, args.nodes, args.processors_per_node, args.oversize)
     log = site.apply(log) if site is not None else log
-    cfg = log.config(sequence_length=EVAL_LENGTH, backfill=args.backfill)
-    starts = protocol_starts(log, "heldout", args.eval_sequences)
+    cfg = log.config(sequence_length=args.eval_sequence_length, backfill=args.backfill)
+    starts = protocol_starts(log, "heldout", args.eval_sequences, args.eval_sequence_length)
     train_jobs = log.jobs_before(TRAIN_FRACTION)
     print(f"{Path(trace).name}: {log.summary()}")
     print(f"adapting on its first {train_jobs} jobs (sequences of {args.sequence_length}); measured on "
-          f"{len(starts)} sequences of {EVAL_LENGTH} jobs after "
+          f"{len(starts)} sequences of {args.eval_sequence_length} jobs after "
           f"them, backfill {args.backfill}; mean bounded slowdown ± 95% CI over sequences, differences paired")
     rules, best = rules_on_site(log, cfg, starts, train_jobs, args.json)
     curves, (net, policy_cfg) = adapt_policies(args, records, log, cfg, starts, train_jobs)
@@ -290,6 +291,7 @@ def queue_parser(eval_length: int) -> ScriptParser:
                                         "(e.g. the mixture baseline)")
     ap.add_argument("--trace", help="an SWF log (default: --site's)")
     ap.add_argument("--load", type=positive_float, help="scale the log's arrivals to this offered load")
+    add_log_reading_flags(ap)
     add_site_flags(ap)
     ap.add_argument("--steps", type=at_least(0), default=5, help="adaptation steps")
     ap.add_argument("--measure", type=at_least(0), nargs="+", help="steps after which to measure (default 0..steps)")
@@ -299,9 +301,11 @@ def queue_parser(eval_length: int) -> ScriptParser:
     ap.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
     ap.add_argument("--sequences", type=at_least(1), help="sequences a step (default: its inner loop's, else 4)")
     ap.add_argument("--sequence_length", type=at_least(2), default=256,
-                    help=f"jobs in each adaptation sequence (the test sequences keep {eval_length})")
+                    help="jobs in each adaptation sequence")
     ap.add_argument("--episodes", type=at_least(2), help="episodes of each (default: inner loop's, else 4)")
     ap.add_argument("--eval_sequences", type=at_least(2), default=50, help="test sequences from the last 20%%")
+    ap.add_argument("--eval_sequence_length", type=at_least(2), default=eval_length,
+                    help=f"jobs in each test sequence (default {eval_length}, RLScheduler's; shorter for a small log)")
     ap.add_argument("--backfill", choices=("off", "easy"), default="off")
     ap.add_argument("--seed", type=seed_number, default=0, help="seed of the adaptation sequences and actions")
     ap.add_argument("--out", help="save the first --policy, adapted, to this new file")

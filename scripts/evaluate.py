@@ -35,6 +35,7 @@ from lightning_sched.cli import (
     THREADS_HELP,
     ScriptParser,
     add_cluster_flags,
+    add_log_reading_flags,
     add_site_flags,
     add_trace_flags,
     add_workload_flags,
@@ -237,12 +238,7 @@ def queue_main(argv) -> int:
     ap.add_argument("--sequence_length", type=at_least(2), default=EVAL_LENGTH,
                     help=f"heldout, recent: jobs in each sequence (default {EVAL_LENGTH}, RLScheduler's; shorter for a "
                          "small log)")
-    ap.add_argument("--nodes", type=at_least(1), help="the cluster's nodes (default: the log header's MaxNodes, or "
-                    "MaxProcs / --processors_per_node without it)")
-    ap.add_argument("--processors_per_node", type=at_least(1),
-                    help="default: the header's MaxProcs / MaxNodes (1 without MaxNodes)")
-    ap.add_argument("--oversize", choices=("refuse", "drop"), default="refuse",
-                    help="a job larger than the cluster: refused with its line, or dropped and counted in the summary")
+    add_log_reading_flags(ap)
     ap.add_argument("--load", type=positive_float,
                     help="scale the log's inter-arrival times to this offered load (default: as recorded)")
     ap.add_argument("--bsld_threshold", type=positive_float, default=10.0, help="seconds (bounded slowdown)")

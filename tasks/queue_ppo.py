@@ -74,6 +74,8 @@ class QueuePPO(IterationTask):
         log: an SWF log (.swf or .swf.gz), read as RLScheduler reads it (queue.log), or several logs
             of one cluster size: row b of every batch replays log b % len(log), so each iteration
             and each validation sees them all.
+        nodes, processors_per_node: the cluster (default: each log header's); oversize: a job larger
+            than it is refused ("refuse", naming its line) or dropped and counted ("drop").
         train_fraction: training (and validation) sequences come from the first this share of the
             log's jobs in submit order: 1.0 as RLScheduler, 0.8 for the held-out protocol (its
             test sequences come from the last 20%).
@@ -110,7 +112,8 @@ class QueuePPO(IterationTask):
                  validation: QueueValidation = QueueValidation(), iterations_per_epoch: int = 100,
                  imitate: str | None = None, imitation_iterations: int = 0, imitation_aggregate: bool = False,
                  dagger: bool = False, lookahead: LookaheadSettings = LookaheadSettings(), init_from: str | None = None,
-                 arrival_copies: ArrivalCopies = ArrivalCopies(), env_device: str = "auto", seed: int = 0):
+                 arrival_copies: ArrivalCopies = ArrivalCopies(), env_device: str = "auto", seed: int = 0,
+                 nodes: int | None = None, processors_per_node: int | None = None, oversize: str = "refuse"):
         super().__init__()
         self.save_hyperparameters()
         self.iterations_per_epoch = iterations_per_epoch
@@ -137,7 +140,8 @@ class QueuePPO(IterationTask):
             self.net, _ = load_queue_policy(init_from)
             self.net.train()
             self.hparams["policy"] = self.net.spec.to_dict()
-        self.logs: list[QueueLog] = [read_queue_log(path) for path in ([log] if isinstance(log, str) else log)]
+        self.logs: list[QueueLog] = [read_queue_log(path, nodes, processors_per_node, oversize)
+                                     for path in ([log] if isinstance(log, str) else log)]
         self.cfg = self.logs[0].config(backfill=backfill, window=window, sequence_length=sequence_length,
                                        bsld_threshold=bsld_threshold, reward=reward,
                                        **self.net.spec.observation())  # the extra job features it reads
@@ -394,8 +398,11 @@ class QueuePPO(IterationTask):
     def evaluation_command(self, checkpoint: str) -> tuple[str, list[str]]:
         """(the script, its arguments) that measure `checkpoint` beside the rules on the held-out
         protocol (the last 20% of each log: jobs the run never read when it read at most 80%)."""
+        reading = [f"--{name}={value}" for name, value in (("nodes", self.hparams.nodes),
+                   ("processors_per_node", self.hparams.processors_per_node), ("oversize", self.hparams.oversize))
+                   if value not in (None, "refuse")]
         return "evaluate", ["--env", "queue", "--protocol", "heldout", "--trace", *[one.path for one in self.logs],
-                            "--backfill", self.cfg.backfill, "--policy", *RULES, checkpoint]
+                            *reading, "--backfill", self.cfg.backfill, "--policy", *RULES, checkpoint]
 
     def validation_step(self, batch, batch_idx):
         metrics = self.evaluate(self.env("val"))
