@@ -229,7 +229,8 @@ def add_trace_flags(ap: argparse.ArgumentParser) -> None:
     """A real trace as the workload (lightning_sched.traces.TraceWorkload); --simu_len sets its windows."""
     g = ap.add_argument_group("trace workload (TraceWorkload; replaces the DeepRM flags except --simu_len)")
     g.add_argument("--trace", help="SWF (.swf, .swf.gz) or CSV trace file to cut jobsets from")
-    g.add_argument("--seconds_per_step", type=float, help="trace seconds in one time step (required with --trace)")
+    g.add_argument("--seconds_per_step", type=float,
+                   help="trace seconds in one time step (with --trace: given, or proposed by --fit_cluster)")
     g.add_argument("--trace_format", choices=("auto", "swf", "csv"), default="auto")
     g.add_argument("--trace_resources", nargs="+", metavar="NAME",
                    help="trace resources in cluster order: SWF processors/memory (default both), CSV demand columns")
@@ -328,6 +329,14 @@ def setup_from_args(args, checkpoints: Sequence[str] = ()) -> Setup:
     fix it), else the log's own."""
     sizes = {name: getattr(args, name) for name in SIZE_FIELDS if getattr(args, name) is not None}
     trace = trace_from_args(args)
+    if trace is not None:  # the log's jobs replace DeepRM's generator: its flags would change nothing
+        default = DeepRMWorkload()
+        for name in ("load", "short_prob", "short_len", "long_len", "dominant_units", "other_units", "arrivals"):
+            value = getattr(args, name, None)
+            value = tuple(value) if isinstance(value, list) else value
+            if value is not None and value != getattr(default, name):
+                raise ConfigError(f"--{name} {value}: --trace replays the log's jobs, which DeepRM's workload flags "
+                                  "do not change (--simu_len sets the window length)")
     if getattr(args, "fit_cluster", False):
         if trace is None:
             raise ConfigError("--fit_cluster proposes a cluster for a log: give --trace")

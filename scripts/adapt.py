@@ -116,6 +116,9 @@ def main(argv=None) -> int:
             raise ConfigError(f"--env must be deeprm or queue, got {' '.join(argv[at + 1:at + 2]) or 'nothing'}")
         argv = argv[:at] + argv[at + 2:]
     ap = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--env", choices=("deeprm", "queue"), default="deeprm",
+                    help="deeprm: DeepRM's cluster (these flags); queue: a queue policy on a site or log (its own "
+                         "flags: --env queue --help)")
     ap.add_argument("--ckpt", required=True, help="checkpoint to adapt")
     ap.add_argument("--steps", type=int, default=5, help="adaptation steps K")
     add_workload_flags(ap)

@@ -116,7 +116,7 @@ def str_keys(table: dict[str, dict]) -> dict[str, dict]:
 def save(fig, args, default: str, data: dict) -> Path:
     """Write the figure to --out (default: runs/figures/`default`) and `data` as JSON beside it,
     under the command that made them."""
-    text = json.dumps({"command": "python scripts/figures.py " + " ".join(sys.argv[1:]), **data}, indent=1)
+    text = json.dumps({"command": shlex.join(["python", "scripts/figures.py", *sys.argv[1:]]), **data}, indent=1)
     out = write_figure_and_json(fig, args.out or FIGURES / default, text, args.overwrite, numbered=not args.out)
     print(f"wrote {out} and {out.with_suffix('.json')}")
     return out

@@ -58,7 +58,11 @@ def state_workload(tmp_path, **params) -> TraceWorkload:
 
 def test_a_window_starts_with_the_jobs_the_log_had_running_and_waiting(tmp_path):
     workload = state_workload(tmp_path)
+    # before a window is drawn the line says what windows carry, not counts of zero
+    assert workload.report.line().endswith("windows start from the log, carrying the jobs running at each start "
+                                           "(outside the metrics)")
     jobs = workload.jobset(torch.tensor([5]))
+    assert "carrying {'windows': 1, 'running': 2" in workload.report.line()
     # waiting job 3 first (arrival 0), then the window's arrivals: job 5 at 0, job 6 at 5
     real = jobs.duration[0] > 0
     assert jobs.arrival[0][real].tolist() == [0, 0, 5]

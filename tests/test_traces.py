@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import re
 import shlex
 import subprocess
 import sys
@@ -449,3 +450,21 @@ def test_fit_and_adapt_take_a_trace_workload(tmp_path):
     assert last["step"] == 1 and last["num_jobsets"] == 4 and last["mean_slowdown"] >= 1
     assert {"trace_kept", "trace_dropped", "trace_clipped"} <= set(last)  # as evaluate.py --json says them
     assert "; train split: " in adapt.stdout and "; test split: " in adapt.stdout
+
+
+def test_deeprm_workload_flags_beside_a_trace_are_refused(tmp_path):
+    # the log's jobs replace DeepRM's generator: --load and its kin would change nothing
+    import argparse
+
+    from lightning_sched.cli import add_cluster_flags, add_trace_flags, add_workload_flags, setup_from_args
+    path = write(tmp_path / "log.swf", ["; MaxProcs: 8"] + [swf_line(j + 1, 60 * j, 60, 2) for j in range(20)])
+    ap = argparse.ArgumentParser()
+    add_workload_flags(ap)
+    add_trace_flags(ap)
+    add_cluster_flags(ap)
+    base = ["--trace", str(path), "--seconds_per_step", "60", "--trace_capacity", "processors=8"]
+    assert setup_from_args(ap.parse_args(base + ["--simu_len", "20"])).trace is not None
+    for extra, message in ((["--load", "0.9"], "--load 0.9: --trace replays the log's jobs"),
+                           (["--short_len", "2", "4"], "--short_len (2, 4): --trace replays")):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            setup_from_args(ap.parse_args(base + extra))

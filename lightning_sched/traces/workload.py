@@ -107,8 +107,9 @@ class TraceReport:
                 f"{sum(self.dropped.values())} {self.dropped}, clipped {self.clipped}; "
                 f"{self.split} split: {self.split_jobs} jobs, steps {self.split_steps}; windows start "
                 f"{'from the log' if self.start_state == 'log' else 'empty'}"
-                + (f", carrying {self.carried} (running jobs are outside the metrics)"
-                   if self.start_state == "log" else ""))
+                + ("" if self.start_state != "log" else
+                   ", carrying the jobs running at each start (outside the metrics)" if not self.carried.get("windows")
+                   else f", carrying {self.carried} (running jobs are outside the metrics)"))
 
     def counts(self) -> dict:
         """The counts of a JSON line (trace_kept, trace_dropped, ...)."""
