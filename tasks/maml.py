@@ -75,6 +75,7 @@ class TaskBlockNetworks:
         return self.encoder.encode(obs)
 
     def frozen(self):
+        """features {key: [B, ...]} -> logits [B, A], B the rows of every task: block k by nets[k]."""
         frozen = [net.frozen() for net in self.nets]
 
         def logits(features):
@@ -84,9 +85,10 @@ class TaskBlockNetworks:
 
 
 def inner_step(fnet, diffopt, traj: Trajectories, baseline: Baseline, episodes: int, normalize: bool,
-               step_sizes: list[torch.Tensor] | None = None) -> PolicyGradient:
-    """One differentiable REINFORCE step of a task's fast weights on its own rollouts; with
-    `step_sizes` (Meta-SGD) each weight's gradient is first multiplied by its own learned step."""
+               step_sizes: dict[str, torch.Tensor] | None = None) -> PolicyGradient:
+    """One differentiable REINFORCE step of a task's fast weights on its own rollouts (`traj`: decisions
+    [S, B], B = jobsets x `episodes`); with `step_sizes` (Meta-SGD) each weight's gradient is first
+    multiplied by its own learned step."""
     pg = policy_gradient(fnet, traj, baseline, episodes, normalize_advantage=normalize)
     diffopt.step(pg.loss, grad_callback=meta_sgd_callback(step_sizes))
     return pg

@@ -290,16 +290,18 @@ class QueuePPO(IterationTask):
         return QueueHeuristic(self.hparams.imitate, window_only=True)
 
     def imitation(self, data: TensorDict) -> TensorDict:
-        """The warm start's losses on the teacher's decisions (or, with DAgger, its labels of the
-        network's states): cross-entropy of pi_theta against its picks, and the critic's squared
-        error to the rollout's value targets."""
+        """The warm start's losses on the teacher's decisions `data` [N] (job_features [N, W, F],
+        action_mask [N, W], label [N]; or, with DAgger, its labels of the network's states):
+        cross-entropy of pi_theta against its picks, and the critic's squared error to the rollout's
+        value targets [N, 1]; each a scalar."""
         log_prob = self.actor.get_dist(data.select(*IN_KEYS, "action_mask")).log_prob(data["label"])
         value = self.critic(data.select(*IN_KEYS, "action_mask"))["state_value"]
         return TensorDict({"loss_objective": -log_prob.mean(),
                            "loss_critic": self.ppo.critic_coef * (value - data["value_target"]).pow(2).mean()}, [])
 
     def prior_kl(self, data: TensorDict) -> torch.Tensor:
-        """Mean over the decisions of `data` of KL(pi_theta || softmax of the prior rule's logits)."""
+        """Mean over the decisions of `data` [N] (job_features [N, W, F], action_mask [N, W]) of
+        KL(pi_theta || softmax of the prior rule's logits): a scalar."""
         mask = data["action_mask"]
         logits = self.net.scorer(data["job_features"], data["cluster_features"], mask)
         log_p = torch.log_softmax(logits, -1).masked_fill(~mask, 0.0)  # empty slots: -inf - -inf would be nan
