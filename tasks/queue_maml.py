@@ -198,31 +198,13 @@ class QueueMAML(IterationTask):
         chosen = self.draw_sites(generator)
         for site in set(chosen):  # the iteration's sequences follow from the seed and the iteration: a resume goes on
             self.env(site).set_seed(seeds.training(hp.seed, self.global_step, rank, stream=1 + site))
-        inner = torch.optim.SGD(self.net.scorer.parameters(), lr=hp.inner_lr)
         optimizer = self.optimizers()
         optimizer.zero_grad()
-        bsld, meta_loss = [], 0.0
-        for site in chosen:
-            env = self.env(site)
-            if hp.inner_steps == 0:  # the mixture baseline: the meta-parameters' own loss, as many samples
-                for _ in range(hp.rollouts_per_site):
-                    traj = rollout(env, self.net.scorer, self.net.spec, generator, device=self.device)
-                    loss = reinforce_loss(self.net.scorer, traj, hp.episodes) / (hp.meta_batch * hp.rollouts_per_site)
-                    self.manual_backward(loss)
-                    meta_loss += float(loss.detach())
-                    bsld.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
-                continue
-            scale = meta_sgd_callback(self.step_sizes())  # per site: each site's backward frees its graph
-            with higher.innerloop_ctx(self.net.scorer, inner, copy_initial_weights=False,
-                                      track_higher_grads=not hp.first_order) as (fnet, diffopt):
-                for _ in range(hp.inner_steps):
-                    played = rollout(env, fnet, self.net.spec, generator, device=self.device)
-                    diffopt.step(reinforce_loss(fnet, played, hp.episodes), grad_callback=scale)
-                traj = rollout(env, fnet, self.net.spec, generator, device=self.device)
-                loss = reinforce_loss(fnet, traj, hp.episodes) / hp.meta_batch
-                self.meta_backward(loss, fnet)
-            meta_loss += float(loss.detach())
-            bsld.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
+        site_loss = self.mixture_loss if hp.inner_steps == 0 else self.adapted_loss
+        meta_loss, bsld = 0.0, []
+        for site in chosen:  # each site's backward runs in site_loss: its graph is freed before the next
+            loss, seen = site_loss(self.env(site), generator)
+            meta_loss, bsld = meta_loss + loss, bsld + seen
         self.check_loss(torch.tensor(meta_loss))
         if hp.first_order and hp.inner_steps > 0:
             self.mean_over_ranks(self.net.scorer.parameters())
@@ -238,6 +220,37 @@ class QueueMAML(IterationTask):
             means = self.log_step_sizes.geometric_means()  # each tensor's learned step multiplier
             self.log_dict({f"train/step_size/{name}": size for name, size in means.items()}, on_step=True,
                           on_epoch=False)
+
+    def adapted_loss(self, env: QueueEnv, generator: torch.Generator) -> tuple[float, list[float]]:
+        """One site's share of the meta-loss, backpropagated: inner_steps REINFORCE steps of a fast copy
+        theta_k on the site's rollouts, then L_k(theta_k) on fresh ones / meta_batch. (The loss, the
+        outer rollout's mean bounded slowdown.)"""
+        hp = self.hparams
+        inner = torch.optim.SGD(self.net.scorer.parameters(), lr=hp.inner_lr)
+        scale = meta_sgd_callback(self.step_sizes())
+        with higher.innerloop_ctx(self.net.scorer, inner, copy_initial_weights=False,
+                                  track_higher_grads=not hp.first_order) as (fnet, diffopt):
+            for _ in range(hp.inner_steps):
+                played = rollout(env, fnet, self.net.spec, generator, device=self.device)
+                diffopt.step(reinforce_loss(fnet, played, hp.episodes), grad_callback=scale)
+            traj = rollout(env, fnet, self.net.spec, generator, device=self.device)
+            loss = reinforce_loss(fnet, traj, hp.episodes) / hp.meta_batch
+            self.meta_backward(loss, fnet)
+        return float(loss.detach()), [float(traj.metrics["mean_bounded_slowdown"].mean())]
+
+    def mixture_loss(self, env: QueueEnv, generator: torch.Generator) -> tuple[float, list[float]]:
+        """The mixture baseline's share for one site, backpropagated: the meta-parameters' own loss on
+        rollouts_per_site rollouts (as many episodes as a MAML iteration's), no inner step. (The loss,
+        each rollout's mean bounded slowdown.)"""
+        hp = self.hparams
+        total, seen = 0.0, []
+        for _ in range(hp.rollouts_per_site):
+            traj = rollout(env, self.net.scorer, self.net.spec, generator, device=self.device)
+            loss = reinforce_loss(self.net.scorer, traj, hp.episodes) / (hp.meta_batch * hp.rollouts_per_site)
+            self.manual_backward(loss)
+            total += float(loss.detach())
+            seen.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
+        return total, seen
 
     def meta_backward(self, loss: torch.Tensor, fnet) -> None:
         """The meta-gradient of a site's loss: through the inner steps, or (first order) the gradient
