@@ -267,12 +267,7 @@ class MAML(SchedulerTask):
                 self.net, self.inner.make_optimizer(self.net.parameters()),
                 copy_initial_weights=False, track_higher_grads=not hp.first_order)) for _ in tasks]
             fnets = [fnet for fnet, _ in learners]
-            step_sizes = self.step_sizes()
-            for step in range(hp.inner_steps):
-                parts = self.rollout(fnets, tasks, hp.inner_jobsets, hp.inner_episodes, stream=1 + 100 * step)
-                for (fnet, diffopt), part in zip(learners, parts):
-                    inner_step(fnet, diffopt, part, self.baseline, hp.inner_episodes, hp.normalize_advantage,
-                               step_sizes)
+            self.adapt_tasks(learners, tasks)
             parts = self.rollout(fnets, tasks, hp.outer_jobsets, hp.outer_episodes,
                                  stream=outer_stream(hp.inner_steps))
             outer = [policy_gradient(fnet, part, self.baseline, hp.outer_episodes, entropy_weight=hp.entropy_weight,
@@ -282,6 +277,21 @@ class MAML(SchedulerTask):
             self.meta_gradient(meta_loss, fnets)
         self.check_gradients()
         meta_opt.step()
+        self.log_iteration(meta_loss, outer, parts, start)
+
+    def adapt_tasks(self, learners, tasks: list[Task]) -> None:
+        """The inner loop: inner_steps differentiable REINFORCE steps of every task's fast weights
+        (learners: higher's (fnet, diffopt) per task), all tasks' rollouts batched into one env a step."""
+        hp = self.hparams
+        fnets, step_sizes = [fnet for fnet, _ in learners], self.step_sizes()
+        for step in range(hp.inner_steps):
+            parts = self.rollout(fnets, tasks, hp.inner_jobsets, hp.inner_episodes, stream=1 + 100 * step)
+            for (fnet, diffopt), part in zip(learners, parts):
+                inner_step(fnet, diffopt, part, self.baseline, hp.inner_episodes, hp.normalize_advantage, step_sizes)
+
+    def log_iteration(self, meta_loss: torch.Tensor, outer: list[PolicyGradient], parts: list[Trajectories],
+                      start: float) -> None:
+        """The meta-iteration's figures: its loss, the adapted policies' outer rollouts, the step sizes."""
         slowdown = torch.cat([episode_metrics(part.state)["mean_slowdown"] for part in parts])
         self.log_dict({"train/meta_loss": meta_loss.detach(), "train/adapted_mean_slowdown": slowdown.nanmean().float(),
                        "train/adapted_mean_return": torch.stack([pg.mean_return for pg in outer]).mean(),
