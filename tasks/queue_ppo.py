@@ -127,12 +127,7 @@ class QueuePPO(IterationTask):
         if imitate not in (None, "lookahead", *HEURISTICS):
             raise ConfigError(f"QueuePPO.imitate must be 'lookahead' or one of {', '.join(HEURISTICS)}, "
                               f"got {imitate!r}")
-        val_end = train_fraction if validation.end_fraction is None else validation.end_fraction
-        if not 0 < val_end <= 1:
-            raise ConfigError(f"QueuePPO.validation.end_fraction must be in (0, 1], got {val_end}")
-        if not 0 <= validation.start_fraction < val_end:
-            raise ConfigError(f"QueuePPO.validation.start_fraction must be in [0, end_fraction={val_end}), "
-                              f"got {validation.start_fraction}")
+        val_start, val_end = validation.range(train_fraction)
         self.read_fraction = max(train_fraction, val_end)  # what the checkpoint says the run has seen
         if init_from is None:
             self.net = QueueNetwork(policy)
@@ -166,7 +161,7 @@ class QueuePPO(IterationTask):
         self.val_positions = []
         for one in self.logs:
             try:
-                first = one.jobs_before(validation.start_fraction)
+                first = one.jobs_before(val_start)
                 self.val_positions.append(one.positions(first, one.jobs_before(val_end), validation.sequence_length))
             except ConfigError as error:
                 raise ConfigError(f"QueuePPO.validation.sequence_length: {error}") from None
@@ -179,19 +174,24 @@ class QueuePPO(IterationTask):
         if imitation_iterations < 0 or (imitation_iterations > 0) != (imitate is not None):
             raise ConfigError(f"QueuePPO.imitation_iterations must be > 0 with imitate and 0 without, got "
                               f"{imitation_iterations} with imitate={imitate!r}")
-        # functional=False: the loss calls the network's own modules (no parameter copies, DDP works);
-        # the state_dict names the shared weights twice, under net. and loss.
-        self.loss = ClipPPOLoss(make_actor(self.net), make_critic(self.net), clip_epsilon=ppo.clip,
-                                entropy_coeff=ppo.entropy_coef, critic_coeff=ppo.critic_coef, normalize_advantage=True,
-                                functional=False)
-        # a reserving policy's probabilities are of the job its ranking puts first; the env starts the
-        # reservation's pick, a function of that job and the state (policy.reserved_action)
-        self.loss.set_keys(sample_log_prob="action_log_prob", action="first" if self.net.spec.reserve else "action")
+        self.loss = self.make_loss(ppo)
         # no value network: the rollout computes every value in one call (next values are the next
         # decision's), so GAE only runs the recursion
         self.gae = GAE(gamma=ppo.gamma, lmbda=ppo.gae_lambda, value_network=None)
         self.ppo, self.validation, self.lookahead, self.seed = ppo, validation, lookahead, seed
         self._envs: dict[str, QueueEnv] = {}
+
+    def make_loss(self, ppo: PPOSettings) -> ClipPPOLoss:
+        """TorchRL's clipped PPO loss over the network's actor and critic."""
+        # functional=False: the loss calls the network's own modules (no parameter copies, DDP works);
+        # the state_dict names the shared weights twice, under net. and loss.
+        loss = ClipPPOLoss(make_actor(self.net), make_critic(self.net), clip_epsilon=ppo.clip,
+                           entropy_coeff=ppo.entropy_coef, critic_coeff=ppo.critic_coef, normalize_advantage=True,
+                           functional=False)
+        # a reserving policy's probabilities are of the job its ranking puts first; the env starts the
+        # reservation's pick, a function of that job and the state (policy.reserved_action)
+        loss.set_keys(sample_log_prob="action_log_prob", action="first" if self.net.spec.reserve else "action")
+        return loss
 
     @property
     def actor(self):

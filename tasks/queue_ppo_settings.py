@@ -89,3 +89,13 @@ class QueueValidation:
     """... and end before this share: None, the training range's end (`train_fraction`). Above it,
     the validation jobs are ones training never replays (e.g. train on 60%, choose on 60-80%); the
     checkpoint then records this share as the part of the log the run has read."""
+
+    def range(self, train_fraction: float) -> tuple[float, float]:
+        """(start, end) shares of each log's jobs the validation sequences lie in, checked."""
+        end = train_fraction if self.end_fraction is None else self.end_fraction
+        if not 0 < end <= 1:
+            raise ConfigError(f"QueuePPO.validation.end_fraction must be in (0, 1], got {end}")
+        if not 0 <= self.start_fraction < end:
+            raise ConfigError(f"QueuePPO.validation.start_fraction must be in [0, end_fraction={end}), "
+                              f"got {self.start_fraction}")
+        return self.start_fraction, end
