@@ -80,7 +80,7 @@ def training(seed: int, iteration: int, rank: int = 0, stream: int = 0) -> int:
     if rank == 0:
         return _outside((seed * 1_000_003 + iteration) * STREAMS + stream)
     digest = hashlib.blake2b(f"{seed},{iteration},{rank},{stream}".encode(), digest_size=8).digest()
-    return _outside(int.from_bytes(digest) >> 2)
+    return _outside(int.from_bytes(digest, "big") >> 2)
 
 
 def _outside(seed: int) -> int:

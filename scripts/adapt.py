@@ -8,7 +8,8 @@ in a few REINFORCE steps, and save the adapted checkpoint.
     python scripts/adapt.py --ckpt checkpoints/slots_slowdown.ckpt --steps 5 --trace LOG.swf.gz --fit_cluster
 
 Each step draws --jobsets jobsets of the workload (seeds disjoint from evaluation's), rolls out
---episodes episodes of each, and takes one step (DeepRM's time-indexed baseline). After step 0 and
+--episodes episodes of each, and takes one step (the baseline of the checkpoint's inner loop, else
+DeepRM's time-indexed one). After step 0 and
 every step it prints the metrics on --eval_jobsets unseen jobsets (acting as the checkpoint
 says: sampled or greedy) and, in the last column, the objective's metric minus the best
 heuristic's on the same jobsets (the reference line above the table), mean ± its paired 95% CI
@@ -232,8 +233,9 @@ def main(argv=None) -> int:
 
 def queue_main(argv) -> int:
     """adapt.py --env queue: queue policies adapted to a site in a few REINFORCE steps on its own
-    history (its first 80%), each measured greedily after every step on sequences of 1024 jobs from
-    the rest (docs/hpc_queue.md, "Sites"), with the rules and paired differences on the same sequences."""
+    history (its first 80%), each measured greedily after every step on sequences of 1024 jobs (or
+    --eval_sequence_length) from the rest (docs/hpc_queue.md, "Sites"), with the rules and paired
+    differences on the same sequences."""
     from lightning_sched.queue.evaluation import EVAL_LENGTH, TRAIN_FRACTION, protocol_starts
     from lightning_sched.queue.log import read_queue_log
     from lightning_sched.queue.policy import QueuePolicyRecord, read_queue_record
@@ -330,7 +332,7 @@ def rules_on_site(log, cfg, starts, train_jobs: int, as_json: bool) -> tuple[dic
     rules = {name: evaluate_queue(policy, rule_cfg, log, starts).sequences["mean_bounded_slowdown"]
              for name, (policy, rule_cfg) in rule_policies.items()}
     best = min(rules, key=lambda n: float(rules[n].mean()))
-    history = spread_starts(log, 0, train_jobs, len(starts))
+    history = spread_starts(log, 0, train_jobs, len(starts), cfg.sequence_length)
     on_history = {name: float(evaluate_queue(policy, rule_cfg, log, history).sequences["mean_bounded_slowdown"].mean())
                   for name, (policy, rule_cfg) in rule_policies.items()}
     chosen = min(on_history, key=on_history.get)

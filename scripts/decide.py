@@ -48,11 +48,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def unique_keys(pairs: list[tuple]) -> dict:
     """A JSON object's pairs as a dict; a key given twice is refused (json keeps the last one silently)."""
-    obj = {}
-    for key, value in pairs:
-        if key in obj:
-            raise ValueError(f"the key {key!r} appears twice in one object")
-        obj[key] = value
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"the key {twice!r} appears twice in one object")
     return obj
 
 
@@ -88,12 +88,15 @@ def serve(args: argparse.Namespace) -> int:
     """Answer the snapshot (or, with --serve, each line), or export the policy; the exit code."""
     try:
         if args.export:
-            print(f"wrote {export_onnx(args.policy, args.export, args.overwrite)}")
-            return 0
-        scorer = load_scorer(args.policy, args.threads)  # one thread by default: the hook shares the machine
+            written = export_onnx(args.policy, args.export, args.overwrite)
+        else:
+            scorer = load_scorer(args.policy, args.threads)  # one thread by default: the hook shares the machine
     except (ConfigError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.export:
+        print(f"wrote {written}")
+        return 0
     if args.serve:  # bytes: a line that is not UTF-8 gets its error, and serving goes on
         for line in sys.stdin.buffer:
             out, failed = answer(line, scorer, args) if line.strip() else (

@@ -14,7 +14,7 @@ a JobHeld* reason), waiting on a dependency or a begin time, eligible more than 
 or larger than --processors. A time limit of 0 (Slurm: none) or none set is taken as
 --unlimited_minutes. A job waiting more than a year (the service refuses it: a submit time of 0, or
 --now in milliseconds?) is left out and named. With --partition, only the jobs of that partition (a
-pending job listing several counts in each); a partition no listed job is in is an error.
+pending job listing several counts in each); a partition no listed job is in is named on stderr.
 Integer fields may be plain numbers or Slurm's {"set": true, "infinite": false, "number": N} form;
 job_state a string or a list. Check the fields against your Slurm version's `squeue --json` before
 relying on it.
@@ -60,6 +60,12 @@ def number(job: dict, key: str, unlimited: float | None = None):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SnapshotError(f"job {job.get('job_id')}: {key}: {value!r} is not a number")
     return value
+
+
+def given(job: dict, key: str) -> bool:
+    """Whether an optional Slurm field holds a value: present, and not {"set": false} or infinite."""
+    value = job.get(key)
+    return value is not None and not (isinstance(value, dict) and (not value.get("set", True) or value.get("infinite")))
 
 
 def job_id(job: dict, index: int) -> int:
@@ -125,7 +131,7 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
             else:
                 end = number(job, "end_time")
             entry = {"id": jid, "processors": number(job, "cpus"), "expected_end": end}
-            if processors_per_node > 1 and job.get("node_count") is not None:  # decide() refuses too few nodes
+            if processors_per_node > 1 and given(job, "node_count"):  # decide() refuses too few nodes
                 entry["nodes"] = number(job, "node_count")
             running.append(entry)
         elif "PENDING" in state:
@@ -145,7 +151,7 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
                 left_out[jid] = f"eligible {since - now:.0f} s after --now (a begin time, or clocks apart?)"
                 continue
             cpus = number(job, "cpus")
-            if processors_per_node > 1 and job.get("node_count") is not None:
+            if processors_per_node > 1 and given(job, "node_count"):
                 # whole nodes: a job asking for more of them than its processors fill holds them all
                 cpus = max(cpus, number(job, "node_count") * processors_per_node)
                 if cpus > processors:
@@ -154,9 +160,6 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
                     continue
             waiting.append({"id": jid, "submit": min(since, now), "requested_time": 60 * minutes,
                             "processors": cpus, "user": job.get("user_name")})
-    if partition is not None and squeue["jobs"] and not running and not waiting and not left_out:
-        seen = sorted({str(job.get("partition")) for job in squeue["jobs"] if isinstance(job, dict)})
-        raise SnapshotError(f"--partition {partition}: no job of squeue's is in it (its partitions: {', '.join(seen)})")
     capacity = {"processors": processors} if processors_per_node == 1 else {
         "nodes": processors // processors_per_node, "processors_per_node": processors_per_node}
     return {"now": now, "capacity": capacity, "running": running, "waiting": waiting}, left_out
@@ -195,6 +198,10 @@ def main(argv=None) -> int:
     except (ConfigError, OSError, ValueError) as error:  # ValueError: JSON's, and its integers of 4,300+ digits
         print(f"error: {error}", file=sys.stderr)
         return 2
+    partitions = {name for job in squeue["jobs"] for name in str(job.get("partition", "")).split(",") if name}
+    if args.partition is not None and args.partition not in partitions:  # idle, or a name mistyped?
+        print(f"# no job of squeue's is in partition {args.partition} (its jobs' partitions: "
+              f"{', '.join(sorted(partitions)) or 'none'})", file=sys.stderr)
     for rank, job_id in enumerate(answer["order"]):
         print(f"scontrol update JobId={job_id} Priority={TOP_PRIORITY - rank}")
     print(f"# the policy would start now: {' '.join(map(str, answer['start_now'])) or 'none'}", file=sys.stderr)

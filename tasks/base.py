@@ -171,6 +171,7 @@ class SchedulerTask(IterationTask):
         self.iterations_per_epoch = iterations_per_epoch
         self.seed = seed
         self.sampler = torch.Generator().manual_seed(seed)
+        self._sampler_step = None  # DDP ranks > 0: the iteration their sampler was seeded for
         self._held_out: dict[str, JobSet] = {}
 
     def require_rollouts_fit(self, jobsets: int, episodes: int, **fields) -> None:
@@ -210,7 +211,11 @@ class SchedulerTask(IterationTask):
         (checkpoints keep its state); under DDP the other ranks seed one for each iteration apart,
         so no two ranks sample alike (nor a resumed rank like rank 0)."""
         if self.trainer.world_size > 1 and self.trainer.global_rank > 0:
-            return torch.Generator(device=self.device).manual_seed(self.iteration_seed(seeds.SAMPLER_STREAM))
+            if self._sampler_step != (self.global_step, self.device):  # one generator an iteration
+                seed = self.iteration_seed(seeds.SAMPLER_STREAM)
+                self.sampler = torch.Generator(device=self.device).manual_seed(seed)
+                self._sampler_step = (self.global_step, self.device)
+            return self.sampler
         if self.sampler.device != self.device:
             self.sampler = torch.Generator(device=self.device).manual_seed(self.seed + self.global_step)
         return self.sampler

@@ -38,7 +38,7 @@ from lightning_sched.deeprm.objectives import episode_metrics
 from lightning_sched.deeprm.rollout import Trajectories, collect
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.learning.adaptation import AdaptationSettings, meta_sgd_callback
-from lightning_sched.learning.baselines import Baseline
+from lightning_sched.learning.baselines import Baseline, make_baseline
 from lightning_sched.learning.meta import LearnedStepSizes, add_first_order_gradients, require_learnable_step_sizes
 from lightning_sched.learning.policy_gradient import PolicyGradient, policy_gradient
 from lightning_sched.policies.checkpoints import PolicyRecord, warm_start
@@ -49,8 +49,8 @@ from .base import EvaluationSettings, SchedulerTask, require_at_least, require_p
 
 def outer_stream(inner_steps: int) -> int:
     """The seed stream of a meta-iteration's outer rollouts: 1000, or past the inner steps' streams
-    (1 + 100 x step + task) when they reach it."""
-    return max(1000, 1 + 100 * inner_steps)
+    (1 + 100 x step + task, task < 99) when they reach it."""
+    return max(1000, 100 * inner_steps)
 
 
 class Task(NamedTuple):
@@ -152,7 +152,7 @@ class MAML(SchedulerTask):
         if meta_batch >= 100:
             raise ConfigError(f"MAML.meta_batch must be < 100 (jobset seed streams), got {meta_batch}")
         if outer_stream(inner_steps) + meta_batch > seeds.SAMPLER_STREAM:
-            raise ConfigError(f"MAML.inner_steps must be <= {(seeds.SAMPLER_STREAM - 1 - meta_batch) // 100} with "
+            raise ConfigError(f"MAML.inner_steps must be <= {(seeds.SAMPLER_STREAM - meta_batch) // 100} with "
                               f"meta_batch {meta_batch} (jobset seed streams of an iteration), got {inner_steps}")
         if isinstance(entropy_weight, bool) or not isinstance(entropy_weight, (int, float)) \
                 or not math.isfinite(entropy_weight) or entropy_weight < 0:
@@ -172,6 +172,7 @@ class MAML(SchedulerTask):
         self.require_rollouts_fit(meta_batch * widest[1], widest[2], meta_batch=meta_batch,
                                   inner_jobsets=inner_jobsets, inner_episodes=inner_episodes,
                                   outer_jobsets=outer_jobsets, outer_episodes=outer_episodes)
+        make_baseline(type(self.baseline).__name__)  # adapt.py rebuilds the inner loop's baseline by its name
         self.inner = AdaptationSettings(steps=inner_steps, jobsets=inner_jobsets, episodes=inner_episodes, lr=inner_lr,
                                         optimizer=inner_optimizer, normalize_advantage=normalize_advantage,
                                         baseline=type(self.baseline).__name__)
@@ -214,6 +215,9 @@ class MAML(SchedulerTask):
         return self.encoders[cluster]
 
     def configure_optimizers(self):
+        if self.hparams.first_order:
+            self.require_full_precision("first-order meta-gradients are set by hand, past the loss scaling the "
+                                        "precision plugin undoes")
         groups = [{"params": list(self.net.parameters()), "lr": self.hparams.meta_lr}]
         if self.log_step_sizes is not None:
             groups.append({"params": list(self.log_step_sizes), "lr": self.hparams.step_size_lr})

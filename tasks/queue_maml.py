@@ -162,6 +162,9 @@ class QueueMAML(IterationTask):
         return gaps
 
     def configure_optimizers(self):
+        if self.hparams.first_order:
+            self.require_full_precision("first-order meta-gradients are set by hand, past the loss scaling the "
+                                        "precision plugin undoes")
         groups = [{"params": list(self.net.scorer.parameters()), "lr": self.hparams.meta_lr}]
         if self.hparams.learn_step_sizes:
             groups.append({"params": list(self.log_step_sizes), "lr": self.hparams.step_size_lr})

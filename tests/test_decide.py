@@ -371,6 +371,8 @@ def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
     assert [(j["id"], j["processors"]) for j in nodes["waiting"]] == [(33, 48)]
     assert left_out == {34: "5 nodes of 16 processors, more than --processors 64"}
     assert read_snapshot(nodes).free_nodes == 2  # so 33 does not fit now
+    unset = {**wide, "job_id": 35, "node_count": {"set": False, "infinite": False, "number": 0}}
+    assert snapshot_of({"jobs": [unset]}, 64, now, 60, processors_per_node=16)[0]["waiting"][0]["processors"] == 4
     # a running job on fewer nodes than --processors_per_node needs: decide's refusal, not a silent fix
     crowded = {**spread, "cpus": 64, "node_count": 1}
     with pytest.raises(SnapshotError, match="running\\[0\\].nodes: 1 nodes cannot hold its 64 processors"):
@@ -383,11 +385,14 @@ def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
     assert left_out == {36: "eligible 7200 s after --now (a begin time, or clocks apart?)"}
     gpu = {**pending, "partition": "gpu"}
     for odd, message in (([{**gpu, "job_id": [5]}], "squeue: jobs[0].job_id: expected a non-negative integer, got [5]"),
-                         ([{**gpu, "job_id": "7; echo INJECTED"}], "got '7; echo INJECTED'"),
-                         ([{**pending, "job_id": 1, "partition": "cpu"}],
-                          "--partition gpu: no job of squeue's is in it (its partitions: cpu)")):
+                         ([{**gpu, "job_id": "7; echo INJECTED"}], "got '7; echo INJECTED'")):
         with pytest.raises(SnapshotError, match=re.escape(message)):
             snapshot_of({"jobs": odd}, 256, now, 60, partition="gpu")
+    idle = subprocess.run([sys.executable, str(ROOT / "scripts" / "squeue_hook.py"), "--policy", str(onnx_policy),
+                           "--processors", "256", "--input", str(path), "--partition", "debug", "--now", str(now)],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert idle.returncode == 0 and idle.stdout == "", idle.stderr  # an idle partition (or a typo) is named, not fatal
+    assert "# no job of squeue's is in partition debug (its jobs' partitions: none)" in idle.stderr
     zero = subprocess.run([sys.executable, str(ROOT / "scripts" / "squeue_hook.py"), "--policy", str(onnx_policy),
                            "--processors", "256", "--input", str(path), "--unlimited_minutes", "0"],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)

@@ -14,6 +14,7 @@ from lightning.pytorch import Callback, Trainer
 from lightning_sched import ClusterConfig, ConfigError, DeepRMWorkload, WorkloadFamily
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.learning.adaptation import AdaptationSettings, adapt, scale_gradients
+from lightning_sched.learning.baselines import ClusterTimeBaseline
 from lightning_sched.policies.networks import PolicySpec, make_policy
 from tasks.base import EvaluationSettings
 from tasks.maml import MAML
@@ -347,3 +348,17 @@ def test_a_meta_policys_record_names_its_inner_loops_baseline_and_adapt_uses_it(
     assert used == ["ClusterTimeBaseline"]
     with pytest.raises(ConfigError, match="baseline 'MeanBaseline' is not one of TimeIndexedBaseline"):
         make_baseline("MeanBaseline")
+
+
+def test_first_order_meta_gradients_need_full_precision():
+    # they are set by hand, past the loss scaling that a mixed-precision plugin then undoes
+    from types import SimpleNamespace
+    module = MAML(first_order=True, meta_batch=2)
+    module._trainer = SimpleNamespace(precision="16-mixed")
+    with pytest.raises(ConfigError, match="trainer.precision 16-mixed: MAML trains in 32-true or 64-true "
+                                          r"\(first-order meta-gradients"):
+        module.configure_optimizers()
+    module._trainer = SimpleNamespace(precision="32-true")
+    assert isinstance(module.configure_optimizers(), torch.optim.Adam)
+    with pytest.raises(ConfigError, match="baseline 'Custom' is not one of"):
+        MAML(baseline=type("Custom", (ClusterTimeBaseline,), {})(), meta_batch=2)

@@ -302,17 +302,19 @@ def test_validation_replays_the_same_sequences_whatever_the_inner_steps(monkeypa
 
 
 def test_a_small_log_with_an_oversized_job_adapts_and_trains_when_told_to_drop_it(tmp_path):
-    # 2,000 jobs (test sequences of 1024 do not fit in its last 20%) and one job larger than the cluster
-    log = write_log(tmp_path / "small.swf", jobs=2000, nodes=64, extra=[swf_line(2001, 10**7, 100, 128)])
+    # 800 jobs (sequences of 1024 fit neither its first 80% nor its last 20%) and one larger than the cluster
+    log = write_log(tmp_path / "small.swf", jobs=800, nodes=64, extra=[swf_line(801, 10**7, 100, 128)])
     refused = run("adapt.py", "--env", "queue", "--trace", log, "--policy", POLICY, "--steps", "1", cwd=tmp_path)
     assert refused.returncode == 2 and "1 job(s) do not fit (--oversize drop" in refused.stderr
     proc = run("adapt.py", "--env", "queue", "--trace", log, "--policy", POLICY, "--steps", "1", "--sequences", "1",
-               "--episodes", "2", "--eval_sequences", "3", "--eval_sequence_length", "256", "--sequence_length", "64",
+               "--episodes", "2", "--eval_sequences", "3", "--eval_sequence_length", "128", "--sequence_length", "64",
                "--oversize", "drop", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert lines[-1]["site"]["dropped_larger_than_cluster"] == 1 and lines[-1]["sequences"] == 3
     from tasks.queue_ppo import QueuePPO
-    module = QueuePPO(str(log), oversize="drop", sequence_length=32, batch_size=2)
+    from tasks.queue_ppo_settings import QueueValidation
+    module = QueuePPO(str(log), oversize="drop", sequence_length=32, batch_size=2,
+                      validation=QueueValidation(sequence_length=64))
     assert module.logs[0].counts["dropped_larger_than_cluster"] == 1
     assert "--oversize=drop" in module.evaluation_command("x.ckpt")[1]

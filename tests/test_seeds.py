@@ -3,6 +3,7 @@ import itertools
 import random
 
 import pytest
+import torch
 
 from lightning_sched import ConfigError, seeds
 
@@ -60,9 +61,25 @@ def test_no_draw_repeats_another_iterations_or_ranks():
 
 def test_maml_outer_rollouts_draw_apart_from_every_inner_step():
     from tasks.maml import MAML, outer_stream
-    assert outer_stream(1) == 1000 and outer_stream(9) == 1000  # the shipped runs' stream
-    for inner_steps in (10, 12, 40):
+    assert outer_stream(1) == 1000 and outer_stream(10) == 1000  # the shipped runs' stream
+    for inner_steps in (10, 11, 12, 40):
         inner = {1 + 100 * step + k for step in range(inner_steps) for k in range(99)}
         assert not inner & set(range(outer_stream(inner_steps), outer_stream(inner_steps) + 99))
     with pytest.raises(ConfigError, match="MAML.inner_steps must be <= 40 with meta_batch 8 .* got 41"):
         MAML(inner_steps=41)
+
+
+def test_ddp_ranks_sample_actions_apart_and_one_stream_an_iteration():
+    from types import SimpleNamespace
+
+    from tasks.reinforce import Reinforce
+
+    def draws(rank: int, step: int, calls: int = 2) -> list[list[float]]:
+        module = Reinforce()
+        module._trainer = SimpleNamespace(world_size=2, global_rank=rank, global_step=step)
+        return [torch.rand(3, generator=module.action_sampler()).tolist() for _ in range(calls)]
+
+    first, second = draws(1, 5)
+    assert first != second  # the calls of one iteration (MAML's inner and outer rollouts) go on drawing
+    assert draws(1, 5) == [first, second] and draws(1, 6)[0] != first  # a resumed rank repeats its iteration
+    assert draws(0, 5)[0] != first and draws(2, 5)[0] != first

@@ -236,7 +236,7 @@ def read_snapshot(snapshot) -> Snapshot:
             raise SnapshotError(f"capacity.processors: {capacity['processors']} is not nodes x processors_per_node "
                                 f"= {nodes * per_node}")
     else:
-        if "processors_per_node" in capacity:  # dropping it would read the cluster as one-processor nodes
+        if capacity.get("processors_per_node", 1) != 1:  # dropping it would read the cluster as one-processor nodes
             raise SnapshotError(f"capacity.processors_per_node: given without nodes ({{\"nodes\": N, "
                                 f"\"processors_per_node\": K}}, or {{\"processors\": P}}), got {capacity!r}")
         nodes, per_node = _count(capacity["processors"], "capacity.processors"), 1
