@@ -76,6 +76,11 @@ def job_id(job: dict, index: int) -> int:
     return value
 
 
+def partitions(job: dict) -> list[str]:
+    """The partitions a job is listed in (a pending job may list several, comma-separated)."""
+    return [name for name in str(job.get("partition", "")).split(",") if name]
+
+
 def states(job: dict) -> set[str]:
     """The job's state and flags: Slurm's JSON gives a list, its base state first and flags such as
     COMPLETING after it (a finishing job: ["COMPLETED", "COMPLETING"]); older versions a string."""
@@ -120,7 +125,7 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
     for i, job in enumerate(squeue["jobs"]):
         if not isinstance(job, dict):
             raise SnapshotError(f"squeue: jobs[{i}]: expected an object, got {type(job).__name__}")
-        if partition is not None and partition not in str(job.get("partition", "")).split(","):
+        if partition is not None and partition not in partitions(job):
             continue
         jid = job_id(job, i)
         state = states(job)
@@ -198,10 +203,10 @@ def main(argv=None) -> int:
     except (ConfigError, OSError, ValueError) as error:  # ValueError: JSON's, and its integers of 4,300+ digits
         print(f"error: {error}", file=sys.stderr)
         return 2
-    partitions = {name for job in squeue["jobs"] for name in str(job.get("partition", "")).split(",") if name}
-    if args.partition is not None and args.partition not in partitions:  # idle, or a name mistyped?
+    listed = {name for job in squeue["jobs"] for name in partitions(job)}
+    if args.partition is not None and args.partition not in listed:  # idle, or a name mistyped?
         print(f"# no job of squeue's is in partition {args.partition} (its jobs' partitions: "
-              f"{', '.join(sorted(partitions)) or 'none'})", file=sys.stderr)
+              f"{', '.join(sorted(listed)) or 'none'})", file=sys.stderr)
     for rank, job_id in enumerate(answer["order"]):
         print(f"scontrol update JobId={job_id} Priority={TOP_PRIORITY - rank}")
     print(f"# the policy would start now: {' '.join(map(str, answer['start_now'])) or 'none'}", file=sys.stderr)

@@ -38,7 +38,7 @@ from lightning_sched.deeprm.objectives import episode_metrics
 from lightning_sched.deeprm.rollout import Trajectories, collect
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.learning.adaptation import AdaptationSettings, meta_sgd_callback
-from lightning_sched.learning.baselines import Baseline, make_baseline
+from lightning_sched.learning.baselines import Baseline
 from lightning_sched.learning.meta import LearnedStepSizes, add_first_order_gradients, require_learnable_step_sizes
 from lightning_sched.learning.policy_gradient import PolicyGradient, policy_gradient
 from lightning_sched.policies.checkpoints import PolicyRecord, warm_start
@@ -172,7 +172,6 @@ class MAML(SchedulerTask):
         self.require_rollouts_fit(meta_batch * widest[1], widest[2], meta_batch=meta_batch,
                                   inner_jobsets=inner_jobsets, inner_episodes=inner_episodes,
                                   outer_jobsets=outer_jobsets, outer_episodes=outer_episodes)
-        make_baseline(type(self.baseline).__name__)  # adapt.py rebuilds the inner loop's baseline by its name
         self.inner = AdaptationSettings(steps=inner_steps, jobsets=inner_jobsets, episodes=inner_episodes, lr=inner_lr,
                                         optimizer=inner_optimizer, normalize_advantage=normalize_advantage,
                                         baseline=type(self.baseline).__name__)

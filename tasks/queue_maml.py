@@ -283,13 +283,12 @@ class QueueMAML(IterationTask):
             net = copy.deepcopy(self.net)  # adapted here, the meta-policy untouched
             # the sequence is drawn first, from a generator of its own: the same for every inner_steps
             # (MAML and its mixture baseline) and whatever the adaptation's rollouts drew
-            start = log.random_starts(hp.train_fraction, hp.validation_length, 1,
-                                      torch.Generator().manual_seed(seeds.VALIDATION + site))
+            seed = seeds.VALIDATION + site
+            start = log.random_starts(hp.train_fraction, hp.validation_length, 1, torch.Generator().manual_seed(seed))
             if hp.inner_steps:
-                train_env = site_env(log, self.cfg, hp.sequences, hp.episodes, self.positions[site],
-                                     seed=seeds.VALIDATION + site)
+                train_env = site_env(log, self.cfg, hp.sequences, hp.episodes, self.positions[site], seed=seed)
                 adapt(net.scorer, net.spec, train_env, hp.inner_steps, hp.inner_lr, hp.episodes,
-                      torch.Generator().manual_seed(seeds.VALIDATION + site), step_sizes=step_sizes)
+                      torch.Generator().manual_seed(seed), step_sizes=step_sizes)
             env = QueueEnv(self.val_cfg, log, batch_size=[1], starts=start)
             with torch.no_grad():
                 played = rollout(env, net.scorer, net.spec, greedy=True, device=self.device)

@@ -96,10 +96,15 @@ def checked_settings(queue, path) -> dict:
     return queue
 
 
+def is_onnx(path) -> bool:
+    """Whether `path` names an ONNX export (decide tells one from a checkpoint by its suffix, in any case)."""
+    return Path(path).suffix.lower() == ".onnx"
+
+
 def load_scorer(path, threads: int | None = None):
     """The Scorer of a policy file: .onnx -> OnnxScorer (on `threads` threads, default 1), anything
     else a checkpoint -> TorchScorer (torch's threads set to `threads` when given, else left)."""
-    if Path(path).suffix.lower() == ".onnx":
+    if is_onnx(path):
         return OnnxScorer(path, 1 if threads is None else threads)
     return TorchScorer(path, threads)
 
@@ -115,9 +120,9 @@ def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
     from ..files import write_file
     from ..queue.policy import load_queue_policy
 
-    if Path(out).suffix.lower() != ".onnx":  # load_scorer tells an export from a checkpoint by the name
+    if not is_onnx(out):  # load_scorer tells an export from a checkpoint by the name
         raise ConfigError(f"--export: the file's name must end in .onnx, got {out}")
-    if Path(checkpoint).suffix.lower() == ".onnx":
+    if is_onnx(checkpoint):
         raise ConfigError(f"--export: {checkpoint} is an export already (it reads a queue checkpoint, .ckpt)")
     net, cfg = load_queue_policy(checkpoint)
     if net.spec.context or net.spec.extra_inputs or net.spec.clock:  # inputs the graph does not take yet

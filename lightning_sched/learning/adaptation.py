@@ -95,6 +95,7 @@ class AdaptationSettings:
             raise ConfigError(f"adaptation lr must be a finite number > 0, got {self.lr}")
         if self.optimizer not in ("sgd", "adam", "rmsprop"):
             raise ConfigError(f"adaptation optimizer {self.optimizer!r} is unknown; choose sgd, adam or rmsprop")
+        make_baseline(self.baseline)  # a name adapt() can rebuild (a meta-policy's record keeps only the name)
         if self.step_sizes is not None and self.optimizer != "sgd":
             raise ConfigError(f"adaptation step_sizes (learned per weight) need optimizer 'sgd', "
                               f"got {self.optimizer!r}")
