@@ -138,6 +138,13 @@ def parse_capacity(items: list[str] | None) -> dict | tuple | None:
 
 
 # ----- DeepRM's workload ---------------------------------------------------------------------------
+WORKLOAD_FLAGS = ("load", "simu_len", "short_prob", "short_len", "long_len", "dominant_units", "other_units",
+                  "arrivals")
+"""DeepRMWorkload's parameters as flags (add_workload_flags)."""
+GENERATOR_FLAGS = tuple(name for name in WORKLOAD_FLAGS if name != "simu_len")
+"""Those of its job generator: a trace's jobs replace them all (simu_len sets a trace window's length)."""
+
+
 def add_workload_flags(parser: argparse.ArgumentParser) -> None:
     """DeepRMWorkload's parameters as flags (defaults: DeepRM's)."""
     w = DeepRMWorkload()
@@ -154,10 +161,9 @@ def add_workload_flags(parser: argparse.ArgumentParser) -> None:
 
 def workload_from_args(args, cfg: ClusterConfig) -> DeepRMWorkload:
     """The DeepRMWorkload the workload flags describe, on cfg's resources and units."""
-    return DeepRMWorkload(load=args.load, simu_len=args.simu_len, short_prob=args.short_prob,
-                          short_len=tuple(args.short_len), long_len=tuple(args.long_len),
-                          dominant_units=tuple(args.dominant_units), other_units=tuple(args.other_units),
-                          arrivals=args.arrivals, num_resources=cfg.num_resources, resource_units=cfg.resource_units)
+    given = {name: getattr(args, name) for name in WORKLOAD_FLAGS}
+    return DeepRMWorkload(**{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()},
+                          num_resources=cfg.num_resources, resource_units=cfg.resource_units)
 
 
 def workload_flags(workload) -> list[str] | None:
@@ -169,8 +175,7 @@ def workload_flags(workload) -> list[str] | None:
     if not isinstance(workload, DeepRMWorkload):
         return None
     flags, default = [], DeepRMWorkload()
-    names = ("load", "simu_len", "short_prob", "short_len", "long_len", "dominant_units", "other_units", "arrivals")
-    for name in names:
+    for name in WORKLOAD_FLAGS:
         value = getattr(workload, name)
         if value != getattr(default, name):
             flags += [f"--{name}", *map(str, value if isinstance(value, (tuple, list)) else [value])]
@@ -331,7 +336,7 @@ def setup_from_args(args, checkpoints: Sequence[str] = ()) -> Setup:
     trace = trace_from_args(args)
     if trace is not None:  # the log's jobs replace DeepRM's generator: its flags would change nothing
         default = DeepRMWorkload()
-        for name in ("load", "short_prob", "short_len", "long_len", "dominant_units", "other_units", "arrivals"):
+        for name in GENERATOR_FLAGS:
             value = getattr(args, name, None)
             value = tuple(value) if isinstance(value, list) else value
             if value is not None and value != getattr(default, name):

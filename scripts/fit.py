@@ -82,6 +82,10 @@ class SchedulerParser(LightningArgumentParser):
 
 class SchedulerCLI(LightningCLI):
     def __init__(self, *args, **kwargs):
+        argv = kwargs.get("args")
+        argv = sys.argv[1:] if argv is None else argv
+        # a parser for the asked subcommand only: each costs half a second of signature parsing
+        self.asked_subcommand = argv[0] if argv and argv[0] in LightningCLI.subcommands() else None
         self.folders, self.asked_model, self.wandb_id, self.resumed_step = RunFolders(), None, None, None
         self.saved_shapes: dict | None = None  # the --ckpt_path weights' shapes, held against the model
         try:
@@ -96,6 +100,10 @@ class SchedulerCLI(LightningCLI):
             raise failed from error
         finally:
             self.folders.release()
+
+    def subcommands(self) -> dict[str, set[str]]:
+        every = LightningCLI.subcommands()
+        return {self.asked_subcommand: every[self.asked_subcommand]} if self.asked_subcommand else every
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--threads", type=Union[int, Literal["auto"]], default="auto", help=THREADS_HELP)

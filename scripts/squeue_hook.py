@@ -62,10 +62,13 @@ def number(job: dict, key: str, unlimited: float | None = None):
     return value
 
 
-def given(job: dict, key: str) -> bool:
-    """Whether an optional Slurm field holds a value: present, and not {"set": false} or infinite."""
+def optional(job: dict, key: str):
+    """An optional Slurm integer field's number, or None where it holds none: missing, {"set": false}
+    or infinite (each caller says what its field's absence means)."""
     value = job.get(key)
-    return value is not None and not (isinstance(value, dict) and (not value.get("set", True) or value.get("infinite")))
+    if value is None or (isinstance(value, dict) and (not value.get("set", True) or value.get("infinite"))):
+        return None
+    return number(job, key)
 
 
 def job_id(job: dict, index: int) -> int:
@@ -96,9 +99,7 @@ def not_ranked(job: dict, processors: int) -> str | None:
     reason = str(job.get("state_reason", ""))
     if reason.startswith(NOT_ELIGIBLE):
         return reason
-    priority = job.get("priority")
-    if priority is not None and not (isinstance(priority, dict) and not priority.get("set", True)) \
-            and number(job, "priority") == 0:
+    if optional(job, "priority") == 0:
         return "held (priority 0)"
     if number(job, "cpus") > processors:
         return f"{number(job, 'cpus')} processors, more than --processors {processors}"
@@ -108,11 +109,7 @@ def not_ranked(job: dict, processors: int) -> str | None:
 def time_limit_minutes(job: dict, unlimited_minutes: int) -> float:
     """A pending job's time limit: none (Slurm's infinite, a limit not set, or 0, which Slurm reads as
     no limit) is taken to ask for `unlimited_minutes`."""
-    limit = job.get("time_limit")
-    if isinstance(limit, dict) and (limit.get("infinite") or not limit.get("set", True)):
-        return unlimited_minutes
-    minutes = number(job, "time_limit")
-    return unlimited_minutes if minutes == 0 else minutes
+    return optional(job, "time_limit") or unlimited_minutes
 
 
 def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: int,
@@ -136,8 +133,8 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
             else:
                 end = number(job, "end_time")
             entry = {"id": jid, "processors": number(job, "cpus"), "expected_end": end}
-            if processors_per_node > 1 and given(job, "node_count"):  # decide() refuses too few nodes
-                entry["nodes"] = number(job, "node_count")
+            if processors_per_node > 1 and optional(job, "node_count"):  # decide() refuses too few nodes
+                entry["nodes"] = optional(job, "node_count")
             running.append(entry)
         elif "PENDING" in state:
             why = not_ranked(job, processors)
@@ -145,10 +142,7 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
                 left_out[jid] = why
                 continue
             minutes = time_limit_minutes(job, unlimited_minutes)
-            eligible = job.get("eligible_time")
-            since = number(job, "eligible_time") if eligible not in (None, 0) and not (
-                isinstance(eligible, dict) and (not eligible.get("set", True) or not eligible.get("number"))) \
-                else number(job, "submit_time")
+            since = optional(job, "eligible_time") or number(job, "submit_time")  # 0: never computed
             if now - since > MAX_WAIT_DAYS * 86400:  # the service refuses such waits: two clocks' times?
                 left_out[jid] = f"waits more than {MAX_WAIT_DAYS} days (a submit time of 0, --now in ms?)"
                 continue
@@ -156,9 +150,9 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
                 left_out[jid] = f"eligible {since - now:.0f} s after --now (a begin time, or clocks apart?)"
                 continue
             cpus = number(job, "cpus")
-            if processors_per_node > 1 and given(job, "node_count"):
+            if processors_per_node > 1 and optional(job, "node_count"):
                 # whole nodes: a job asking for more of them than its processors fill holds them all
-                cpus = max(cpus, number(job, "node_count") * processors_per_node)
+                cpus = max(cpus, optional(job, "node_count") * processors_per_node)
                 if cpus > processors:
                     left_out[jid] = (f"{cpus // processors_per_node} nodes of {processors_per_node} processors, "
                                      f"more than --processors {processors}")

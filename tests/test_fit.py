@@ -111,7 +111,8 @@ def test_fit_resumes_from_a_checkpoint_in_its_run_folder(smoke_run, tmp_path):
     assert resumed["global_step"] == 6
 
 
-def test_a_resume_inside_a_warm_start_from_a_sampling_teacher_goes_on_as_the_run_would(tmp_path):
+def test_a_resume_inside_a_warm_start_from_a_sampling_teacher_goes_on_as_the_run_would(tmp_path, fit_main,
+                                                                                      monkeypatch):
     config = tmp_path / "teacher.yaml"  # the slot checkpoint acts sampled: its draws must not start again
     config.write_text(f"""model:
   class_path: tasks.reinforce.Reinforce
@@ -126,12 +127,12 @@ def test_a_resume_inside_a_warm_start_from_a_sampling_teacher_goes_on_as_the_run
 trainer: {{max_steps: 4, val_check_interval: 1, logger: false}}
 compare: {{heuristics: [sjf]}}
 """)
-    for folder in ("through", "resumed"):
-        (tmp_path / folder).mkdir()
-    fit("fit", "--config", str(config), tmp_path=tmp_path / "through")
-    fit("fit", "--config", str(config), "--trainer.max_steps", "2", tmp_path=tmp_path / "resumed")
-    fit("fit", "--config", str(config), "--ckpt_path", "runs/teacher/checkpoints/last.ckpt",
-        tmp_path=tmp_path / "resumed")
+    # fit.py in this process: the resumed run starts from the state the first one left, as a new process would
+    for folder, more in (("through", []), ("resumed", ["--trainer.max_steps", "2"]),
+                         ("resumed", ["--ckpt_path", "runs/teacher/checkpoints/last.ckpt"])):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        monkeypatch.chdir(tmp_path / folder)
+        fit_main(["fit", "--config", str(config), "--threads", "1", *more])
     a, b = (torch.load(tmp_path / folder / "runs" / "teacher" / "checkpoints" / "last.ckpt", map_location="cpu",
                        weights_only=True) for folder in ("through", "resumed"))
     assert a["global_step"] == b["global_step"] == 4

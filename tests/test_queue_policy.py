@@ -227,19 +227,17 @@ def test_fit_smoke_trains_validates_and_writes_a_loadable_policy(tmp_path):
     assert (play.episode_metrics()["mean_bounded_slowdown"] >= 1).all()
 
 
-def test_a_resumed_run_ends_with_the_weights_of_one_that_ran_through(tmp_path):
+def test_a_resumed_run_ends_with_the_weights_of_one_that_ran_through(tmp_path, fit_main, monkeypatch, capsys):
     # the resume lands inside the warm start, before PPO's sampled iterations: their draws must be the run's
+    # (fit.py in this process: the resumed run starts from the state the first one left, as a new process would)
     log = write_log(tmp_path / "tiny.swf")
-    env = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
-           "WANDB_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     flags = ["--config", str(SMOKE), "--threads", "1", "--trainer.logger", "false", "--model.init_args.log", str(log),
              "--model.init_args.imitate", "sjf", "--model.init_args.imitation_iterations", "3"]
 
     def fit(folder, *more):
         (tmp_path / folder).mkdir(exist_ok=True)
-        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), "fit", *flags, *more],
-                              cwd=tmp_path / folder, capture_output=True, text=True, timeout=300, env=env)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        monkeypatch.chdir(tmp_path / folder)
+        fit_main(["fit", *flags, *more])
         return tmp_path / folder / "runs" / "queue_smoke" / "checkpoints" / "last.ckpt"
 
     through = fit("through", "--trainer.max_steps", "4")
@@ -253,12 +251,12 @@ def test_a_resumed_run_ends_with_the_weights_of_one_that_ran_through(tmp_path):
     # a warm start that aggregates its data across iterations cannot resume inside it: said, not lost
     flags.extend(["--model.init_args.imitation_aggregate", "true"])
     fit("aggregated", "--trainer.max_steps", "2")
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), "fit", *flags, "--ckpt_path",
-                           "runs/queue_smoke/checkpoints/last.ckpt"], cwd=tmp_path / "aggregated",
-                          capture_output=True, text=True, timeout=300, env=env)
-    last = proc.stderr.strip().splitlines()[-1]  # after Lightning's own start-up lines
-    assert proc.returncode == 2 and last.startswith("error: a resume at iteration 2, inside the warm start that "
-                                                     "aggregates its imitation data"), proc.stderr[-2000:]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        fit("aggregated", "--ckpt_path", "runs/queue_smoke/checkpoints/last.ckpt")
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after Lightning's own start-up lines
+    assert stopped.value.code == 2 and last.startswith("error: a resume at iteration 2, inside the warm start that "
+                                                       "aggregates its imitation data"), last
 
 
 def test_ppo_with_easy_backfilling_in_process(tmp_path):

@@ -247,11 +247,14 @@ def test_a_checkpoint_of_another_module_is_refused(finished_run):
         "one): give the config it was trained with (its run's config.yaml)"]
 
 
-def test_a_checkpoint_can_neither_import_a_module_nor_delete_a_file_outside_its_folder(finished_run):
+def test_a_checkpoint_can_neither_import_a_module_nor_delete_a_file_outside_its_folder(finished_run, fit_main,
+                                                                                     capsys):
     """LightningCLI parses a checkpoint's hyperparameters as the model's config (importing any class
     they name) and a resumed ModelCheckpoint deletes the files its state names as outdated: both are
-    checked before Lightning reads the file; so are the weights' shapes (one line, not a traceback)."""
+    checked before Lightning reads the file; so are the weights' shapes (one line, not a traceback).
+    fit.py runs in this process: `this` (which prints its poem when imported) must stay unimported."""
     tmp, run = finished_run
+    assert "this" not in sys.modules
     good = load(run / "checkpoints" / "last.ckpt")
     victim = tmp / "victim.txt"
     victim.write_text("keep me")
@@ -282,12 +285,14 @@ def test_a_checkpoint_can_neither_import_a_module_nor_delete_a_file_outside_its_
         path = tmp / "crafted.ckpt"
         torch.save(crafted, path)
         for subcommand in ("fit", "validate"):
-            proc = fit(subcommand, "--config", str(run / "config.yaml"), "--ckpt_path", str(path),
-                       "--trainer.max_steps", "4", "--trainer.default_root_dir", str(tmp / "branch"), tmp_path=tmp,
-                       check=False)
-            assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
-            assert "Beautiful is better than ugly" not in proc.stdout  # `this` was never imported
-    assert victim.read_text() == "keep me"
+            with pytest.raises(SystemExit) as stopped:
+                fit_main([subcommand, "--config", str(run / "config.yaml"), "--ckpt_path", str(path), "--threads", "1",
+                          "--trainer.max_steps", "4", "--trainer.default_root_dir", str(tmp / "branch")])
+            out = capsys.readouterr()
+            lines = out.err.strip().splitlines()
+            assert stopped.value.code == 2 and len(lines) == 1 and message in lines[0], out.err[-2000:]
+            assert "this" not in sys.modules and "Beautiful is better than ugly" not in out.out
+    assert victim.read_text() == "keep me" and not (tmp / "branch").exists()
     assert load(run / "checkpoints" / "last.ckpt")["global_step"] == 2
 
 
