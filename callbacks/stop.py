@@ -5,7 +5,8 @@ prints the command that resumes it); SIGINT is passed on to it as SIGTERM. Durin
 test loop (`StopEvaluations`) the signal stops it at once, as Lightning's SIGTERMException: Lightning
 would let the loop's batch end first, and here one batch is the whole validation (a minute for a
 queue policy). Before training starts or after it ends, `Stopped` is raised, and the run's folder
-is removed unless it holds a checkpoint: a stopped run leaves nothing or a resumable folder."""
+is removed unless it holds a checkpoint: a stopped run leaves nothing or a resumable folder; a
+second signal there only says the run is already stopping."""
 from __future__ import annotations
 
 import os
@@ -46,6 +47,9 @@ def _handle(signum, frame) -> None:
         elif _evaluating[0]:
             _evaluating[0] = False  # once: a second signal while the run saves must not cut the save
             raise SIGTERMException
+        return
+    if len(_received) > 1:  # the first one stops the run; raised again, this one would land in its clean-up
+        os.write(2, b"already stopping\n")  # (atexit, a finaliser: "Exception ignored in ...") and cut it short
         return
     raise Stopped(signum)
 

@@ -366,6 +366,26 @@ def test_ctrl_c_saves_prints_the_resume_command_and_a_resume_only_continues_from
     assert not list(run.rglob(".*.tmp")) and load(run / "checkpoints" / "last.ckpt")["global_step"] == 3
 
 
+def test_a_second_signal_outside_training_does_not_raise_into_the_clean_up(capfd):
+    """The first Ctrl-C outside training raises Stopped; a second one, which would land wherever the
+    clean-up is (atexit, a finaliser) and print "Exception ignored", only says so."""
+    from callbacks import stop
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    stop.install()
+    try:
+        with pytest.raises(stop.Stopped, match=re.escape("stopped by Ctrl-C (SIGINT)")):
+            os.kill(os.getpid(), signal.SIGINT)
+            [None for _ in range(1000)]  # the handler runs between bytecodes
+        os.kill(os.getpid(), signal.SIGINT)
+        [None for _ in range(1000)]
+        assert capfd.readouterr().err == "already stopping\n" and stop.exit_code() == 130
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        stop.forget()
+
+
 def test_a_signal_during_validation_or_test_stops_it_at_once_and_the_run_resumes(tmp_path, fit_main, capsys):
     """SIGTERM 0.2 s into a validation that would last a minute (a queue policy's takes one): the
     run stops within seconds with last.ckpt at the last training step, and resumes, redoing that
