@@ -54,8 +54,10 @@ class EveryRowReset(EnvBase):
     step's output, as TorchRL's collectors and rollouts give it, this merge gives the same result: the
     reset's keys, but STEP_ONLY_KEYS of the rows not reset kept, and 0 in the keys the reset does not
     write (a step's "reward") for the rows reset (TorchRL's padding). Values a caller changed in the
-    rows not reset are not kept; an input without every key of the reset gets TorchRL's merge. (Under
-    a TransformedEnv, TorchRL's `where` merge runs: the transform calls the base env's `_reset`.)"""
+    rows not reset are not kept. An input of "_reset" alone (SerialEnv and ParallelEnv reset their
+    envs so) gets every row as it stands, where TorchRL's merge would fill the rows not reset with
+    zeros (no visible job: a masked draw fails). (Under a TransformedEnv, TorchRL's `where` merge
+    runs: the transform calls the base env's `_reset`.)"""
 
     STEP_ONLY_KEYS: tuple = ()
     ROLLOUT_COPIES = 3.5
@@ -83,7 +85,7 @@ class EveryRowReset(EnvBase):
 
     def _reset_proc_data(self, tensordict, tensordict_reset):
         written = set(tensordict_reset.keys(True, True))
-        if tensordict is None or not self.batch_size or not written <= set(tensordict.keys(True, True)):
+        if tensordict is None or not self.batch_size:
             return super()._reset_proc_data(tensordict, tensordict_reset)
         self._complete_done(self.full_done_spec, tensordict_reset)
         self._reset_check_done(tensordict, tensordict_reset)
@@ -104,15 +106,17 @@ class EveryRowReset(EnvBase):
         return tensordict.update(tensordict_reset)
 
 
-def accepts_unbatched(call):
-    """Decorate a batched policy's `__call__(self, td)` so that it also acts on an unbatched
-    TensorDict (batch dims [], e.g. from `ClusterEnv(batch_size=[])`): as one row, its "action"
-    written back without the batch dim."""
+def acts_on_any_batch(call):
+    """Decorate a batched policy's `__call__(self, td)` (td of batch shape [B]) so that it acts on a
+    TensorDict of any batch shape: unbatched ([], e.g. `ClusterEnv(batch_size=[])`) as one row,
+    several batch dims (a SerialEnv's or ParallelEnv's [workers, B]) as their rows in one; its
+    "action" written back in the TensorDict's own batch shape."""
 
     @functools.wraps(call)
     def wrapper(self, td):
-        if isinstance(td, TensorDictBase) and td.batch_dims == 0:
-            td["action"] = call(self, td.unsqueeze(0))["action"][0]
+        if isinstance(td, TensorDictBase) and td.batch_dims != 1:
+            flat = td.reshape(-1) if td.batch_dims else td.unsqueeze(0)
+            td["action"] = call(self, flat)["action"].reshape(td.batch_size)
             return td
         return call(self, td)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
-from .batched import accepts_unbatched
+from .batched import acts_on_any_batch
 from .config import ClusterConfig, ConfigError
 
 # Tetris's knob: weight of the short-job term against the normalised packing term. Tuned with
@@ -42,7 +42,7 @@ class Heuristic:
     def score(self, td: TensorDictBase) -> torch.Tensor:
         raise NotImplementedError
 
-    @accepts_unbatched
+    @acts_on_any_batch
     def __call__(self, td: TensorDictBase) -> TensorDictBase:
         td["action"] = choose_best(td, self.score(td))
         return td
@@ -111,7 +111,7 @@ class Random:
     def __init__(self, cfg: ClusterConfig, generator: torch.Generator | None = None):
         self.cfg, self.generator = cfg, generator
 
-    @accepts_unbatched
+    @acts_on_any_batch
     def __call__(self, td):
         like = td["slot_offset"]  # any per-row key: works on TensorDicts and plain dicts alike
         td["action"] = torch.randint(self.cfg.num_actions, like.shape[:1], device=like.device, generator=self.generator)

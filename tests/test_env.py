@@ -14,7 +14,7 @@ from lightning_sched.deeprm.cluster import compiled_step, init_state, step_state
 from lightning_sched.deeprm.objectives import episode_metrics
 from lightning_sched.deeprm.state import ClusterState, used_now
 from lightning_sched.evaluation import make_jobsets
-from lightning_sched.heuristics import Tetris, make_heuristic
+from lightning_sched.heuristics import HEURISTICS, Tetris, make_heuristic
 
 SMALL = ClusterConfig(num_resources=2, resource_units=6, horizon=10, num_slots=4, backlog_size=12, max_job_len=8,
                       max_job_units=6, max_time=120)
@@ -271,6 +271,24 @@ def test_out_of_range_actions_act_as_void():
 
 
 # ----- partial reset ------------------------------------------------------------------------------
+def test_a_serial_env_of_cluster_envs_runs_the_heuristics_and_random_draws_from_its_mask():
+    """A SerialEnv resets its envs with "_reset" alone (the rows not reset must come back as they
+    stand, not zeroed) and hands policies a [workers, B] batch."""
+    from functools import partial
+
+    from torchrl.envs import ActionMask, SerialEnv, TransformedEnv
+
+    make = partial(ClusterEnv, SMALL, workload=small_workload(), batch_size=[3])
+    serial = SerialEnv(2, [partial(make, seed=1), partial(make, seed=2)])
+    for name in HEURISTICS:
+        rollout = serial.rollout(60, make_heuristic(name, SMALL), break_when_any_done=False)
+        assert rollout.batch_size[:2] == (2, 3) and bool(rollout["next", "done"].any()), name
+    torch.manual_seed(0)
+    masked = TransformedEnv(SerialEnv(2, [partial(make, seed=1), partial(make, seed=2)]), ActionMask())
+    rollout = masked.rollout(60, break_when_any_done=False)  # zeroed rows: "invalid multinomial distribution"
+    assert bool(rollout["next", "done"].any())
+
+
 @pytest.mark.parametrize("source", ["jobset", "generator"])
 def test_partial_reset_resets_only_those_rows(source):
     b = 4

@@ -22,6 +22,7 @@ from lightning_sched.queue.env import QueueEnv, episode_metrics
 from lightning_sched.queue.evaluation import evaluate_queue, heuristic_policies, protocol_starts
 from lightning_sched.queue.heuristics import QueueHeuristic
 from lightning_sched.queue.log import read_queue_log
+from lightning_sched.queue.reservation import ReservingRule, reserving_config
 from lightning_sched.queue.state import KERNEL_ORDERS, init_state
 from lightning_sched.queue.step import advance
 from lightning_sched.traces.files import TraceError
@@ -186,6 +187,35 @@ def test_a_rollout_keeps_each_steps_jobs_across_partial_resets(tmp_path):
         assert torch.equal(rollout[key], torch.stack([r[key] for r in record], 1)), key
 
 
+def test_a_reset_given_only_its_mask_returns_the_other_rows_as_they_stand(tmp_path):
+    """SerialEnv and ParallelEnv reset their envs with a TensorDict of "_reset" alone: the rows not
+    reset must come back as they stand (TorchRL's merge would zero them: no visible job), so a
+    SerialEnv of queue envs runs, with the project's policies acting on its [workers, B] batch."""
+    from functools import partial
+
+    from tensordict import TensorDict
+    from torchrl.envs import ActionMask, SerialEnv, TransformedEnv
+
+    log = read_queue_log(write_log(tmp_path / "log.swf"))
+    cfg = log.config(sequence_length=24, window=8, backfill="easy")
+    env = QueueEnv(cfg, log, batch_size=[3], seed=2)
+    before = env.reset()
+    after = env.reset(TensorDict({"_reset": torch.tensor([[True], [False], [False]])}, [3]))
+    assert torch.equal(after["time"].squeeze(-1), env.state.time) and bool(after["action_mask"].any(-1).all())
+    for key in ("time", "action_mask", "job_features", "window_job"):
+        assert torch.equal(after[key][1:], before[key][1:]), key
+    whole = log.config(sequence_length=24, window=24, backfill="easy")  # the rules see the whole queue
+    for policy, config in ((QueueHeuristic("random", torch.Generator().manual_seed(0)), cfg),
+                           (QueueHeuristic("f1"), whole), (ReservingRule("f1"), reserving_config(whole))):
+        make = partial(QueueEnv, config, log, batch_size=[3])
+        serial = SerialEnv(2, [partial(make, seed=5), partial(make, seed=6)])
+        rollout = serial.rollout(100, policy, break_when_any_done=False)  # rows end apart: partial resets
+        assert rollout.batch_size[:2] == (2, 3) and bool(rollout["next", "done"].any())
+        assert bool(rollout["action_mask"].gather(-1, rollout["action"].unsqueeze(-1)).all())
+    masked = TransformedEnv(QueueEnv(cfg, log, batch_size=[3], seed=7), ActionMask())
+    masked.rollout(100, break_when_any_done=False)  # rand_action draws from the mask the env keeps current
+
+
 def test_env_specs_and_episode_metrics(tmp_path):
     log = read_queue_log(write_log(tmp_path / "log.swf", jobs=400))
     env = QueueEnv(log.config(sequence_length=32, window=16, backfill="easy"), log, batch_size=[4], seed=1)
@@ -219,7 +249,7 @@ def test_a_torchrl_collector_plays_random_valid_picks_and_its_own_random_policy_
         assert bool(batch["action_mask"].gather(-1, batch["action"].unsqueeze(-1)).all())
     assert int(batches[1]["next", "truncated"].sum()) > 0
     # TorchRL's own random policy copies the action spec once, so it draws hidden slots: the error says what to use
-    with pytest.raises(ValueError, match=r"draw from the observation's action_mask, as QueueHeuristic\('random'\)"):
+    with pytest.raises(ValueError, match=r"draw from the observation's action_mask \(QueueHeuristic\('random'\)"):
         list(Collector(QueueEnv(cfg, log, batch_size=[4], seed=1), None, frames_per_batch=240, total_frames=240))
 
 

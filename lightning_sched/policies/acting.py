@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..batched import accepts_unbatched
+from ..batched import acts_on_any_batch
 from ..config import ConfigError
 from ..deeprm.observations import arrival_rate
 
@@ -152,7 +152,7 @@ class NetworkPolicy:
     generator: torch.Generator | None = field(default=None, repr=False)
 
     @torch.no_grad()
-    @accepts_unbatched
+    @acts_on_any_batch
     def __call__(self, td):  # named td: TorchRL's rollout passes TensorDicts to such a callable as they are
         td["action"] = self.acting.choose(self.net(self.net.encode(td)), td, self.generator)
         return td

@@ -199,11 +199,11 @@ class QueueEnv(EveryRowReset):
         bad = active & ((slot.squeeze(1) < 0) | (slot.squeeze(1) >= self.cfg.window) | (job < 0))
         if bool(bad.any()):
             row = int(bad.nonzero()[0])
-            raise ValueError(f"QueueEnv: row {row}: action {int(slot[row])} is not a waiting job's slot "
-                             f"(window {self.cfg.window}, {int((self.window_job[row] >= 0).sum())} jobs visible); "
-                             "a random policy must draw from the observation's action_mask, as "
-                             "QueueHeuristic('random') does; TorchRL's RandomPolicy and rand_action read a copy "
-                             "of the spec's mask, kept current by torchrl.envs.ActionMask() in a TransformedEnv")
+            visible = int((self.window_job[row] >= 0).sum())
+            raise ValueError(f"QueueEnv: row {row}: action {int(slot[row])} is not a waiting job's slot (window "
+                             f"{self.cfg.window}, slots 0..{visible - 1} visible); draw from the observation's "
+                             "action_mask (QueueHeuristic('random'), a MaskedCategorical actor): TorchRL's "
+                             "RandomPolicy never reads it")
         length = self.cfg.sequence_length
         out = advance(self.state, torch.where(active, job, torch.full_like(job, -1)), self.cfg)
         if self.cfg.reward == "per_job":

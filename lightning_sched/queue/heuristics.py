@@ -20,6 +20,7 @@ import math
 import torch
 from tensordict import TensorDictBase
 
+from ..batched import acts_on_any_batch
 from ..config import ConfigError
 from .config import RULES
 
@@ -96,6 +97,7 @@ class QueueHeuristic:
             raise ConfigError(f"queue heuristic must be one of {', '.join(HEURISTICS)}, got {name!r}")
         self.name, self.generator, self.window_only = name, generator, window_only
 
+    @acts_on_any_batch
     def __call__(self, td: TensorDictBase) -> TensorDictBase:
         mask = td["action_mask"]
         if self.name != "random" and not self.window_only:

@@ -17,6 +17,7 @@ import math
 
 import torch
 
+from ..batched import acts_on_any_batch
 from ..config import CHECKPOINT_KEY, QUEUE_RULE_KIND, ConfigError
 from ..files import load_torch_file, write_torch
 from .heuristics import window_columns
@@ -65,6 +66,7 @@ class LinearRule:
         self.weights = weights * torch.tensor([s for _, s in FEATURES[:k]], dtype=torch.double)
         self.reserve = reserve
 
+    @acts_on_any_batch
     def __call__(self, td):
         feats, filled = job_features(td)
         weights = self.weights.to(feats.device)

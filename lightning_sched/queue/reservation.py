@@ -22,6 +22,7 @@ from dataclasses import replace
 
 import torch
 
+from ..batched import acts_on_any_batch
 from ..config import ConfigError
 from .config import QueueConfig
 from .heuristics import priority, window_columns
@@ -68,6 +69,7 @@ class ReservingRule:
     def __init__(self, name: str):
         self.name = name
 
+    @acts_on_any_batch
     def __call__(self, td):
         td["action"] = reserve_pick(priority(self.name, td).double(), td)  # sjf's exact int64 key fits a double
         return td

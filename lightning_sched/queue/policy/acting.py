@@ -7,6 +7,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
 
+from ...batched import acts_on_any_batch
 from ..reservation import reserve_pick
 from .networks import QueueNetwork
 from .spec import QueuePolicySpec
@@ -74,6 +75,7 @@ class QueuePolicy:
     def __init__(self, net: QueueNetwork, greedy: bool = True, generator: torch.Generator | None = None):
         self.net, self.greedy, self.generator = net, greedy, generator
 
+    @acts_on_any_batch
     def __call__(self, td):
         choose(self.net, self.net.spec, td, next(self.net.parameters()).device, self.greedy, self.generator)
         return td
