@@ -102,9 +102,13 @@ def main(argv=None) -> int:
     if args.wait_rate is not None and not reads_rate:
         raise ConfigError(f"--wait_rate {args.wait_rate} changes nothing: no policy here acts with idle rule "
                           f"while_frequent (give --idle_rule while_frequent, or a checkpoint that acts so)")
+    for name, policy, pcfg in policies:  # a network reads its jobs' deadlines: they are its cluster's
+        if isinstance(policy, NetworkPolicy) and args.slo_slowdown not in (None, pcfg.slo_slowdown):
+            raise ConfigError(f"--slo_slowdown {args.slo_slowdown}: {name} sees deadlines at slo_slowdown "
+                              f"{pcfg.slo_slowdown} (its cluster's); evaluate it there, or heuristics alone at another")
     # a checkpoint fixes the cluster; all policies in one table must share it (the reward they
-    # were trained for may differ: the table measures every metric)
-    cluster = policies[0][2]
+    # were trained for may differ: the table measures every metric, and --objective picks the paired one)
+    cluster = policies[0][2].replace(**reward_from_args(args))
     for name, _, other in policies[1:]:
         cluster.require_same_cluster(other, policies[0][0], name, may_differ=REWARD_FIELDS)
     counts = len(policies), sum(isinstance(policy, NetworkPolicy) for _, policy, _ in policies)  # the work budget's

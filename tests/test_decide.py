@@ -199,6 +199,13 @@ def test_bad_snapshots_name_the_field(change, message):
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("name", ["running", "waiting"])
+def test_a_snapshot_without_its_running_or_waiting_list_is_refused(name):
+    # read as empty, a missing running list would make a full cluster look idle and start every job
+    with pytest.raises(SnapshotError, match=re.escape(f"snapshot.{name}: missing")):
+        read_snapshot({k: v for k, v in MINIMAL.items() if k != name})
+
+
 def run_decide(*args, stdin: str | None = None):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "decide.py"), *map(str, args)], input=stdin,
@@ -438,7 +445,7 @@ def test_the_window_read_from_the_orders_prefixes_is_the_whole_queues_alternatio
         q, width = int(rng.integers(1, 60)), int(rng.integers(1, 20))
         jobs = [{"id": k, "submit": 0, "requested_time": int(rng.integers(1, 6)), "processors": int(rng.integers(1, 6))}
                 for k in range(q)]
-        snap = read_snapshot({"now": 0, "capacity": {"processors": 8}, "waiting": jobs})
+        snap = read_snapshot({"now": 0, "capacity": {"processors": 8}, "running": [], "waiting": jobs})
         view = Window(snap, width)
         waiting = rng.random(q) < rng.random()
         queue = np.flatnonzero(waiting)

@@ -146,7 +146,7 @@ def _of(job) -> str:
 
 
 def _jobs(snapshot: dict, name: str) -> list:
-    jobs = snapshot.get(name, [])
+    jobs = snapshot[name]
     if not isinstance(jobs, list):
         raise SnapshotError(f"{name}: expected a list of jobs, got {type(jobs).__name__}")
     allowed = frozenset(FIELDS[name])
@@ -219,7 +219,8 @@ def read_snapshot(snapshot) -> Snapshot:
     nodes without processors_per_node. A held job that no longer waits is let go (`held_not_waiting`)."""
     if not isinstance(snapshot, dict):
         raise SnapshotError(f"snapshot: expected a JSON object, got {type(snapshot).__name__}")
-    now = _number(_entry(snapshot, "snapshot", ("now", "capacity", "waiting"))["now"], "now")
+    # a missing running list, read as none, would show a busy cluster idle: every start would be wrong
+    now = _number(_entry(snapshot, "snapshot", ("now", "capacity", "running", "waiting"))["now"], "now")
     _known_fields(snapshot, "snapshot", "snapshot")
     capacity = snapshot["capacity"]
     if not isinstance(capacity, dict) or not ({"processors", "nodes"} & set(capacity)):
