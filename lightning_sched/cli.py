@@ -137,6 +137,14 @@ def parse_capacity(items: list[str] | None) -> dict | tuple | None:
         raise TraceError(f"capacities {items}: not a number ({exc})") from None
 
 
+def require_distinct(flag: str, values) -> None:
+    """ConfigError naming the first value of `flag` given twice (results are kept by value: one
+    would replace the other)."""
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"{flag} {twice!r} is given twice")
+
+
 # ----- DeepRM's workload ---------------------------------------------------------------------------
 WORKLOAD_FLAGS = ("load", "simu_len", "short_prob", "short_len", "long_len", "dominant_units", "other_units",
                   "arrivals")

@@ -66,6 +66,7 @@ from lightning_sched.cli import (
     add_workload_flags,
     at_least,
     positive_float,
+    require_distinct,
     reward_from_args,
     seed_number,
     setup_from_args,
@@ -248,6 +249,9 @@ def queue_main(argv) -> int:
         if path:  # before the adaptation's minutes; checked again as the file is written
             (refuse_figure if flag == "--figure" else refuse_output)(path, args.overwrite, flag,
                                                                       [p for p in args.policy if p != "scratch"])
+    require_distinct("--policy", args.policy)  # one curve each
+    if args.out and args.figure and Path(args.out).resolve() == Path(args.figure).resolve():
+        raise ConfigError(f"--out {args.out} is also --figure: one would replace the other")
     if args.reference is not None and args.reference not in args.policy:
         raise ConfigError(f"--reference {args.reference!r} must be one of --policy")
     records = {spec: read_queue_record(spec) for spec in args.policy if spec != "scratch"}  # before the rules run

@@ -250,3 +250,30 @@ def test_reinforce_with_several_epochs_in_another_precision_is_one_line(fit_main
     err = capsys.readouterr().err.strip().splitlines()
     assert stopped.value.code == 2 and err[-1].startswith("error: trainer.precision bf16-mixed: Reinforce trains in "
                                                           "32-true or 64-true (with ppo.epochs > 1"), err
+
+
+def test_evaluate_applies_objective_to_every_policy_and_refuses_another_slo_for_a_checkpoint(capsys):
+    """--objective picks the paired metric whatever policy comes first; a network reads its jobs'
+    deadlines, so a --slo_slowdown other than its checkpoint's is refused (it was ignored)."""
+    evaluate = script_main("evaluate")
+    ckpt = str(ROOT / "checkpoints" / "best_slowdown.ckpt")
+    for policies in ([ckpt], ["tetris", ckpt]):
+        with pytest.raises(ConfigError, match=r"--slo_slowdown 50.0: .*best_slowdown.ckpt sees deadlines at "
+                                              r"slo_slowdown 2.0"):
+            evaluate(["--policy", *policies, "--slo_slowdown", "50", "--jobsets", "2", "--threads", "1"])
+    evaluate(["--policy", ckpt, "tetris", "--objective", "deadline", "--jobsets", "2", "--threads", "1"])
+    out = capsys.readouterr().out
+    assert "objective deadline" in out and "slo hit rate - " in out
+
+
+def test_adapt_refuses_a_step_that_cannot_move_a_repeated_policy_and_a_figure_over_its_output(tmp_path):
+    adapt = script_main("adapt")
+    with pytest.raises(ConfigError, match="adaptation episodes 1 with TimeIndexedBaseline: .*every advantage is 0"):
+        adapt(["--ckpt", str(ROOT / "checkpoints" / "maml.ckpt"), "--steps", "1", "--jobsets", "2", "--episodes", "1",
+               "--eval_jobsets", "2", "--threads", "1"])
+    log = str(ROOT.parent / "shared" / "traces" / "lublin_256.swf.gz")  # refused before it is read
+    with pytest.raises(ConfigError, match="--policy 'scratch' is given twice"):
+        adapt(["--env", "queue", "--trace", log, "--policy", "scratch", "scratch", "--steps", "1"])
+    with pytest.raises(ConfigError, match="--out .*q.png is also --figure"):
+        adapt(["--env", "queue", "--trace", log, "--policy", "scratch", "--steps", "1", "--out", str(tmp_path / "q.png"),
+               "--figure", str(tmp_path / "." / "q.png")])

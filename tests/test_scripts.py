@@ -285,7 +285,7 @@ def test_adapt_saves_under_runs_and_compares_with_the_best_heuristic(tmp_path):
     """The adapted checkpoint goes to runs/adapted/ (-2 when taken), never next to the shipped ones;
     the reference line is the best heuristic on the same evaluation jobsets (evaluate.py's seed)."""
     ckpt = ROOT / "checkpoints" / "reinforce_slowdown.ckpt"
-    tiny = ("--ckpt", str(ckpt), "--steps", "1", "--jobsets", "1", "--episodes", "1", "--eval_jobsets", "3",
+    tiny = ("--ckpt", str(ckpt), "--steps", "1", "--jobsets", "1", "--episodes", "2", "--eval_jobsets", "3",
             "--threads", "1", "--json")
     earlier = tmp_path / "runs" / "adapted" / "reinforce_slowdown.ckpt"  # an earlier run's, kept
     earlier.parent.mkdir(parents=True)
@@ -313,7 +313,7 @@ def test_adapt_saves_under_runs_and_compares_with_the_best_heuristic(tmp_path):
 def test_adapt_on_a_trace_names_the_split_it_adapts_on_and_the_one_it_evaluates_on(tmp_path):
     trace = tiny_trace(tmp_path)
     out = run("scripts/adapt.py", "--ckpt", str(ROOT / "checkpoints" / "reinforce_slowdown.ckpt"), "--steps", "1",
-              "--jobsets", "1", "--episodes", "1", "--eval_jobsets", "2", "--trace", str(trace),
+              "--jobsets", "1", "--episodes", "2", "--eval_jobsets", "2", "--trace", str(trace),
               "--seconds_per_step", "300", "--simu_len", "20", "--threads", "1", cwd=tmp_path).stdout
     lines = out.splitlines()
     assert lines[0].startswith(f"trace {trace}: ") and "; train split: " in lines[0] and "; test split: " in lines[1]

@@ -324,7 +324,7 @@ def test_the_adaptation_figure_adds_the_log_on_its_own_cluster(tmp_path):
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
     slots = ROOT / "checkpoints" / "slots_slowdown.ckpt"
     script(str(ROOT / "scripts/figures.py"), "adaptation", "--ckpt", f"slots={slots}",
-           "--steps", "1", "--jobsets", "1", "--episodes", "1", "--eval_jobsets", "2", "--heuristics", "tetris",
+           "--steps", "1", "--jobsets", "1", "--episodes", "2", "--eval_jobsets", "2", "--heuristics", "tetris",
            "--trace", str(log), "--trace_capacity", f"memory={32 * 1024}", "--fit_cluster", "--max_horizon", "32",
            "--simu_len", "20", "--threads", "1", "--out", str(tmp_path / "a.png"), cwd=tmp_path, env=env)
     figure = json.loads((tmp_path / "a.json").read_text())

@@ -96,6 +96,10 @@ class AdaptationSettings:
         if self.optimizer not in ("sgd", "adam", "rmsprop"):
             raise ConfigError(f"adaptation optimizer {self.optimizer!r} is unknown; choose sgd, adam or rmsprop")
         make_baseline(self.baseline)  # a name adapt() can rebuild (a meta-policy's record keeps only the name)
+        if self.steps and self.episodes == 1 and self.baseline == "TimeIndexedBaseline":
+            raise ConfigError("adaptation episodes 1 with TimeIndexedBaseline: a decision's baseline is then its "
+                              "own return (the mean over the jobset's one episode), so every advantage is 0 and no "
+                              "step moves the policy; give episodes >= 2")
         if self.step_sizes is not None and self.optimizer != "sgd":
             raise ConfigError(f"adaptation step_sizes (learned per weight) need optimizer 'sgd', "
                               f"got {self.optimizer!r}")

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..cli import require_distinct
 from ..config import ConfigError
 from ..evaluation import mean_ci95
 from .config import QueueConfig
@@ -196,9 +197,7 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
     policy's per-sequence mean bounded slowdowns."""
     if versus is not None and versus not in policies:
         raise ConfigError(f"--versus {versus!r} is not one of the policies evaluated ({', '.join(policies)})")
-    twice = next((name for i, name in enumerate(policies) if name in policies[:i]), None)
-    if twice is not None:
-        raise ConfigError(f"--policy {twice!r} is given twice")
+    require_distinct("--policy", list(policies))
     log = read_queue_log(trace, nodes, processors_per_node, oversize)
     if site is not None:
         log = site.apply(log)
