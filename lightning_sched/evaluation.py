@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .config import ClusterConfig
+from .config import ClusterConfig, ConfigError
 from .deeprm.objectives import METRICS, episode_metrics
 from .deeprm.rollout import Policy, play, rollout_seconds
 from .deeprm.state import state_bytes
@@ -69,7 +69,11 @@ def evaluate(policy: Policy, cfg: ClusterConfig, jobs: JobSet, episodes: int = 1
 
     jobs: JobSet [N, L]. Confidence intervals treat the N jobsets as the independent samples.
     """
-    jobs = jobs.validate(cfg).to(device).repeat_interleave(episodes)
+    jobs = jobs.validate(cfg)
+    if not bool((jobs.duration > 0).any()):  # every metric would be NaN, and a table of them means nothing
+        raise ConfigError(f"the {jobs.batch_size} jobsets hold no job (a load too low for their simu_len?): "
+                          "nothing to measure")
+    jobs = jobs.to(device).repeat_interleave(episodes)
     state, steps = play(policy, cfg, jobs)
     m = episode_metrics(state)
     kept = (*METRICS, "num_jobs", "num_not_arrived", "final_time")

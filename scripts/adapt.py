@@ -266,8 +266,10 @@ def queue_main(argv) -> int:
     starts = protocol_starts(log, "heldout", args.eval_sequences, args.eval_sequence_length)
     train_jobs = log.jobs_before(TRAIN_FRACTION)
     print(f"{Path(trace).name}: {log.summary()}")
+    fewer = f" (of {args.eval_sequences} asked: the range has no more distinct starts)" \
+        if len(starts) < args.eval_sequences else ""
     print(f"adapting on its first {train_jobs} jobs (sequences of {args.sequence_length}); measured on "
-          f"{len(starts)} sequences of {args.eval_sequence_length} jobs after "
+          f"{len(starts)} sequences{fewer} of {args.eval_sequence_length} jobs after "
           f"them, backfill {args.backfill}; mean bounded slowdown ± 95% CI over sequences, differences paired")
     rules, best = rules_on_site(log, cfg, starts, train_jobs, args.json)
     curves, (net, policy_cfg) = adapt_policies(args, records, log, cfg, starts, train_jobs)

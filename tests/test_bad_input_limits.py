@@ -261,6 +261,8 @@ def test_evaluate_applies_objective_to_every_policy_and_refuses_another_slo_for_
         with pytest.raises(ConfigError, match=r"--slo_slowdown 50.0: .*best_slowdown.ckpt sees deadlines at "
                                               r"slo_slowdown 2.0"):
             evaluate(["--policy", *policies, "--slo_slowdown", "50", "--jobsets", "2", "--threads", "1"])
+    with pytest.raises(ConfigError, match="the 2 jobsets hold no job"):  # a table of NaN was printed
+        evaluate(["--policy", "tetris", "--load", "0.001", "--jobsets", "2", "--threads", "1"])
     evaluate(["--policy", ckpt, "tetris", "--objective", "deadline", "--jobsets", "2", "--threads", "1"])
     out = capsys.readouterr().out
     assert "objective deadline" in out and "slo hit rate - " in out
@@ -275,5 +277,5 @@ def test_adapt_refuses_a_step_that_cannot_move_a_repeated_policy_and_a_figure_ov
     with pytest.raises(ConfigError, match="--policy 'scratch' is given twice"):
         adapt(["--env", "queue", "--trace", log, "--policy", "scratch", "scratch", "--steps", "1"])
     with pytest.raises(ConfigError, match="--out .*q.png is also --figure"):
-        adapt(["--env", "queue", "--trace", log, "--policy", "scratch", "--steps", "1", "--out", str(tmp_path / "q.png"),
-               "--figure", str(tmp_path / "." / "q.png")])
+        adapt(["--env", "queue", "--trace", log, "--policy", "scratch", "--steps", "1",
+               "--out", str(tmp_path / "q.png"), "--figure", str(tmp_path / "." / "q.png")])

@@ -362,6 +362,15 @@ def test_utilization_counts_the_nodes_jobs_hold():
     assert float(m["utilization"][0]) == 1.0  # both nodes busy all along (5 of 8 processors)
 
 
+def test_evaluate_says_when_the_range_holds_fewer_sequences_than_asked(tmp_path, capsys):
+    from conftest import script_main
+
+    log = write_log(tmp_path / "log.swf", jobs=600, nodes=64)  # held out: its last 120 jobs
+    script_main("evaluate")(["--env", "queue", "--trace", str(log), "--protocol", "heldout", "--sequence_length", "100",
+                             "--sequences", "500", "--policy", "fcfs", "--threads", "1"])
+    assert "21 sequences (of 500 asked: the range has no more distinct starts) of 100 jobs" in capsys.readouterr().out
+
+
 def test_evaluate_script_on_a_log(tmp_path):
     log = write_log(tmp_path / "log.swf", jobs=6000, nodes=64)
     out = subprocess.run([sys.executable, str(ROOT / "scripts/evaluate.py"), "--env", "queue", "--trace", str(log),

@@ -208,7 +208,9 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
     echo(f"{Path(trace).name}: {log.summary()}")
     ordered = starts.sort().values  # the distinct jobs the sequences cover: overlapping ones share jobs
     covered = int(ordered.diff().clamp(max=length).sum()) + length
-    echo(f"protocol {protocol}: {len(starts)} sequences of {length} jobs, backfill {backfill}, covering "
+    fewer = f" (of {sequences} asked: the range has no more distinct starts)" \
+        if protocol != "rlscheduler" and len(starts) < sequences else ""
+    echo(f"protocol {protocol}: {len(starts)} sequences{fewer} of {length} jobs, backfill {backfill}, covering "
          f"{covered} jobs (at most {covered / length:.1f} independent stretches: CIs that treat the sequences as "
          "independent are narrower than a fresh stretch would give); "
          "mean bounded slowdown (lower is better) ± 95% CI over sequences; wait in seconds (lower is better); "
