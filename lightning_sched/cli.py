@@ -19,16 +19,9 @@ from typing import NamedTuple
 from .config import SIZE_FIELDS, ClusterConfig, ConfigError
 from .policies.acting import IDLE_RULES, rule_name
 from .policies.checkpoints import read_record
+from .script_parser import ScriptParser  # noqa: F401 (the scripts import it from here)
 from .traces import JobRules, TraceError, TraceWorkload, propose_cluster, read_trace
 from .workloads import DeepRMWorkload
-
-
-class ScriptParser(argparse.ArgumentParser):
-    """argparse for the scripts: a bad flag ends in one line naming it (and --help), not the
-    usage of every flag."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (--help lists the flags)\n")
 
 
 def at_least(minimum: int) -> Callable[[str], int]:

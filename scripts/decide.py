@@ -24,10 +24,11 @@ except ModuleNotFoundError:  # run as a module of the installed package: nothing
     pass
 from lightning_sched.config import ConfigError  # noqa: E402
 from lightning_sched.decide import SnapshotError, decide, export_onnx, load_scorer  # noqa: E402
+from lightning_sched.script_parser import ScriptParser  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", required=True, help="a queue-policy checkpoint (.ckpt) or its ONNX export (.onnx)")
     p.add_argument("--snapshot", help="a JSON snapshot file (default: read one from stdin)")
     p.add_argument("--serve", action="store_true", help="answer one snapshot per stdin line until end of input")

@@ -455,3 +455,13 @@ def test_the_window_read_from_the_orders_prefixes_is_the_whole_queues_alternatio
             key[ranked] = np.minimum(key[ranked], 2 * np.arange(len(ranked)) + parity)
         expected = queue if len(queue) <= width else queue[np.argsort(key[queue])][:width]
         assert np.array_equal(view(waiting), expected), trial
+
+
+@pytest.mark.parametrize("flags", [["--window", "0"], ["--threads", "abc"], ["--backfill", "foo"]])
+def test_a_bad_flag_of_decide_is_one_line(flags, capsys):
+    from conftest import script_main
+
+    with pytest.raises(SystemExit) as stopped:
+        script_main("decide")(["--policy", "x.onnx", *flags])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and len(lines) == 1 and flags[0] in lines[0], lines
