@@ -14,13 +14,11 @@ ablation: each recipe's mean slowdown and SLO hit rate at a few loads. cdf: per-
 per scheme. recipes: validation curves of runs against iterations and against wall time.
 
     python scripts/figures.py trace [--trace PATH] [--compressions 1 2] [--jobsets 200]
-
-trace: heuristics on a real trace's held-out (test) time range, as recorded and time-compressed (docs/traces.md);
-without --trace, the NASA iPSC/860 log of ../shared/traces on 128 processors at 600 s a step.
-
     python scripts/figures.py objectives --ckpt slowdown=A.ckpt completion_time=B.ckpt [--load 1.3]
 
-objectives: policies trained for different objectives and the heuristics, on both metrics (DeepRM Figure 5).
+trace: heuristics on a real trace's held-out (test) time range, as recorded and time-compressed (docs/traces.md);
+without --trace, the NASA iPSC/860 log of ../shared/traces on 128 processors at 600 s a step. objectives: policies
+trained for different objectives and the heuristics, on both metrics (DeepRM Figure 5).
 
     python scripts/figures.py learning_curve --metrics runs/deeprm_slowdown/metrics.csv
 
@@ -29,13 +27,11 @@ reward of its training episodes (DeepRM Figure 6; numbers in the JSON). Iteratio
 checkpoints' names (best-25.ckpt: after 25); the default title names the run and its config (config.yaml).
 
     python scripts/figures.py redraw docs/figures/adaptation_broad_nasa.json --out X.png
-
-redraw: a learning_curve or adaptation (or headroom) figure again from the numbers in its JSON.
-
     python scripts/figures.py gains --ckpt RL=checkpoints/reinforce_slowdown.ckpt [--load 0.7]
 
-gains: lengths of the jobs the policy leaves waiting while they fit, and slowdown by job length
-against Tetris (DeepRM section 5.3, "where the gains come from").
+redraw: a learning_curve or adaptation (or headroom) figure again from the numbers in its JSON. gains: lengths of
+the jobs the policy leaves waiting while they fit, and slowdown by job length against Tetris (DeepRM section 5.3,
+"where the gains come from").
 
     python scripts/figures.py adaptation --ckpt maml=checkpoints/maml.ckpt mixture=checkpoints/maml_mixture.ckpt
 
@@ -261,28 +257,31 @@ def redraw(args) -> None:
     """A learning_curve or adaptation/headroom figure from its JSON's numbers (no evaluation)."""
     try:
         data = json.loads(Path(args.json).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{args.json}: not a figure's JSON ({error})") from None
-    if not isinstance(data, dict):
-        data = {}  # refused below
+        fig, data = figure_of_json(data if isinstance(data, dict) else {}, args)
+    except ConfigError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError, ZeroDivisionError) as error:  # hand-edited
+        raise ConfigError(f"{args.json}: not a figure's JSON as figures.py writes it ({type(error).__name__} {error})")
+    data["redrawn_with"] = shlex.join(["python", "scripts/figures.py", *sys.argv[1:]])
+    save(fig, args, Path(args.json).with_suffix(".png").name, data)
+
+
+def figure_of_json(data: dict, args):
     if "curve" in data:
         curve = data["curve"]
         if data.get("steps") != analysis.ITERATIONS_DONE:  # written before steps counted iterations done
             curve = {**curve, "eval_step": [s + 1 for s in curve["eval_step"]],
                      "train_step": [s + 1 for s in curve["train_step"]]}
         title = args.title or data.get("title") or analysis.run_title(data["metrics"][0])
-        fig = draw_learning_curve(curve, data["heuristics"], title)
-        data = {**data, "curve": curve, "title": title, "steps": analysis.ITERATIONS_DONE}
-    elif "curves" in data and "held_out" in data:
+        return draw_learning_curve(curve, data["heuristics"], title), \
+            {**data, "curve": curve, "title": title, "steps": analysis.ITERATIONS_DONE}
+    if "curves" in data and "held_out" in data:
         steps = {panel: {m: {int(k): v for k, v in c.items()} for m, c in methods.items()}
                  for panel, methods in data["curves"].items()}
         ylabel = {"completion_time": "mean completion time"}.get(data.get("objective"), "mean slowdown")
-        fig = plots.adaptation_curves(steps, data["heuristics"], ylabel, title=args.title or data.get("title", ""))
-    else:
-        raise ConfigError(f"{args.json}: redraw reads the JSON of learning_curve, adaptation or headroom "
-                          "(a 'curve' or 'curves' entry), not this one")
-    data["redrawn_with"] = shlex.join(["python", "scripts/figures.py", *sys.argv[1:]])
-    save(fig, args, Path(args.json).with_suffix(".png").name, data)
+        return plots.adaptation_curves(steps, data["heuristics"], ylabel, title=args.title or data.get("title")), data
+    raise ConfigError(f"{args.json}: redraw reads the JSON of learning_curve, adaptation or headroom "
+                      "(a 'curve' or 'curves' entry), not this one")
 
 
 def gains(args) -> None:

@@ -77,3 +77,20 @@ def test_redraw_an_adaptation_figure_from_its_json_and_refuse_another_json(tmp_p
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"error: {other}: redraw reads the JSON of learning_curve, adaptation or headroom (a 'curve' or 'curves' "
         "entry), not this one"]
+
+
+def test_redraw_names_a_hand_edited_json_it_cannot_draw(tmp_path, monkeypatch):
+    import pytest
+    from conftest import script_main
+
+    from lightning_sched import ConfigError
+
+    for name, data, what in (("r1", {"curve": {}}, "KeyError 'eval_step'"),
+                             ("r2", {"curve": 5, "heuristics": {}}, "TypeError"),
+                             ("r5", {"curves": {}, "held_out": [], "heuristics": {}}, "ZeroDivisionError")):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(data))
+        with pytest.raises(ConfigError, match=f"{name}.json: not a figure's JSON as figures.py writes it \\({what}"):
+            monkeypatch.setattr(sys, "argv", ["figures.py", "redraw", str(path), "--out", str(tmp_path / "x.png")])
+            script_main("figures")()  # reads sys.argv
+    assert not list(tmp_path.glob("*.png"))
