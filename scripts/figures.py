@@ -62,6 +62,7 @@ from lightning_sched.cli import (
     add_trace_flags,
     at_least,
     positive_float,
+    require_distinct,
     seed_number,
     setup_from_args,
     thread_count,
@@ -481,14 +482,14 @@ def main() -> None:
                shared_flags(["tetris"], jobsets=None, ckpt=None), fine_tuning_flags(300))
     p.add_argument("--ckpt", default="checkpoints/reinforce_mixture_masked.ckpt")
     p.add_argument("--every", type=at_least(1), default=25, help="measure after every N-th step")
-    p = figure(redraw, "a learning_curve or adaptation figure again from its JSON (no evaluation)",
-               shared_flags([], jobsets=None, ckpt=None))
+    p = figure(redraw, "a learning_curve or adaptation figure from its JSON", shared_flags([], jobsets=None, ckpt=None))
     p.add_argument("json", help="the figure's JSON (written beside its PNG)")
     p.add_argument("--title", help="default: the JSON's")
     args = ap.parse_args()
+    require_distinct("--loads", getattr(args, "loads", None) or [])  # results are kept by load
     if args.out:  # before the minutes of evaluation; checked again as the files are written
         refuse_figure(args.out, args.overwrite, "--out")
-        refuse_output(Path(args.out).with_suffix(".json"), args.overwrite, "--out")
+        refuse_output(Path(args.out).with_suffix(".json"), args.overwrite, "--out", getattr(args, "json", None) or ())
         if args.figure == "load_sweep":
             refuse_output(slo_path(Path(args.out)), args.overwrite, "--out")
     set_threads(args.threads)

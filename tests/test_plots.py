@@ -94,3 +94,11 @@ def test_redraw_names_a_hand_edited_json_it_cannot_draw(tmp_path, monkeypatch):
             monkeypatch.setattr(sys, "argv", ["figures.py", "redraw", str(path), "--out", str(tmp_path / "x.png")])
             script_main("figures")()  # reads sys.argv
     assert not list(tmp_path.glob("*.png"))
+    source = tmp_path / "curve.json"  # its redraw, named after it, would replace it
+    source.write_text((ROOT / "docs" / "figures" / "adaptation_broad_nasa.json").read_text())
+    for argv, message in ((["redraw", str(source), "--out", str(tmp_path / "curve.png"), "--overwrite"],
+                           "curve.json is one of the script's inputs"),
+                          (["cdf", "--loads", "0.9", "0.9", "--jobsets", "2"], "--loads 0.9 is given twice")):
+        monkeypatch.setattr(sys, "argv", ["figures.py", *argv])
+        with pytest.raises(ConfigError, match=message):
+            script_main("figures")()
