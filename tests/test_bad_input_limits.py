@@ -279,3 +279,18 @@ def test_adapt_refuses_a_step_that_cannot_move_a_repeated_policy_and_a_figure_ov
     with pytest.raises(ConfigError, match="--out .*q.png is also --figure"):
         adapt(["--env", "queue", "--trace", log, "--policy", "scratch", "--steps", "1",
                "--out", str(tmp_path / "q.png"), "--figure", str(tmp_path / "." / "q.png")])
+
+
+def test_a_queue_adaptation_too_large_for_memory_is_refused_before_its_rollouts(tmp_path):
+    from test_queue_env import write_log
+
+    from lightning_sched.queue.adaptation import adaptation_curve
+    from lightning_sched.queue.log import read_queue_log
+    from lightning_sched.queue.policy import QueueNetwork, QueuePolicySpec
+
+    log = read_queue_log(write_log(tmp_path / "log.swf", jobs=400))
+    cfg = log.config(sequence_length=64)
+    with pytest.raises(ConfigError, match=r"the adaptation's rollouts would need about .*sequences=100000, "
+                                          r"episodes=4, sequence_length=64"):
+        adaptation_curve(QueueNetwork(QueuePolicySpec()), log, cfg, torch.tensor([300]), 1, 0.1, 100_000, 4,
+                         train_jobs=320, seed=0, train_length=64)

@@ -19,7 +19,8 @@ import torch
 from ..config import ConfigError
 from ..learning.adaptation import adaptation_step, make_optimizer
 from ..learning.policy_gradient import sequence_advantages, std_scaled
-from .env import QueueEnv
+from ..limits import require_total
+from .env import QueueEnv, env_bytes, rollout_bytes
 from .policy import QueuePolicySpec, choose
 
 
@@ -119,6 +120,10 @@ def adaptation_curve(net, log, cfg, starts: torch.Tensor, steps: int, lr: float,
     net = copy.deepcopy(net).train()
     measure_at = set(range(steps + 1)) if measure_at is None else set(measure_at)
     train_cfg = replace(cfg, sequence_length=train_length)
+    rows = sequences * episodes  # a step's rollout: its envs' state and the decisions it keeps for the loss
+    require_total("the adaptation's rollouts", {"envs": env_bytes(train_cfg, rows) + env_bytes(cfg, len(starts)),
+                                                "rollouts": rollout_bytes(train_cfg, rows)},
+                  {"sequences": sequences, "episodes": episodes, "sequence_length": train_length})
     train_env = site_env(log, train_cfg, sequences, episodes, log.positions(0, train_jobs, train_length), seed)
     test_env = QueueEnv(cfg, log, batch_size=[len(starts)], starts=starts)
     curve = {}
