@@ -44,6 +44,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--window must be >= 1, got {args.window}")
     if args.serve and args.snapshot:
         p.error("--serve reads snapshots from stdin, one a line; --snapshot reads one file: give one of them")
+    beside = [f"--{k}" for k in ("window", "backfill", "snapshot", "serve") if getattr(args, k) not in (None, False)]
+    if args.export and beside:  # the export holds the network only; the rules read these when it decides
+        p.error(f"{beside[0]} changes nothing with --export: the exported file decides with the flags given then")
     return args
 
 

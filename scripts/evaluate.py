@@ -33,6 +33,7 @@ from _common import NAME_WIDTH, format_row, heuristic, run_main, set_threads, ta
 from lightning_sched import ClusterConfig, ConfigError, JobSet, seeds
 from lightning_sched.cli import (
     THREADS_HELP,
+    WORKLOAD_FLAGS,
     ScriptParser,
     add_cluster_flags,
     add_log_reading_flags,
@@ -81,7 +82,7 @@ def main(argv=None) -> int:
         return queue_main(rest)
     ap = deeprm_parser()
     args = ap.parse_args(argv)
-    changed = [f"--{name}" for name in ("jobsets", "load") if getattr(args, name) != ap.get_default(name)]
+    changed = [f"--{name}" for name in ("jobsets", *WORKLOAD_FLAGS) if getattr(args, name) != ap.get_default(name)]
     if args.jobset_file and changed:  # the file's jobsets are what runs (--seed still seeds random decisions)
         raise ConfigError(f"--jobset_file {args.jobset_file} fixes the jobsets: {', '.join(changed)} would change "
                           "nothing")
@@ -102,6 +103,11 @@ def main(argv=None) -> int:
     if args.wait_rate is not None and not reads_rate:
         raise ConfigError(f"--wait_rate {args.wait_rate} changes nothing: no policy here acts with idle rule "
                           f"while_frequent (give --idle_rule while_frequent, or a checkpoint that acts so)")
+    acting = [flag for flag, value in (("--greedy/--sample", args.greedy), ("--idle_rule", args.idle_rule))
+              if value is not None]
+    if acting and not any(isinstance(policy, NetworkPolicy) for _, policy, _ in policies):
+        raise ConfigError(f"{acting[0]} changes nothing: it sets how a checkpoint's network acts, and no --policy "
+                          "here is a checkpoint")
     for name, policy, pcfg in policies:  # a network reads its jobs' deadlines: they are its cluster's
         if isinstance(policy, NetworkPolicy) and args.slo_slowdown not in (None, pcfg.slo_slowdown):
             raise ConfigError(f"--slo_slowdown {args.slo_slowdown}: {name} sees deadlines at slo_slowdown "

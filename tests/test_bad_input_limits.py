@@ -121,6 +121,9 @@ def test_a_gzip_trace_is_inflated_under_a_cap(tmp_path, monkeypatch):
     ("adapt", ["--ckpt", str(SHIPPED), "--seed", "-1"], "--seed"),
     ("select_checkpoint", ["--ckpt", str(SHIPPED), "--loads", "0.5", "2.5"], "--loads 2.5: a selection load"),
     ("evaluate", ["--jobset_file", "saved.pt", "--loa", "0.5"], "--jobset_file saved.pt fixes the jobsets: --load"),
+    ("evaluate", ["--jobset_file", "saved.pt", "--simu_len", "7"], "fixes the jobsets: --simu_len would change"),
+    ("evaluate", ["--policy", "tetris", "--greedy"], "--greedy/--sample changes nothing"),
+    ("evaluate", ["--policy", "sjf", "--idle_rule", "always"], "--idle_rule changes nothing"),
 ])
 def test_every_script_gives_one_line_and_exit_2(capsys, monkeypatch, name, args, names):
     main = script_main(name)

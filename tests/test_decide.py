@@ -457,7 +457,8 @@ def test_the_window_read_from_the_orders_prefixes_is_the_whole_queues_alternatio
         assert np.array_equal(view(waiting), expected), trial
 
 
-@pytest.mark.parametrize("flags", [["--window", "0"], ["--threads", "abc"], ["--backfill", "foo"]])
+@pytest.mark.parametrize("flags", [["--window", "0"], ["--threads", "abc"], ["--backfill", "foo"],
+                                   ["--window", "5", "--export", "p.onnx"], ["--serve", "--export", "p.onnx"]])
 def test_a_bad_flag_of_decide_is_one_line(flags, capsys):
     from conftest import script_main
 
