@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,10 +30,24 @@ def show_tracebacks() -> bool:
     return os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
 
 
+def one_line_warnings() -> None:
+    """The project's own warnings (a trace's clipping, windows that repeat) as one line each,
+    `TraceWarning: ...`, not followed by the source line that raised them; others as Python writes them."""
+    python_format = warnings.formatwarning
+
+    def format_warning(message, category, filename, lineno, line=None) -> str:
+        if category.__module__.startswith("lightning_sched."):
+            return f"{category.__name__}: {message}\n"
+        return python_format(message, category, filename, lineno, line)
+
+    warnings.formatwarning = format_warning
+
+
 def run_main(main: Callable[[], int | None]) -> None:
     """Run a script's `main` and exit with its code. Bad input (a ConfigError or other ValueError,
     a file that is missing or cannot be written) ends in one line `error: ...` on stderr and exit
     code 2; the full traceback only with LIGHTNING_SCHED_TRACEBACK=1."""
+    one_line_warnings()
     try:
         code = main()
     except (ValueError, OSError) as error:

@@ -38,7 +38,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
-from _common import set_threads, show_tracebacks  # puts the checkout on sys.path
+from _common import one_line_warnings, set_threads, show_tracebacks  # puts the checkout on sys.path
 from callbacks import HeuristicComparison, LatestCheckpoint, stop
 from callbacks.cli import (
     config_error,
@@ -188,6 +188,7 @@ def finish_wandb(exit_code: int) -> None:
 
 def main(args=None) -> None:
     quiet_start()
+    one_line_warnings()
     stop.install()
     trainer_defaults = {
         "accelerator": "auto", "devices": 1, "max_steps": 1000, "val_check_interval": 50,

@@ -401,6 +401,8 @@ def test_evaluate_script_replays_an_swf_with_memory_with_every_heuristic(tmp_pat
     results = [json.loads(line) for line in proc.stdout.strip().splitlines()[-len(heuristics):]]
     cut = sum(results[0]["trace_clipped"].values())  # DeepRM's cluster cuts many of a real log's jobs: named
     assert (cut > 0.05 * results[0]["trace_kept"]) == ("are cut to the cluster" in proc.stderr)
+    lines = proc.stderr.splitlines()  # the project's warnings in one line each, no source line after them
+    assert lines and all(line.startswith("TraceWarning: ") for line in lines), proc.stderr
     assert [r["policy"] for r in results] == heuristics
     for r in results:
         assert r["num_jobsets"] == 6 and r["num_jobs"] > 0 and r["mean_slowdown"] >= 1
