@@ -122,13 +122,13 @@ def main(argv=None) -> int:
                     help="deeprm: DeepRM's cluster (these flags); queue: a queue policy on a site or log (its own "
                          "flags: --env queue --help)")
     ap.add_argument("--ckpt", required=True, help="checkpoint to adapt")
-    ap.add_argument("--steps", type=int, default=5, help="adaptation steps K")
+    ap.add_argument("--steps", type=at_least(0), default=5, help="adaptation steps K")
     add_workload_flags(ap)
     add_trace_flags(ap)
     add_cluster_flags(ap, reward_default=False)
-    ap.add_argument("--jobsets", type=int, help="jobsets per step (default: the checkpoint's inner loop, else 20)")
-    ap.add_argument("--episodes", type=int, help="episodes per jobset and step (default: inner loop, else 20)")
-    ap.add_argument("--lr", type=float, help="step size (default: the meta-policy's inner lr, else 0.05; with "
+    ap.add_argument("--jobsets", type=at_least(1), help="jobsets per step (default: its inner loop, else 20)")
+    ap.add_argument("--episodes", type=at_least(1), help="episodes per jobset and step (default: inner loop, else 20)")
+    ap.add_argument("--lr", type=positive_float, help="step size (default: the meta-policy's inner lr, else 0.05; with "
                     "learned per-weight step sizes each weight moves by lr * its own)")
     ap.add_argument("--optimizer", choices=("sgd", "adam", "rmsprop"),
                     help="default: the meta-policy's inner optimizer, else sgd")
