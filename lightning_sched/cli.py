@@ -397,7 +397,7 @@ def add_site_flags(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--max_request", type=at_least(1), help="seconds: no request above this")
     g.add_argument("--size_length_correlation", type=float,
                    help="re-pair processors with run times to this rank correlation, in [-1, 1]")
-    g.add_argument("--site_seed", type=int, default=0, help="seed of the site's draws")
+    g.add_argument("--site_seed", type=seed_number, help="seed of the site model's draws (default 0)")
 
 
 def site_from_args(args):
@@ -405,10 +405,15 @@ def site_from_args(args):
     the parser has it, is the site's arrival load. ConfigError naming the flag."""
     from pathlib import Path
 
-    from .queue.sites import SiteModel, declared_sites
+    from .queue.sites import TRACES_DIR, SiteModel, declared_sites
 
     custom = [f for f in ("request_factors", "max_request", "size_length_correlation") if getattr(args, f) is not None]
     load = getattr(args, "load", None)
+    if args.site is None and Path(args.traces_dir) != Path(TRACES_DIR):
+        raise ConfigError(f"--traces_dir {args.traces_dir} is where a declared --site's log is read: give --site")
+    if args.site_seed is not None and not (custom and args.site is None):
+        raise ConfigError(f"--site_seed {args.site_seed} seeds the draws of a site model given by --request_factors, "
+                          "--max_request or --size_length_correlation (a declared --site has its own)")
     if args.site is not None:
         declared = declared_sites()
         if args.site not in declared:
@@ -428,4 +433,4 @@ def site_from_args(args):
             raise ConfigError(f"--request_factors: {item!r} is not P:LOW:HIGH") from None
         buckets.append((p, low, high))
     return None, SiteModel("custom", tuple(buckets), args.max_request, load, args.size_length_correlation,
-                           args.site_seed)
+                           args.site_seed or 0)

@@ -149,6 +149,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.select_jobsets != ap.get_default("select_jobsets") and args.acting != "select":
+        raise ConfigError(f"--select_jobsets {args.select_jobsets} changes nothing: give --acting select")
     set_threads(args.threads)
     out, named = output_path(args)  # before adapting: a refused --out costs nothing
     cluster, sized, trace = setup_from_args(args, [args.ckpt])

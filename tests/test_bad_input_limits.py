@@ -121,6 +121,7 @@ def test_a_gzip_trace_is_inflated_under_a_cap(tmp_path, monkeypatch):
     ("adapt", ["--ckpt", str(SHIPPED), "--seed", "-1"], "--seed"),
     ("adapt", ["--ckpt", str(SHIPPED), "--steps", "-1"], "--steps"),
     ("adapt", ["--ckpt", str(SHIPPED), "--lr", "0"], "--lr"),
+    ("adapt", ["--ckpt", str(SHIPPED), "--select_jobsets", "5"], "--select_jobsets 5 changes nothing"),
     ("select_checkpoint", ["--ckpt", str(SHIPPED), "--loads", "0.5", "2.5"], "--loads 2.5: a selection load"),
     ("evaluate", ["--jobset_file", "saved.pt", "--loa", "0.5"], "--jobset_file saved.pt fixes the jobsets: --load"),
     ("evaluate", ["--jobset_file", "saved.pt", "--simu_len", "7"], "fixes the jobsets: --simu_len would change"),

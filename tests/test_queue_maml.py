@@ -218,6 +218,9 @@ def test_adapt_queue_adapts_on_sequences_of_the_given_length(tmp_path):
     (["--request_factors", "1:2"], "--request_factors: '1:2' is not P:LOW:HIGH"),
     (["--request_factors", "0.5:1:2"], "probabilities must sum to 1"),
     (["--size_length_correlation", "1.5"], "size_length_correlation must be in [-1, 1]"),
+    (["--site_seed", "5"], "--site_seed 5 seeds the draws of a site model given by"),
+    (["--site", "lublin2-tight", "--site_seed", "5"], "(a declared --site has its own)"),
+    (["--traces_dir", "/nonexistent"], "--traces_dir /nonexistent is where a declared --site's log is read"),
 ])
 def test_site_flags_refuse_bad_values(flags, message):
     parser = ScriptParser()
