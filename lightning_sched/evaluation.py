@@ -69,11 +69,7 @@ def evaluate(policy: Policy, cfg: ClusterConfig, jobs: JobSet, episodes: int = 1
 
     jobs: JobSet [N, L]. Confidence intervals treat the N jobsets as the independent samples.
     """
-    jobs = jobs.validate(cfg)
-    if not bool((jobs.duration > 0).any()):  # every metric would be NaN, and a table of them means nothing
-        raise ConfigError(f"the {jobs.batch_size} jobsets hold no job (a load too low for their simu_len?): "
-                          "nothing to measure")
-    jobs = jobs.to(device).repeat_interleave(episodes)
+    jobs = jobs.validate(cfg).to(device).repeat_interleave(episodes)
     state, steps = play(policy, cfg, jobs)
     m = episode_metrics(state)
     kept = (*METRICS, "num_jobs", "num_not_arrived", "final_time")
@@ -139,9 +135,14 @@ def compare(policies: Mapping[str, Policy], cfg: ClusterConfig, jobs: JobSet, de
 
 def make_jobsets(workload, num_jobsets: int, seed: int) -> JobSet:
     """`num_jobsets` jobsets drawn on the CPU from a generator seeded with `seed`: the same jobsets
-    on every device. Evaluation seeds should differ from training seeds (unseen jobsets)."""
+    on every device (ConfigError when none holds a job). Evaluation seeds should differ from
+    training seeds (unseen jobsets)."""
     generator = torch.Generator().manual_seed(seed)
-    return workload.sample(num_jobsets, generator, "cpu")
+    jobs = workload.sample(num_jobsets, generator, "cpu")
+    if not bool((jobs.duration > 0).any()):  # every metric would be NaN: a table of them measures nothing
+        raise ConfigError(f"the {num_jobsets} jobsets drawn hold no job (a load too low for their simu_len?): "
+                          "nothing to measure")
+    return jobs
 
 
 def run_bytes(cfg: ClusterConfig, max_jobs: int, jobsets: int, episodes: int = 1) -> dict[str, float]:

@@ -267,7 +267,7 @@ def test_evaluate_applies_objective_to_every_policy_and_refuses_another_slo_for_
         with pytest.raises(ConfigError, match=r"--slo_slowdown 50.0: .*best_slowdown.ckpt sees deadlines at "
                                               r"slo_slowdown 2.0"):
             evaluate(["--policy", *policies, "--slo_slowdown", "50", "--jobsets", "2", "--threads", "1"])
-    with pytest.raises(ConfigError, match="the 2 jobsets hold no job"):  # a table of NaN was printed
+    with pytest.raises(ConfigError, match="the 2 jobsets drawn hold no job"):  # a table of NaN was printed
         evaluate(["--policy", "tetris", "--load", "0.001", "--jobsets", "2", "--threads", "1"])
     evaluate(["--policy", ckpt, "tetris", "--objective", "deadline", "--jobsets", "2", "--threads", "1"])
     out = capsys.readouterr().out
