@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import script_main
 from test_queue_env import swf_line, write_log
 
 from lightning_sched.cli import ScriptParser, add_site_flags, site_from_args
@@ -189,24 +190,22 @@ def test_adapt_queue_prints_paired_differences_and_saves_the_adapted_policy(tmp_
     assert lines[0]["site"]["site"]["request_buckets"] == [[0.5, 1.0, 2.0], [0.5, 2.0, 10.0]]
     net, cfg = load_queue_policy(out)
     assert cfg.nodes == 64
-    again = run("adapt.py", "--env", "queue", "--trace", log, "--policy", POLICY, "--steps", "0", "--out", out,
-                cwd=tmp_path)
-    assert again.returncode == 2 and "exists" in again.stderr
-    beyond = run("adapt.py", "--env=queue", "--trace", log, "--policy", POLICY, "--steps", "1", "--measure", "0", "5",
-                 cwd=tmp_path)  # a measurement that would never come, refused before the run
-    assert beyond.returncode == 2 and beyond.stderr.strip() == "error: --measure 5 is beyond --steps 1"
+    adapt = script_main("adapt")  # the refusals in this process: the same code, no start-up
+    with pytest.raises(ConfigError, match="exists"):
+        adapt(["--env", "queue", "--trace", str(log), "--policy", str(POLICY), "--steps", "0", "--out", str(out)])
+    with pytest.raises(ConfigError, match=r"^--measure 5 is beyond --steps 1$"):  # a measurement that never comes
+        adapt(["--env=queue", "--trace", str(log), "--policy", str(POLICY), "--steps", "1", "--measure", "0", "5"])
 
 
-def test_adapt_queue_adapts_on_sequences_of_the_given_length(tmp_path):
+def test_adapt_queue_adapts_on_sequences_of_the_given_length(tmp_path, capsys):
     log = write_log(tmp_path / "site.swf", jobs=6000, nodes=64)
     weights = {}
     for length in (32, 96):
         out = tmp_path / f"adapted_{length}.ckpt"
-        proc = run("adapt.py", "--env", "queue", "--trace", log, "--policy", POLICY, "--steps", "1",
-                   "--sequences", "1", "--episodes", "2", "--sequence_length", length, "--eval_sequences", "2",
-                   "--measure", "0", "--out", out, cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert f"jobs (sequences of {length}); measured on 2 sequences of 1024 jobs" in proc.stdout
+        script_main("adapt")(["--env", "queue", "--trace", str(log), "--policy", str(POLICY), "--steps", "1",
+                              "--sequences", "1", "--episodes", "2", "--sequence_length", str(length),
+                              "--eval_sequences", "2", "--measure", "0", "--out", str(out), "--threads", "1"])
+        assert f"jobs (sequences of {length}); measured on 2 sequences of 1024 jobs" in capsys.readouterr().out
         weights[length] = list(load_queue_policy(out)[0].scorer.parameters())
     # the same seed and step size: only the rollouts' length differs, and the step with it
     assert any(not torch.equal(a, b) for a, b in zip(weights[32], weights[96]))
