@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import script_main
 
 from lightning_sched import JobSet
 from lightning_sched.policies.checkpoints import load_policy
@@ -108,42 +109,49 @@ def test_bench_maml_merges_a_base_and_an_overlay(tmp_path):
     assert result["meta_batch"] == 2 and result["inner_steps"] == 2 and result["episodes"] == 2 * (2 * 2 * 2 + 2 * 2)
 
 
-def test_figures_for_the_upgraded_recipe(tmp_path):
+def figures_here(monkeypatch, *argv) -> None:
+    """scripts/figures.py with `argv`, in this process (it reads sys.argv), run from the checkout."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", ["scripts/figures.py", *argv])
+    script_main("figures")()
+
+
+def test_figures_for_the_upgraded_recipe(tmp_path, monkeypatch):
     """load_sweep (slowdown and SLO figures, paired difference to the best heuristic), ablation,
     cdf and recipes, each on a few jobsets, write their PNG and JSON."""
     ckpt = "RL=checkpoints/reinforce_slowdown.ckpt"
     common = ("--jobsets", "3", "--threads", "1")
-    run("scripts/figures.py", "load_sweep", "--loads", "0.5", "--heuristics", "tetris", "edf", "--ckpt", ckpt,
+    figures_here(monkeypatch, "load_sweep", "--loads", "0.5", "--heuristics", "tetris", "edf", "--ckpt", ckpt,
         "--out", str(tmp_path / "sweep_slowdown.png"), *common)
     sweep = json.loads((tmp_path / "sweep_slowdown.json").read_text())
     assert (tmp_path / "sweep_slo.png").exists()
     assert set(sweep["slo_hit_rate"]) == {"tetris", "edf", "RL"}
     vs = sweep["versus_best_heuristic"]["RL"]["0.5"]
     assert vs["best_heuristic"] in ("tetris", "edf") and vs["ci95"] >= 0
-    run("scripts/figures.py", "ablation", "--loads", "0.7", "1.1", "--ckpt", ckpt, "--out", str(tmp_path / "abl.png"),
+    figures_here(monkeypatch, "ablation", "--loads", "0.7", "1.1", "--ckpt", ckpt, "--out", str(tmp_path / "abl.png"),
         *common)
     ablation = json.loads((tmp_path / "abl.json").read_text())["results"]
     assert set(ablation) == {"tetris", "edf", "RL"} and set(ablation["RL"]) == {"0.7", "1.1"}
-    run("scripts/figures.py", "cdf", "--loads", "0.9", "--heuristics", "tetris", "--ckpt", ckpt,
+    figures_here(monkeypatch, "cdf", "--loads", "0.9", "--heuristics", "tetris", "--ckpt", ckpt,
         "--out", str(tmp_path / "cdf.png"), *common)
     cdf = json.loads((tmp_path / "cdf.json").read_text())["results"]["0.9"]
     assert 0 <= cdf["RL"]["share_slowdown_le_2"] <= 1 and cdf["tetris"]["p99"] >= cdf["tetris"]["median"] >= 1
     metrics = tmp_path / "metrics.csv"
     metrics.write_text("step,perf/iteration_s,eval/mean_slowdown,eval/slo_hit_rate,eval/tetris/mean_slowdown\n"
                        "0,2.0,,,\n1,3.0,,,\n1,,5.0,0.4,3.5\n2,4.0,,,\n3,1.0,,,\n3,,4.0,0.5,3.5\n")
-    run("scripts/figures.py", "recipes", "--runs", f"a={metrics}", "--out", str(tmp_path / "rec.png"), "--threads", "1")
+    figures_here(monkeypatch, "recipes", "--runs", f"a={metrics}", "--out", str(tmp_path / "rec.png"), "--threads", "1")
     curve = json.loads((tmp_path / "rec.json").read_text())["curves"]["a"]
     assert curve["iteration"] == [2, 4] and curve["wall_s"] == [5.0, 10.0] and curve["slowdown"] == [5.0, 4.0]
 
 
-def test_headroom_continues_the_adaptation_figures_curve(tmp_path):
+def test_headroom_continues_the_adaptation_figures_curve(tmp_path, monkeypatch):
     """headroom fine-tunes one checkpoint on the adaptation figure's held-out workloads with the
     same seeds: with the same settings its steps are the figure's curve for that checkpoint."""
     ckpt = "checkpoints/reinforce_mixture_masked.ckpt"
     tiny = ("--steps", "2", "--jobsets", "2", "--episodes", "2", "--eval_jobsets", "3", "--heuristics", "tetris",
             "--threads", "1")
-    run("scripts/figures.py", "adaptation", "--ckpt", f"mixture={ckpt}", "--out", str(tmp_path / "ad.png"), *tiny)
-    run("scripts/figures.py", "headroom", "--ckpt", ckpt, "--every", "1", "--out", str(tmp_path / "hr.png"), *tiny)
+    figures_here(monkeypatch, "adaptation", "--ckpt", f"mixture={ckpt}", "--out", str(tmp_path / "ad.png"), *tiny)
+    figures_here(monkeypatch, "headroom", "--ckpt", ckpt, "--every", "1", "--out", str(tmp_path / "hr.png"), *tiny)
     adaptation = json.loads((tmp_path / "ad.json").read_text())
     headroom = json.loads((tmp_path / "hr.json").read_text())
     assert set(headroom["curves"]) == set(adaptation["curves"]) and len(headroom["curves"]) == 4
