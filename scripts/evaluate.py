@@ -98,18 +98,18 @@ def main(argv=None) -> int:
         cfg = read_record(checkpoints[0]).cluster.replace(observation="none", **reward_from_args(args))
     flags = {"greedy": args.greedy, "idle_rule": args.idle_rule, "wait_rate": args.wait_rate}
     policies = [resolve_policy(p, cfg, args.device, args.seed, sized, flags) for p in args.policy]
-    reads_rate = any(isinstance(policy, NetworkPolicy) and policy.acting.idle_rule == "while_frequent"
-                     for _, policy, _ in policies)
+    networks = [(name, policy, pcfg) for name, policy, pcfg in policies if isinstance(policy, NetworkPolicy)]
+    reads_rate = any(policy.acting.idle_rule == "while_frequent" for _, policy, _ in networks)
     if args.wait_rate is not None and not reads_rate:
         raise ConfigError(f"--wait_rate {args.wait_rate} changes nothing: no policy here acts with idle rule "
                           f"while_frequent (give --idle_rule while_frequent, or a checkpoint that acts so)")
     acting = [flag for flag, value in (("--greedy/--sample", args.greedy), ("--idle_rule", args.idle_rule))
               if value is not None]
-    if acting and not any(isinstance(policy, NetworkPolicy) for _, policy, _ in policies):
+    if acting and not networks:
         raise ConfigError(f"{acting[0]} changes nothing: it sets how a checkpoint's network acts, and no --policy "
                           "here is a checkpoint")
-    for name, policy, pcfg in policies:  # a network reads its jobs' deadlines: they are its cluster's
-        if isinstance(policy, NetworkPolicy) and args.slo_slowdown not in (None, pcfg.slo_slowdown):
+    for name, _, pcfg in networks:  # a network reads its jobs' deadlines: they are its cluster's
+        if args.slo_slowdown not in (None, pcfg.slo_slowdown):
             raise ConfigError(f"--slo_slowdown {args.slo_slowdown}: {name} sees deadlines at slo_slowdown "
                               f"{pcfg.slo_slowdown} (its cluster's); evaluate it there, or heuristics alone at another")
     # a checkpoint fixes the cluster; all policies in one table must share it (the reward they
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     cluster = policies[0][2].replace(**reward_from_args(args))
     for name, _, other in policies[1:]:
         cluster.require_same_cluster(other, policies[0][0], name, may_differ=REWARD_FIELDS)
-    counts = len(policies), sum(isinstance(policy, NetworkPolicy) for _, policy, _ in policies)  # the work budget's
+    counts = len(policies), len(networks)  # the work budget's
     jobs, workload_desc, trace_counts = evaluation_jobsets(args, cluster, trace, counts)
     lines = compare_policies(policies, cluster, jobs, workload_desc, trace_counts, args)
     if args.json:

@@ -133,8 +133,9 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
             else:
                 end = number(job, "end_time")
             entry = {"id": jid, "processors": number(job, "cpus"), "expected_end": end}
-            if processors_per_node > 1 and optional(job, "node_count"):  # decide() refuses too few nodes
-                entry["nodes"] = optional(job, "node_count")
+            nodes = optional(job, "node_count") if processors_per_node > 1 else None
+            if nodes:  # decide() refuses too few nodes
+                entry["nodes"] = nodes
             running.append(entry)
         elif "PENDING" in state:
             why = not_ranked(job, processors)
@@ -150,9 +151,9 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
                 left_out[jid] = f"eligible {since - now:.0f} s after --now (a begin time, or clocks apart?)"
                 continue
             cpus = number(job, "cpus")
-            if processors_per_node > 1 and optional(job, "node_count"):
-                # whole nodes: a job asking for more of them than its processors fill holds them all
-                cpus = max(cpus, optional(job, "node_count") * processors_per_node)
+            nodes = optional(job, "node_count") if processors_per_node > 1 else None
+            if nodes:  # whole nodes: a job asking for more of them than its processors fill holds them all
+                cpus = max(cpus, nodes * processors_per_node)
                 if cpus > processors:
                     left_out[jid] = (f"{cpus // processors_per_node} nodes of {processors_per_node} processors, "
                                      f"more than --processors {processors}")
