@@ -1,10 +1,14 @@
 """Shared test setup: one torch thread (CI has 2 shared cores), hypothesis profiles, small helpers."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import os
 import signal
+import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -44,6 +48,54 @@ def script_main(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.main
+
+
+IN_PROCESS = {"adapt", "bench_env", "bench_maml", "bench_train", "ensemble", "evaluate", "figures", "make_swf",
+              "select_checkpoint", "tune_tetris"}
+"""The scripts that end in _common.run_main, which run_in_process runs as their own process would."""
+
+
+def run_script(script: Path, *args, cwd: Path, env: dict | None = None, own_process: bool = False,
+               timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python script args` as a user runs it, in `cwd`: in this process (run_in_process) unless
+    `own_process` or the script is not one of IN_PROCESS; else with a minimal environment (`env` on
+    top)."""
+    if not own_process and script.stem in IN_PROCESS:
+        return run_in_process(script, args, cwd, env)
+    environment = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})}
+    return subprocess.run([sys.executable, str(script), *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=environment)
+
+
+def run_in_process(script: Path, args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python script args` run in this process, through the script's run_main (its one-line errors
+    and exit codes as a user sees them), stdout and stderr captured: a subprocess's result without
+    its start (torch and Lightning imported again, a few seconds on a busy 2-core machine). What it
+    changes in this process (working folder, argv, environment, signal handlers, warning format)
+    is put back."""
+    saved = (os.getcwd(), sys.argv, dict(os.environ), warnings.formatwarning,
+             {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}, torch.get_num_threads())
+    out, err = io.StringIO(), io.StringIO()
+    main = script_main(script.stem)
+    code = 0
+    try:
+        os.chdir(cwd)
+        sys.argv = [str(script), *map(str, args)]
+        os.environ.update(env or {})
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                importlib.import_module("_common").run_main(main)
+            except SystemExit as stop:
+                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    finally:
+        cwd_before, sys.argv, environ, warnings.formatwarning, handlers, threads = saved
+        os.chdir(cwd_before)
+        os.environ.clear()
+        os.environ.update(environ)
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        torch.set_num_threads(threads)
+    return subprocess.CompletedProcess([str(script), *args], code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import script_main
+from conftest import run_script, script_main
 from test_queue_env import swf_line, write_log
 
 from lightning_sched.cli import ScriptParser, add_site_flags, site_from_args
@@ -28,8 +28,11 @@ POLICY = ROOT / "checkpoints" / "queue_bsld.ckpt"
 
 
 def run(script: str, *args, cwd: Path, inherit: bool = False, env: dict | None = None):
-    """`script` in a fresh process, with a minimal environment (`inherit`: on top of this one's, which
-    a GPU machine may need to find CUDA; `env`: more variables)."""
+    """`script` as a user runs it: fit.py in a fresh process, with a minimal environment (`inherit`:
+    on top of this one's, which a GPU machine may need to find CUDA; `env`: more variables); a
+    run_main script in this process (conftest.run_script)."""
+    if script != "fit.py":
+        return run_script(ROOT / "scripts" / script, *args, cwd=cwd, env=env)
     env = {**(os.environ if inherit else {}), "OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            "HOME": str(cwd), "WANDB_DIR": str(cwd),
            "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]), **(env or {})}
