@@ -67,6 +67,18 @@ def run_script(script: Path, *args, cwd: Path, env: dict | None = None, own_proc
                           timeout=timeout, env=environment)
 
 
+def as_a_fresh_process_warns() -> None:
+    """Warnings written to sys.stderr under Python's default filters (pytest records them instead)."""
+    warnings.simplefilter("default")
+    for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+        warnings.simplefilter("ignore", category)
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    warnings.showwarning = show
+
+
 def run_in_process(script: Path, args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     """`python script args` run in this process, through the script's run_main (its one-line errors
     and exit codes as a user sees them), stdout and stderr captured: a subprocess's result without
@@ -82,7 +94,8 @@ def run_in_process(script: Path, args, cwd: Path, env: dict | None = None) -> su
         os.chdir(cwd)
         sys.argv = [str(script), *map(str, args)]
         os.environ.update(env or {})
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            as_a_fresh_process_warns()
             try:
                 importlib.import_module("_common").run_main(main)
             except SystemExit as stop:

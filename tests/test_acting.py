@@ -3,10 +3,9 @@ trip through a file, old files and old rule names read as they meant, the script
 files read with torch.load(weights_only=True) only."""
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
+import conftest
 import pytest
 import torch
 
@@ -151,8 +150,7 @@ def test_evaluate_flags_reach_the_policy(capsys, monkeypatch):
     assert greedy == evaluate_json("--greedy", "--idle_rule", "not_when_idle")
     assert sampled == evaluate_json("--sample", "--idle_rule", "always") == evaluate_json("--sample")
     assert sampled["mean_slowdown"] != greedy["mean_slowdown"]
-    proc = subprocess.run([sys.executable, "scripts/evaluate.py", "--policy", "tetris", "--idle_rule", "sometimes"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = conftest.run_script(ROOT / "scripts/evaluate.py", "--policy", "tetris", "--idle_rule", "sometimes", cwd=ROOT)
     assert proc.returncode == 2 and "--idle_rule" in proc.stderr and "not_when_idle" in proc.stderr
 
 
@@ -165,7 +163,7 @@ def test_a_checkpoint_with_pickled_objects_is_refused_in_one_line(tmp_path):
     message = str(error.value)
     assert "\n" not in message and message.startswith(f"{path}: holds a pickled ")
     assert re.search(r"Marker object; .*torch.load\(weights_only=True\)", message)
-    proc = subprocess.run([sys.executable, "scripts/evaluate.py", "--policy", str(path), "--jobsets", "2",
-                           "--threads", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = conftest.run_script(ROOT / "scripts/evaluate.py", "--policy", path, "--jobsets", "2", "--threads", "1",
+                               cwd=ROOT)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and str(path) in lines[0] and "Marker" in lines[0]

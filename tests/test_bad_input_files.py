@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import conftest
 import pytest
 import torch
 from conftest import script_main
@@ -36,8 +37,7 @@ class Payload:
 
 
 def script(name: str, *args, cwd=ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return conftest.run_script(ROOT / "scripts" / name, *args, cwd=cwd)
 
 
 def one_line_error(proc) -> str:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
+import conftest
 import torch
 
 from lightning_sched import plots
@@ -65,15 +65,15 @@ def test_trace_figure_shows_the_excess_over_1_and_the_tail_on_log_scales():
 def test_redraw_an_adaptation_figure_from_its_json_and_refuse_another_json(tmp_path):
     source = ROOT / "docs" / "figures" / "adaptation_broad_nasa.json"
     out = tmp_path / "again.png"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "figures.py"), "redraw", str(source), "--out",
-                           str(out), "--threads", "1"], capture_output=True, text=True, timeout=300)
+    proc = conftest.run_script(ROOT / "scripts" / "figures.py", "redraw", source, "--out", out, "--threads", "1",
+                               cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     written = json.loads(out.with_suffix(".json").read_text())
     assert written["curves"] == json.loads(source.read_text())["curves"] and out.stat().st_size > 0
     assert written["redrawn_with"].startswith("python scripts/figures.py redraw")
     other = ROOT / "docs" / "figures" / "gains.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "figures.py"), "redraw", str(other), "--out",
-                           str(tmp_path / "x.png"), "--threads", "1"], capture_output=True, text=True, timeout=300)
+    proc = conftest.run_script(ROOT / "scripts" / "figures.py", "redraw", other, "--out", tmp_path / "x.png",
+                               "--threads", "1", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"error: {other}: redraw reads the JSON of learning_curve, adaptation or headroom (a 'curve' or 'curves' "
         "entry), not this one"]

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from dataclasses import fields
 from pathlib import Path
 
+import conftest
 import pytest
 import torch
 from torchrl.envs.utils import check_env_specs
@@ -373,10 +372,9 @@ def test_evaluate_says_when_the_range_holds_fewer_sequences_than_asked(tmp_path,
 
 def test_evaluate_script_on_a_log(tmp_path):
     log = write_log(tmp_path / "log.swf", jobs=6000, nodes=64)
-    out = subprocess.run([sys.executable, str(ROOT / "scripts/evaluate.py"), "--env", "queue", "--trace", str(log),
-                          "--protocol", "heldout", "--sequences", "4", "--backfill", "easy", "--policy", "fcfs",
-                          "sjf", "f1", "--versus", "sjf", "--threads", "1", "--json"],
-                         capture_output=True, text=True, timeout=300)
+    out = conftest.run_script(ROOT / "scripts/evaluate.py", "--env", "queue", "--trace", log, "--protocol", "heldout",
+                              "--sequences", "4", "--backfill", "easy", "--policy", "fcfs", "sjf", "f1", "--versus",
+                              "sjf", "--threads", "1", "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
     assert [x["policy"] for x in lines] == ["fcfs", "sjf", "f1"]
@@ -387,8 +385,8 @@ def test_evaluate_script_on_a_log(tmp_path):
         if x["policy"] != "sjf":
             assert x["minus_versus"] == pytest.approx(x["mean_bounded_slowdown"] - lines[1]["mean_bounded_slowdown"])
     assert all(x["num_sequences"] == 4 and x["log"]["kept"] == 6000 for x in lines)
-    bad = subprocess.run([sys.executable, str(ROOT / "scripts/evaluate.py"), "--env", "queue", "--trace", str(log),
-                          "--policy", "lifo"], capture_output=True, text=True, timeout=120)
+    bad = conftest.run_script(ROOT / "scripts/evaluate.py", "--env", "queue", "--trace", log, "--policy", "lifo",
+                              cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'lifo'" in bad.stderr  # the command line's form
     from conftest import script_main
 
@@ -404,9 +402,8 @@ def test_evaluate_script_on_a_log(tmp_path):
 
 def test_bench_env_queue_prints_rates_and_an_iteration(tmp_path):
     log = write_log(tmp_path / "log.swf", jobs=3000)
-    out = subprocess.run([sys.executable, str(ROOT / "scripts/bench_env.py"), "--env", "queue", "--trace", str(log),
-                          "--batch_sizes", "8", "--steps", "3", "--repeats", "1", "--threads", "1"],
-                         capture_output=True, text=True, timeout=300)
+    out = conftest.run_script(ROOT / "scripts/bench_env.py", "--env", "queue", "--trace", log, "--batch_sizes", "8",
+                              "--steps", "3", "--repeats", "1", "--threads", "1", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(result["decisions_per_s"]) == {f"queue/{b}/{p}/native/8" if native.kernel() else f"queue/{b}/{p}/torch/8"

@@ -1,10 +1,9 @@
 """The slot policy (PolicySpec kind "slots"): slot-equivariant, one set of weights for any cluster
 size, the heuristic prior, greedy acting that cannot stall, and checkpoints across sizes."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import conftest
 import pytest
 import torch
 
@@ -152,8 +151,8 @@ def test_while_frequent_waits_only_above_its_arrival_rate(tmp_path):
     assert policy.acting == Acting(True, "while_frequent", 0.2)
     assert load_policy(tmp_path / "f.ckpt", override={"wait_rate": 0.5})[0].acting.wait_rate == 0.5
     # a rate that changes nothing is refused in one line
-    proc = subprocess.run([sys.executable, "scripts/evaluate.py", "--policy", "tetris", "--wait_rate", "0.2",
-                           "--jobsets", "2", "--threads", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = conftest.run_script(ROOT / "scripts/evaluate.py", "--policy", "tetris", "--wait_rate", "0.2", "--jobsets",
+                               "2", "--threads", "1", cwd=ROOT)
     assert proc.returncode != 0 and "--wait_rate" in proc.stderr and "Traceback" not in proc.stderr
     with pytest.raises(ConfigError, match="Acting.wait_rate must be a finite number > 0"):
         Acting(greedy=True, idle_rule="while_frequent", wait_rate=-1.0)
@@ -186,11 +185,10 @@ def test_spec_errors_name_the_field():
 
 def test_evaluate_script_runs_a_slot_checkpoint_on_another_cluster(tmp_path):
     PolicyRecord.of(make_policy(SLOTS, CFG), Acting(greedy=True)).save(tmp_path / "s.ckpt")
-    proc = subprocess.run(
-        [sys.executable, "scripts/evaluate.py", "--policy", str(tmp_path / "s.ckpt"), "tetris", "--num_slots", "5",
-         "--resource_units", "20", "--max_job_units", "20", "--dominant_units", "10", "20", "--other_units", "1", "4",
-         "--simu_len", "10", "--jobsets", "3", "--json", "--threads", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = conftest.run_script(
+        ROOT / "scripts/evaluate.py", "--policy", tmp_path / "s.ckpt", "tetris", "--num_slots", "5",
+        "--resource_units", "20", "--max_job_units", "20", "--dominant_units", "10", "20", "--other_units", "1", "4",
+        "--simu_len", "10", "--jobsets", "3", "--json", "--threads", "1", cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert [r["policy"] for r in rows] == [str(tmp_path / "s.ckpt"), "tetris"]
@@ -199,10 +197,10 @@ def test_evaluate_script_runs_a_slot_checkpoint_on_another_cluster(tmp_path):
 
 def test_cluster_sizes_figure_runs_one_network_on_every_size(tmp_path):
     PolicyRecord.of(make_policy(SLOTS, CFG), Acting(greedy=True)).save(tmp_path / "s.ckpt")
-    proc = subprocess.run(
-        [sys.executable, "scripts/figures.py", "cluster_sizes", "--ckpt", f"slots={tmp_path / 's.ckpt'}",
-         "--heuristics", "tetris", "--loads", "0.9", "--jobsets", "2", "--threads", "1", "--out",
-         str(tmp_path / "sizes.png")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = conftest.run_script(
+        ROOT / "scripts/figures.py", "cluster_sizes", "--ckpt", f"slots={tmp_path / 's.ckpt'}",
+        "--heuristics", "tetris", "--loads", "0.9", "--jobsets", "2", "--threads", "1", "--out",
+        tmp_path / "sizes.png", cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "sizes.json").read_text())
     assert list(data["results"]) == ["5 slots, 10 units", "20 slots, 20 units", "50 slots, 40 units"]
@@ -239,11 +237,10 @@ def test_a_slot_policy_distills_a_trained_checkpoint():
 def test_select_checkpoint_ships_the_acting_mode_that_scores_best(tmp_path):
     """--acting both makes each checkpoint a candidate greedy and sampled; --write copies the winner
     with that mode recorded, as a whole file."""
-    proc = subprocess.run(
-        [sys.executable, "scripts/select_checkpoint.py", "--ckpt", "checkpoints/image_best_slowdown.ckpt",
-         "--acting", "both",
-         "--loads", "1.5", "--jobsets", "6", "--heuristics", "tetris", "--threads", "1",
-         "--write", str(tmp_path / "shipped.ckpt")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = conftest.run_script(
+        ROOT / "scripts/select_checkpoint.py", "--ckpt", "checkpoints/image_best_slowdown.ckpt", "--acting", "both",
+        "--loads", "1.5", "--jobsets", "6", "--heuristics", "tetris", "--threads", "1",
+        "--write", tmp_path / "shipped.ckpt", cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-2])
     modes = {"greedy, not_when_idle": Acting(greedy=True), "sampled, always": Acting(greedy=False)}
@@ -257,10 +254,10 @@ def test_select_checkpoint_ships_the_acting_mode_that_scores_best(tmp_path):
 
 def test_select_checkpoint_acting_all_records_the_idle_rule(tmp_path):
     """--acting all also tries each idle rule; the winner's mode is written and read back."""
-    proc = subprocess.run(
-        [sys.executable, "scripts/select_checkpoint.py", "--ckpt", "checkpoints/slots_slowdown.ckpt", "--acting", "all",
-         "--loads", "0.9", "--jobsets", "4", "--heuristics", "sjf", "--threads", "1",
-         "--write", str(tmp_path / "shipped.ckpt")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = conftest.run_script(
+        ROOT / "scripts/select_checkpoint.py", "--ckpt", "checkpoints/slots_slowdown.ckpt", "--acting", "all",
+        "--loads", "0.9", "--jobsets", "4", "--heuristics", "sjf", "--threads", "1",
+        "--write", tmp_path / "shipped.ckpt", cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-2])
     # greedy x (while_arriving, not_when_idle, work_conserving, while_frequent) + sampled x (those and always)

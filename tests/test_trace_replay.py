@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
+import conftest
 import pytest
 import torch
 from conftest import script_main
@@ -255,8 +254,8 @@ def test_the_synthetic_log_has_memory_and_a_schedule_that_fits(tmp_path):
 
 
 # ----- the recipe, as a user runs it -------------------------------------------------------------
-def script(*args, cwd, env):
-    proc = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+def script(path, *args, cwd, env):
+    proc = conftest.run_script(Path(path), *args, cwd=cwd, env=env)
     assert proc.returncode == 0, f"{args} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 

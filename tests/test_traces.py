@@ -13,6 +13,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import conftest
 import pytest
 import torch
 from hypothesis import given
@@ -385,8 +386,7 @@ def realistic_swf(path: Path, jobs: int = 400) -> Path:
 
 
 def run_script(*args):
-    return subprocess.run([sys.executable, "scripts/evaluate.py", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    return conftest.run_script(ROOT / "scripts" / "evaluate.py", *args, cwd=ROOT)
 
 
 def test_evaluate_script_replays_an_swf_with_memory_with_every_heuristic(tmp_path):
@@ -436,17 +436,14 @@ def test_fit_and_adapt_take_a_trace_workload(tmp_path):
     command = shlex.split(hint.split(": ", 1)[1])
     assert command[command.index("--trace_split") + 1] == "test"
     assert command[:2] == ["python", "scripts/evaluate.py"]
-    evaluated = subprocess.run([sys.executable, str(ROOT / command[1]), *command[2:], "--jobsets", "4",
-                                "--threads", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                               env={**env, "PYTHONPATH": str(ROOT)})
+    evaluated = conftest.run_script(ROOT / command[1], *command[2:], "--jobsets", "4", "--threads", "1", cwd=tmp_path)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert "test split: " in evaluated.stdout
-    adapt = subprocess.run([sys.executable, "scripts/adapt.py", "--ckpt", str(ckpt), "--steps", "1",
-                            "--trace", str(trace),
-                            "--seconds_per_step", "300", "--simu_len", "20", "--jobsets", "2", "--episodes", "2",
-                            "--trace_capacity", "processors=64", f"memory={64 * 4 * 1024 * 1024}",
-                            "--eval_jobsets", "4", "--json", "--threads", "1", "--out", str(tmp_path / "adapted.ckpt")],
-                           cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    adapt = conftest.run_script(ROOT / "scripts" / "adapt.py", "--ckpt", ckpt, "--steps", "1", "--trace", trace,
+                                "--seconds_per_step", "300", "--simu_len", "20", "--jobsets", "2", "--episodes", "2",
+                                "--trace_capacity", "processors=64", f"memory={64 * 4 * 1024 * 1024}",
+                                "--eval_jobsets", "4", "--json", "--threads", "1", "--out", tmp_path / "adapted.ckpt",
+                                cwd=ROOT)
     assert adapt.returncode == 0, adapt.stderr[-3000:]
     last = json.loads(adapt.stdout.strip().splitlines()[-1])
     assert last["step"] == 1 and last["num_jobsets"] == 4 and last["mean_slowdown"] >= 1
