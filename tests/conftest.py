@@ -108,6 +108,8 @@ def run_in_process(script: Path, args, cwd: Path, env: dict | None = None) -> su
         for s, handler in handlers.items():
             signal.signal(s, handler)
         torch.set_num_threads(threads)
+        if "callbacks.stop" in sys.modules:
+            sys.modules["callbacks.stop"].forget()  # a signal one run received is not the next one's
     return subprocess.CompletedProcess([str(script), *args], code, out.getvalue(), err.getvalue())
 
 

@@ -13,18 +13,24 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def fit(*args, tmp_path, check=True, env=None):
-    """Run scripts/fit.py in tmp_path (runs/ lands there) on one thread (unless `args` says otherwise)."""
+def fit(*args, tmp_path, check=True, env=None, in_process=False):
+    """Run scripts/fit.py in tmp_path (runs/ lands there) on one thread (unless `args` says otherwise);
+    `in_process`: in this process (conftest.run_in_process), for a run refused before it trains or
+    one without W&B (whose service outlives a run) or signals."""
     base = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
             "WANDB_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     command, *rest = args
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), command, "--threads", "1", *rest],
-                          cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600, env={**base, **(env or {})})
+    if in_process:
+        proc = run_in_process(ROOT / "scripts" / "fit.py", [command, "--threads", "1", *rest], tmp_path,
+                              {**base, **(env or {})})
+    else:
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), command, "--threads", "1", *rest],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**base, **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"fit.py {args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
@@ -66,7 +72,7 @@ def test_smoke_fit_writes_a_wandb_offline_run_and_checkpoints(smoke_run):
 def test_last_checkpoint_is_the_latest_state_not_the_best(tmp_path):
     # monitoring the iteration counter (mode min), the best stays at the first validation (step 2)
     fit("fit", "--config", SMOKE, "--trainer.logger", "false", "--checkpoint.monitor", "iteration",
-        "--checkpoint.dirpath", str(tmp_path / "ck"), tmp_path=tmp_path)
+        "--checkpoint.dirpath", str(tmp_path / "ck"), tmp_path=tmp_path, in_process=True)
     names = sorted(p.name for p in (tmp_path / "ck").iterdir())
     assert names == ["best-2.ckpt", "last.ckpt"], names
     assert torch.load(tmp_path / "ck" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"] == 4
@@ -75,9 +81,10 @@ def test_last_checkpoint_is_the_latest_state_not_the_best(tmp_path):
 def test_best_checkpoint_without_monitor_and_save_last(tmp_path):
     # no monitor on the best-checkpoint callback: it and the latest one keep distinct states
     fit("fit", "--config", SMOKE, "--trainer.logger", "false", "--checkpoint.monitor", "null",
-        "--checkpoint.dirpath", str(tmp_path / "ck"), tmp_path=tmp_path)
+        "--checkpoint.dirpath", str(tmp_path / "ck"), tmp_path=tmp_path, in_process=True)
     assert torch.load(tmp_path / "ck" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"] == 4
-    proc = fit("fit", "--config", SMOKE, "--checkpoint.save_last", "true", tmp_path=tmp_path, check=False)
+    proc = fit("fit", "--config", SMOKE, "--checkpoint.save_last", "true", tmp_path=tmp_path, check=False,
+               in_process=True)
     assert proc.returncode != 0 and "checkpoint.save_last=True" in proc.stderr + proc.stdout
 
 
@@ -141,7 +148,8 @@ compare: {{heuristics: [sjf]}}
 
 
 def test_iterations_after_the_last_validation_are_saved_when_training_ends(tmp_path):
-    fit("fit", "--config", SMOKE, "--trainer.max_steps", "3", "--trainer.logger", "false", tmp_path=tmp_path)
+    fit("fit", "--config", SMOKE, "--trainer.max_steps", "3", "--trainer.logger", "false", tmp_path=tmp_path,
+        in_process=True)
     last = torch.load(tmp_path / "runs" / "smoke" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert last["global_step"] == 3  # validations at 2 (and 4): the third iteration is on disk all the same
 
@@ -149,10 +157,12 @@ def test_iterations_after_the_last_validation_are_saved_when_training_ends(tmp_p
 def test_validate_and_test_subcommands(smoke_run):
     tmp, _ = smoke_run
     ckpt = next((tmp / "runs").rglob("last.ckpt"))
-    proc = fit("test", "--config", SMOKE, "--ckpt_path", str(ckpt), "--trainer.logger", "false", tmp_path=tmp)
+    proc = fit("test", "--config", SMOKE, "--ckpt_path", str(ckpt), "--trainer.logger", "false", tmp_path=tmp,
+               in_process=True)
     assert "test/mean_slowdown" in proc.stdout
     # validate reproduces, from last.ckpt, the validation the run logged at its last step
-    proc = fit("validate", "--config", SMOKE, "--ckpt_path", str(ckpt), "--trainer.logger", "false", tmp_path=tmp)
+    proc = fit("validate", "--config", SMOKE, "--ckpt_path", str(ckpt), "--trainer.logger", "false", tmp_path=tmp,
+               in_process=True)
     shown = next(line for line in proc.stdout.splitlines() if "eval/mean_slowdown " in line)
     logged = [r for r in csv.DictReader((ckpt.parent.parent / "metrics.csv").open()) if r.get("eval/mean_slowdown")]
     assert float(shown.split("│")[2]) == pytest.approx(float(logged[-1]["eval/mean_slowdown"]), rel=1e-6)
@@ -162,7 +172,7 @@ def test_checkpoint_with_another_cluster_is_refused_naming_the_fields(smoke_run)
     tmp, _ = smoke_run
     ckpt = next((tmp / "runs").rglob("last.ckpt"))
     proc = fit("test", "--config", SMOKE, "--ckpt_path", str(ckpt), "--trainer.logger", "false",
-               "--model.init_args.cluster.objective", "completion_time", tmp_path=tmp, check=False)
+               "--model.init_args.cluster.objective", "completion_time", tmp_path=tmp, check=False, in_process=True)
     assert proc.returncode != 0
     assert "objective (checkpoint 'slowdown', config 'completion_time')" in proc.stderr
 
@@ -276,10 +286,11 @@ def test_a_module_of_another_family_trains_and_resumes_through_fit(tmp_path):
     queue-level task would be) gets the same run folder, checkpoints and resume."""
     args = ("--model", "tests.other_task.OtherTask", "--checkpoint.monitor", "eval/mean_error",
             "--trainer.logger", "false", "--trainer.val_check_interval", "2")
-    proc = fit("fit", *args, "--trainer.max_steps", "4", tmp_path=tmp_path)
+    proc = fit("fit", *args, "--trainer.max_steps", "4", tmp_path=tmp_path, in_process=True)
     assert "model        OtherTask, 1 parameters" in proc.stdout
     run = tmp_path / "runs" / "fit"
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best-4.ckpt", "last.ckpt"]
-    fit("fit", *args, "--trainer.max_steps", "6", "--ckpt_path", "runs/fit/checkpoints/last.ckpt", tmp_path=tmp_path)
+    fit("fit", *args, "--trainer.max_steps", "6", "--ckpt_path", "runs/fit/checkpoints/last.ckpt", tmp_path=tmp_path,
+        in_process=True)
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["fit"]
     assert torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == 6

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import script_main
+from conftest import run_script, script_main
 from test_fit import ROOT, SMOKE, fit
 
 
@@ -52,9 +52,8 @@ def test_default_root_dir_holds_the_whole_run_and_start_prints_where(tmp_path):
     for noise in ("No seed found", "litlogger", "anonymous setting", "LeafSpec", "Total FLOPs"):
         assert noise not in proc.stdout + proc.stderr, noise
     # the user's own run makes the learning-curve figure with the default --metrics
-    figure = subprocess.run([sys.executable, str(ROOT / "scripts" / "figures.py"), "learning_curve",
-                             "--out", str(tmp_path / "curve.png"), "--threads", "1"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    figure = run_script(ROOT / "scripts" / "figures.py", "learning_curve", "--out", tmp_path / "curve.png",
+                        "--threads", "1", cwd=tmp_path)
     assert figure.returncode == 0, figure.stderr[-3000:]
     assert (tmp_path / "curve.png").stat().st_size > 0
     # its validation points sit at the steps the checkpoints are named with; the title is this run's
@@ -80,7 +79,7 @@ def test_a_branch_started_from_a_runs_config_writes_only_its_own_folder(tmp_path
     assert "best checkpoint: runs/b/checkpoints/best-6.ckpt" in proc.stdout  # its own, not the first run's
     proc = fit("fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
                "--trainer.default_root_dir", str(tmp_path / "runs" / "c"), "--trainer.max_steps", "5",
-               "--trainer.logger", "false", tmp_path=tmp_path)  # no validation after the branch point
+               "--trainer.logger", "false", tmp_path=tmp_path, in_process=True)  # no validation after the branch point
     assert "no best checkpoint of this run" in proc.stdout and "runs/a/checkpoints/best" not in proc.stdout
     after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
     assert after == before  # the first run's files, W&B's included, untouched
@@ -90,8 +89,9 @@ def test_a_branch_started_from_a_runs_config_writes_only_its_own_folder(tmp_path
 
 def test_each_run_gets_its_own_folder_named_after_its_config(tmp_path):
     first = fit("fit", "--config", SMOKE, "--trainer.max_steps", "2", "--trainer.logger", "false",
-                "--trainer.enable_progress_bar", "false", tmp_path=tmp_path)
-    fit("fit", "--config", SMOKE, "--trainer.max_steps", "2", "--trainer.logger", "false", tmp_path=tmp_path)
+                "--trainer.enable_progress_bar", "false", tmp_path=tmp_path, in_process=True)
+    fit("fit", "--config", SMOKE, "--trainer.max_steps", "2", "--trainer.logger", "false", tmp_path=tmp_path,
+        in_process=True)
     runs = tmp_path / "runs"
     assert sorted(p.name for p in runs.iterdir()) == ["smoke", "smoke-2"]
     for run in runs.iterdir():
@@ -143,7 +143,7 @@ def test_a_stop_right_after_a_validation_resumes_with_the_logged_steps_of_a_run_
                tmp_path=tmp_path, check=False)
     assert proc.returncode == 143, proc.stderr[-3000:]
     fit("fit", "--config", "runs/smoke/config.yaml", "--ckpt_path", "runs/smoke/checkpoints/last.ckpt",
-        tmp_path=tmp_path)
+        tmp_path=tmp_path, in_process=True)
     rows = list(csv.DictReader((tmp_path / "runs" / "smoke" / "metrics.csv").open()))
     steps = [(int(r["step"]), "eval" if r.get("eval/mean_slowdown") else "train") for r in rows]
     assert steps == [(0, "train"), (1, "train"), (1, "eval"), (2, "train"), (3, "train"), (3, "eval"),
@@ -210,7 +210,7 @@ def test_an_unwritable_checkpoint_folder_is_refused_before_training(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     proc = fit("fit", "--config", SMOKE, "--trainer.logger", "false", "--checkpoint.dirpath", str(blocker / "ck"),
-               tmp_path=tmp_path, check=False)
+               tmp_path=tmp_path, check=False, in_process=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"error: the checkpoint folder {blocker / 'ck'} is not writable: "
                                                 "Not a directory"]
@@ -228,7 +228,7 @@ def test_a_resume_refuses_model_settings_other_than_the_checkpoints(finished_run
     tmp, run = finished_run
     ckpt = "runs/smoke/checkpoints/last.ckpt"
     proc = fit("fit", "--config", SMOKE, "--ckpt_path", ckpt, "--model.num_jobsets", "6", "--model.workload.load",
-               "1.5", tmp_path=tmp, check=False)
+               "1.5", tmp_path=tmp, check=False, in_process=True)
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()
     assert "model.num_jobsets (checkpoint 4, config 6)" in line and "model.workload.load (checkpoint 0.7, config 1.5)" \
@@ -239,7 +239,7 @@ def test_a_resume_refuses_model_settings_other_than_the_checkpoints(finished_run
 def test_a_checkpoint_of_another_module_is_refused(finished_run):
     tmp, _ = finished_run
     proc = fit("fit", "--config", SMOKE, "--ckpt_path", str(ROOT / "checkpoints" / "image_maml.ckpt"), tmp_path=tmp,
-               check=False)
+               check=False, in_process=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"error: --ckpt_path {ROOT / 'checkpoints' / 'image_maml.ckpt'} holds a tasks.maml.MAML model; "
@@ -298,7 +298,8 @@ def test_a_checkpoint_can_neither_import_a_module_nor_delete_a_file_outside_its_
 
 def test_a_named_folder_holding_a_run_is_refused_unless_resumed(finished_run):
     tmp, run = finished_run
-    proc = fit("fit", "--config", SMOKE, "--trainer.default_root_dir", "runs/smoke", tmp_path=tmp, check=False)
+    proc = fit("fit", "--config", SMOKE, "--trainer.default_root_dir", "runs/smoke", tmp_path=tmp, check=False,
+               in_process=True)
     assert proc.returncode == 2 and "already holds a run" in proc.stderr
     assert load(run / "checkpoints" / "last.ckpt")["global_step"] == 2
 
@@ -310,7 +311,8 @@ def test_a_named_folder_holding_a_run_is_refused_unless_resumed(finished_run):
     (["--model.num_jobsets", "many"], "error: model.num_jobsets: Expected a <class 'int'>. Got value: many"),
 ])
 def test_a_bad_value_is_one_line_naming_the_field(tmp_path, args, line):
-    proc = fit("fit", "--config", SMOKE, "--trainer.logger", "false", *args, tmp_path=tmp_path, check=False)
+    proc = fit("fit", "--config", SMOKE, "--trainer.logger", "false", *args, tmp_path=tmp_path, check=False,
+               in_process=True)
     assert proc.returncode == 2
     [printed] = proc.stderr.strip().splitlines()
     assert printed.startswith(line), printed
@@ -326,7 +328,7 @@ def test_the_full_traceback_on_request(tmp_path):
 
 def test_a_checkpoint_saved_by_an_older_module_signature_is_not_resumed(tmp_path):
     ckpt = ROOT / "checkpoints" / "reinforce_slowdown.ckpt"
-    proc = fit("fit", "--config", SMOKE, "--ckpt_path", str(ckpt), tmp_path=tmp_path, check=False)
+    proc = fit("fit", "--config", SMOKE, "--ckpt_path", str(ckpt), tmp_path=tmp_path, check=False, in_process=True)
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith(f"error: --ckpt_path {ckpt} was saved with arguments tasks.reinforce.Reinforce no longer "
