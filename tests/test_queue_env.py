@@ -152,16 +152,18 @@ def test_native_kernel_and_torch_step_agree(tmp_path, backfill, native_at, steps
     if native.kernel() is None:
         pytest.skip("no C compiler: only the torch step exists here")
     log = read_queue_log(write_log(tmp_path / "log.swf"))
-    cfg = log.config(sequence_length=64, window=8, backfill=backfill)  # a small window: queues overflow it
+    # a small window: queues overflow it; the fit delay (the kernel's, step.fit_delay's torch ops) as the last feature
+    cfg = log.config(sequence_length=64, window=8, backfill=backfill, fit_delay=True)
     a, b = stepped(log, cfg, native_at, 3, steps), stepped(log, cfg, lambda i: False, 3, steps)
-    overflowed = False
+    overflowed, delayed = False, False
     for (td_a, s_a), (td_b, s_b) in zip(a, b):
         for f in fields(s_a):  # but the kernel's kept orders, which the torch step does not keep
             assert f.name in KERNEL_ORDERS or torch.equal(getattr(s_a, f.name), getattr(s_b, f.name)), f.name
         for key in td_a.keys():
             assert torch.equal(td_a[key], td_b[key]), key
         overflowed |= bool((td_a["queue_length"] > cfg.window).any())
-    assert overflowed  # the window's alternation of SJF and smallest-first ran too
+        delayed |= bool((td_a["job_features"][..., -1] > 0).any())
+    assert overflowed and delayed  # the window's alternation of SJF and smallest-first ran too, jobs waited to fit
 
 
 def test_a_rollout_keeps_each_steps_jobs_across_partial_resets(tmp_path):

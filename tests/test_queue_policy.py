@@ -7,13 +7,12 @@ from __future__ import annotations
 import math
 import os
 import random
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_in_process
 from tensordict import TensorDict
 
 from lightning_sched.config import ConfigError
@@ -201,9 +200,9 @@ def test_fit_smoke_trains_validates_and_writes_a_loadable_policy(tmp_path):
     log = write_log(tmp_path / "tiny.swf")
     env = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
            "WANDB_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), "fit", "--config", str(SMOKE),
-                           "--threads", "1", "--trainer.logger", "false", "--model.init_args.log", str(log)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    proc = run_in_process(ROOT / "scripts" / "fit.py", ["fit", "--config", SMOKE, "--threads", "1",
+                                                        "--trainer.logger", "false", "--model.init_args.log", log],
+                          tmp_path, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     evaluate = next(line for line in proc.stdout.splitlines() if line.startswith("evaluate it"))
     assert "--env queue --protocol heldout" in evaluate and evaluate.endswith(".ckpt")  # the queue's protocol

@@ -4,12 +4,11 @@ rules, and a real LightningCLI run writes rule checkpoints that evaluate.py read
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_in_process
 from test_queue_env import write_log
 
 from lightning_sched.config import ConfigError
@@ -62,13 +61,12 @@ def test_fit_searches_a_rule_and_writes_checkpoints_evaluate_reads(tmp_path):
     logs = [write_log(tmp_path / f"log{i}.swf", jobs=5400, nodes=32, seed=i) for i in (1, 2)]
     env = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
            "WANDB_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit.py"), "fit", "--config",
-                           str(ROOT / "configs" / "base" / "queue_rule.yaml"), "--threads", "1",
-                           "--trainer.logger", "false", "--model.init_args.log", f"[{logs[0]}, {logs[1]}]",
-                           "--model.init_args.train_sequences", "2", "--model.init_args.search.population", "4",
-                           "--model.init_args.search.elite", "2", "--model.init_args.validation_sequences", "2",
-                           "--trainer.max_steps", "2", "--trainer.val_check_interval", "1"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    proc = run_in_process(ROOT / "scripts" / "fit.py", [
+        "fit", "--config", ROOT / "configs" / "base" / "queue_rule.yaml", "--threads", "1",
+        "--trainer.logger", "false", "--model.init_args.log", f"[{logs[0]}, {logs[1]}]",
+        "--model.init_args.train_sequences", "2", "--model.init_args.search.population", "4",
+        "--model.init_args.search.elite", "2", "--model.init_args.validation_sequences", "2",
+        "--trainer.max_steps", "2", "--trainer.val_check_interval", "1"], tmp_path, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "runs" / "queue_rule"
     header = (run / "metrics.csv").read_text().splitlines()[0]

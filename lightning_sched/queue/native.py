@@ -26,7 +26,7 @@ SCALARS = ("threshold", "max_wait", "max_requested")
 READ = ("submit", "run", "requested", "processors", "nodes", "job")
 IN_PLACE = ("status", "start", "start_rank", "time", "free_nodes", "next_arrival", "done", "bsld_sum", "sjf_order",
             "size_order", "order_count", "order_arrival")
-OUT = ("bsld_added", "window_job", "job_features", "cluster_features", "action_mask", "queue_length")
+OUT = ("bsld_added", "window_job", "job_features", "cluster_features", "action_mask", "queue_length", "fit_delay")
 NUM_ARGS = len(SIZES) + len(SCALARS) + len(READ) + len(IN_PLACE) + len(OUT)
 FEATURES = JOB_FEATURES  # native_queue.c's FEATURES and CLUSTER_FEATURES
 MIN_CHUNK_ROWS = 64  # a queue row costs more than a DeepRM row: smaller chunks still pay for a thread
@@ -74,8 +74,9 @@ def step(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str, to
     """One decision per row (job: LongTensor[B], the picked job's index; -1 builds the observation
     only) through the kernel, mutating the state in place; the outputs: "bsld_added" DoubleTensor[B],
     "window_job" IntTensor[B, W], "job_features" FloatTensor[B, W, 4], "cluster_features"
-    FloatTensor[B, 2], "action_mask" BoolTensor[B, W], "queue_length" LongTensor[B]. None where the
-    kernel does not apply (nothing changed)."""
+    FloatTensor[B, 2], "action_mask" BoolTensor[B, W], "queue_length" LongTensor[B], and with
+    `cfg.fit_delay` "fit_delay" FloatTensor[B, W] (step.fit_delay). None where the kernel does not
+    apply (nothing changed)."""
     library = kernel()
     if library is None or not supports(state) or max(state.length, cfg.nodes) >= 1 << PACKED_BITS:
         return None
@@ -85,11 +86,13 @@ def step(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str, to
            "job_features": torch.empty(b, w, FEATURES, dtype=torch.float32),
            "cluster_features": torch.empty(b, CLUSTER_FEATURES, dtype=torch.float32),
            "action_mask": torch.empty(b, w, dtype=torch.bool), "queue_length": torch.empty(b, dtype=torch.int64)}
+    if cfg.fit_delay:
+        out["fit_delay"] = torch.empty(b, w, dtype=torch.float32)
     read = [state.submit, state.run, state.requested, state.processors, state.nodes, job]
     sizes = (b, length, w, int(cfg.backfill == "easy"), cfg.nodes, cfg.processors)
     scalars = (float(cfg.bsld_threshold), float(cfg.max_wait), float(cfg.max_requested))
     pointers = [t.data_ptr() for t in read] + [getattr(state, k).data_ptr() for k in IN_PLACE] + \
-        [out[k].data_ptr() for k in OUT]
+        [out[k].data_ptr() if k in out else 0 for k in OUT]  # 0: NULL, an output not asked for
     args = (ctypes.c_int64 * NUM_ARGS)(*sizes, *[_double_bits(x) for x in scalars], *pointers)
     deeprm_native.run_rows(library, "queue", args, b, 0.0, min_rows=MIN_CHUNK_ROWS)
     return out

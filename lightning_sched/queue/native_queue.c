@@ -44,6 +44,7 @@ typedef struct {
     float *cluster_features;            /* [B, CLUSTER_FEATURES] */
     uint8_t *action_mask;               /* [B, W] */
     int64_t *queue_length;              /* [B] */
+    float *fit_delay;                   /* [B, W], or NULL: not asked for (QueueConfig.fit_delay) */
 } QueueArgs;
 
 /* A running job in the row's heap of running jobs: ordered by actual end, then by start rank
@@ -278,6 +279,40 @@ static void build_window(const Row *r, int64_t b, int64_t *window, uint64_t *by_
     for (int64_t i = n; i < W; i++) window[i] = -1;
 }
 
+/* How long until each window slot's job would fit if nothing else started (step.py's fit_delay, the
+ * same numbers): running jobs free their nodes at their requested ends, taken in that order, and the
+ * job fits at the first end after which enough nodes are free; log1p(seconds / 60) / 8, 0 when it
+ * fits now and for empty slots. `ends` and `freed` are scratch of the row's length. */
+static void write_fit_delay(Row *r, const int64_t *window, int64_t W, uint64_t *ends, int64_t *freed, float *out) {
+    int64_t n = -1;
+    for (int64_t i = 0; i < W; i++) {
+        int64_t k = window[i];
+        if (k < 0 || r->nodes[k] <= r->free) {
+            out[i] = 0.0f;
+            continue;
+        }
+        if (n < 0) { /* the running jobs by requested end, once a row, when some job does not fit */
+            list_running(r);
+            n = r->num_running;
+            for (int64_t m = 0; m < n; m++) {
+                int64_t j = r->running[m].job;
+                ends[m] = pack(r->start[j] + r->requested[j], r->nodes[j]);
+            }
+            sort_keys(ends, n);
+            for (int64_t m = 0, total = r->free; m < n; m++) freed[m] = total += (int64_t)(ends[m] & LOW);
+        }
+        int64_t lo = 0, hi = n; /* the first m with freed[m] >= need */
+        while (lo < hi) {
+            int64_t mid = (lo + hi) / 2;
+            if (freed[mid] >= r->nodes[k]) hi = mid;
+            else lo = mid + 1;
+        }
+        int64_t when = lo < n ? (int64_t)(ends[lo] >> INDEX_BITS) : INT64_MAX; /* never: all freed fit any job */
+        int64_t seconds = when > r->time ? when - r->time : 0;
+        out[i] = (float)(log1p((double)seconds / 60) / 8);
+    }
+}
+
 int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_begin, int64_t row_end) {
     (void)unused;
     int64_t L = a->length, W = a->window;
@@ -344,6 +379,7 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
         a->cluster_features[b * CLUSTER_FEATURES] = (float)((double)r.free / (double)a->nodes);
         a->cluster_features[b * CLUSTER_FEATURES + 1] = (float)(log1p((double)r.q) / queue_scale);
         a->queue_length[b] = r.q;
+        if (a->fit_delay) write_fit_delay(&r, window, W, ends, (int64_t *)keys, a->fit_delay + b * W);
     }
     free(ends), free(keys), free(running), free(seen), free(window);
     return 0;

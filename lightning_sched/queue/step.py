@@ -5,9 +5,9 @@
                                  "action_mask", "queue_length"}
 
 With `cfg.rule_ranks`, the job features also carry each named rule's ranking of the window
-(`heuristics.window_ranks`), and with `cfg.fit_delay` how long until each job would fit (`fit_delay`),
-computed with torch ops on either path; with `cfg.clock` the cluster features also carry the time
-of day (`clock`).
+(`heuristics.window_ranks`, torch ops on either path), and with `cfg.fit_delay` how long until each
+job would fit (`fit_delay`; the kernel writes the same numbers); with `cfg.clock` the cluster
+features also carry the time of day (`clock`).
 """
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ def advance(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str,
     extra = []  # [B, W, 4] -> [B, W, 4 + R (+ 1)]
     if cfg.rule_ranks:
         extra.append(window_ranks(rule_keys(state, out["window_job"]), cfg.rule_ranks))
-    if cfg.fit_delay:
-        extra.append(fit_delay(state, out["window_job"]).unsqueeze(-1))
+    if cfg.fit_delay:  # the kernel's, or computed here from the state it left
+        delay = out.pop("fit_delay") if "fit_delay" in out else fit_delay(state, out["window_job"])
+        extra.append(delay.unsqueeze(-1))
     if extra:
         out["job_features"] = torch.cat([out["job_features"], *extra], -1)
     if cfg.clock:
