@@ -30,11 +30,9 @@ import sys
 from pathlib import Path
 from typing import Literal, Union
 
-from jsonargparse import lazy_instance
 from lightning.pytorch import LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
@@ -194,7 +192,9 @@ def main(args=None) -> None:
         "accelerator": "auto", "devices": 1, "max_steps": 1000, "val_check_interval": 50,
         "check_val_every_n_epoch": None, "num_sanity_val_steps": 0, "log_every_n_steps": 1,
         "enable_model_summary": False,  # the start-up lines name the model and its parameters
-        "logger": lazy_instance(WandbLogger, **wandb_args()),
+        # a class_path entry, parsed only if it stays the run's logger (lazy_instance checks its
+        # arguments against WandbLogger's signature on every start: a sixth of a config's parse)
+        "logger": {"class_path": "lightning.pytorch.loggers.WandbLogger", "init_args": wandb_args()},
     }
     try:
         require_text_configs(sys.argv[1:] if args is None else args)
