@@ -47,7 +47,7 @@ import time
 import torch
 
 from _common import run_main, set_threads
-from lightning_sched import ClusterConfig, ClusterEnv, DeepRMWorkload
+from lightning_sched import ClusterConfig, ClusterEnv, ConfigError, DeepRMWorkload
 from lightning_sched.cli import THREADS_HELP, ScriptParser, at_least, positive_float, thread_count, torch_device
 from lightning_sched.deeprm import native
 from lightning_sched.deeprm.cluster import compiled_step, init_state, step_state
@@ -311,6 +311,13 @@ def main() -> None:
                          "scripts' (reuse_freed_memory), each in a fresh process, alternating (module docstring)")
     ap.add_argument("--torchrl_only", action="store_true", help=argparse.SUPPRESS)  # one --library measurement
     args = ap.parse_args()
+    # flags of the other env's tables: refused, not ignored (a figure would be read as theirs)
+    other = {"deeprm": ("trace", "backfill"),
+             "queue": ("modes", "objective", "load", "simu_len", "compile", "sizes", "sizes_batch", "library")}
+    changed = [f"--{name}" for name in other[args.env] if getattr(args, name) != ap.get_default(name)]
+    if changed:
+        raise ConfigError(f"{', '.join(changed)}: not read with --env {args.env} (flags of the "
+                          f"{'queue' if args.env == 'deeprm' else 'DeepRM'} env's tables)")
     if args.library:
         library_table(args)
         return

@@ -64,6 +64,10 @@ def test_bench_env_prints_table_and_json():
     assert result["threads"] == 1
     assert result["decisions_per_s"]["none/hot/4"] > 0 and result["decisions_per_s"]["image/hot/4"] > 0
     assert result["iteration_2000_episodes_s"] > 0
+    # the other env's flags are refused, not ignored (the figures would be read as theirs)
+    for flags, named in ((("--trace", "x.swf"), "--trace: not read with --env deeprm"),
+                         (("--env", "queue", "--sizes", "--load", "2"), "--load, --sizes: not read with --env queue")):
+        assert named in one_line_error(run("scripts/bench_env.py", *flags, check=False))
 
 
 def test_bench_train_prints_its_parts_and_json():
