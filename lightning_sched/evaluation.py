@@ -35,6 +35,11 @@ def t95(n: int) -> float:
             + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * df**4))
 
 
+def ci_text(half_width: float, spec: str) -> str:
+    """A 95% CI half-width as `format(half_width, spec)`, or "n/a" as wide where one sample gives none."""
+    return format(half_width, spec).replace("nan", "n/a")
+
+
 def mean_ci95(values: torch.Tensor) -> tuple[float, float]:
     """(mean, 95% confidence half-width) of a 1-D sample, ignoring NaNs."""
     v = values[~torch.isnan(values)].double()

@@ -15,6 +15,7 @@ import torch  # noqa: E402
 from _checkout import ROOT  # noqa: F401  (the checkout on sys.path before lightning_sched; ROOT for the scripts)
 from lightning_sched import ClusterConfig, ConfigError  # noqa: E402
 from lightning_sched.allocator import reuse_freed_memory  # noqa: E402
+from lightning_sched.evaluation import ci_text  # noqa: E402
 from lightning_sched.heuristics import make_heuristic  # noqa: E402
 from lightning_sched.threads import fixed_threads, use_free_cores  # noqa: E402
 
@@ -113,7 +114,7 @@ def format_row(name: str, s: dict, width: int = NAME_WIDTH) -> str:
     """One row of the metrics table: `name`, then mean ± 95% CI of each metric, and the jobs. A name
     longer than `width` gets a line of its own, so the columns stay aligned."""
     def cell(metric, digits=3):
-        return f"{s[metric]:.{digits}f} ± {s[metric + '_ci95']:.{digits}f}"
+        return f"{s[metric]:.{digits}f} ± {ci_text(s[metric + '_ci95'], f'.{digits}f')}"
 
     lead = f"{name}\n{'':{width}s}" if len(name) > width else f"{name:{width}s}"
     return (f"{lead} {cell('mean_slowdown'):>17s} {cell('mean_completion_time', 2):>19s} "

@@ -77,7 +77,7 @@ from lightning_sched.cli import (
 )
 from lightning_sched.deeprm.objectives import OBJECTIVE_METRIC
 from lightning_sched.deeprm.rollout import rollout_seconds
-from lightning_sched.evaluation import EvalResult, compare, evaluate, make_jobsets, paired_difference
+from lightning_sched.evaluation import EvalResult, ci_text, compare, evaluate, make_jobsets, paired_difference
 from lightning_sched.files import numbered_name, refuse_figure, refuse_output, write_figure
 from lightning_sched.learning.adaptation import AdaptationSettings, adapt
 from lightning_sched.limits import require_time
@@ -204,7 +204,8 @@ def main(argv=None) -> int:
 
     def report(step, summary, result):
         diff, ci = paired_difference(result, best_result, metric)
-        print(f"{format_row(f'step {step}', summary)} {f'{diff:+.3f} ± {ci:.3f}':>24s}", flush=True)
+        paired = f"{diff:+.3f} ± {ci_text(ci, '.3f')}"
+        print(f"{format_row(f'step {step}', summary)} {paired:>24s}", flush=True)
         if args.json:
             print(json.dumps({"policy": args.ckpt, **summary, **trace_counts,
                               "reference": {"heuristic": best, metric: reference},
@@ -346,7 +347,8 @@ def rules_on_site(log, cfg, starts, train_jobs: int, as_json: bool) -> tuple[dic
     chosen = min(on_history, key=on_history.get)
     for name, values in rules.items():
         mean, ci = mean_ci95(values)
-        print(f"  {name:8s} {mean:9.2f} ± {ci:7.2f}" + ("  (best rule on these sequences)" if name == best else "")
+        print(f"  {name:8s} {mean:9.2f} ± {ci_text(ci, '7.2f')}"
+              + ("  (best rule on these sequences)" if name == best else "")
               + ("  (best rule on the site's history)" if name == chosen else ""))
     if as_json:
         diff, diff_ci = mean_ci95(rules[chosen] - rules[best])
@@ -395,15 +397,15 @@ def print_curves(curves: dict, best_values, best: str, reference: str | None, si
     for spec, curve in curves.items():
         for step, values in curve.items():
             mean, ci = mean_ci95(values)
-            text = f"{spec:40s} step {step:3d}  {mean:9.2f} ± {ci:7.2f}"
+            text = f"{spec:40s} step {step:3d}  {mean:9.2f} ± {ci_text(ci, '7.2f')}"
             line = {"policy": spec, "step": step, "site": site, "mean_bounded_slowdown": mean,
                     "mean_bounded_slowdown_ci95": ci, "sequences": len(values), "best_rule": best}
             line["minus_best_rule"], line["minus_best_rule_ci95"] = mean_ci95(values - best_values)
-            text += f"  minus {best}: {line['minus_best_rule']:+8.2f} ± {line['minus_best_rule_ci95']:6.2f}"
+            text += f"  minus {best}: {line['minus_best_rule']:+8.2f} ± {ci_text(line['minus_best_rule_ci95'], '6.2f')}"
             if reference and spec != reference and step in curves[reference]:
                 diff, diff_ci = mean_ci95(values - curves[reference][step])
                 line.update(reference=reference, minus_reference=diff, minus_reference_ci95=diff_ci)
-                text += f"  minus reference: {diff:+8.2f} ± {diff_ci:6.2f}"
+                text += f"  minus reference: {diff:+8.2f} ± {ci_text(diff_ci, '6.2f')}"
             print(text + f"  ({len(values)} sequences)")
             if as_json:
                 print(json.dumps(line))

@@ -53,7 +53,7 @@ from lightning_sched.cli import (
 )
 from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.deeprm.objectives import OBJECTIVE_METRIC
-from lightning_sched.evaluation import evaluate, make_jobsets, paired_difference, require_run_fits
+from lightning_sched.evaluation import ci_text, evaluate, make_jobsets, paired_difference, require_run_fits
 from lightning_sched.files import refuse_figure, refuse_output, write_figure
 from lightning_sched.heuristics import HEURISTICS
 from lightning_sched.policies.acting import IDLE_RULES, RENAMED_RULES, NetworkPolicy
@@ -216,7 +216,7 @@ def compare_policies(policies, cluster, jobs: JobSet, workload_desc: str, trace_
         for metric in dict.fromkeys((OBJECTIVE_METRIC[cluster.objective], "mean_slowdown")) if results else ():
             diff, ci = paired_difference(result, results[0], metric)
             summary[f"{metric}_minus_first"], summary[f"{metric}_minus_first_ci95"] = diff, ci
-            print(f"{'':{width}s} {metric.replace('_', ' ')} - {policies[0][0]}'s: {diff:+.3f} ± {ci:.3f} "
+            print(f"{'':{width}s} {metric.replace('_', ' ')} - {policies[0][0]}'s: {diff:+.3f} ± {ci_text(ci, '.3f')} "
                   f"(paired 95% CI over {result.num_jobsets} jobsets)")
         results.append(result)
         if summary["unfinished_jobs"]:

@@ -379,6 +379,9 @@ def test_evaluate_table_says_units_and_direction_and_stays_aligned_with_long_nam
     assert len(rows) == 2 and len({row.index("±") for row in rows}) == 1  # the columns line up
     assert lines[header].index("mean slowdown") + len("mean slowdown") == lines[header + 1].index("lower") + 15
     assert "(paired 95% CI over 3 jobsets)" in out
+    # one jobset gives no interval: "n/a" where the half-width would be, not "nan"
+    one = run("scripts/evaluate.py", "--policy", "sjf", "tetris", "--jobsets", "1", "--threads", "1").stdout
+    assert "nan" not in one and one.count("± n/a") == 11, one  # 5 metrics of 2 policies, the paired difference
 
 
 def test_bench_decide_prints_latencies_of_the_checkpoint_and_its_onnx_export():

@@ -22,7 +22,7 @@ import torch
 
 from ..cli import require_distinct
 from ..config import ConfigError
-from ..evaluation import mean_ci95
+from ..evaluation import ci_text, mean_ci95
 from .config import QueueConfig
 from .env import QueueEnv
 from .heuristics import HEURISTICS, RULES, QueueHeuristic
@@ -229,16 +229,17 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
                 "log": log.summary()}
         if trained[name][1] is not None:
             line["sequences_with_training_jobs"] = trained[name][1]
-        text = (f"{name:{width}s} bsld {s['mean_bounded_slowdown']:10.2f} ± {s['mean_bounded_slowdown_ci95']:8.2f}  "
+        bsld_ci = ci_text(s["mean_bounded_slowdown_ci95"], "8.2f")
+        text = (f"{name:{width}s} bsld {s['mean_bounded_slowdown']:10.2f} ± {bsld_ci}  "
                 f"wait {s['mean_wait']:10.0f} s  util {s['utilization']:.3f}")
         if best is not None and name != best:
             diff, ci = paired(result, results[best])
             line.update(best_heuristic=best, minus_best_heuristic=diff, minus_best_heuristic_ci95=ci)
-            text += f"  minus {best}: {diff:+.2f} ± {ci:.2f} (paired 95% CI, {len(starts)} sequences)"
+            text += f"  minus {best}: {diff:+.2f} ± {ci_text(ci, '.2f')} (paired 95% CI, {len(starts)} sequences)"
         if versus is not None and name != versus:
             diff, ci = paired(result, results[versus])
             line.update(versus=versus, minus_versus=diff, minus_versus_ci95=ci)
-            text += f"  minus {versus}: {diff:+.2f} ± {ci:.2f}" if versus != best else ""
+            text += f"  minus {versus}: {diff:+.2f} ± {ci_text(ci, '.2f')}" if versus != best else ""
         echo(text)
         lines.append(line)
     return lines, {name: r.sequences["mean_bounded_slowdown"] for name, r in results.items()}
