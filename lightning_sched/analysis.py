@@ -355,12 +355,18 @@ def run_title(metrics: str) -> str:
 ITERATIONS_DONE = "iterations done"
 
 
-def learning_curve(rows: list[dict]) -> dict[str, list]:
+def learning_curve(rows: list[dict], source: Sequence = ("metrics",)) -> dict[str, list]:
     """A run's validation slowdown and its training episodes' slowdown, mean and max total reward,
     each by the iterations done when logged (ITERATIONS_DONE), and each iteration's seconds: lists
-    (DeepRM Figure 6's numbers)."""
+    (DeepRM Figure 6's numbers). ConfigError naming `source` (the files read) when no row holds
+    either curve: a figure of empty axes would look like a run that learned nothing."""
     evals = last_per_step(rows, "eval/mean_slowdown")
     train = last_per_step(rows, "train/mean_return")
+    if not evals and not train:
+        logged = sorted({k for r in rows for k, v in r.items() if v and k.startswith(("eval/", "train/"))})
+        raise ConfigError(f"{', '.join(map(str, source))}: no row holds eval/mean_slowdown or train/mean_return "
+                          f"(what DeepRM's modules log); logged: {', '.join(logged[:6]) or 'no eval/ or train/ value'}"
+                          + (", ..." if len(logged) > 6 else ""))
     return {"eval_step": [int(r["step"]) + 1 for r in evals],
             "eval_mean_slowdown": [float(r["eval/mean_slowdown"]) for r in evals],
             "train_step": [int(r["step"]) + 1 for r in train],

@@ -246,7 +246,7 @@ def draw_learning_curve(curve: dict, reference: dict[str, float], title: str):
 def learning_curve(args) -> None:
     """Validation slowdown per iteration (heuristic lines) and the training episodes' total reward."""
     rows = analysis.read_metrics(args.metrics)
-    curve = analysis.learning_curve(rows)
+    curve = analysis.learning_curve(rows, args.metrics)
     reference = analysis.heuristic_lines(rows, args.heuristics)
     title = args.title if args.title is not None else analysis.run_title(args.metrics[0])
     save(draw_learning_curve(curve, reference, title), args, "learning_curve.png",

@@ -139,15 +139,21 @@ def test_figures_refuse_clashing_names_and_files_of_another_kind(capsys, monkeyp
     main = script_main("figures")
     text = tmp_path / "notes.txt"
     text.write_text("hello")
+    queue_run = tmp_path / "metrics.csv"  # a queue run's columns: no curve the DeepRM figure draws
+    queue_run.write_text("step,epoch,eval/mean_bounded_slowdown,train/loss_objective\n0,0,,1.0\n1,0,5.0,\n")
     for args, names in (
             (["load_sweep", "--ckpt", f"a={SHIPPED}", f"a={SHIPPED}"], "--ckpt 'a="),
             (["load_sweep", "--ckpt", f"sjf={SHIPPED}"], "the name 'sjf' is taken"),
             (["load_sweep", "--ckpt", str(SHIPPED)], "expected NAME=PATH"),
             (["learning_curve", "--metrics", str(text)], "notes.txt: not a run's metrics.csv"),
+            (["learning_curve", "--metrics", str(queue_run), "--out", str(tmp_path / "c.png")],
+             "metrics.csv: no row holds eval/mean_slowdown or train/mean_return (what DeepRM's modules log); "
+             "logged: eval/mean_bounded_slowdown, train/loss_objective"),
             (["redraw", str(text)], "notes.txt: not a figure's JSON")):
         monkeypatch.setattr(sys, "argv", ["figures.py", *args, "--jobsets", "1", "--threads", "1"] if args[0] ==
                             "load_sweep" else ["figures.py", *args, "--threads", "1"])
         assert names in one_line_exit_2(capsys, main)
+    assert not (tmp_path / "c.png").exists()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is there")
