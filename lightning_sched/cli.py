@@ -268,7 +268,7 @@ def add_trace_flags(ap: argparse.ArgumentParser) -> None:
                    help="propose the cluster for --trace at the log's own resolution (units = its processors or "
                    "--resource_units, the step length and horizon that clip fewer than --max_clipped of its "
                    "train split's jobs) and use it; size flags given override it")
-    g.add_argument("--max_horizon", type=int, default=128, help="--fit_cluster: the longest horizon to propose")
+    g.add_argument("--max_horizon", type=at_least(1), default=128, help="--fit_cluster: the longest horizon to propose")
     g.add_argument("--max_clipped", type=open_fraction, default=0.01,
                    help="--fit_cluster: the share of jobs the proposal may cut to its longest job (default 0.01)")
 
@@ -432,5 +432,12 @@ def site_from_args(args):
         except ValueError:
             raise ConfigError(f"--request_factors: {item!r} is not P:LOW:HIGH") from None
         buckets.append((p, low, high))
-    return None, SiteModel("custom", tuple(buckets), args.max_request, load, args.size_length_correlation,
-                           args.site_seed or 0)
+    try:
+        return None, SiteModel("custom", tuple(buckets), args.max_request, load, args.size_length_correlation,
+                               args.site_seed or 0)
+    except ConfigError as error:  # SiteModel's message, in the flags' names
+        message = str(error).removeprefix("SiteModel custom: ")
+        for name, flag in (("request_buckets", "--request_factors"), ("max_request", "--max_request"),
+                           ("size_length_correlation", "--size_length_correlation")):
+            message = message.replace(name, flag)
+        raise ConfigError(message) from None

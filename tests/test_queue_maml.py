@@ -218,8 +218,8 @@ def test_adapt_queue_adapts_on_sequences_of_the_given_length(tmp_path, capsys):
     (["--site", "nowhere"], "--site must be one of"),
     (["--site", "lublin2-tight", "--max_request", "60"], "--max_request cannot change them"),
     (["--request_factors", "1:2"], "--request_factors: '1:2' is not P:LOW:HIGH"),
-    (["--request_factors", "0.5:1:2"], "probabilities must sum to 1"),
-    (["--size_length_correlation", "1.5"], "size_length_correlation must be in [-1, 1]"),
+    (["--request_factors", "0.5:1:2"], "--request_factors' probabilities must sum to 1, got 0.5"),  # the flag's name
+    (["--size_length_correlation", "1.5"], "--size_length_correlation must be in [-1, 1]"),
     (["--site_seed", "5"], "--site_seed 5 seeds the draws of a site model given by"),
     (["--site", "lublin2-tight", "--site_seed", "5"], "(a declared --site has its own)"),
     (["--traces_dir", "/nonexistent"], "--traces_dir /nonexistent is where a declared --site's log is read"),

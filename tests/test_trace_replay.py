@@ -213,6 +213,9 @@ def test_the_command_line_reads_proposes_and_builds_in_one_direction(tmp_path, c
     workload = trace.workload(cfg, split="train")
     assert workload.trace is trace.read() and workload.resources == ("processors",)
     assert workload.split == "train" and workload.seconds_per_step == proposal.seconds_per_step
+    with pytest.raises(SystemExit):  # a horizon of no step is refused as parsed, before the log is read
+        ap.parse_args(["--trace", str(log), "--fit_cluster", "--max_horizon", "0"])
+    assert "--max_horizon: must be an integer >= 1, got 0" in capsys.readouterr().err
 
 
 def test_a_processors_only_log_gets_one_resource_unless_a_checkpoint_or_the_flag_fixes_two(tmp_path):
