@@ -268,6 +268,9 @@ def queue_main(argv) -> int:
     cfg = log.config(sequence_length=args.eval_sequence_length, backfill=args.backfill)
     starts = protocol_starts(log, "heldout", args.eval_sequences, args.eval_sequence_length)
     train_jobs = log.jobs_before(TRAIN_FRACTION)
+    if args.sequence_length > train_jobs:  # the steps' sequences come from the history: said before the rules run
+        raise ConfigError(f"--sequence_length {args.sequence_length} is longer than the site's history, its first "
+                          f"{train_jobs} jobs ({TRAIN_FRACTION:.0%} of {Path(trace).name})")
     print(f"{Path(trace).name}: {log.summary()}")
     fewer = f" (of {args.eval_sequences} asked: the range has no more distinct starts)" \
         if len(starts) < args.eval_sequences else ""

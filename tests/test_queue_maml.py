@@ -173,7 +173,7 @@ def test_learned_step_sizes_scale_each_weights_adaptation_step(tmp_path):
         adapted(0.02, {names[0]: torch.ones_like(start[names[0]])})
 
 
-def test_adapt_queue_prints_paired_differences_and_saves_the_adapted_policy(tmp_path):
+def test_adapt_queue_prints_paired_differences_and_saves_the_adapted_policy(tmp_path, capsys):
     log = write_log(tmp_path / "site.swf", jobs=6000, nodes=64)
     out = tmp_path / "adapted.ckpt"
     proc = run("adapt.py", "--env", "queue", "--trace", log, "--request_factors", "0.5:1:2", "0.5:2:10",
@@ -198,6 +198,11 @@ def test_adapt_queue_prints_paired_differences_and_saves_the_adapted_policy(tmp_
         adapt(["--env", "queue", "--trace", str(log), "--policy", str(POLICY), "--steps", "0", "--out", str(out)])
     with pytest.raises(ConfigError, match=r"^--measure 5 is beyond --steps 1$"):  # a measurement that never comes
         adapt(["--env=queue", "--trace", str(log), "--policy", str(POLICY), "--steps", "1", "--measure", "0", "5"])
+    # sequences longer than the history it adapts on: refused before the rules run on the site
+    with pytest.raises(ConfigError, match=r"^--sequence_length 5000 is longer than the site's history, its first "
+                                          r"4800 jobs \(80% of site.swf\)$"):
+        adapt(["--env=queue", "--trace", str(log), "--policy", str(POLICY), "--sequence_length", "5000"])
+    assert "best rule" not in capsys.readouterr().out
 
 
 def test_adapt_queue_adapts_on_sequences_of_the_given_length(tmp_path, capsys):
