@@ -4,10 +4,13 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import logging
 import os
+import runpy
 import signal
 import subprocess
 import sys
+import traceback
 import warnings
 from pathlib import Path
 
@@ -52,14 +55,14 @@ def script_main(name: str):
 
 IN_PROCESS = {"adapt", "bench_env", "bench_maml", "bench_train", "ensemble", "evaluate", "figures", "make_swf",
               "select_checkpoint", "tune_tetris"}
-"""The scripts that end in _common.run_main, which run_in_process runs as their own process would."""
+"""The scripts run_script runs in this process (fit.py too where a test asks run_in_process)."""
 
 
 def run_script(script: Path, *args, cwd: Path, env: dict | None = None, own_process: bool = False,
                timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python script args` as a user runs it, in `cwd`: in this process (run_in_process) unless
-    `own_process` or the script is not one of IN_PROCESS; else with a minimal environment (`env` on
-    top)."""
+    """`python script args` as a user runs it, in `cwd`: in this process (run_in_process; no
+    `timeout` there) unless `own_process` or the script is not one of IN_PROCESS; else with a
+    minimal environment (`env` on top)."""
     if not own_process and script.stem in IN_PROCESS:
         return run_in_process(script, args, cwd, env)
     environment = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})}
@@ -79,35 +82,54 @@ def as_a_fresh_process_warns() -> None:
     warnings.showwarning = show
 
 
+LIGHTNING_LOGGERS = ("lightning.pytorch", "lightning.fabric")
+"""Loggers that write to stderr in a process of their own (Lightning gives them a handler when the
+root logger has none) but pass their records to pytest's capture here."""
+
+
 def run_in_process(script: Path, args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`python script args` run in this process, through the script's run_main (its one-line errors
-    and exit codes as a user sees them), stdout and stderr captured: a subprocess's result without
-    its start (torch and Lightning imported again, a few seconds on a busy 2-core machine). What it
-    changes in this process (working folder, argv, environment, signal handlers, warning format)
-    is put back."""
+    """`python script args` run in this process as its own process runs it (the file as __main__:
+    its own error handling, one-line errors and exit codes), stdout and stderr captured, Lightning's
+    log lines and Python's warnings included, an uncaught exception as exit code 1 and its
+    traceback: a subprocess's result without its start (torch and Lightning imported again, a few
+    seconds on a busy 2-core machine). What it changes in this process (working folder, argv,
+    environment, signal handlers, warning format, threads, a signal received) is put back."""
+    from lightning_sched import threads as torch_threads
+
+    loggers = [logging.getLogger(name) for name in LIGHTNING_LOGGERS]
     saved = (os.getcwd(), sys.argv, dict(os.environ), warnings.formatwarning,
-             {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}, torch.get_num_threads())
+             {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}, torch.get_num_threads(),
+             torch_threads._active, [(log.handlers, log.propagate) for log in loggers])
     out, err = io.StringIO(), io.StringIO()
-    main = script_main(script.stem)
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))  # where the script's own folder puts it as __main__
     code = 0
     try:
         os.chdir(cwd)
         sys.argv = [str(script), *map(str, args)]
         os.environ.update(env or {})
+        for log in loggers:
+            log.handlers, log.propagate = [logging.StreamHandler(err)], False
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
             as_a_fresh_process_warns()
             try:
-                importlib.import_module("_common").run_main(main)
+                runpy.run_path(str(script), run_name="__main__")
             except SystemExit as stop:
                 code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+            except Exception:  # Python's own exit: the traceback on stderr, exit code 1
+                traceback.print_exc()
+                code = 1
     finally:
-        cwd_before, sys.argv, environ, warnings.formatwarning, handlers, threads = saved
+        cwd_before, sys.argv, environ, warnings.formatwarning, handlers, threads, active, logged = saved
         os.chdir(cwd_before)
         os.environ.clear()
         os.environ.update(environ)
         for s, handler in handlers.items():
             signal.signal(s, handler)
+        torch_threads._active = active
         torch.set_num_threads(threads)
+        for log, (log_handlers, propagate) in zip(loggers, logged):
+            log.handlers, log.propagate = log_handlers, propagate
         if "callbacks.stop" in sys.modules:
             sys.modules["callbacks.stop"].forget()  # a signal one run received is not the next one's
     return subprocess.CompletedProcess([str(script), *args], code, out.getvalue(), err.getvalue())

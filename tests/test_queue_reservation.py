@@ -16,6 +16,7 @@ from lightning_sched.queue.env import QueueEnv
 from lightning_sched.queue.evaluation import evaluate_queue, heuristic_config, resolve
 from lightning_sched.queue.heuristics import QueueHeuristic, priority
 from lightning_sched.queue.linear_rule import BASIC, F1_WEIGHTS, LinearRule, load_linear_rule, save_linear_rule
+from lightning_sched.queue.linear_rule import job_features as linear_features
 from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.policy import CHECKPOINT_KEY, QueueNetwork, QueuePolicy, QueuePolicySpec, read_queue_record
 from lightning_sched.queue.reservation import ReservingRule, fit_delay_seconds, reserving_config
@@ -81,6 +82,33 @@ def test_every_pick_keeps_the_first_jobs_reservation(tmp_path):
         # a filler is held at most until its fit delay: it starts before the first job's reservation
         assert (started[filler] <= (now + delay.gather(1, pick[:, None]).squeeze(1))[filler]).all()
     assert fillers > 0
+
+
+@pytest.mark.parametrize("backfill", ["off", "easy"])
+def test_the_rules_pick_the_same_slot_scoring_only_the_windows_leading_slots(tmp_path, backfill):
+    """The rules score the window up to its last slot holding a job in any row (leading_slots): the
+    picks equal the argmin over the whole window, reservation and linear rules included."""
+    from lightning_sched.queue.reservation import reserve_pick
+
+    log = read_queue_log(write_log(tmp_path / "tiny.swf"))
+    cfg = reserving_config(heuristic_config(log.config(sequence_length=96, backfill=backfill)))
+    env = QueueEnv(cfg, log, batch_size=[6], seed=3)
+    td, generator, cut = env.reset(), torch.Generator().manual_seed(0), 0
+    weights = torch.tensor(F1_WEIGHTS[:BASIC], dtype=torch.double) + torch.linspace(-1, 1, BASIC)
+    while not bool(td["done"].all()):
+        filled = td["window_job"] >= 0
+        cut += int(not filled[:, -1].any())  # steps whose window the rules cut
+        for name in ("fcfs", "sjf", "f1", "wfp3", "unicep"):
+            assert torch.equal(QueueHeuristic(name)(td.clone())["action"], priority(name, td).argmin(-1)), name
+            whole = reserve_pick(priority(name, td).double(), td)
+            assert torch.equal(ReservingRule(name)(td.clone())["action"], whole), name
+        full = LinearRule(weights)
+        score = (linear_features(td)[0][..., :BASIC] * full.weights).sum(-1).masked_fill(~filled, torch.inf)
+        assert torch.equal(full(td.clone())["action"], score.argmin(-1))
+        assert torch.equal(LinearRule(weights, reserve=True)(td.clone())["action"], reserve_pick(score, td))
+        td = env.step(td.set("action", torch.multinomial(td["action_mask"].double(), 1, generator=generator)
+                             .squeeze(-1)))["next"]
+    assert cut > 20
 
 
 def test_a_reserving_linear_rule_round_trips_and_f1_weights_make_f1_reserving(tmp_path):

@@ -39,6 +39,17 @@ def window_columns(td) -> tuple[torch.Tensor, ...]:
     return (job >= 0, *(td[key].gather(1, k).double() for key in ("job_submit", "job_requested", "job_processors")))
 
 
+def leading_slots(td) -> dict[str, torch.Tensor]:
+    """The keys the rules read, with the window ("window_job", "job_features", "action_mask") cut
+    after the last slot that holds a job in any row: a window lists a short queue in its first slots,
+    and the rules' windows are as long as the sequence (1024 slots, mostly empty), so scoring the cut
+    window costs the queue's length, not the window's. A pick is the same slot in either."""
+    filled = td["window_job"] >= 0
+    n = max(1, int((filled * torch.arange(1, filled.shape[-1] + 1, device=filled.device)).max()))
+    view = {key: td[key] for key in ("job_submit", "job_requested", "job_processors", "time", "queue_length")}
+    return {**view, **{key: td[key][:, :n] for key in ("window_job", "job_features", "action_mask")}}
+
+
 def priority(name: str, td: TensorDictBase) -> torch.Tensor:
     """Rule `name`'s score of every window slot, [B, W] (lower goes first; empty slots score
     highest): double, or for sjf an exact int64 key (requested time, then submit time)."""
@@ -106,7 +117,7 @@ class QueueHeuristic:
                 raise ConfigError(f"queue heuristic {self.name}: the window ({mask.shape[-1]} slots) hides waiting "
                                   f"jobs ({int(td['queue_length'].max())}); use a window as long as the sequence")
         if self.name != "random":
-            td["action"] = priority(self.name, td).argmin(-1)
+            td["action"] = priority(self.name, leading_slots(td)).argmin(-1)
         else:
             weights = mask.double()
             td["action"] = torch.multinomial(weights, 1, generator=self.generator).squeeze(-1)

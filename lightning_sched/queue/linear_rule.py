@@ -20,7 +20,7 @@ import torch
 from ..batched import acts_on_any_batch
 from ..config import CHECKPOINT_KEY, QUEUE_RULE_KIND, ConfigError
 from ..files import load_torch_file, write_torch
-from .heuristics import window_columns
+from .heuristics import leading_slots, window_columns
 from .reservation import reserve_pick
 
 # (name, scale): a unit of weight moves a job about as far in the order for every feature
@@ -68,12 +68,13 @@ class LinearRule:
 
     @acts_on_any_batch
     def __call__(self, td):
-        feats, filled = job_features(td)
+        view = leading_slots(td)
+        feats, filled = job_features(view)
         weights = self.weights.to(feats.device)
         weights = weights if weights.dim() == 2 else weights.expand(feats.shape[0], -1)
         score = (feats[..., :weights.shape[-1]] * weights[:, None, :]).sum(-1)
         score = torch.where(filled, score, torch.inf)
-        td["action"] = reserve_pick(score, td) if self.reserve else score.argmin(-1)
+        td["action"] = reserve_pick(score, view) if self.reserve else score.argmin(-1)
         return td
 
 

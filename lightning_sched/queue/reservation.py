@@ -25,7 +25,7 @@ import torch
 from ..batched import acts_on_any_batch
 from ..config import ConfigError
 from .config import QueueConfig
-from .heuristics import priority, window_columns
+from .heuristics import leading_slots, priority, window_columns
 
 SUFFIX = "+reserve"  # "f1+reserve": rule F1 played with its own reservation
 
@@ -71,5 +71,6 @@ class ReservingRule:
 
     @acts_on_any_batch
     def __call__(self, td):
-        td["action"] = reserve_pick(priority(self.name, td).double(), td)  # sjf's exact int64 key fits a double
+        view = leading_slots(td)
+        td["action"] = reserve_pick(priority(self.name, view).double(), view)  # sjf's exact int64 key fits a double
         return td

@@ -1,6 +1,6 @@
 """Experiment: seconds to evaluate a reserving rule (it reads each visible job's fit delay,
 `QueueConfig.fit_delay`) on the held-out protocol with the fit delay the native kernel writes, and
-with step.fit_delay's torch ops (the kernel's output dropped, as where no kernel is built); both in
+with step.fit_delay's torch ops (the kernel asked for no fit delay, as where no kernel is built); both in
 turns in one process, medians, and the bounded slowdowns of each, which must be equal (docs/hpc_queue.md,
 "Speed").
 
@@ -13,6 +13,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -39,11 +40,8 @@ def main(argv=None) -> None:
         raise SystemExit(f"error: {args.policy} reads no fit delay (QueueConfig.fit_delay): nothing to compare")
     kernel_step = native.step
 
-    def torch_ops(state, job, step_cfg):  # the kernel's step, its fit delay left to step.fit_delay
-        out = kernel_step(state, job, step_cfg)
-        if out is not None:
-            out.pop("fit_delay", None)
-        return out
+    def torch_ops(state, job, step_cfg):  # the kernel's step without its fit delay: step.fit_delay's torch ops
+        return kernel_step(state, job, replace(step_cfg, fit_delay=False))
 
     for count in args.sequences:
         starts = protocol_starts(log, "heldout", count, 1024)
