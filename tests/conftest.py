@@ -60,11 +60,11 @@ IN_PROCESS = {"adapt", "bench_env", "bench_maml", "bench_train", "ensemble", "ev
 
 def run_script(script: Path, *args, cwd: Path, env: dict | None = None, own_process: bool = False,
                timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python script args` as a user runs it, in `cwd`: in this process (run_in_process; no
-    `timeout` there) unless `own_process` or the script is not one of IN_PROCESS; else with a
-    minimal environment (`env` on top)."""
+    """`python script args` as a user runs it, in `cwd`, stopped after `timeout` seconds: in this
+    process (run_in_process) unless `own_process` or the script is not one of IN_PROCESS; else with
+    a minimal environment (`env` on top)."""
     if not own_process and script.stem in IN_PROCESS:
-        return run_in_process(script, args, cwd, env)
+        return run_in_process(script, args, cwd, env, timeout)
     environment = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})}
     return subprocess.run([sys.executable, str(script), *map(str, args)], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=environment)
@@ -87,18 +87,29 @@ LIGHTNING_LOGGERS = ("lightning.pytorch", "lightning.fabric")
 root logger has none) but pass their records to pytest's capture here."""
 
 
-def run_in_process(script: Path, args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+class OutOfTime(BaseException):
+    """A script run in this process went past its timeout (a BaseException: neither run_main nor
+    fit.py turns it into an error line)."""
+
+
+def _out_of_time(signum, frame):
+    raise OutOfTime("the script ran past its timeout")
+
+
+def run_in_process(script: Path, args, cwd: Path, env: dict | None = None,
+                   timeout: float = 300) -> subprocess.CompletedProcess:
     """`python script args` run in this process as its own process runs it (the file as __main__:
     its own error handling, one-line errors and exit codes), stdout and stderr captured, Lightning's
     log lines and Python's warnings included, an uncaught exception as exit code 1 and its
     traceback: a subprocess's result without its start (torch and Lightning imported again, a few
-    seconds on a busy 2-core machine). What it changes in this process (working folder, argv,
+    seconds on a busy 2-core machine). Past `timeout` seconds it fails the test (SIGALRM), as
+    subprocess.run's timeout would. What it changes in this process (working folder, argv,
     environment, signal handlers, warning format, threads, a signal received) is put back."""
     from lightning_sched import threads as torch_threads
 
     loggers = [logging.getLogger(name) for name in LIGHTNING_LOGGERS]
     saved = (os.getcwd(), sys.argv, dict(os.environ), warnings.formatwarning,
-             {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}, torch.get_num_threads(),
+             {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)}, torch.get_num_threads(),
              torch_threads._active, [(log.handlers, log.propagate) for log in loggers])
     out, err = io.StringIO(), io.StringIO()
     if str(SCRIPTS) not in sys.path:
@@ -110,6 +121,8 @@ def run_in_process(script: Path, args, cwd: Path, env: dict | None = None) -> su
         os.environ.update(env or {})
         for log in loggers:
             log.handlers, log.propagate = [logging.StreamHandler(err)], False
+        signal.signal(signal.SIGALRM, _out_of_time)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
             as_a_fresh_process_warns()
             try:
@@ -120,6 +133,7 @@ def run_in_process(script: Path, args, cwd: Path, env: dict | None = None) -> su
                 traceback.print_exc()
                 code = 1
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         cwd_before, sys.argv, environ, warnings.formatwarning, handlers, threads, active, logged = saved
         os.chdir(cwd_before)
         os.environ.clear()
