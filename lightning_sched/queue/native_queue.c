@@ -259,8 +259,9 @@ static void update_orders(const Row *r, int64_t b, uint64_t *by_sjf, uint64_t *b
 }
 
 /* The visible window: the waiting jobs in FCFS order when they fit in it, else RLScheduler's
- * alternation of the SJF order and the smallest-first order (update_orders), each job once. */
-static void build_window(const Row *r, int64_t b, int64_t *window, uint64_t *by_sjf, uint64_t *by_size,
+ * alternation of the SJF order and the smallest-first order (update_orders), each job once.
+ * Returns how many slots it filled: the first ones, the rest -1. */
+static int64_t build_window(const Row *r, int64_t b, int64_t *window, uint64_t *by_sjf, uint64_t *by_size,
                          uint8_t *seen) {
     int64_t W = r->a->window, n = 0;
     if (r->q <= W) {
@@ -277,6 +278,7 @@ static void build_window(const Row *r, int64_t b, int64_t *window, uint64_t *by_
         }
     }
     for (int64_t i = n; i < W; i++) window[i] = -1;
+    return n;
 }
 
 /* How long until each window slot's job would fit if nothing else started (step.py's fit_delay, the
@@ -358,18 +360,19 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
             a->time[b] = r.time, a->free_nodes[b] = r.free, a->next_arrival[b] = r.na;
         }
         a->bsld_added[b] = r.bsld;
-        build_window(&r, b, window, keys, keys + L, seen);
+        /* the filled slots one by one; the empty ones after them (most of a whole-queue window of
+         * 1024 slots) as blocks: -1 is all bits set, 0.0f and false all bits clear */
+        int64_t filled = build_window(&r, b, window, keys, keys + L, seen);
         int32_t *window_out = a->window_job + b * W;
-        for (int64_t i = 0; i < W; i++) window_out[i] = (int32_t)window[i];
+        for (int64_t i = 0; i < filled; i++) window_out[i] = (int32_t)window[i];
+        memset(window_out + filled, 0xff, sizeof(int32_t) * (size_t)(W - filled));
         float *features = a->job_features + b * W * FEATURES;
         uint8_t *mask = a->action_mask + b * W;
-        for (int64_t i = 0; i < W; i++, features += FEATURES) {
+        memset(features + filled * FEATURES, 0, sizeof(float) * FEATURES * (size_t)(W - filled));
+        memset(mask + filled, 0, (size_t)(W - filled));
+        for (int64_t i = 0; i < filled; i++, features += FEATURES) {
             int64_t k = window[i];
-            mask[i] = k >= 0;
-            if (k < 0) {
-                features[0] = features[1] = features[2] = features[3] = 0.0f;
-                continue;
-            }
+            mask[i] = 1;
             features[0] = (float)((double)(r.time - r.submit[k]) / a->max_wait);
             features[1] = (float)((double)r.requested[k] / a->max_requested);
             features[2] = (float)((double)r.processors[k] / (double)a->processors);
