@@ -182,17 +182,23 @@ static void sort_keys(uint64_t *x, int64_t n) {
     }
 }
 
-/* EASY's shadow time of job j: the estimated end (start + requested) of the running job at which,
- * taking running jobs by estimated end, enough nodes are free for j. Keys pack (end, nodes): how
- * jobs ending at the same estimate are ordered cannot change the end at which j fits. */
-static int64_t shadow_time(Row *r, int64_t j, uint64_t *scratch) {
+/* The running jobs by estimated end (start + requested) into `keys`, packed (end, nodes); how many.
+ * How jobs ending at the same estimate are ordered cannot change the end at which a job fits. */
+static int64_t requested_ends(Row *r, uint64_t *keys) {
     list_running(r);
     int64_t n = r->num_running;
     for (int64_t i = 0; i < n; i++) {
         int64_t k = r->running[i].job;
-        scratch[i] = pack(r->start[k] + r->requested[k], r->nodes[k]);
+        keys[i] = pack(r->start[k] + r->requested[k], r->nodes[k]);
     }
-    sort_keys(scratch, n);
+    sort_keys(keys, n);
+    return n;
+}
+
+/* EASY's shadow time of job j: the estimated end of the running job at which, taking running jobs
+ * by estimated end (requested_ends), enough nodes are free for j. */
+static int64_t shadow_time(Row *r, int64_t j, uint64_t *scratch) {
+    int64_t n = requested_ends(r, scratch);
     int64_t free = r->free, shadow = r->time;
     for (int64_t i = 0; i < n; i++) {
         free += (int64_t)(scratch[i] & LOW);
@@ -281,26 +287,23 @@ static int64_t build_window(const Row *r, int64_t b, int64_t *window, uint64_t *
     return n;
 }
 
-/* How long until each window slot's job would fit if nothing else started (step.py's fit_delay, the
- * same numbers): running jobs free their nodes at their requested ends, taken in that order, and the
- * job fits at the first end after which enough nodes are free; log1p(seconds / 60) / 8, 0 when it
- * fits now and for empty slots. `ends` and `freed` are scratch of the row's length. */
-static void write_fit_delay(Row *r, const int64_t *window, int64_t W, uint64_t *ends, int64_t *freed, float *out) {
+/* How long until each of the `filled` window slots' jobs would fit if nothing else started
+ * (step.py's fit_delay, the same numbers): running jobs free their nodes at their requested ends,
+ * taken in that order (requested_ends), and the job fits at the first end after which enough nodes
+ * are free; log1p(seconds / 60) / 8, 0 when it fits now and for the W - filled empty slots. `ends`
+ * and `freed` are scratch of the row's length. */
+static void write_fit_delay(Row *r, const int64_t *window, int64_t filled, int64_t W, uint64_t *ends, int64_t *freed,
+                            float *out) {
     int64_t n = -1;
-    for (int64_t i = 0; i < W; i++) {
+    memset(out + filled, 0, sizeof(float) * (size_t)(W - filled));
+    for (int64_t i = 0; i < filled; i++) {
         int64_t k = window[i];
-        if (k < 0 || r->nodes[k] <= r->free) {
+        if (r->nodes[k] <= r->free) {
             out[i] = 0.0f;
             continue;
         }
-        if (n < 0) { /* the running jobs by requested end, once a row, when some job does not fit */
-            list_running(r);
-            n = r->num_running;
-            for (int64_t m = 0; m < n; m++) {
-                int64_t j = r->running[m].job;
-                ends[m] = pack(r->start[j] + r->requested[j], r->nodes[j]);
-            }
-            sort_keys(ends, n);
+        if (n < 0) { /* once a row, when some job does not fit */
+            n = requested_ends(r, ends);
             for (int64_t m = 0, total = r->free; m < n; m++) freed[m] = total += (int64_t)(ends[m] & LOW);
         }
         int64_t lo = 0, hi = n; /* the first m with freed[m] >= need */
@@ -382,7 +385,7 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
         a->cluster_features[b * CLUSTER_FEATURES] = (float)((double)r.free / (double)a->nodes);
         a->cluster_features[b * CLUSTER_FEATURES + 1] = (float)(log1p((double)r.q) / queue_scale);
         a->queue_length[b] = r.q;
-        if (a->fit_delay) write_fit_delay(&r, window, W, ends, (int64_t *)keys, a->fit_delay + b * W);
+        if (a->fit_delay) write_fit_delay(&r, window, filled, W, ends, (int64_t *)keys, a->fit_delay + b * W);
     }
     free(ends), free(keys), free(running), free(seen), free(window);
     return 0;
