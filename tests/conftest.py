@@ -42,11 +42,16 @@ def pytest_collection_modifyitems(config, items):
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
 
+def scripts_on_path() -> None:
+    """scripts/ on sys.path, as a script's own folder is when it runs as __main__ (for _common)."""
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+
+
 def script_main(name: str):
     """A script's `main(argv)`, run in this process (its ConfigError raised, not printed: run_main's
     one line and exit code 2 are tested through subprocesses elsewhere)."""
-    if str(SCRIPTS) not in sys.path:
-        sys.path.insert(0, str(SCRIPTS))
+    scripts_on_path()
     spec = importlib.util.spec_from_file_location(f"script_{name}", SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -112,8 +117,7 @@ def run_in_process(script: Path, args, cwd: Path, env: dict | None = None,
              {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)}, torch.get_num_threads(),
              torch_threads._active, [(log.handlers, log.propagate) for log in loggers])
     out, err = io.StringIO(), io.StringIO()
-    if str(SCRIPTS) not in sys.path:
-        sys.path.insert(0, str(SCRIPTS))  # where the script's own folder puts it as __main__
+    scripts_on_path()
     code = 0
     try:
         os.chdir(cwd)
