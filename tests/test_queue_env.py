@@ -4,6 +4,7 @@ the same states and observations, TorchRL's spec check, the rules, the protocols
 `evaluate.py --env queue` on a log the test writes."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from dataclasses import fields
@@ -59,7 +60,7 @@ def test_log_reading_counts_what_it_changes(tmp_path):
     assert log.counts == {"read": 5, "dropped_zero_run": 1, "dropped_unknown_processors": 0,
                           "dropped_unknown_submit": 1, "negative_run_set_to_10": 1, "requested_from_run": 1,
                           "requested_zero_from_run": 0, "requested_below_run": 0, "dropped_larger_than_cluster": 0,
-                          "processors_rounded_up_to_nodes": 1, "kept": 3}
+                          "processors_rounded_up_to_nodes": 1, "times_rounded_up_to_seconds": 0, "kept": 3}
     cfg = log.config(sequence_length=3)
     state = QueueEnv(cfg, log, batch_size=[1], starts=[0]).initial_state()
     assert state.nodes[0].tolist() == [2, 1, 3]  # ceil(processors / 2 per node)
@@ -81,6 +82,44 @@ def test_a_zero_request_is_unknown_and_short_requests_partial_nodes_and_repeats_
     again.write_text("; MaxNodes: 4\n" + "\n".join(swf_line(j, 10 * j, 10, 1) for j in (1, 2, 3, 2)) + "\n")
     with pytest.raises(TraceError, match=r"overlap.swf, line 5, field 1 \(job number\): job 2 is also on line 3"):
         read_queue_log(again)
+
+
+def test_real_logs_quirks_are_read_or_refused_naming_the_field(tmp_path):
+    log = tmp_path / "quirks.swf"
+    jobs = [swf_line(1, "0.5", "0.4", 2), swf_line(2, 3, "12.7", 2, requested="20.2"), swf_line(3, 9, 10, 2)]
+    log.write_text("; MaxNodes: 4\n" + "\n".join(jobs) + "\n")
+    read = read_queue_log(log)  # whole seconds, rounded up: a job that ran 0.4 s ran, and is kept
+    assert (read.submit.tolist(), read.run.tolist(), read.requested.tolist()) == ([1, 3, 9], [1, 13, 10], [1, 21, 10])
+    assert read.counts["times_rounded_up_to_seconds"] == 2 and read.counts["kept"] == 3
+    for line, field in ((swf_line(4, 12, 10, "2.5"), r"field 5 \(allocated processors\): 2.5 is not a whole number"),
+                        (swf_line("4.5", 12, 10, 2), r"field 1 \(job number\): 4.5 is not a whole number"),
+                        (swf_line(4, 12, 10, 2, requested="-1.5"), r"field 9 \(requested time\): -1.5 is negative")):
+        log.write_text("; MaxNodes: 4\n" + "\n".join([*jobs, line]) + "\n")
+        with pytest.raises(TraceError, match=rf"quirks.swf, line 5, {field}"):
+            read_queue_log(log)
+    for value in ("inf", "1e400", "16.7", "99999999999999999999"):
+        log.write_text(f"; MaxNodes: {value}\n" + "\n".join(jobs) + "\n")
+        with pytest.raises(TraceError, match=rf"header MaxNodes: '{value}' must be a whole number from 1 to "):
+            read_queue_log(log)
+    for nodes in (3, 128):  # nodes of different sizes, or fewer processors than nodes: no cluster to guess
+        log.write_text(f"; MaxNodes: {nodes}\n; MaxProcs: 64\n" + "\n".join(jobs) + "\n")
+        with pytest.raises(TraceError, match=f"header MaxProcs 64 is not a multiple of MaxNodes {nodes}: .*"
+                                             "--processors_per_node"):
+            read_queue_log(log)
+    text = "; MaxNodes: 4\n" + "\n".join(jobs) + "\n"
+    packed = gzip.compress(text.encode())
+    for name, content in (("named_plain.swf", packed), ("upper.SWF.GZ", packed),
+                          ("bom.swf", ("\ufeff" + text).encode()),
+                          ("old_mac.swf", text.replace("\n", "\r").encode())):
+        (tmp_path / name).write_bytes(content)  # gzip found by its content; a byte-order mark; \r line ends
+        assert read_queue_log(tmp_path / name).counts["kept"] == 3, name
+    long = tmp_path / "long.swf"  # each time below 2^36, but a sequence's run times add up past the kernel's 2^40
+    long.write_text("; MaxNodes: 4\n" + "\n".join(swf_line(j, j, 2**36 - 1, 4) for j in range(1, 40)) + "\n")
+    read = read_queue_log(long)
+    with pytest.raises(ConfigError, match=r"submit, run, requested: a sequence's times could reach .* past 2\^40"):
+        QueueEnv(read.config(sequence_length=20), read, batch_size=[1], starts=[0]).reset()
+    with pytest.raises(ConfigError, match=r"load 1e-12: the log's arrivals would spread over .* past 2\^36"):
+        read_queue_log(write_log(tmp_path / "ok.swf", jobs=50)).with_load(1e-12)
 
 
 def test_bad_logs_and_sequences_are_refused_in_one_line(tmp_path):

@@ -3,16 +3,21 @@ RLScheduler (Zhang et al., SC'20; DIR-LAB/deep-batch-scheduler, job.py) reads on
 published tables can be reproduced:
 
 - processors = max(allocated (field 5), requested (field 8)); nodes = ceil(processors / per node);
-- run time = field 4; a negative run time becomes 10 s; jobs with run time 0 are dropped (counted);
+- run time = field 4; an unknown one (-1) becomes 10 s; jobs with run time 0 are dropped (counted);
+- times in whole seconds: a fractional submit, run or requested time is rounded up (counted), a
+  fractional processor count or job number is refused;
 - requested time = field 9, or the run time where the log does not give it (-1, and 0: no job asks
   for 0 s, and EASY would backfill it blindly; RLScheduler keeps a 0, which none of the shipped logs has);
   requests below the run time are kept (the job runs to its actual end) and counted;
-- a job number that appears twice is refused (an overlapping export would replay jobs twice);
+- a job number that appears twice among the jobs kept is refused (an overlapping export would replay
+  jobs twice);
+- the status (field 11) is not read: cancelled jobs that ran are replayed, as RLScheduler does;
 - jobs in job-number order (field 1), then stably by submit time: the queue's FCFS order is then the
   job order (on logs whose submit times grow with the job number, as both Lublin logs and NASA's,
   this is RLScheduler's order exactly);
 - the cluster: header MaxNodes nodes of MaxProcs / MaxNodes processors (MaxProcs = MaxNodes when
-  absent, as RLScheduler takes it).
+  absent, as RLScheduler takes it); a MaxProcs that is not a multiple of MaxNodes is refused (the
+  nodes differ: give --nodes and --processors_per_node).
 
 Nothing is dropped silently: `QueueLog.summary()` counts every job read, kept, dropped and changed.
 """
@@ -32,7 +37,8 @@ from .config import QueueConfig
 NEGATIVE_RUN_TIME = 10  # seconds: what RLScheduler makes of a negative (unknown) run time
 
 
-MAX_SECONDS = 1 << 36  # any time of a log below it, so that a sequence's times stay in the kernel's 40 bits
+MAX_SECONDS = 1 << 36  # any time of a log below it (state.init_state bounds a whole sequence's times)
+MAX_HEADER = (1 << 31) - 1  # MaxNodes and MaxProcs at most this
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,7 @@ class QueueLog:
     counts: what reading did to the log's job lines ("read", "kept", "dropped_zero_run",
         "dropped_unknown_processors", "dropped_unknown_submit", "negative_run_set_to_10", "requested_from_run",
         "requested_zero_from_run", "requested_below_run", "processors_rounded_up_to_nodes",
-        "dropped_larger_than_cluster")
+        "times_rounded_up_to_seconds", "dropped_larger_than_cluster")
     """
 
     path: str
@@ -81,6 +87,10 @@ class QueueLog:
             raise ConfigError(f"load must be a finite number > 0, got {load!r}")
         factor = self.offered_load() / load
         first = self.submit[0]
+        last = first + (self.submit[-1] - first) * factor
+        if not last < MAX_SECONDS:
+            raise ConfigError(f"load {load:g}: the log's arrivals would spread over {last - first:.3g} seconds, "
+                              f"past 2^36 (2,000 years); give a larger load")
         submit = first + np.round((self.submit - first) * factor).astype(np.int64)
         return replace(self, submit=submit, counts={**self.counts, "submit_scaled_by": factor})
 
@@ -127,12 +137,12 @@ def _header_int(header: dict[str, str], key: str, path) -> int | None:
         return None
     text = header[key].split()[0] if header[key].split() else ""
     try:
-        value = int(float(text))
+        value = float(text)
     except ValueError:
         raise TraceError(f"{path}: header {key}: {header[key]!r} is not a number") from None
-    if value < 1:
-        raise TraceError(f"{path}: header {key}: {value} must be >= 1")
-    return value
+    if not (math.isfinite(value) and value == int(value) and 1 <= value <= MAX_HEADER):
+        raise TraceError(f"{path}: header {key}: {text!r} must be a whole number from 1 to {MAX_HEADER:,}")
+    return int(value)
 
 
 def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_node: int | None = None,
@@ -147,6 +157,9 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
     lines = np.asarray(lines)
     header_nodes, header_procs = _header_int(header, "MaxNodes", path), _header_int(header, "MaxProcs", path)
     if processors_per_node is None:
+        if header_nodes and header_procs and header_procs % header_nodes:
+            raise TraceError(f"{path}: header MaxProcs {header_procs} is not a multiple of MaxNodes {header_nodes}: "
+                             "nodes of different sizes; give the cluster to replay (--nodes and --processors_per_node)")
         processors_per_node = header_procs // header_nodes if header_nodes and header_procs else 1
     for name, value in (("nodes", nodes), ("processors_per_node", processors_per_node)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -161,16 +174,24 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
         raise TraceError(f"{path}: the header gives neither MaxNodes nor MaxProcs: add '; MaxNodes: N' and "
                          "'; MaxProcs: P' lines (the cluster's nodes and processors), or evaluate.py --nodes")
 
-    number, submit, run = table[:, 0].astype(np.int64), table[:, 1].astype(np.int64), table[:, 3].astype(np.int64)
+    for column, name in ((0, "job number"), (4, "allocated processors"), (7, "requested processors")):
+        fraction = table[:, column] != np.floor(table[:, column])
+        if fraction.any():
+            k = int(np.argmax(fraction))
+            raise TraceError(f"{path}, line {lines[k]}, field {column + 1} ({name}): {table[k, column]:g} is not a "
+                             "whole number")
+    bad = (table[:, 8] < 0) & (table[:, 8] != -1)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise TraceError(f"{path}, line {lines[k]}, field 9 (requested time): {table[k, 8]:g} is negative "
+                         "(only -1, unknown, may be)")
+    times = table[:, [1, 3, 8]]
+    rounded_up = (times != np.floor(times)).any(1)  # the job is kept whole: it ran, if for 0.4 s
+    number = table[:, 0].astype(np.int64)
+    submit, run, requested = (np.ceil(table[:, k]).astype(np.int64) for k in (1, 3, 8))
     # RLScheduler's reading (its published cells depend on it); the DeepRM trace path takes allocated,
     # else requested (traces/files.py read_swf)
     processors = np.maximum(table[:, 4], table[:, 7]).astype(np.int64)
-    requested = table[:, 8].astype(np.int64)
-    bad = (requested < 0) & (requested != -1)
-    if bad.any():
-        k = int(np.argmax(bad))
-        raise TraceError(f"{path}, line {lines[k]}, field 9 (requested time): {requested[k]} is negative "
-                         "(only -1, unknown, may be)")
     keep = run != 0
     unknown = keep & (processors < 1)
     counts = {"read": len(number), "dropped_zero_run": int((~keep).sum()),
@@ -200,6 +221,7 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
         raise TraceError(f"{path}, line {lines[k]}: job {number[k]}'s times (submit {submit[k]}, run {run[k]}, "
                          f"requested {requested[k]}) reach 2^36 seconds (2,000 years): not a log's")
     counts["processors_rounded_up_to_nodes"] = int((keep & (processors % processors_per_node != 0)).sum())
+    counts["times_rounded_up_to_seconds"] = int((keep & rounded_up).sum())
     seen, first = np.unique(number[keep], return_index=True)
     if len(seen) < int(keep.sum()):
         kept_lines, kept_numbers = lines[keep], number[keep]

@@ -12,6 +12,9 @@ from ..config import ConfigError
 FUTURE, WAITING, RUNNING, ENDED = 0, 1, 2, 3
 # the native kernel's fields of QueueState, which the torch step leaves alone (the class's docstring)
 KERNEL_ORDERS = ("sjf_order", "size_order", "order_count", "order_arrival")
+# every time of an episode stays below this: the native kernel sorts end times packed into the top 40 bits of
+# a 64-bit key (native.PACKED_BITS below them)
+MAX_EPISODE_SECONDS = 1 << 40
 
 
 @dataclass
@@ -101,6 +104,12 @@ def init_state(jobs: dict[str, torch.Tensor], nodes: int, processors_per_node: i
     for name, values, low in (("run", run, 1), ("requested", requested, 0), ("processors", processors, 1)):
         if bool((values < low).any()):
             raise ConfigError(f"{name}: every job needs {name} >= {low}, got {int(values.min())}")
+    # no time of an episode passes its last arrival plus every run time (the clock moves to an arrival or to
+    # an end, and each end is a start at an earlier event plus one run), and no requested end the longest request more
+    latest = submit[:, -1] + run.sum(1) + requested.max(1).values
+    if bool((latest >= MAX_EPISODE_SECONDS).any()):
+        raise ConfigError(f"submit, run, requested: a sequence's times could reach second {int(latest.max()):,} (its "
+                          f"last submit plus its run times and longest request), past 2^40 (the native step's limit)")
     need = (processors + processors_per_node - 1) // processors_per_node
     if bool((need > nodes).any()):
         raise ConfigError(f"processors: a job asks for {int(processors.max())} processors, the cluster has "

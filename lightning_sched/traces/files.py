@@ -110,22 +110,24 @@ def gunzip_capped(raw: bytes, path: Path) -> bytes:
 
 
 def _open_text(path: Path) -> list[str]:
-    """The file's lines, gunzipped when the name ends in .gz. Undecodable bytes become U+FFFD (they
-    then fail as numbers, with their line and field)."""
+    """The file's lines, gunzipped when its content is gzip (whatever its name says). Undecodable bytes
+    become U+FFFD (they then fail as numbers, with their line and field); a leading byte-order mark is
+    dropped; a file with no \n breaks its lines at \r (old Mac line ends)."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise TraceError(f"{path}: cannot read the trace ({exc.strerror or exc})") from exc
-    if path.suffix == ".gz":
-        if raw[:2] != b"\x1f\x8b":
-            raise TraceError(f"{path}: not a gzip file (the name ends in .gz but the content does not start "
-                             "with gzip's magic bytes)")
+    if raw[:2] == b"\x1f\x8b":
         try:
             raw = gunzip_capped(raw, path)
         except (OSError, EOFError, zlib.error) as exc:
             raise TraceError(f"{path}: corrupt gzip file ({exc})") from exc
+    elif path.suffix.lower() == ".gz":
+        raise TraceError(f"{path}: not a gzip file (the name ends in .gz but the content does not start "
+                         "with gzip's magic bytes)")
+    text = raw.decode("utf-8", errors="replace").removeprefix("\ufeff")
     # split on \n only, so line numbers are what an editor shows
-    return [line.rstrip("\r") for line in raw.decode("utf-8", errors="replace").split("\n")]
+    return [line.rstrip("\r") for line in text.split("\n" if "\n" in text else "\r")]
 
 
 def _number(text: str, path: Path, line: int, what: str) -> float:
