@@ -17,9 +17,10 @@ with TorchRL's objectives: `GAE` for the advantages and `ClipPPOLoss` for the up
 
 RLScheduler (Zhang et al., SC'20) trains its kernel network with PPO, gamma 1, lambda 0.97, clip
 0.2 on sequences of 256 jobs; those are the defaults here. Validation runs the greedy policy on
-fixed sequences of the training range and logs eval/mean_bounded_slowdown, which the best
-checkpoint monitors (configs/base/queue.yaml). Checkpoints hold the policy alone under
-"lightning_sched" (`lightning_sched.queue.policy.load_queue_policy` reads it, weights_only=True).
+fixed sequences (of the training range unless `validation.end_fraction` says otherwise) and logs
+eval/mean_bounded_slowdown, which the best checkpoint monitors (configs/base/queue.yaml). Checkpoints
+hold the policy alone under "lightning_sched" (`lightning_sched.queue.policy.load_queue_policy` reads it,
+weights_only=True).
 """
 from __future__ import annotations
 
@@ -72,15 +73,16 @@ class QueuePPO(IterationTask):
 
     Args:
         log: an SWF log (.swf or .swf.gz), read as RLScheduler reads it (queue.log), or several logs
-            of one cluster size: row b of every batch replays log b % len(log), so each iteration
-            and each validation sees them all.
+            of one cluster size: row b of every batch replays log (b // E) % len(log), E the
+            episodes a sequence (ppo.episodes_per_sequence), so each iteration and each validation
+            sees them all.
         nodes, processors_per_node: the cluster (default: each log header's); oversize: a job larger
             than it is refused ("refuse", naming its line) or dropped and counted ("drop").
-        train_fraction: training (and validation) sequences come from the first this share of the
-            log's jobs in submit order: 1.0 as RLScheduler, 0.8 for the held-out protocol (its
-            test sequences come from the last 20%).
+        train_fraction: training sequences come from the first this share of the log's jobs in
+            submit order: 1.0 as RLScheduler, 0.8 for the held-out protocol (its test sequences come
+            from the last 20%); validation's by default too (`QueueValidation.range`).
         backfill, window, sequence_length, bsld_threshold, reward: the QueueConfig fields (the
-            cluster and the requested-time scale come from the log).
+            cluster comes from the log; the feature scales are QueueConfig's, the same for every log).
         policy: the network's sizes (`QueuePolicySpec`).
         batch_size: B, episodes per iteration. RLScheduler: 100 trajectories an epoch.
         ppo: `PPOSettings`.

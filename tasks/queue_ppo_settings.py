@@ -73,8 +73,9 @@ class PPOSettings:
 
 @dataclass
 class QueueValidation:
-    """The fixed sequences the greedy policy is measured on at every validation, drawn once from
-    the training range with `seed` (a validation seed: training never draws it)."""
+    """The fixed sequences the greedy policy is measured on at every validation, drawn once with
+    `seed` (a validation seed: training never draws it) from `range(train_fraction)`: the training
+    range unless start_fraction or end_fraction move it."""
 
     sequences: int = 10
     """Sequences (RLScheduler's evaluation: 10)."""

@@ -20,6 +20,10 @@ CLUSTER_FEATURES = 2  # a row's features: free node share, log queue length
 # the queue-length feature log1p(q) / log1p(QUEUE_WINDOWS x window) reaches 1 at this many windows of jobs
 QUEUE_WINDOWS = 4
 CLOCK_FEATURES = 2  # with QueueConfig.clock: sin and cos of the time of day
+# a span of seconds as a feature, log1p(seconds / MINUTE) / LOG_SPAN: 10 s .. weeks over 0.02 .. 1.2 (the fit
+# delay, step.span_feature; the networks' view of wait and requested time, policy.networks.job_inputs)
+MINUTE = 60.0
+LOG_SPAN = 8.0
 DAY = 86400  # seconds: the clock's period, and the daily forecast's shift
 
 
@@ -69,7 +73,7 @@ class QueueConfig:
     fit_delay: bool = False
     """Each slot's features also carry, after the ranks, how long until the job would fit if nothing
     else started: the first requested end of a running job at which enough nodes are free, as
-    log1p(seconds / 60) / 8 (0: it fits now). The four features show free nodes, not when they free."""
+    log1p(seconds / MINUTE) / LOG_SPAN (0: it fits now). The four features show free nodes, not when they free."""
     clock: bool = False
     """The row's features also carry the time of day, sin and cos of 2 pi (now mod 86400) / 86400
     (cluster_features [B, 4]): arrivals follow a daily cycle (the Lublin model's logs: about 10x more an
@@ -96,7 +100,8 @@ class QueueConfig:
 
     @property
     def job_features(self) -> int:
-        """Features a window slot carries: 4, one a ranked rule, one for the fit delay."""
+        """Features a window slot carries (job_features [B, W, this]): the 4 of JOB_FEATURES, then one a
+        ranked rule (rule_ranks), then one for the fit delay."""
         return JOB_FEATURES + len(self.rule_ranks) + int(self.fit_delay)
 
     @property
@@ -109,8 +114,8 @@ class QueueConfig:
         return self.nodes * self.processors_per_node
 
     def to_dict(self) -> dict:
-        """Plain values; rule_ranks as a list. The extra job features are left out when unused, so that
-        a config without them reads the same as one written before they existed."""
+        """Plain values; rule_ranks as a list. The extra job features are left out when unused, so that a
+        config without them equals a record that lacks these keys."""
         values = asdict(self)
         ranks, delay, clock = values.pop("rule_ranks"), values.pop("fit_delay"), values.pop("clock")
         return {**values, **({"rule_ranks": list(ranks)} if ranks else {}), **({"fit_delay": True} if delay else {}),

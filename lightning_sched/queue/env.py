@@ -48,8 +48,9 @@ class QueueEnv(EveryRowReset):
     """B queue episodes stepped as one TensorDict.
 
     Args:
-        cfg: the queue (its nodes and processors per node must be the log's cluster or larger).
-        log: the jobs to replay, or several logs of one cluster size: row b replays log b % len(logs).
+        cfg: the queue (the log's processors per node, and at least its nodes).
+        log: the jobs to replay, or several logs of one cluster size: row b replays log
+            (b // episodes_per_sequence) % len(logs).
         batch_size: [B].
         starts: LongTensor[B]: row b replays jobs [starts[b], starts[b] + L) of its log at every reset.
         positions: (lowest, highest) start positions (inclusive) that resets draw from, or one such

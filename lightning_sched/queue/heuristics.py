@@ -1,7 +1,7 @@
 """Priority rules of the batch-scheduling literature as queue-env policies: each scores the
 visible jobs, and the lowest score goes first (ties: the earlier slot, i.e. FCFS order when the
 window shows the whole queue). They rank the whole queue, so evaluate them with a window as long
-as the sequence (`evaluation.evaluate_queue` does); they refuse a window that hides waiting jobs.
+as the sequence (`evaluation.heuristic_config` gives it); they refuse a window that hides waiting jobs.
 
     fcfs    submit time
     sjf     (requested time, submit time)

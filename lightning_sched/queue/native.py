@@ -15,20 +15,19 @@ from pathlib import Path
 import torch
 
 from ..deeprm import native as deeprm_native
-from .config import CLUSTER_FEATURES, JOB_FEATURES, QueueConfig
+from .config import CLUSTER_FEATURES, JOB_FEATURES, LOG_SPAN, MINUTE, QUEUE_WINDOWS, QueueConfig
 from .state import MAX_EPISODE_SECONDS, QueueState
 
 SOURCES = (Path(__file__).with_name("native_queue.c"),)
 HEADERS = (Path(__file__).parent.parent / "native_rows.h",)
 # QueueArgs of native_queue.c, in its order
 SIZES = ("batch", "length", "window", "backfill", "nodes", "processors")
-SCALARS = ("threshold", "max_wait", "max_requested")
+SCALARS = ("threshold", "max_wait", "max_requested", "queue_windows", "minute", "log_span")
 READ = ("submit", "run", "requested", "processors", "nodes", "job")
 IN_PLACE = ("status", "start", "start_rank", "time", "free_nodes", "next_arrival", "done", "bsld_sum", "sjf_order",
             "size_order", "order_count", "order_arrival")
 OUT = ("bsld_added", "window_job", "job_features", "cluster_features", "action_mask", "queue_length", "fit_delay")
 NUM_ARGS = len(SIZES) + len(SCALARS) + len(READ) + len(IN_PLACE) + len(OUT)
-FEATURES = JOB_FEATURES  # native_queue.c's FEATURES and CLUSTER_FEATURES
 MIN_CHUNK_ROWS = 64  # a queue row costs more than a DeepRM row: smaller chunks still pay for a thread
 PACKED_BITS = 24  # native_queue.c's INDEX_BITS: sort keys hold a job index or a node count in their low 24 bits
 assert MAX_EPISODE_SECONDS == 1 << (64 - PACKED_BITS)  # a time in the keys' other 40 bits (init_state checks)
@@ -84,14 +83,15 @@ def step(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str, to
     b, length, w = state.batch, state.length, cfg.window
     job = job.reshape(-1).to(torch.int64).contiguous()
     out = {"bsld_added": torch.empty(b, dtype=torch.float64), "window_job": torch.empty(b, w, dtype=torch.int32),
-           "job_features": torch.empty(b, w, FEATURES, dtype=torch.float32),
+           "job_features": torch.empty(b, w, JOB_FEATURES, dtype=torch.float32),
            "cluster_features": torch.empty(b, CLUSTER_FEATURES, dtype=torch.float32),
            "action_mask": torch.empty(b, w, dtype=torch.bool), "queue_length": torch.empty(b, dtype=torch.int64)}
     if cfg.fit_delay:
         out["fit_delay"] = torch.empty(b, w, dtype=torch.float32)
     read = [state.submit, state.run, state.requested, state.processors, state.nodes, job]
     sizes = (b, length, w, int(cfg.backfill == "easy"), cfg.nodes, cfg.processors)
-    scalars = (float(cfg.bsld_threshold), float(cfg.max_wait), float(cfg.max_requested))
+    scalars = (float(cfg.bsld_threshold), float(cfg.max_wait), float(cfg.max_requested), float(QUEUE_WINDOWS), MINUTE,
+               LOG_SPAN)
     pointers = [t.data_ptr() for t in read] + [getattr(state, k).data_ptr() for k in IN_PLACE] + \
         [out[k].data_ptr() if k in out else 0 for k in OUT]  # 0: NULL, an output not asked for
     args = (ctypes.c_int64 * NUM_ARGS)(*sizes, *[_double_bits(x) for x in scalars], *pointers)

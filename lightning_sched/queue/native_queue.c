@@ -10,8 +10,8 @@
  *            queue is empty and jobs are still to arrive, ADVANCE (the episode is done when all
  *            have arrived and the queue is empty).
  *
- * Jobs of a row are in arrival order, so FCFS order is index order, and every job below `lo` (the
- * first not ended) or at or above `next_arrival` is neither waiting nor running: scans cover that band.
+ * Jobs of a row are in arrival order, so FCFS order is index order, and every job below `first_live`
+ * (the first not ended) or at or above `next_arrival` is neither waiting nor running: scans cover that band.
  */
 #include <math.h>
 #include <stdint.h>
@@ -21,13 +21,14 @@
 #include "../native_rows.h"
 
 enum { FUTURE = 0, WAITING = 1, RUNNING = 2, ENDED = 3 }; /* state.py's status codes */
-#define FEATURES 4
-#define CLUSTER_FEATURES 2
+#define FEATURES 4         /* config.JOB_FEATURES */
+#define CLUSTER_FEATURES 2 /* config.CLUSTER_FEATURES */
 
 /* Every field is 8 bytes, in the order of native.py's SIZES, SCALARS, READ, IN_PLACE and OUT. */
 typedef struct {
     int64_t batch, length, window, backfill, nodes, processors;
     double threshold, max_wait, max_requested;
+    double queue_windows, minute, log_span; /* config.py's QUEUE_WINDOWS, MINUTE, LOG_SPAN */
     /* read only: the sequences [B, L] and the picked job per row (-1: only build the window) */
     const int64_t *submit, *run, *requested, *processors_of, *nodes_of, *job;
     /* the state, mutated in place */
@@ -55,7 +56,7 @@ typedef struct { int64_t end, rank, job; } Running;
  * event finds the next end at its top instead of searching the row's jobs. */
 typedef struct {
     const QueueArgs *a;
-    int64_t L, lo, na, q, time, free;
+    int64_t L, first_live, next_arrival, waiting, time, free; /* first job not ended, next to arrive, queue length */
     const int64_t *submit, *run, *requested, *processors, *nodes;
     int8_t *status;
     int64_t *start, *start_rank, started;
@@ -96,7 +97,7 @@ static void start_job(Row *r, int64_t k) {
     r->start[k] = r->time;
     r->start_rank[k] = r->started++;
     r->free -= r->nodes[k];
-    r->q--;
+    r->waiting--;
     if (r->num_running >= 0) push_running(r, (Running){r->time + r->run[k], r->start_rank[k], k});
 }
 
@@ -105,7 +106,7 @@ static void start_job(Row *r, int64_t k) {
 static void list_running(Row *r) {
     if (r->num_running >= 0) return;
     int64_t n = 0;
-    for (int64_t k = r->lo; k < r->na; k++)
+    for (int64_t k = r->first_live; k < r->next_arrival; k++)
         if (r->status[k] == RUNNING) r->running[n++] = (Running){r->start[k] + r->run[k], r->start_rank[k], k};
     r->num_running = n;
     for (int64_t i = n / 2 - 1; i >= 0; i--) sift_down(r->running, n, i);
@@ -116,10 +117,10 @@ static void list_running(Row *r) {
 static int advance(Row *r) {
     list_running(r);
     const Running *top = r->num_running > 0 ? &r->running[0] : NULL;
-    if (r->na < r->L && (!top || r->submit[r->na] <= top->end)) {
-        if (r->submit[r->na] > r->time) r->time = r->submit[r->na];
-        r->status[r->na++] = WAITING;
-        r->q++;
+    if (r->next_arrival < r->L && (!top || r->submit[r->next_arrival] <= top->end)) {
+        if (r->submit[r->next_arrival] > r->time) r->time = r->submit[r->next_arrival];
+        r->status[r->next_arrival++] = WAITING;
+        r->waiting++;
         return 1;
     } else {
         int64_t k = top->job;
@@ -128,7 +129,7 @@ static int advance(Row *r) {
         r->free += r->nodes[k];
         r->running[0] = r->running[--r->num_running];
         sift_down(r->running, r->num_running, 0);
-        while (r->lo < r->na && r->status[r->lo] == ENDED) r->lo++;
+        while (r->first_live < r->next_arrival && r->status[r->first_live] == ENDED) r->first_live++;
     }
     return 0;
 }
@@ -216,12 +217,12 @@ static void step_row(Row *r, int64_t j, uint64_t *scratch) {
          * pass before with at least as many free nodes (starts only take nodes) at no later time. */
         for (int arrived = 0; r->nodes[j] > r->free; arrived = advance(r))
             if (r->a->backfill) /* nothing can start on a full cluster */
-                for (int64_t k = arrived ? r->na - 1 : r->lo; k < r->na && r->free > 0; k++)
+                for (int64_t k = arrived ? r->next_arrival - 1 : r->first_live; k < r->next_arrival && r->free > 0; k++)
                     if (r->status[k] == WAITING && r->nodes[k] <= r->free && r->time + r->requested[k] < shadow)
                         start_job(r, k);
     }
     start_job(r, j);
-    while (r->q == 0 && r->na < r->L) advance(r);
+    while (r->waiting == 0 && r->next_arrival < r->L) advance(r);
 }
 
 /* One kept order (job indices ascending by (value, index)) brought up to date: the jobs that no
@@ -251,8 +252,8 @@ static void update_orders(const Row *r, int64_t b, uint64_t *by_sjf, uint64_t *b
     int32_t *sjf = r->a->sjf_order + b * L, *size = r->a->size_order + b * L;
     for (int attempt = 0; attempt < 2; attempt++) {
         int64_t from = *arrival, m = 0;
-        if (attempt || *count < 0 || *count > from || from > r->na) *count = 0, from = 0;
-        for (int64_t k = from > r->lo ? from : r->lo; k < r->na; k++) {
+        if (attempt || *count < 0 || *count > from || from > r->next_arrival) *count = 0, from = 0;
+        for (int64_t k = from > r->first_live ? from : r->first_live; k < r->next_arrival; k++) {
             if (r->status[k] != WAITING) continue;
             by_sjf[m] = pack(r->requested[k], k), by_size[m] = pack(r->processors[k], k), m++;
         }
@@ -260,8 +261,8 @@ static void update_orders(const Row *r, int64_t b, uint64_t *by_sjf, uint64_t *b
         sort_keys(by_size, m);
         int64_t n = update_order(sjf, *count, r->requested, r->status, by_sjf, m);
         int64_t n2 = update_order(size, *count, r->processors, r->status, by_size, m);
-        *count = n, *arrival = r->na;
-        if (n == r->q && n2 == r->q) return;
+        *count = n, *arrival = r->next_arrival;
+        if (n == r->waiting && n2 == r->waiting) return;
     }
 }
 
@@ -271,13 +272,13 @@ static void update_orders(const Row *r, int64_t b, uint64_t *by_sjf, uint64_t *b
 static int64_t build_window(const Row *r, int64_t b, int64_t *window, uint64_t *by_sjf, uint64_t *by_size,
                          uint8_t *seen) {
     int64_t W = r->a->window, n = 0;
-    if (r->q <= W) {
-        for (int64_t k = r->lo; k < r->na && n < r->q; k++) /* no branch: running and waiting jobs interleave */
+    if (r->waiting <= W) {
+        for (int64_t k = r->first_live; k < r->next_arrival && n < r->waiting; k++) /* no branch: running and waiting jobs interleave */
             window[n] = k, n += r->status[k] == WAITING;
     } else {
         update_orders(r, b, by_sjf, by_size);
         const int32_t *sjf = r->a->sjf_order + b * r->L, *size = r->a->size_order + b * r->L;
-        for (int64_t i = 0; i < r->q; i++) seen[sjf[i]] = 0;
+        for (int64_t i = 0; i < r->waiting; i++) seen[sjf[i]] = 0;
         for (int64_t i = 0; n < W; i++) {
             int64_t s = sjf[i], t = size[i];
             if (!seen[s]) seen[s] = 1, window[n++] = s;
@@ -291,7 +292,7 @@ static int64_t build_window(const Row *r, int64_t b, int64_t *window, uint64_t *
 /* How long until each of the `filled` window slots' jobs would fit if nothing else started
  * (step.py's fit_delay, the same numbers): running jobs free their nodes at their requested ends,
  * taken in that order (requested_ends), and the job fits at the first end after which enough nodes
- * are free; log1p(seconds / 60) / 8, 0 when it fits now and for the W - filled empty slots. `ends`
+ * are free; log1p(seconds / minute) / log_span (step.span_feature), 0 when it fits now and for the W - filled empty slots. `ends`
  * and `freed` are scratch of the row's length. */
 static void write_fit_delay(Row *r, const int64_t *window, int64_t filled, int64_t W, uint64_t *ends, int64_t *freed,
                             float *out) {
@@ -315,7 +316,7 @@ static void write_fit_delay(Row *r, const int64_t *window, int64_t filled, int64
         }
         int64_t when = lo < n ? (int64_t)(ends[lo] >> INDEX_BITS) : INT64_MAX; /* never: all freed fit any job */
         int64_t seconds = when > r->time ? when - r->time : 0;
-        out[i] = (float)(log1p((double)seconds / 60) / 8);
+        out[i] = (float)(log1p((double)seconds / r->a->minute) / r->a->log_span);
     }
 }
 
@@ -331,7 +332,7 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
         free(ends), free(keys), free(running), free(seen), free(window);
         return 1;
     }
-    double queue_scale = log1p(4.0 * (double)W); /* divisions, not reciprocals: torch's rounding */
+    double queue_scale = log1p(a->queue_windows * (double)W); /* divisions, not reciprocals: torch's rounding */
     for (int64_t b = row_begin; b < row_end; b++) {
         int64_t off = b * L;
         Row r = {a, L, 0, a->next_arrival[b], 0, a->time[b], a->free_nodes[b], a->submit + off, a->run + off,
@@ -339,29 +340,29 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
                  a->start_rank + off, 0, running, -1, 0.0};
         /* The next row's jobs into the caches while this one steps: at B = 4096 the rows' columns no
          * longer fit in them, and a row reads its jobs at scattered places (the heap, the window).
-         * Its status came two rows ahead, so its first job not ended (nlo) is known here. Written
+         * Its status came two rows ahead, so its first job not ended (next_live) is known here. Written
          * inline: a function of prefetches alone counts as pure, and the compiler drops its calls. */
         if (b + 2 < row_end)
             for (int64_t k = 0; k < a->next_arrival[b + 2]; k += 64) __builtin_prefetch(a->status + off + 2 * L + k);
         if (b + 1 < row_end && !a->done[b + 1]) {
-            int64_t next = off + L, nna = a->next_arrival[b + 1];
-            int64_t nlo = first_not_ended(a->status + next, 0, nna);
-            for (int64_t k = next + (nlo & ~(int64_t)7); k < next + nna; k += 8) { /* 8 jobs a cache line */
+            int64_t next = off + L, next_arrived = a->next_arrival[b + 1];
+            int64_t next_live = first_not_ended(a->status + next, 0, next_arrived);
+            for (int64_t k = next + (next_live & ~(int64_t)7); k < next + next_arrived; k += 8) { /* 8 jobs a cache line */
                 __builtin_prefetch(a->submit + k), __builtin_prefetch(a->run + k), __builtin_prefetch(a->requested + k);
                 __builtin_prefetch(a->processors_of + k), __builtin_prefetch(a->nodes_of + k);
                 __builtin_prefetch(a->start + k), __builtin_prefetch(a->start_rank + k);
             }
         }
-        if (a->done[b]) r.lo = r.na = L; /* nothing waits: an empty window, skip the scans */
-        r.lo = first_not_ended(r.status, r.lo, r.na);
-        r.q = count_waiting(r.status, r.lo, r.na);
-        r.started = r.na - r.q; /* every arrived job that is not waiting has started */
+        if (a->done[b]) r.first_live = r.next_arrival = L; /* nothing waits: an empty window, skip the scans */
+        r.first_live = first_not_ended(r.status, r.first_live, r.next_arrival);
+        r.waiting = count_waiting(r.status, r.first_live, r.next_arrival);
+        r.started = r.next_arrival - r.waiting; /* every arrived job that is not waiting has started */
         int64_t j = a->job[b];
         if (!a->done[b] && j >= 0) {
             step_row(&r, j, ends);
             a->bsld_sum[b] += r.bsld;
-            if (r.q == 0 && r.na == L) a->done[b] = 1;
-            a->time[b] = r.time, a->free_nodes[b] = r.free, a->next_arrival[b] = r.na;
+            if (r.waiting == 0 && r.next_arrival == L) a->done[b] = 1;
+            a->time[b] = r.time, a->free_nodes[b] = r.free, a->next_arrival[b] = r.next_arrival;
         }
         a->bsld_added[b] = r.bsld;
         /* the filled slots one by one; the empty ones after them (most of a whole-queue window of
@@ -384,8 +385,8 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
         }
         if (a->done[b]) mask[0] = 1; /* a done row takes (and ignores) slot 0, so a masked draw stays defined */
         a->cluster_features[b * CLUSTER_FEATURES] = (float)((double)r.free / (double)a->nodes);
-        a->cluster_features[b * CLUSTER_FEATURES + 1] = (float)(log1p((double)r.q) / queue_scale);
-        a->queue_length[b] = r.q;
+        a->cluster_features[b * CLUSTER_FEATURES + 1] = (float)(log1p((double)r.waiting) / queue_scale);
+        a->queue_length[b] = r.waiting;
         if (a->fit_delay) write_fit_delay(&r, window, filled, W, ends, (int64_t *)keys, a->fit_delay + b * W);
     }
     free(ends), free(keys), free(running), free(seen), free(window);

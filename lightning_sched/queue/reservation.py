@@ -24,8 +24,9 @@ import torch
 
 from ..batched import acts_on_any_batch
 from ..config import ConfigError
-from .config import QueueConfig
+from .config import JOB_FEATURES, QueueConfig
 from .heuristics import leading_slots, priority, window_columns
+from .step import span_seconds
 
 SUFFIX = "+reserve"  # "f1+reserve": rule F1 played with its own reservation
 
@@ -37,14 +38,14 @@ def reserving_config(cfg: QueueConfig) -> QueueConfig:
 
 def fit_delay_seconds(td, rule_ranks: int = 0) -> torch.Tensor:
     """Each window slot's fit delay in whole seconds, LongTensor[B, W], decoded from the env's
-    feature log1p(seconds / 60) / 8 (step.fit_delay; the last job feature, after `rule_ranks` rank
-    columns): exact to the second below about 10^6 s."""
-    features = td["job_features"]
-    if features.shape[-1] != 5 + rule_ranks:
-        raise ConfigError(f"a reserving policy reads job_features [B, W, {5 + rule_ranks}] (QueueConfig.fit_delay "
+    feature (step.fit_delay; the last job feature, after `rule_ranks` rank columns): exact to the
+    second below about 10^6 s."""
+    features, width = td["job_features"], JOB_FEATURES + rule_ranks + 1
+    if features.shape[-1] != width:
+        raise ConfigError(f"a reserving policy reads job_features [B, W, {width}] (QueueConfig.fit_delay "
                           f"true, {rule_ranks} rule_ranks), got {features.shape[-1]} features; run it with "
                           "reserving_config")
-    return (torch.expm1(features[..., -1].double() * 8) * 60).round().long()
+    return span_seconds(features[..., -1])
 
 
 def reserve_pick(score: torch.Tensor, td, rule_ranks: int = 0) -> torch.Tensor:

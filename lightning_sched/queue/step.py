@@ -16,7 +16,7 @@ import math
 import torch
 
 from . import native
-from .config import DAY, QUEUE_WINDOWS, QueueConfig
+from .config import DAY, LOG_SPAN, MINUTE, QUEUE_WINDOWS, QueueConfig
 from .heuristics import rule_keys, window_ranks
 from .state import RUNNING, WAITING, QueueState
 
@@ -55,8 +55,8 @@ def clock(time: torch.Tensor) -> torch.Tensor:
 def fit_delay(state: QueueState, window_job: torch.Tensor) -> torch.Tensor:
     """How long until each window slot's job would fit if nothing else started, FloatTensor[B, W]:
     running jobs free their nodes at their requested ends (what a scheduler knows), and the job fits
-    at the first end after which enough nodes are free; log1p(seconds / 60) / 8, 0 when it fits now
-    and for empty slots."""
+    at the first end after which enough nodes are free; `span_feature`, 0 when it fits now and for
+    empty slots."""
     running = state.status == RUNNING
     end = torch.where(running, state.start + state.requested, torch.iinfo(torch.int64).max)
     order = end.argsort(1)
@@ -65,7 +65,18 @@ def fit_delay(state: QueueState, window_job: torch.Tensor) -> torch.Tensor:
     first = torch.searchsorted(freed, need).clamp(max=state.length - 1)  # the end after which it fits
     when = end.gather(1, order).gather(1, first)
     seconds = torch.where(need <= state.free_nodes.unsqueeze(1), 0, (when - state.time.unsqueeze(1)).clamp(min=0))
-    return torch.where(window_job >= 0, torch.log1p(seconds.double() / 60) / 8, 0.0).float()
+    return torch.where(window_job >= 0, span_feature(seconds), 0.0).float()
+
+
+def span_feature(seconds: torch.Tensor) -> torch.Tensor:
+    """Spans of seconds (any shape, integer or float) as features, log1p(seconds / MINUTE) / LOG_SPAN,
+    DoubleTensor of the same shape (native_queue.c writes the same numbers)."""
+    return torch.log1p(seconds.double() / MINUTE) / LOG_SPAN
+
+
+def span_seconds(feature: torch.Tensor) -> torch.Tensor:
+    """`span_feature` undone to whole seconds, LongTensor of `feature`'s shape: exact below about 10^6 s."""
+    return (torch.expm1(feature.double() * LOG_SPAN) * MINUTE).round().long()
 
 
 def observe(state: QueueState, window_job: torch.Tensor, cfg: QueueConfig) -> dict[str, torch.Tensor]:

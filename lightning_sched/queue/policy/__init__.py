@@ -5,9 +5,10 @@ TorchRL actor and critic built on them, greedy acting, and checkpoints readable 
 
 The network reads the env's observation keys (docs/hpc_queue.md, "The library"):
 
-    job_features:     FloatTensor[B, W, 4 + R]  per slot: wait, requested, processors, fits now (0: empty),
+    job_features:     FloatTensor[B, W, F]  per slot: wait, requested, processors, fits now (0: empty),
                       and the slot's rank under each rule of QueuePolicySpec.rule_ranks (R of them),
                       and with QueuePolicySpec.fit_delay how long until the job would fit
+                      (F = 4 + R + fit_delay: QueueConfig.job_features)
     cluster_features: FloatTensor[B, 2 (+2)] free nodes share, log queue length (and with
                       QueuePolicySpec.clock the time of day, sin and cos)
     action_mask:      BoolTensor[B, W]      the slot holds a job

@@ -16,7 +16,7 @@ IN_KEYS = ("job_features", "cluster_features")
 
 
 def make_actor(net: QueueNetwork) -> ProbabilisticActor:
-    """The TorchRL actor: job_features, cluster_features -> "logits" -> MaskedCategorical over the
+    """The TorchRL actor: job_features, cluster_features, action_mask -> "logits" -> MaskedCategorical over the
     slots allowed by "action_mask" -> "action" (int64 [B]) and "action_log_prob". A finished row's
     mask allows slot 0 (the env sets it, and ignores the action), so the distribution stays defined."""
     scores = TensorDictModule(net.scorer, in_keys=[*IN_KEYS, "action_mask"], out_keys=["logits"])

@@ -9,7 +9,7 @@ from torch import nn
 
 from ...config import ConfigError
 from ...limits import require_memory
-from ..config import JOB_FEATURES
+from ..config import JOB_FEATURES, LOG_SPAN, MINUTE, QueueConfig
 from .spec import QueuePolicySpec
 
 
@@ -23,20 +23,20 @@ def mlp(sizes: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-# The job features enter as log1p(gain x feature): wait and requested time (in units of 12 hours) as
-# log1p(seconds / 60), which spreads 10 s .. days over 0.15 .. 8, the processor share and "fits now"
-# as they are. Divided by 8, every input stays within about [0, 1].
-FEATURE_GAIN = (720.0, 720.0, 0.0, 0.0)  # 0: the feature enters unchanged
-LOG_SCALE = 8.0
+# The job features enter as log1p(gain x feature) / LOG_SPAN: wait and requested time (in units of
+# QueueConfig's scales, which a network keeps: evaluation.network_config) as the env's span features
+# (config.MINUTE, config.LOG_SPAN: 10 s .. days within about [0, 1]), the processor share and "fits
+# now" as they are.
+FEATURE_GAIN = (QueueConfig.max_wait / MINUTE, QueueConfig.max_requested / MINUTE, 0.0, 0.0)  # 0: unchanged
 
 
 def job_inputs(job_features: torch.Tensor, job_area: bool = False) -> torch.Tensor:
-    """The network's view of job features [..., 4 + R]: log-scaled times (FEATURE_GAIN), the rest
-    (processor share, fits now, rule ranks) unchanged, and with `job_area` the log requested time x
-    processor share appended ([..., 5 + R])."""
+    """The network's view of job features [..., F] (F = 4 + R, + 1 with the fit delay: QueueConfig.job_features):
+    log-scaled times (FEATURE_GAIN), the rest (processor share, fits now, rule ranks, fit delay) unchanged,
+    and with `job_area` the log requested time x processor share appended ([..., F + 1])."""
     gain = job_features.new_zeros(job_features.shape[-1])
     gain[:len(FEATURE_GAIN)] = gain.new_tensor(FEATURE_GAIN)
-    logged = torch.log1p(job_features.clamp(min=0) * gain) / LOG_SCALE
+    logged = torch.log1p(job_features.clamp(min=0) * gain) / LOG_SPAN
     inputs = torch.where(gain > 0, logged, job_features)
     if job_area:
         inputs = torch.cat([inputs, inputs[..., 1:2] * inputs[..., 2:3]], -1)
@@ -91,9 +91,9 @@ def pooled_window(embed: JobMLP, jobs: torch.Tensor, cluster: torch.Tensor, mask
 
 
 class JobScorer(nn.Module):
-    """The actor: masked logits [B, W] from job_features [B, W, 4 + R], cluster_features [B, C] and
-    action_mask [B, W], the same MLP for every job (with `spec.context`, also fed the pooled
-    window); -inf on empty slots."""
+    """The actor: masked logits [B, W] from job_features [B, W, F] (QueueConfig.job_features of
+    `spec.observation()`), cluster_features [B, C] and action_mask [B, W], the same MLP for every job
+    (with `spec.context`, also fed the pooled window); -inf on empty slots. Leading dims [B] or [B, T]."""
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
@@ -142,7 +142,8 @@ class JobScorer(nn.Module):
 
 
 class EnsembleScorer(nn.Module):
-    """`spec.ensemble` JobScorers of one spec acting as one: their mean masked logits [B, W]."""
+    """`spec.ensemble` JobScorers of one spec acting as one: their mean masked logits [B, W] (inputs as
+    JobScorer's)."""
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
@@ -158,7 +159,8 @@ class EnsembleScorer(nn.Module):
 
 
 class QueueValue(nn.Module):
-    """The critic: state value [B, 1] from the pooled window (`pooled_window`) and the cluster features."""
+    """The critic: state value [B, 1] from the pooled window (`pooled_window`) and the cluster features
+    (inputs as JobScorer's)."""
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
