@@ -19,7 +19,6 @@ from torch import nn
 from lightning_sched.config import ConfigError
 from lightning_sched.queue.evaluation import (
     EVAL_LENGTH,
-    RECENT_FRACTION,
     TRAIN_FRACTION,
     compare_queue,
     evaluate_queue,
@@ -28,10 +27,11 @@ from lightning_sched.queue.evaluation import (
     protocol_starts,
 )
 from lightning_sched.queue.heuristics import RULES
-from lightning_sched.queue.linear_rule import FEATURES, LinearRule, linear_rule_entry
+from lightning_sched.queue.linear_rule import RULE_FEATURES, LinearRule, linear_rule_entry
 from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.policy import CHECKPOINT_KEY
 from lightning_sched.queue.rule_search import (
+    SEARCH_TRAIN_FRACTION,
     CrossEntropyMethod,
     SearchSettings,
     f1_start,
@@ -87,7 +87,7 @@ class QueueRuleSearch(IterationTask):
         best = self.optimizers().step(score=lambda weights: relative_scores(weights, self.logs, self.cfgs,
                                                                             self.train_starts, self.reserve))
         self.log("train/best_relative_bounded_slowdown", best, on_step=True, batch_size=1)
-        for (name, _), weight in zip(FEATURES, self.weights.tolist()):
+        for (name, _), weight in zip(RULE_FEATURES, self.weights.tolist()):
             self.log(f"train/weight_{name}", weight, on_step=True, batch_size=1)
 
     # ----- validation: the mean rule beside the five rules on `recent` ------------------------------
@@ -119,7 +119,7 @@ class QueueRuleSearch(IterationTask):
     # ----- checkpoints: the rule, readable without this module ---------------------------------------
     def rule_entry(self) -> dict:
         provenance = {"logs": [Path(one.path).name for one in self.logs], "backfill": self.cfgs[0].backfill,
-                      "train_fraction": RECENT_FRACTION, "search": "cross-entropy method",
+                      "train_fraction": SEARCH_TRAIN_FRACTION, "search": "cross-entropy method",
                       # its validation (which chooses the best checkpoint) reads `recent`, up to TRAIN_FRACTION
                       "read_fraction": TRAIN_FRACTION,
                       "train_sequences": self.hparams.train_sequences, "generations": int(self.global_step),

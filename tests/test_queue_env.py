@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 from dataclasses import fields
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from lightning_sched.queue.heuristics import QueueHeuristic
 from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.reservation import ReservingRule, reserving_config
 from lightning_sched.queue.state import KERNEL_ORDERS, init_state
-from lightning_sched.queue.step import advance
+from lightning_sched.queue.step import step_and_observe
 from lightning_sched.traces.files import TraceError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,6 +83,15 @@ def test_a_zero_request_is_unknown_and_short_requests_partial_nodes_and_repeats_
     again.write_text("; MaxNodes: 4\n" + "\n".join(swf_line(j, 10 * j, 10, 1) for j in (1, 2, 3, 2)) + "\n")
     with pytest.raises(TraceError, match=r"overlap.swf, line 5, field 1 \(job number\): job 2 is also on line 3"):
         read_queue_log(again)
+
+
+def test_the_kernels_constants_are_the_python_ones():
+    from lightning_sched.queue import config, native
+    source = (ROOT / "lightning_sched" / "queue" / "native_queue.c").read_text()
+    defined = {m[1]: float(m[2]) for m in re.finditer(r"^#define (\w+) ([0-9.]+)", source, re.MULTILINE)}
+    assert defined == {"FEATURES": config.JOB_FEATURES, "CLUSTER_FEATURES": config.CLUSTER_FEATURES,
+                       "QUEUE_WINDOWS": config.QUEUE_WINDOWS, "MINUTE": config.MINUTE, "LOG_SPAN": config.LOG_SPAN,
+                       "INDEX_BITS": native.PACKED_BITS}
 
 
 def test_real_logs_quirks_are_read_or_refused_naming_the_field(tmp_path):
@@ -385,8 +395,8 @@ def test_sjf_holds_the_head_job_and_backfilling_starts_around_it():
         cfg = QueueConfig(nodes=4, window=4, sequence_length=3, backfill=backfill)
         state = init_state(cols, cfg.nodes, cfg.processors_per_node)
         while not state.done.all():
-            window = advance(state, torch.tensor([-1]), cfg)["window_job"]
-            advance(state, window[:, 0], cfg)  # FCFS: the first visible job
+            window = step_and_observe(state, torch.tensor([-1]), cfg)["window_job"]
+            step_and_observe(state, window[:, 0], cfg)  # FCFS: the first visible job
         assert state.start[0].tolist() == starts, backfill
 
 
@@ -397,8 +407,8 @@ def test_utilization_counts_the_nodes_jobs_hold():
     cfg = QueueConfig(nodes=2, processors_per_node=4, window=2, sequence_length=2)
     state = init_state(cols, cfg.nodes, cfg.processors_per_node)
     while not state.done.all():
-        window = advance(state, torch.tensor([-1]), cfg)["window_job"]
-        advance(state, window[:, 0], cfg)
+        window = step_and_observe(state, torch.tensor([-1]), cfg)["window_job"]
+        step_and_observe(state, window[:, 0], cfg)
     m = episode_metrics(state, cfg)
     assert state.start[0].tolist() == [0, 0] and float(m["makespan"][0]) == 100
     assert float(m["utilization"][0]) == 1.0  # both nodes busy all along (5 of 8 processors)

@@ -14,7 +14,7 @@ from lightning_sched.queue.heuristics import QueueHeuristic
 from lightning_sched.queue.linear_rule import (
     BASIC,
     F1_WEIGHTS,
-    FEATURES,
+    RULE_FEATURES,
     LinearRule,
     load_linear_rule,
     save_linear_rule,
@@ -35,7 +35,7 @@ def sequences(tmp_path, backfill, length=256):
 def test_f1_weights_make_the_f1_rule(tmp_path, backfill):
     log, cfg, starts = sequences(tmp_path, backfill)
     f1 = evaluate_queue(QueueHeuristic("f1"), cfg, log, starts).sequences["mean_bounded_slowdown"]
-    for k in (BASIC, len(FEATURES)):
+    for k in (BASIC, len(RULE_FEATURES)):
         same = evaluate_queue(LinearRule(torch.tensor(F1_WEIGHTS[:k])), cfg, log, starts)
         assert torch.equal(same.sequences["mean_bounded_slowdown"], f1)
     # a rule that prefers the jobs that do not fit now (reserving them) schedules differently
@@ -75,7 +75,7 @@ def test_bad_rule_files_are_refused_naming_the_field(tmp_path):
         torch.save({CHECKPOINT_KEY: entry}, path)
         return path
 
-    good = {"kind": QUEUE_RULE_KIND, "features": [n for n, _ in FEATURES[:BASIC]], "weights": [1.0] * BASIC}
+    good = {"kind": QUEUE_RULE_KIND, "features": [n for n, _ in RULE_FEATURES[:BASIC]], "weights": [1.0] * BASIC}
     with pytest.raises(ConfigError, match="weights must be 7 finite numbers"):
         load_linear_rule(saved({**good, "weights": [1.0] * 3}))
     with pytest.raises(ConfigError, match="weights must be 7 finite numbers"):

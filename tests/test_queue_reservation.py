@@ -16,7 +16,7 @@ from lightning_sched.queue.env import QueueEnv
 from lightning_sched.queue.evaluation import evaluate_queue, heuristic_config, resolve
 from lightning_sched.queue.heuristics import QueueHeuristic, priority
 from lightning_sched.queue.linear_rule import BASIC, F1_WEIGHTS, LinearRule, load_linear_rule, save_linear_rule
-from lightning_sched.queue.linear_rule import job_features as linear_features
+from lightning_sched.queue.linear_rule import rule_features as linear_features
 from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.policy import CHECKPOINT_KEY, QueueNetwork, QueuePolicy, QueuePolicySpec, read_queue_record
 from lightning_sched.queue.reservation import ReservingRule, fit_delay_seconds, reserving_config
@@ -103,7 +103,7 @@ def test_the_rules_pick_the_same_slot_scoring_only_the_windows_leading_slots(tmp
             whole = reserve_pick(priority(name, td).double(), td)
             assert torch.equal(ReservingRule(name)(td.clone())["action"], whole), name
         full = LinearRule(weights)
-        score = (linear_features(td)[0][..., :BASIC] * full.weights).sum(-1).masked_fill(~filled, torch.inf)
+        score = (linear_features(td)[0][..., :BASIC] * full.scaled_weights).sum(-1).masked_fill(~filled, torch.inf)
         assert torch.equal(full(td.clone())["action"], score.argmin(-1))
         assert torch.equal(LinearRule(weights, reserve=True)(td.clone())["action"], reserve_pick(score, td))
         td = env.step(td.set("action", torch.multinomial(td["action_mask"].double(), 1, generator=generator)

@@ -70,7 +70,7 @@ def reinforce_loss(net, traj: QueueRollout, episodes: int) -> torch.Tensor:
     """DeepRM's REINFORCE loss of `net` on the decisions of `traj`: -mean over active decisions of
     log pi(a_t | s_t) x A_t, A_t the return from t minus its mean over the `episodes` episodes of the
     sequence (TimeIndexedBaseline), divided by the advantages' standard deviation (so one step size
-    serves sites whose bounded slowdowns differ by orders of magnitude)."""
+    serves sites whose bounded slowdowns differ by orders of magnitude). A scalar tensor."""
     advantage, _ = sequence_advantages(traj.reward, traj.active, episodes)
     advantage = std_scaled(advantage, traj.active)[traj.active]
     active = traj.active

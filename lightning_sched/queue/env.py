@@ -21,7 +21,7 @@ from ..limits import require_memory
 from .config import QueueConfig
 from .log import QueueLog
 from .state import QueueState, init_state
-from .step import advance
+from .step import step_and_observe
 
 
 def env_bytes(cfg: QueueConfig, rows: int) -> int:
@@ -191,7 +191,7 @@ class QueueEnv(EveryRowReset):
         elif index.numel():  # only the rows asked for start again; the steps a caller holds keep their jobs
             self.state.put_rows(index, self.initial_state(index), new_tensors=HANDED_OUT)
         none = torch.full((self.batch_size[0],), -1, dtype=torch.int64, device=self.device)
-        return self._output(advance(self.state, none, self.cfg), reward=None)
+        return self._output(step_and_observe(self.state, none, self.cfg), reward=None)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         slot = require_slot_actions(tensordict, self.state, self.batch_size[0]).reshape(-1, 1)
@@ -206,7 +206,7 @@ class QueueEnv(EveryRowReset):
                              "action_mask (QueueHeuristic('random'), a MaskedCategorical actor): TorchRL's "
                              "RandomPolicy never reads it")
         length = self.cfg.sequence_length
-        out = advance(self.state, torch.where(active, job, torch.full_like(job, -1)), self.cfg)
+        out = step_and_observe(self.state, torch.where(active, job, torch.full_like(job, -1)), self.cfg)
         if self.cfg.reward == "per_job":
             reward = -out["bsld_added"] / length
         else:  # all at the step that ends the episode: the rows active before it and done after it

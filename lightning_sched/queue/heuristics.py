@@ -43,7 +43,8 @@ def leading_slots(td) -> dict[str, torch.Tensor]:
     """The keys the rules read, with the window ("window_job", "job_features", "action_mask") cut
     after the longest row's queue: a window lists a queue it can hold in its first slots (and is full
     otherwise), and the rules' windows are as long as the sequence (1024 slots, mostly empty), so
-    scoring the cut window costs the queue's length, not the window's. A pick is the same slot."""
+    scoring the cut window costs the queue's length, not the window's. A pick is the same slot.
+    The window keys come back [B, n] (n = min(W, the longest queue), at least 1), the others as in `td`."""
     n = max(1, min(td["window_job"].shape[-1], int(td["queue_length"].max())))
     view = {key: td[key] for key in ("job_submit", "job_requested", "job_processors", "time", "queue_length")}
     return {**view, **{key: td[key][:, :n] for key in ("window_job", "job_features", "action_mask")}}

@@ -24,7 +24,7 @@ from .heuristics import leading_slots, window_columns
 from .reservation import reserve_pick
 
 # (name, scale): a unit of weight moves a job about as far in the order for every feature
-FEATURES = (("area", 1.0),              # log10(requested) * processors, F1's first term
+RULE_FEATURES = (("area", 1.0),              # log10(requested) * processors, F1's first term
             ("log_submit", 870.0),      # log10(submit), F1's second term
             ("log_requested", 50.0),
             ("processors", 5.0),
@@ -35,13 +35,14 @@ FEATURES = (("area", 1.0),              # log10(requested) * processors, F1's fi
             ("fits_now_x_queue", 300.0),
             ("area_x_queue", 0.5))
 BASIC = 7  # the features without the queue length's
-F1_WEIGHTS = (1.0, 1.0) + (0.0,) * (len(FEATURES) - 2)
+F1_WEIGHTS = (1.0, 1.0) + (0.0,) * (len(RULE_FEATURES) - 2)
 
 
-def job_features(td) -> tuple[torch.Tensor, torch.Tensor]:
-    """All FEATURES of every window slot, DoubleTensor[B, W, len(FEATURES)], and which slots hold a
+def rule_features(td) -> tuple[torch.Tensor, torch.Tensor]:
+    """All RULE_FEATURES of every window slot, DoubleTensor[B, W, len(RULE_FEATURES)], and which slots hold a
     job, BoolTensor[B, W]; `td` holds the keys the rules read (heuristics.priority), and the env's
-    "job_features" (fits now) and "queue_length"."""
+    "job_features" (fits now) and "queue_length". Requested times are taken as at least 1 s (a read
+    log's are), where F1_WEIGHTS give heuristics' F1 exactly."""
     filled, submit, requested, processors = window_columns(td)
     wait = (td["time"].double() - submit).clamp(min=0)
     log_requested, log_wait = torch.log10(requested.clamp(min=1)), torch.log10(wait + 10)
@@ -54,23 +55,24 @@ def job_features(td) -> tuple[torch.Tensor, torch.Tensor]:
 
 class LinearRule:
     """A queue-env policy (td -> td with "action"): the job with the lowest weights . (scale *
-    features) goes first, over the first K FEATURES. `weights`: DoubleTensor[K], or [B, K] for a
+    features) goes first, over the first K RULE_FEATURES. `weights`: DoubleTensor[K], or [B, K] for a
     different rule in each row (a search runs a population at once). `reserve`: play the ranking
     with its own reservation (queue.reservation; run it with reservation.reserving_config)."""
 
     def __init__(self, weights: torch.Tensor, reserve: bool = False):
         weights = torch.as_tensor(weights, dtype=torch.double)
         k = weights.shape[-1]
-        if k not in (BASIC, len(FEATURES)):
-            raise ConfigError(f"LinearRule weights must be {BASIC} or {len(FEATURES)} numbers (FEATURES), got {k}")
-        self.weights = weights * torch.tensor([s for _, s in FEATURES[:k]], dtype=torch.double)
+        if k not in (BASIC, len(RULE_FEATURES)):
+            raise ConfigError(f"LinearRule weights must be {BASIC} or {len(RULE_FEATURES)} numbers (RULE_FEATURES), "
+                              f"got {k}")
+        self.scaled_weights = weights * torch.tensor([s for _, s in RULE_FEATURES[:k]], dtype=torch.double)
         self.reserve = reserve
 
     @acts_on_any_batch
     def __call__(self, td):
         view = leading_slots(td)
-        feats, filled = job_features(view)
-        weights = self.weights.to(feats.device)
+        feats, filled = rule_features(view)
+        weights = self.scaled_weights.to(feats.device)
         weights = weights if weights.dim() == 2 else weights.expand(feats.shape[0], -1)
         score = (feats[..., :weights.shape[-1]] * weights[:, None, :]).sum(-1)
         score = torch.where(filled, score, torch.inf)
@@ -84,7 +86,7 @@ def linear_rule_entry(weights, provenance: dict, reserve: bool = False) -> dict:
     if not all(math.isfinite(w) for w in weights):
         raise ConfigError(f"weights must be finite numbers, got {weights}")
     LinearRule(torch.tensor(weights))  # the length check
-    return {"kind": QUEUE_RULE_KIND, "features": [name for name, _ in FEATURES[:len(weights)]], "weights": weights,
+    return {"kind": QUEUE_RULE_KIND, "features": [name for name, _ in RULE_FEATURES[:len(weights)]], "weights": weights,
             "reserve": bool(reserve), "provenance": dict(provenance), "version": 1}
 
 
@@ -114,13 +116,13 @@ def load_linear_rule(path, entry: dict | None = None) -> tuple[LinearRule, dict]
     if entry is None:
         raise ConfigError(f"{path}: not a linear queue rule (no '{CHECKPOINT_KEY}' entry of kind '{QUEUE_RULE_KIND}')")
     names, weights = entry.get("features"), entry.get("weights")
-    known = [name for name, _ in FEATURES]
+    known = [name for name, _ in RULE_FEATURES]
     if not isinstance(names, list) or names not in (known[:BASIC], known):
         raise ConfigError(f"{path}: features must be {known[:BASIC]} or {known}, got {names!r}")
     if not isinstance(weights, list) or len(weights) != len(names) or \
             not all(isinstance(w, (int, float)) and math.isfinite(w) for w in weights):
         raise ConfigError(f"{path}: weights must be {len(names)} finite numbers, got {weights!r}")
-    reserve = entry.get("reserve", False)  # absent in files written before rules could reserve
+    reserve = entry.get("reserve", False)  # a rule recorded without the key plays without reservation
     if not isinstance(reserve, bool):
         raise ConfigError(f"{path}: reserve must be true or false, got {reserve!r}")
     provenance = entry.get("provenance", {})

@@ -32,12 +32,12 @@ import torch
 from ..config import ConfigError
 from .config import DAY, RULES, QueueConfig
 from .heuristics import order_ranks, priority, rule_keys
-from .state import QueueState
-from .step import advance
+from .state import KERNEL_ORDERS, QueueState
+from .step import step_and_observe
 from .step_torch import bounded_slowdown
 
 FUTURES = ("known", "repeat", "daily", "clairvoyant")
-NEVER = 1 << 50  # a submit time no copy reaches within its horizon
+FAR_FUTURE = 1 << 50  # a submit time no copy reaches within its horizon
 
 
 @dataclass(frozen=True)
@@ -81,9 +81,10 @@ def with_future(state: QueueState, future: str, repeat: int, back: torch.Tensor 
     sim = state.clone()
     sim.run = sim.requested.clamp(min=1)
     arrived = torch.arange(sim.length).unsqueeze(0) < sim.next_arrival.unsqueeze(1)
-    sim.sjf_order.zero_(), sim.size_order.zero_(), sim.order_count.zero_(), sim.order_arrival.zero_()  # rebuilt
+    for name in KERNEL_ORDERS:  # rebuilt by the kernel from the changed queue
+        getattr(sim, name).zero_()
     if future == "known":
-        sim.submit = torch.where(arrived, sim.submit, NEVER)
+        sim.submit = torch.where(arrived, sim.submit, FAR_FUTURE)
         return sim, arrived
     first, now = sim.next_arrival.unsqueeze(1), sim.time.unsqueeze(1)  # [B, 1]
     j = (torch.arange(sim.length).unsqueeze(0) - first).clamp(min=0)  # future job a + j, a = first
@@ -140,7 +141,7 @@ class RulesBase(RuleBase):
         super().__init__("rules")
 
     def first_picks(self, state: QueueState, td) -> torch.Tensor:
-        """[B, R]: each rule's first pick of td's window."""
+        """LongTensor[B, R]: each rule's first pick of td's window (a slot), R = len(RULES)."""
         keys = rule_keys(state, td["window_job"])
         return torch.stack([priority(rule, keys).argmin(-1) for rule in RULES], 1)
 
@@ -172,11 +173,11 @@ def lookahead_pick(state: QueueState, td, base, k: int, horizon: int, future: st
         back[:, 0] = 0
         back = back.unsqueeze(2).expand(b, s, k).reshape(-1)
     sim, counted = with_future(state.rows(torch.arange(b).repeat_interleave(s * k)), future, repeat, back)
-    out = advance(sim, torch.where((first >= 0) & ~sim.done, first, -1), sim_cfg)
+    out = step_and_observe(sim, torch.where((first >= 0) & ~sim.done, first, -1), sim_cfg)
     for _ in range(horizon - 1):
         slot = base.scores(sim, out).argmin(-1, keepdim=True)
         job = out["window_job"].long().gather(1, slot).squeeze(1)
-        out = advance(sim, torch.where(sim.done | (job < 0), -1, job), sim_cfg)
+        out = step_and_observe(sim, torch.where(sim.done | (job < 0), -1, job), sim_cfg)
     cost = horizon_cost(sim, counted, sim_cfg.bsld_threshold).reshape(b, s, k).mean(1)
     best = torch.where(picks >= 0, cost, torch.inf).argmin(1, keepdim=True)
     return slots.gather(1, best).squeeze(1)

@@ -15,14 +15,14 @@ from pathlib import Path
 import torch
 
 from ..deeprm import native as deeprm_native
-from .config import CLUSTER_FEATURES, JOB_FEATURES, LOG_SPAN, MINUTE, QUEUE_WINDOWS, QueueConfig
+from .config import CLUSTER_FEATURES, JOB_FEATURES, QueueConfig
 from .state import MAX_EPISODE_SECONDS, QueueState
 
 SOURCES = (Path(__file__).with_name("native_queue.c"),)
 HEADERS = (Path(__file__).parent.parent / "native_rows.h",)
 # QueueArgs of native_queue.c, in its order
 SIZES = ("batch", "length", "window", "backfill", "nodes", "processors")
-SCALARS = ("threshold", "max_wait", "max_requested", "queue_windows", "minute", "log_span")
+SCALARS = ("threshold", "max_wait", "max_requested")
 READ = ("submit", "run", "requested", "processors", "nodes", "job")
 IN_PLACE = ("status", "start", "start_rank", "time", "free_nodes", "next_arrival", "done", "bsld_sum", "sjf_order",
             "size_order", "order_count", "order_arrival")
@@ -90,8 +90,7 @@ def step(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str, to
         out["fit_delay"] = torch.empty(b, w, dtype=torch.float32)
     read = [state.submit, state.run, state.requested, state.processors, state.nodes, job]
     sizes = (b, length, w, int(cfg.backfill == "easy"), cfg.nodes, cfg.processors)
-    scalars = (float(cfg.bsld_threshold), float(cfg.max_wait), float(cfg.max_requested), float(QUEUE_WINDOWS), MINUTE,
-               LOG_SPAN)
+    scalars = (float(cfg.bsld_threshold), float(cfg.max_wait), float(cfg.max_requested))
     pointers = [t.data_ptr() for t in read] + [getattr(state, k).data_ptr() for k in IN_PLACE] + \
         [out[k].data_ptr() if k in out else 0 for k in OUT]  # 0: NULL, an output not asked for
     args = (ctypes.c_int64 * NUM_ARGS)(*sizes, *[_double_bits(x) for x in scalars], *pointers)

@@ -21,14 +21,17 @@
 #include "../native_rows.h"
 
 enum { FUTURE = 0, WAITING = 1, RUNNING = 2, ENDED = 3 }; /* state.py's status codes */
-#define FEATURES 4         /* config.JOB_FEATURES */
-#define CLUSTER_FEATURES 2 /* config.CLUSTER_FEATURES */
+/* config.py's constants (tests/test_queue_env.py holds them equal) */
+#define FEATURES 4         /* JOB_FEATURES */
+#define CLUSTER_FEATURES 2 /* CLUSTER_FEATURES */
+#define QUEUE_WINDOWS 4.0  /* the queue-length feature's scale, in windows */
+#define MINUTE 60.0        /* a span feature: log1p(seconds / MINUTE) / LOG_SPAN */
+#define LOG_SPAN 8.0
 
 /* Every field is 8 bytes, in the order of native.py's SIZES, SCALARS, READ, IN_PLACE and OUT. */
 typedef struct {
     int64_t batch, length, window, backfill, nodes, processors;
     double threshold, max_wait, max_requested;
-    double queue_windows, minute, log_span; /* config.py's QUEUE_WINDOWS, MINUTE, LOG_SPAN */
     /* read only: the sequences [B, L] and the picked job per row (-1: only build the window) */
     const int64_t *submit, *run, *requested, *processors_of, *nodes_of, *job;
     /* the state, mutated in place */
@@ -292,7 +295,7 @@ static int64_t build_window(const Row *r, int64_t b, int64_t *window, uint64_t *
 /* How long until each of the `filled` window slots' jobs would fit if nothing else started
  * (step.py's fit_delay, the same numbers): running jobs free their nodes at their requested ends,
  * taken in that order (requested_ends), and the job fits at the first end after which enough nodes
- * are free; log1p(seconds / minute) / log_span (step.span_feature), 0 when it fits now and for the W - filled empty slots. `ends`
+ * are free; log1p(seconds / MINUTE) / LOG_SPAN (step.span_feature), 0 when it fits now and for the W - filled empty slots. `ends`
  * and `freed` are scratch of the row's length. */
 static void write_fit_delay(Row *r, const int64_t *window, int64_t filled, int64_t W, uint64_t *ends, int64_t *freed,
                             float *out) {
@@ -316,7 +319,7 @@ static void write_fit_delay(Row *r, const int64_t *window, int64_t filled, int64
         }
         int64_t when = lo < n ? (int64_t)(ends[lo] >> INDEX_BITS) : INT64_MAX; /* never: all freed fit any job */
         int64_t seconds = when > r->time ? when - r->time : 0;
-        out[i] = (float)(log1p((double)seconds / r->a->minute) / r->a->log_span);
+        out[i] = (float)(log1p((double)seconds / MINUTE) / LOG_SPAN);
     }
 }
 
@@ -332,7 +335,7 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
         free(ends), free(keys), free(running), free(seen), free(window);
         return 1;
     }
-    double queue_scale = log1p(a->queue_windows * (double)W); /* divisions, not reciprocals: torch's rounding */
+    double queue_scale = log1p(QUEUE_WINDOWS * (double)W); /* divisions, not reciprocals: torch's rounding */
     for (int64_t b = row_begin; b < row_end; b++) {
         int64_t off = b * L;
         Row r = {a, L, 0, a->next_arrival[b], 0, a->time[b], a->free_nodes[b], a->submit + off, a->run + off,

@@ -22,8 +22,11 @@ import torch
 from ..config import ConfigError
 from .config import QueueConfig
 from .evaluation import EVAL_LENGTH, RECENT_FRACTION, evaluate_queue
-from .linear_rule import BASIC, F1_WEIGHTS, FEATURES, LinearRule
+from .linear_rule import BASIC, F1_WEIGHTS, RULE_FEATURES, LinearRule
 from .log import QueueLog
+
+# the search reads jobs before this share of each log: `recent` (60-80%) stays for choosing, `heldout` for the test
+SEARCH_TRAIN_FRACTION = RECENT_FRACTION
 
 
 @dataclass(frozen=True)
@@ -35,9 +38,9 @@ class SearchSettings:
     elite: int = 6
     """The best rules the mean moves to."""
     sigma: float = 0.5
-    """The first generation's spread of each weight (weights are in units of FEATURES' scales)."""
+    """The first generation's spread of each weight (weights are in units of RULE_FEATURES' scales)."""
     context: bool = False
-    """Also search the FEATURES that read the queue length (9 weights instead of 7)."""
+    """Also search the RULE_FEATURES that read the queue length (9 weights instead of 7)."""
 
     def __post_init__(self) -> None:
         for name in ("population", "elite"):
@@ -54,11 +57,11 @@ class SearchSettings:
 
 def training_starts(logs: Sequence[QueueLog], sequences: int, seed: int) -> list[torch.Tensor]:
     """`sequences` start positions a log (LongTensor[S] each) of EVAL_LENGTH jobs inside its first
-    RECENT_FRACTION: `recent` (60-80%) stays for choosing, `heldout` (80-100%) for the test."""
+    SEARCH_TRAIN_FRACTION."""
     g = torch.Generator().manual_seed(seed)
     starts = []
     for log in logs:
-        starts.append(log.random_starts(RECENT_FRACTION, EVAL_LENGTH, sequences, g))
+        starts.append(log.random_starts(SEARCH_TRAIN_FRACTION, EVAL_LENGTH, sequences, g))
     return starts
 
 
@@ -118,4 +121,4 @@ class CrossEntropyMethod(torch.optim.Optimizer):
 
 def f1_start(settings: SearchSettings) -> torch.Tensor:
     """Where a search starts: F1's weights (DoubleTensor[K], 7 or 9 with the queue length's)."""
-    return torch.tensor(F1_WEIGHTS[:len(FEATURES) if settings.context else BASIC], dtype=torch.double)
+    return torch.tensor(F1_WEIGHTS[:len(RULE_FEATURES) if settings.context else BASIC], dtype=torch.double)

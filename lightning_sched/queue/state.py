@@ -77,8 +77,9 @@ class QueueState:
         return QueueState(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
     def put_rows(self, index: torch.Tensor, other: QueueState, new_tensors: tuple[str, ...] = ()) -> QueueState:
-        """This state with rows `index` replaced by `other`'s rows (in place; returns self). The fields
-        named in `new_tensors` get new tensors instead, so that whoever holds the old ones keeps them."""
+        """This state with rows `index` (LongTensor[N]) replaced by `other`'s N rows, in order (in place;
+        returns self). The fields named in `new_tensors` get new tensors instead, so that whoever holds
+        the old ones keeps them."""
         index = index.to(device=self.submit.device, dtype=torch.int64)
         for f in fields(self):
             column = getattr(self, f.name)

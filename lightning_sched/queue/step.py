@@ -1,8 +1,10 @@
 """One decision of B queue episodes and the observation it leaves: the native kernel on the CPU
 (native_queue.c), torch ops elsewhere (step_torch.py); both give the same state and outputs.
 
-    advance(state, job, cfg) -> {"bsld_added", "window_job", "job_features", "cluster_features",
-                                 "action_mask", "queue_length"}
+    step_and_observe(state, job, cfg) -> {"bsld_added", "window_job", "job_features", "cluster_features",
+                                          "action_mask", "queue_length"}
+
+(STEP(j) of native_queue.c's pseudo-code, then the window; its ADVANCE is one event.)
 
 With `cfg.rule_ranks`, the job features also carry each named rule's ranking of the window
 (`heuristics.window_ranks`, torch ops on either path), and with `cfg.fit_delay` how long until each
@@ -21,11 +23,13 @@ from .heuristics import rule_keys, window_ranks
 from .state import RUNNING, WAITING, QueueState
 
 
-def advance(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str, torch.Tensor]:
+def step_and_observe(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str, torch.Tensor]:
     """Start job `job[b]` (LongTensor[B], an index into row b's sequence; -1: no decision, only
     the observation) in every row not done, as the queue's rules allow (docs/hpc_queue.md), mutating
-    `state` in place. Returns the bounded slowdowns this step added per row (DoubleTensor[B]) and
-    the new observation (see native.step for the shapes)."""
+    `state` in place. Returns the bounded slowdowns this step added per row, "bsld_added"
+    DoubleTensor[B], and the new observation: "window_job" IntTensor[B, W] (-1 empty),
+    "job_features" FloatTensor[B, W, cfg.job_features], "cluster_features" FloatTensor[B,
+    cfg.cluster_features], "action_mask" BoolTensor[B, W], "queue_length" LongTensor[B]."""
     out = native.step(state, job, cfg)
     if out is None:
         from .step_torch import step_torch, window_torch  # the kernel's torch twin, loaded where needed
@@ -82,7 +86,9 @@ def span_seconds(feature: torch.Tensor) -> torch.Tensor:
 def observe(state: QueueState, window_job: torch.Tensor, cfg: QueueConfig) -> dict[str, torch.Tensor]:
     """The observation of the window `window_job` (LongTensor[B, W], -1 empty), as the kernel
     writes it: per slot [wait / max_wait, requested / max_requested, processors / cluster
-    processors, fits now], per row [free nodes share, log1p(queue length) / log1p(4 W)]."""
+    processors, fits now] ("job_features" FloatTensor[B, W, 4]), per row [free nodes share,
+    log1p(queue length) / log1p(QUEUE_WINDOWS W)] ("cluster_features" FloatTensor[B, 2]), with
+    "window_job" IntTensor[B, W], "action_mask" BoolTensor[B, W], "queue_length" LongTensor[B]."""
     filled = window_job >= 0
     k = window_job.clamp(min=0).long()
     time = state.time.unsqueeze(1)

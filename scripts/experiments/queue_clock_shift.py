@@ -41,7 +41,7 @@ def main(argv=None) -> None:
             if not policy_cfg.clock:
                 raise ConfigError(f"--policy {ckpt}: not trained with the clock (QueuePolicySpec.clock)")
             true = evaluate_queue(policy, policy_cfg, log, starts).sequences["mean_bounded_slowdown"]
-            step.clock = lambda time: true_clock(time + args.shift)  # advance() reads the module's clock
+            step.clock = lambda time: true_clock(time + args.shift)  # step_and_observe() reads the module's clock
             try:
                 shifted = evaluate_queue(policy, policy_cfg, log, starts).sequences["mean_bounded_slowdown"]
             finally:

@@ -31,7 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import set_threads  # noqa: E402
 from lightning_sched.queue.evaluation import (  # noqa: E402
     EVAL_LENGTH,
-    RECENT_FRACTION,
     compare_queue,
     heuristic_config,
     heuristic_policies,
@@ -39,10 +38,11 @@ from lightning_sched.queue.evaluation import (  # noqa: E402
     protocol_starts,
 )
 from lightning_sched.queue.heuristics import RULES  # noqa: E402
-from lightning_sched.queue.linear_rule import BASIC, FEATURES, LinearRule, save_linear_rule  # noqa: E402
+from lightning_sched.queue.linear_rule import BASIC, RULE_FEATURES, LinearRule, save_linear_rule  # noqa: E402
 from lightning_sched.queue.log import read_queue_log  # noqa: E402
 from lightning_sched.queue.reservation import SUFFIX, ReservingRule  # noqa: E402
 from lightning_sched.queue.rule_search import (  # noqa: E402
+    SEARCH_TRAIN_FRACTION,
     CrossEntropyMethod,
     SearchSettings,
     f1_start,
@@ -82,7 +82,7 @@ def main(argv=None) -> None:
     parser.add_argument("--sigma", type=float, default=0.5, help="the first generation's spread of each weight")
     parser.add_argument("--sequences", type=int, default=100, help="per protocol, for the evaluation")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--context", action="store_true", help="also search the FEATURES that read the queue length")
+    parser.add_argument("--context", action="store_true", help="also search the features that read the queue length")
     parser.add_argument("--weights", type=float, nargs="+", help="evaluate these weights (7, or 9 with the queue "
                         "length's), no search")
     parser.add_argument("--reserve", action="store_true", help="the rule plays with its own reservation "
@@ -91,8 +91,9 @@ def main(argv=None) -> None:
     parser.add_argument("--save", help="write the rule as a checkpoint (evaluate.py --policy reads it)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    if args.weights and len(args.weights) not in (BASIC, len(FEATURES)):
-        parser.error(f"--weights takes {BASIC} or {len(FEATURES)} numbers (FEATURES), got {len(args.weights)}")
+    if args.weights and len(args.weights) not in (BASIC, len(RULE_FEATURES)):
+        parser.error(f"--weights takes {BASIC} or {len(RULE_FEATURES)} numbers (RULE_FEATURES), "
+                     f"got {len(args.weights)}")
     set_threads(args.threads)
     echo = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else print
     if bool(args.trace) == bool(args.site):
@@ -113,7 +114,8 @@ def main(argv=None) -> None:
         search(logs, cfgs, train_starts, args, echo)
     if args.save:
         save_linear_rule(args.save, weights.tolist(), reserve=args.reserve, provenance={
-            "logs": [Path(p).name for p in args.trace], "backfill": args.backfill, "train_fraction": RECENT_FRACTION,
+            "logs": [Path(p).name for p in args.trace], "backfill": args.backfill,
+            "train_fraction": SEARCH_TRAIN_FRACTION,
             "search": "cross-entropy method" if not args.weights else "given weights",
             **{k: getattr(args, k) for k in ("train_sequences", "population", "elite", "generations", "sigma",
                                              "seed")}, "start": args.start or "f1"})
@@ -135,7 +137,8 @@ def main(argv=None) -> None:
             line = {"trace": Path(path).name, "backfill": args.backfill, "protocol": protocol, **score,
                     "best_rule": best, "minus_best_rule": diff, "minus_best_rule_ci95": ci, **extra,
                     "reserve": args.reserve,
-                    "weights": dict(zip([n for n, _ in FEATURES], weights.tolist())), "context": len(weights) > BASIC,
+                    "weights": dict(zip([n for n, _ in RULE_FEATURES], weights.tolist())),
+                    "context": len(weights) > BASIC,
                     "train_sequences": args.train_sequences, "generations": args.generations,
                     "population": args.population, "seed": args.seed}
             print(json.dumps(line) if args.json else

@@ -60,7 +60,7 @@ class QueuePolicyRecord:
         if entry.pop("kind", None) != QUEUE_POLICY_KIND:
             raise ConfigError(f"not a queue policy: no 'kind: {QUEUE_POLICY_KIND}' (a cluster policy is read by "
                               "lightning_sched.policies.checkpoints.load_policy)")
-        entry.pop("greedy", None)  # older records carry it; a queue policy always acts by its argmax
+        entry.pop("greedy", None)  # accepted and ignored: a queue policy always acts by its argmax
         version = entry.pop("version", QUEUE_RECORD_VERSION)
         if version != QUEUE_RECORD_VERSION:
             raise ConfigError(f"QueuePolicyRecord.version must be {QUEUE_RECORD_VERSION}, got {version!r}")
