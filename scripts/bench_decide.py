@@ -84,7 +84,7 @@ def check(policy: str, onnx_path: Path, trace: str, count: int, window: int) -> 
 def schedules(policies: list[str], traces: list[str], count: int, windows=(128, 16), seed: int = 0) -> None:
     """Replay `count` random sequences of 1024 jobs of each trace through decide() and through the queue
     environment, per policy (its own backfilling) and window; count the sequences scheduled identically."""
-    from lightning_sched.queue.env import QueueEnv
+    from lightning_sched.queue.env import QueueEnv, play_to_end
     from lightning_sched.queue.log import read_queue_log
     from lightning_sched.queue.policy import QueuePolicy, load_queue_policy
 
@@ -99,9 +99,7 @@ def schedules(policies: list[str], traces: list[str], count: int, windows=(128, 
                 starts = rng.integers(0, log.num_jobs - 1024, count)
                 env = QueueEnv(log.config(window=window, backfill=cfg.backfill, sequence_length=1024), log,
                                batch_size=[count], starts=torch.as_tensor(starts))
-                td, act = env.reset(), QueuePolicy(net)
-                while not bool(td["done"].all()):
-                    td = env.step(act(td))["next"]
+                play_to_end(env, QueuePolicy(net))
                 for row, first in enumerate(starts):
                     jobs = {k: v[0].numpy() for k, v in log.sequences(torch.tensor([first]), 1024).items()}
                     ours = replay(jobs, log.nodes, log.processors_per_node, scorer, cfg.backfill, window)

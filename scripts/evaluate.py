@@ -228,30 +228,34 @@ def compare_policies(policies, cluster, jobs: JobSet, workload_desc: str, trace_
 
 def queue_main(argv) -> int:
     """evaluate.py --env queue: policies on a log's sequences under a protocol (docs/hpc_queue.md)."""
-    from lightning_sched.queue.evaluation import EVAL_LENGTH, PROTOCOLS, RLSCHEDULER_PUBLISHED, run_protocol
+    from lightning_sched.queue.config import BACKFILL, RULES, QueueConfig
+    from lightning_sched.queue.evaluation import EVAL_LENGTH, PROTOCOLS, RLSCHEDULER_PUBLISHED, SEQUENCES, run_protocol
     from lightning_sched.queue.heuristics import HEURISTICS as QUEUE_HEURISTICS
+    from lightning_sched.queue.reservation import SUFFIX
 
     ap = ScriptParser(prog="evaluate.py --env queue", description=queue_main.__doc__)
     ap.add_argument("--trace", nargs="+", help="SWF logs (.swf or .swf.gz): one case each (default: --site's log)")
     ap.add_argument("--protocol", choices=PROTOCOLS, default="rlscheduler",
-                    help="rlscheduler: its 10 sequences of 1024 jobs; heldout: --sequences sequences of "
-                         "--sequence_length jobs from the log's last 20%%; recent: the same from 60-80%% (the "
+                    help="rlscheduler (the default): its 10 sequences of 1024 jobs; heldout: --sequences sequences "
+                         "of --sequence_length jobs from the log's last 20%%; recent: the same from 60-80%% (the "
                          "training range's end, to choose between trained policies)")
-    ap.add_argument("--policy", nargs="+", default=["fcfs", "sjf", "f1", "wfp3", "unicep"],
-                    help=f"rules ({', '.join(QUEUE_HEURISTICS)}) and/or queue checkpoints")
-    ap.add_argument("--backfill", choices=("off", "easy"), nargs="+", default=["off"], help="one case each")
+    ap.add_argument("--policy", nargs="+", default=list(RULES),
+                    help=f"rules ({', '.join(QUEUE_HEURISTICS)}; RULE{SUFFIX}, e.g. f1{SUFFIX}: the rule with its own "
+                         f"reservation) and/or queue checkpoints (default: {' '.join(RULES)})")
+    ap.add_argument("--backfill", choices=BACKFILL, nargs="+", default=["off"], help="one case each (default off)")
     ap.add_argument("--versus", metavar="POLICY",
                     help="one of --policy: also print every other policy's paired difference to it (e.g. a "
                          "trained policy against the rule it started from)")
-    ap.add_argument("--sequences", type=at_least(2), help="heldout, recent: number of sequences (default 100; "
-                    "rlscheduler has its own 10)")
+    ap.add_argument("--sequences", type=at_least(2), help=f"heldout, recent: number of sequences (default "
+                    f"{SEQUENCES}; rlscheduler has its own 10)")
     ap.add_argument("--sequence_length", type=at_least(2), default=EVAL_LENGTH,
                     help=f"heldout, recent: jobs in each sequence (default {EVAL_LENGTH}, RLScheduler's; shorter for a "
                          "small log)")
     add_log_reading_flags(ap)
     ap.add_argument("--load", type=positive_float,
                     help="scale the log's inter-arrival times to this offered load (default: as recorded)")
-    ap.add_argument("--bsld_threshold", type=positive_float, default=10.0, help="seconds (bounded slowdown)")
+    ap.add_argument("--bsld_threshold", type=positive_float, default=QueueConfig.bsld_threshold,
+                    help=f"seconds (bounded slowdown; default {QueueConfig.bsld_threshold:g})")
     add_site_flags(ap)
     ap.add_argument("--figure", help="also draw every case's per-sequence values to this file (an existing one only "
                     "with --overwrite)")
@@ -261,10 +265,11 @@ def queue_main(argv) -> int:
     ap.add_argument("--json", action="store_true", help="also print one JSON line per case and policy")
     args = ap.parse_args(argv)
     if args.protocol == "rlscheduler" and args.sequences is not None:
-        raise ConfigError(f"--sequences {args.sequences}: the rlscheduler protocol has its own 10 sequences")
+        raise ConfigError(f"--sequences {args.sequences}: the rlscheduler protocol (--protocol's default) has its "
+                          "own 10 sequences; give --protocol heldout or recent")
     if args.protocol == "rlscheduler" and args.sequence_length != EVAL_LENGTH:
         raise ConfigError(f"--sequence_length {args.sequence_length}: the rlscheduler protocol's sequences are "
-                          f"{EVAL_LENGTH} jobs")
+                          f"{EVAL_LENGTH} jobs (--protocol's default); give --protocol heldout or recent")
     site_log, site = site_from_args(args)
     traces = args.trace or ([site_log] if site_log else None)
     if not traces:
@@ -276,7 +281,7 @@ def queue_main(argv) -> int:
     for trace in traces:
         for backfill in args.backfill:
             case, per_sequence = run_protocol(trace, args.protocol, args.policy, backfill=backfill,
-                                              sequences=args.sequences or 100, site=site,
+                                              sequences=args.sequences or SEQUENCES, site=site,
                                               bsld_threshold=args.bsld_threshold, device=args.device,
                                               versus=args.versus, echo=print, sequence_length=args.sequence_length,
                                               nodes=args.nodes, processors_per_node=args.processors_per_node,

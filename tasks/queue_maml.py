@@ -49,6 +49,7 @@ from lightning_sched.queue.policy import (
 from lightning_sched.queue.sites import HELDOUT_SITES, TRACES_DIR, TRAINING_SITES, site_log
 
 from .base import IterationTask, require_at_least, require_positive
+from .queue_ppo_settings import PPOSettings
 
 
 class QueueMAML(IterationTask):
@@ -214,7 +215,7 @@ class QueueMAML(IterationTask):
         self.check_gradients()
         # clipped as QueuePPO's steps (its max_grad_norm default): one site whose bounded slowdowns run to
         # thousands must not throw the shared start far (the learned step sizes, their own lr, are not clipped)
-        torch.nn.utils.clip_grad_norm_(self.net.scorer.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(self.net.scorer.parameters(), PPOSettings.max_grad_norm)
         optimizer.step()
         self.log_dict({"train/meta_loss": meta_loss, "train/mean_bounded_slowdown": sum(bsld) / len(bsld)},
                       on_step=True, on_epoch=False)

@@ -39,7 +39,7 @@ from lightning_sched.learning.policy_gradient import sequence_advantages
 from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue import native as queue_native
 from lightning_sched.queue.config import QueueConfig
-from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, rollout_bytes
+from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, play_to_end, rollout_bytes
 from lightning_sched.queue.evaluation import METRICS
 from lightning_sched.queue.heuristics import HEURISTICS, RULES, QueueHeuristic
 from lightning_sched.queue.log import QueueLog, read_queue_log
@@ -389,10 +389,7 @@ class QueuePPO(IterationTask):
     @torch.no_grad()
     def evaluate(self, env: QueueEnv) -> dict[str, torch.Tensor]:
         """The greedy policy's episode metrics on `env`'s sequences (each DoubleTensor[B])."""
-        policy = QueuePolicy(self.net, greedy=True)
-        td = env.reset()
-        while not bool(td["done"].all()):
-            td = env.step(policy(td))["next"]  # the network on its device, the env on its own
+        play_to_end(env, QueuePolicy(self.net, greedy=True))  # the network on its device, the env on its own
         return self.on_module_device(env.episode_metrics())
 
     def on_module_device(self, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -245,6 +245,17 @@ class QueueEnv(EveryRowReset):
         return episode_metrics(self.state, self.cfg)
 
 
+def play_to_end(env: QueueEnv, policy) -> int:
+    """Reset `env` and step it with `policy` (td -> td with "action") until every row is done (the
+    rows done first ignore their actions); returns the decision steps taken. `env.episode_metrics()`
+    then holds the results."""
+    td, steps = env.reset(), 0
+    while not bool(td["done"].all()):
+        td = env.step(policy(td))["next"]
+        steps += 1
+    return steps
+
+
 def episode_metrics(state: QueueState, cfg: QueueConfig) -> dict[str, torch.Tensor]:
     """See QueueEnv.episode_metrics."""
     started = state.start >= 0

@@ -24,7 +24,7 @@ from ..cli import require_distinct
 from ..config import ConfigError
 from ..evaluation import ci_text, mean_ci95
 from .config import QueueConfig
-from .env import QueueEnv
+from .env import QueueEnv, play_to_end
 from .heuristics import HEURISTICS, RULES, QueueHeuristic
 from .log import QueueLog, read_queue_log
 from .reservation import SUFFIX, ReservingRule, reserving_config
@@ -40,9 +40,11 @@ EVAL_LENGTH = 1024
 TRAIN_FRACTION = 0.8  # heldout: training sees jobs [0, 80%), evaluation starts in [80%, end - 1024]
 RECENT_FRACTION = 0.6  # recent: sequences start in [60%, 80%) and end before 80%
 METRICS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "utilization", "makespan")
+SEQUENCES = 100  # heldout and recent: sequences by default (the issue's protocol: at least 100)
 
 
-def protocol_starts(log: QueueLog, protocol: str, num_sequences: int = 100, length: int = EVAL_LENGTH) -> torch.Tensor:
+def protocol_starts(log: QueueLog, protocol: str, num_sequences: int = SEQUENCES,
+                    length: int = EVAL_LENGTH) -> torch.Tensor:
     """The evaluation sequences' start positions (LongTensor[N]) of `protocol` on `log`, sequences of
     `length` jobs (RLScheduler's are 1024)."""
     if protocol == "rlscheduler":
@@ -80,12 +82,8 @@ def evaluate_queue(policy: Callable, cfg: QueueConfig, log: QueueLog, starts: to
     """Run `policy` (td -> td with "action") once on each sequence of `cfg.sequence_length` jobs
     starting at `starts` (LongTensor[N]), all N at once; every sequence runs to its end."""
     env = QueueEnv(cfg, log, batch_size=[len(starts)], starts=starts, device=device)
-    td = env.reset()
-    decisions = 0
     with torch.no_grad():
-        while not bool(td["done"].all()):
-            td = env.step(policy(td))["next"]
-            decisions += 1
+        decisions = play_to_end(env, policy)
     m = env.episode_metrics()
     sequences = {k: m[k].double().cpu() for k in METRICS}
     summary: dict[str, float] = {}
@@ -183,7 +181,7 @@ def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str
     return notes, read
 
 
-def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str = "off", sequences: int = 100,
+def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str = "off", sequences: int = SEQUENCES,
                  site=None, bsld_threshold: float = 10.0, device="cpu", versus: str | None = None,
                  echo=print, sequence_length: int = EVAL_LENGTH, nodes: int | None = None,
                  processors_per_node: int | None = None,

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError
+from .config import DAY
 from .log import QueueLog, read_queue_log
 
 
@@ -144,7 +145,7 @@ def _repair(processors: np.ndarray, run: np.ndarray, rho: float, rng: np.random.
 OVERESTIMATING = ((0.016, 0.5, 1.0), (0.07, 1.0, 2.0), (0.14, 2.0, 10.0), (0.774, 10.0, 100.0))
 MODERATE = ((0.3, 1.0, 2.0), (0.5, 2.0, 5.0), (0.2, 5.0, 20.0))
 TIGHT = ((0.25, 0.5, 1.0), (0.5, 1.0, 1.5), (0.25, 1.5, 3.0))
-FIVE_DAYS = 5 * 86400
+FIVE_DAYS = 5 * DAY
 
 # The meta-learning split, fixed before any training (docs/hpc_queue.md, "Sites"): (log file in
 # ../shared/traces, site). Training sites use the first 80% of the Lublin logs; held-out sites pair a

@@ -20,7 +20,7 @@ import torch
 from . import native
 from .config import DAY, LOG_SPAN, MINUTE, QUEUE_WINDOWS, QueueConfig
 from .heuristics import rule_keys, window_ranks
-from .state import RUNNING, WAITING, QueueState
+from .state import WAITING, QueueState
 
 
 def step_and_observe(state: QueueState, job: torch.Tensor, cfg: QueueConfig) -> dict[str, torch.Tensor]:
@@ -61,13 +61,10 @@ def fit_delay(state: QueueState, window_job: torch.Tensor) -> torch.Tensor:
     running jobs free their nodes at their requested ends (what a scheduler knows), and the job fits
     at the first end after which enough nodes are free; `span_feature`, 0 when it fits now and for
     empty slots."""
-    running = state.status == RUNNING
-    end = torch.where(running, state.start + state.requested, torch.iinfo(torch.int64).max)
-    order = end.argsort(1)
-    freed = (state.nodes * running).gather(1, order).cumsum(1) + state.free_nodes.unsqueeze(1)  # [B, L], rising
+    from .step_torch import requested_fit_time
+
     need = state.nodes.gather(1, window_job.clamp(min=0).long())  # [B, W]
-    first = torch.searchsorted(freed, need).clamp(max=state.length - 1)  # the end after which it fits
-    when = end.gather(1, order).gather(1, first)
+    when = requested_fit_time(state, need)
     seconds = torch.where(need <= state.free_nodes.unsqueeze(1), 0, (when - state.time.unsqueeze(1)).clamp(min=0))
     return torch.where(window_job >= 0, span_feature(seconds), 0.0).float()
 

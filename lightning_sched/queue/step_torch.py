@@ -134,14 +134,21 @@ def _start(state: QueueState, rows: torch.Tensor, job: torch.Tensor, added: torc
     state.free_nodes -= torch.where(rows, _pick(job, state.nodes), 0)
 
 
-def _shadow(state: QueueState, need: torch.Tensor) -> torch.Tensor:
-    """EASY's shadow time, LongTensor[B]: the estimated end (start + requested) of the running job at
-    which, counting running jobs in order of estimated end, `need` (LongTensor[B]) nodes are free."""
+def requested_fit_time(state: QueueState, need: torch.Tensor) -> torch.Tensor:
+    """When `need` nodes (LongTensor[B, K]) would be free if nothing else started, as a scheduler knows
+    it, LongTensor[B, K]: the estimated end (start + requested) of the running job at which, counting
+    running jobs in order of estimated end, that many nodes are free (EASY's shadow time of a job of
+    that size; native_queue.c's requested_ends). Only for needs the cluster can hold."""
     running = state.status == RUNNING
     estimated_end, order = torch.where(running, state.start + state.requested, NEVER).sort(dim=1)
     freed = torch.where(running, state.nodes, 0).gather(1, order).cumsum(dim=1) + state.free_nodes[:, None]
-    enough = (freed >= need[:, None]).to(torch.uint8).argmax(dim=1)
-    return _pick(enough, estimated_end)
+    first = torch.searchsorted(freed, need).clamp(max=state.length - 1)  # freed rises along a row
+    return estimated_end.gather(1, first)
+
+
+def _shadow(state: QueueState, need: torch.Tensor) -> torch.Tensor:
+    """EASY's shadow time of jobs needing `need` nodes (LongTensor[B]), LongTensor[B]."""
+    return requested_fit_time(state, need[:, None])[:, 0]
 
 
 def _backfill_pass(state: QueueState, rows: torch.Tensor, shadow: torch.Tensor, added: torch.Tensor,

@@ -87,7 +87,7 @@ def main(argv=None) -> None:
     import torch
 
     from lightning_sched.evaluation import mean_ci95
-    from lightning_sched.queue.env import QueueEnv
+    from lightning_sched.queue.env import QueueEnv, play_to_end
     from lightning_sched.queue.evaluation import heuristic_config, protocol_starts
     from lightning_sched.queue.heuristics import priority
     from lightning_sched.queue.log import read_queue_log
@@ -95,10 +95,8 @@ def main(argv=None) -> None:
     def bsld(policy, cfg, log, starts) -> torch.Tensor:
         """Each sequence's mean bounded slowdown, DoubleTensor[N]."""
         env = QueueEnv(cfg, log, batch_size=[len(starts)], starts=starts)
-        td = env.reset()
         with torch.no_grad():
-            while not bool(td["done"].all()):
-                td = env.step(policy(td, env))["next"]
+            play_to_end(env, lambda td: policy(td, env))
         return env.episode_metrics()["mean_bounded_slowdown"].double()
 
     def plain(td, env):
