@@ -10,8 +10,9 @@ limit, start_time + --unlimited_minutes); pending jobs their eligible time (elig
 submit_time), time limit (minutes, or --unlimited_minutes without one) and processors (with
 --processors_per_node, at least node_count whole nodes' worth). Job ids must be integers. Pending jobs
 that cannot start whatever their priority are not ranked, and are named on stderr: held (priority 0,
-a JobHeld* reason), waiting on a dependency or a begin time, eligible more than a minute after --now,
-or larger than --processors. A time limit of 0 (Slurm: none) or none set is taken as
+a JobHeld* reason), waiting on a dependency or a begin time, over a QOS, association, partition or
+license limit (a QOS*, Assoc*, Partition*, ReqNodeNotAvail or Licenses reason), eligible more than a minute
+after --now, or larger than --processors. A time limit of 0 (Slurm: none) or none set is taken as
 --unlimited_minutes. A job waiting more than a year (the service refuses it: a submit time of 0, or
 --now in milliseconds?) is left out and named. With --partition, only the jobs of that partition (a
 pending job listing several counts in each); a partition no listed job is in is named on stderr.
@@ -91,7 +92,10 @@ def states(job: dict) -> set[str]:
     return {str(v) for v in value} if isinstance(value, list) else {str(value)}
 
 
-NOT_ELIGIBLE = ("JobHeld", "Dependency", "BeginTime")  # reasons (prefixes) a pending job cannot start for
+# reasons (prefixes) a pending job cannot start for whatever its priority: held, waiting on another job or a
+# time, or over a limit of its QOS, association, partition or licenses, or asking for nodes that are unavailable
+NOT_ELIGIBLE = ("JobHeld", "Dependency", "BeginTime", "QOS", "Assoc", "Partition", "ReqNodeNotAvail", "Licenses",
+                "InvalidQOS", "InvalidAccount")
 
 
 def not_ranked(job: dict, processors: int) -> str | None:

@@ -40,7 +40,7 @@ from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue import native as queue_native
 from lightning_sched.queue.config import QueueConfig
 from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, play_to_end, rollout_bytes
-from lightning_sched.queue.evaluation import METRICS
+from lightning_sched.queue.evaluation import EVAL_LENGTH, METRICS, RLSCHEDULER_STARTS, TRAIN_FRACTION
 from lightning_sched.queue.heuristics import HEURISTICS, RULES, QueueHeuristic
 from lightning_sched.queue.log import QueueLog, read_queue_log
 from lightning_sched.queue.lookahead import LookaheadPolicy, LookaheadSettings
@@ -397,12 +397,17 @@ class QueuePPO(IterationTask):
         return {name: value.to(self.device) for name, value in metrics.items()}
 
     def evaluation_command(self, checkpoint: str) -> tuple[str, list[str]]:
-        """(the script, its arguments) that measure `checkpoint` beside the rules on the held-out
-        protocol (the last 20% of each log: jobs the run never read when it read at most 80%)."""
+        """(the script, its arguments) that measure `checkpoint` beside the rules: on the held-out
+        protocol (the last 20% of each log) when the run read at most the first 80% (or a log is too short
+        for RLScheduler's: evaluate.py then names the sequences it read), else on RLScheduler's (whose model
+        also trained on whole logs)."""
         reading = [f"--{name}={value}" for name, value in (("nodes", self.hparams.nodes),
                    ("processors_per_node", self.hparams.processors_per_node), ("oversize", self.hparams.oversize))
                    if value not in (None, "refuse")]
-        return "evaluate", ["--env", "queue", "--protocol", "heldout", "--trace", *[one.path for one in self.logs],
+        whole_logs = self.read_fraction > TRAIN_FRACTION and \
+            min(one.num_jobs for one in self.logs) >= max(RLSCHEDULER_STARTS) + EVAL_LENGTH
+        protocol = "rlscheduler" if whole_logs else "heldout"
+        return "evaluate", ["--env", "queue", "--protocol", protocol, "--trace", *[one.path for one in self.logs],
                             *reading, "--backfill", self.cfg.backfill, "--policy", *RULES, checkpoint]
 
     def validation_step(self, batch, batch_idx):

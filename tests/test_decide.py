@@ -350,7 +350,8 @@ def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
               {**pending, "job_id": 22, "priority": 0},
               {**pending, "job_id": 23, "state_reason": "Dependency"},
               {**pending, "job_id": 24, "state_reason": "BeginTime"},
-              {**pending, "job_id": 25, "cpus": 300}]
+              {**pending, "job_id": 25, "cpus": 300},
+              {**pending, "job_id": 26, "state_reason": "QOSMaxJobsPerUserLimit"}]
     can = [{**pending, "job_id": 27, "priority": slurm(5000), "state_reason": "Priority",
             "eligible_time": slurm(now - 60)},
            {**pending, "job_id": 28, "state_reason": "Resources", "eligible_time": {"set": False, "number": 0},
@@ -362,7 +363,7 @@ def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
     assert [(j["id"], j["submit"], j["requested_time"]) for j in snapshot["waiting"]] == [
         (27, now - 60, 600), (28, now - 600, 600), (29, now - 600, 3600), (30, now - 600, 3600)]
     assert left_out == {21: "JobHeldUser", 22: "held (priority 0)", 23: "Dependency", 24: "BeginTime",
-                        25: "300 processors, more than --processors 256",
+                        25: "300 processors, more than --processors 256", 26: "QOSMaxJobsPerUserLimit",
                         31: "waits more than 365 days (a submit time of 0, --now in ms?)"}
     assert decide(snapshot, load_scorer(onnx_policy))["order"]  # the service takes every job it ranks
     # whole nodes: a running job spread over more nodes than its processors fill holds them all

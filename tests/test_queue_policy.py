@@ -196,6 +196,23 @@ def write_log(path: Path, jobs: int = 600, nodes: int = 16, seed: int = 0) -> Pa
     return path
 
 
+def test_the_printed_evaluation_uses_a_protocol_whose_sequences_the_run_never_read(tmp_path):
+    from tasks.queue_ppo import QueuePPO
+    from tasks.queue_ppo_settings import QueueValidation
+
+    def protocol(log, fraction) -> str:
+        task = QueuePPO(log=str(log), train_fraction=fraction, window=16, sequence_length=32, batch_size=8,
+                        validation=QueueValidation(sequences=2, sequence_length=64))
+        arguments = task.evaluation_command("x.ckpt")[1]
+        return arguments[arguments.index("--protocol") + 1]
+
+    lublin = ROOT.parent / "shared" / "traces" / "lublin_256.swf.gz"
+    # a whole log read: RLScheduler's protocol (its model read whole logs too); the first 80%: the last 20%;
+    # a log too short for RLScheduler's sequences: held out, where evaluate.py names the sequences it read
+    assert [protocol(lublin, 1.0), protocol(lublin, 0.8), protocol(write_log(tmp_path / "tiny.swf"), 1.0)] == \
+        ["rlscheduler", "heldout", "heldout"]
+
+
 def test_fit_smoke_trains_validates_and_writes_a_loadable_policy(tmp_path):
     log = write_log(tmp_path / "tiny.swf")
     env = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
