@@ -437,6 +437,12 @@ def test_evaluate_script_on_a_log(tmp_path):
         assert ("minus_versus" in x) == (x["policy"] != "sjf")
         if x["policy"] != "sjf":
             assert x["minus_versus"] == pytest.approx(x["mean_bounded_slowdown"] - lines[1]["mean_bounded_slowdown"])
+            assert sum(x["minus_versus_halves"]) / 2 == pytest.approx(x["minus_versus"])  # two halves of 2
+    for x in lines:  # the halves of the range's starts, each alone: together the whole difference
+        if x is not best:
+            first, later = x["minus_best_heuristic_halves"]
+            assert (first + later) / 2 == pytest.approx(x["minus_best_heuristic"])
+            assert f"halves {first:+.2f} / {later:+.2f})" in out.stdout
     assert all(x["num_sequences"] == 4 and x["log"]["kept"] == 6000 for x in lines)
     bad = conftest.run_script(ROOT / "scripts/evaluate.py", "--env", "queue", "--trace", log, "--policy", "lifo",
                               cwd=tmp_path)
