@@ -196,7 +196,8 @@ def test_print_config_and_unknown_keys(fit_main, capsys):
     # a workload's own refusal, from inside jsonargparse's union of workload classes: one line
     code, _, err = fit_exit(fit_main, capsys, "--config", str(ROOT / "configs" / "trace_nasa.yaml"),
                             "--model.workload.init_args.path", "no_such_log.swf")
-    assert code != 0 and err.strip() == "error: no_such_log.swf: cannot read the trace (No such file or directory)"
+    assert code != 0 and err.strip() == ("error: no_such_log.swf: cannot read the trace (No such file or directory); "
+                                         "the logs the docs use: docs/hpc_queue.md, 'The logs'")
 
 
 def test_a_maml_config_keeps_maml_defaults_and_no_config_means_reinforce(fit_main, capsys):

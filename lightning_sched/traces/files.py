@@ -116,7 +116,8 @@ def _open_text(path: Path) -> list[str]:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise TraceError(f"{path}: cannot read the trace ({exc.strerror or exc})") from exc
+        where = "; the logs the docs use: docs/hpc_queue.md, 'The logs'" if isinstance(exc, FileNotFoundError) else ""
+        raise TraceError(f"{path}: cannot read the trace ({exc.strerror or exc}){where}") from exc
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gunzip_capped(raw, path)
