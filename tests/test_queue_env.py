@@ -423,6 +423,21 @@ def test_evaluate_says_when_the_range_holds_fewer_sequences_than_asked(tmp_path,
     assert "21 sequences (of 500 asked: the range has no more distinct starts) of 100 jobs" in capsys.readouterr().out
 
 
+def test_evaluate_says_when_a_protocol_or_a_load_leaves_nothing_to_compare(tmp_path, capsys):
+    from conftest import script_main
+
+    evaluate = script_main("evaluate")
+    long = write_log(tmp_path / "long.swf", jobs=9900, nodes=64)
+    evaluate(["--env", "queue", "--trace", str(long), "--policy", "fcfs", "--threads", "1"])
+    assert "note: RLScheduler's protocol is its 10 start positions in the Lublin logs; on long.swf" in \
+        capsys.readouterr().out
+    idle = tmp_path / "idle.swf"  # a job every hour, each 10 s on one node: none ever waits
+    idle.write_text("; MaxNodes: 4\n" + "\n".join(swf_line(j, 3600 * j, 10, 1) for j in range(1, 301)) + "\n")
+    evaluate(["--env", "queue", "--trace", str(idle), "--protocol", "heldout", "--sequence_length", "20",
+              "--sequences", "4", "--policy", "fcfs", "sjf", "--threads", "1"])
+    assert "note: no job waited on these sequences under any policy (offered load 0.00)" in capsys.readouterr().out
+
+
 def test_evaluate_script_on_a_log(tmp_path):
     log = write_log(tmp_path / "log.swf", jobs=6000, nodes=64)
     out = conftest.run_script(ROOT / "scripts/evaluate.py", "--env", "queue", "--trace", log, "--protocol", "heldout",

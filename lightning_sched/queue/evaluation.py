@@ -224,11 +224,17 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
          "earlier and the later half of the starts, show whether it holds in both); "
          "mean bounded slowdown (lower is better) ± 95% CI over sequences; wait in seconds (lower is better); "
          "utilization (higher is better)")
+    if protocol == "rlscheduler" and Path(trace).name not in {name for name, _ in RLSCHEDULER_PUBLISHED}:
+        echo(f"note: RLScheduler's protocol is its 10 start positions in the Lublin logs; on {Path(trace).name} "
+             "they are positions only (--protocol heldout draws from the log's own last 20%)")
     trained = {spec: training_notes(spec, log, starts, backfill) for spec in policies}
     for notes, _ in trained.values():
         for note in notes:
             echo(note)
     results = compare_queue(resolved, log, starts, device)
+    if all(r.summary["mean_bounded_slowdown"] == 1.0 for r in results.values()):
+        echo(f"note: no job waited on these sequences under any policy (offered load {log.offered_load():.2f}): "
+             "nothing to compare; --load scales the arrivals to a load where jobs wait")
     rules = [name for name in results if name in RULES]
     best = min(rules, key=lambda n: results[n].summary["mean_bounded_slowdown"]) if rules else None
     lines, width = [], max(34, *(len(name) + 1 for name in results))  # long paths keep the columns aligned
