@@ -111,18 +111,21 @@ def schedules(policies: list[str], traces: list[str], count: int, windows=(128, 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--policy", default="checkpoints/queue_bsld_easy.ckpt")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--repeats", type=int, default=200)
-    p.add_argument("--processors", type=int, default=256)
+    p.add_argument("--policy", default="checkpoints/queue_bsld_easy.ckpt",
+                   help="a queue-policy checkpoint; its ONNX export is timed beside it (default %(default)s)")
+    p.add_argument("--threads", type=int, default=1, help="torch's and onnxruntime's threads (default 1)")
+    p.add_argument("--repeats", type=int, default=200, help="decisions timed per snapshot case (default 200)")
+    p.add_argument("--processors", type=int, default=256, help="the cluster of the timed snapshots (default 256)")
     p.add_argument("--check", type=int, default=0, metavar="N", help="also compare ONNX and checkpoint on N snapshots")
     p.add_argument("--trace", default="../shared/traces/lublin_256.swf.gz", help="the log --check replays")
     p.add_argument("--window", type=int, default=16, help="--check's window: small, so that it is often crowded")
     p.add_argument("--schedules", type=int, default=0, metavar="N",
                    help="compare decide()'s and the environment's schedules on N sequences per log, policy, window")
-    p.add_argument("--schedule_traces", nargs="+", default=["../shared/traces/lublin_256.swf.gz"])
+    p.add_argument("--schedule_traces", nargs="+", default=["../shared/traces/lublin_256.swf.gz"],
+                   help="the logs --schedules replays (default %(default)s)")
     p.add_argument("--schedule_policies", nargs="+",
-                   default=["checkpoints/queue_bsld.ckpt", "checkpoints/queue_bsld_easy.ckpt"])
+                   default=["checkpoints/queue_bsld.ckpt", "checkpoints/queue_bsld_easy.ckpt"],
+                   help="the policies --schedules compares (default: the two shipped networks)")
     args = p.parse_args()
     for name, value in (("--threads", args.threads), ("--repeats", args.repeats), ("--processors", args.processors)):
         if value < 1:
