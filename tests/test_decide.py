@@ -294,6 +294,21 @@ def test_export_refuses_to_replace_a_file_and_the_onnx_path_needs_no_torch(tmp_p
     assert out.returncode == 0 and out.stdout.strip() == "['b7']", out.stderr
 
 
+def test_the_documented_squeue_example_gives_the_documented_answer(tmp_path):
+    from conftest import run_in_process
+
+    doc = (ROOT / "docs" / "deploy.md").read_text()
+    block = doc[doc.index("python scripts/squeue_hook.py --policy checkpoints/queue_bsld_easy.ckpt"):]
+    block = block[:block.index("```")]
+    command, *answer = [line.rstrip(" \\") for line in block.splitlines()]
+    args = (command + " " + answer.pop(0).strip()).split()[2:]  # the command's two lines, after "python script"
+    out = run_in_process(ROOT / "scripts" / "squeue_hook.py", args, ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [line.removeprefix("# ") for line in answer if line.startswith("# scontrol")]
+    for said in ("# the policy would start now: 104", "# not ranked: 106: JobHeldUser; 107: QOSMaxJobsPerUserLimit"):
+        assert said in out.stderr and said in doc
+
+
 def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
     now = 1_700_000_000
 
