@@ -24,8 +24,6 @@ and logs the greedy policy's mean bounded slowdown; the best checkpoint monitors
 """
 from __future__ import annotations
 
-import copy
-
 import higher
 import torch
 
@@ -34,7 +32,7 @@ from lightning_sched.config import ConfigError
 from lightning_sched.learning.adaptation import meta_sgd_callback
 from lightning_sched.learning.meta import LearnedStepSizes, add_first_order_gradients, require_learnable_step_sizes
 from lightning_sched.limits import require_time, require_total
-from lightning_sched.queue.adaptation import adapt, reinforce_loss, rollout, site_env
+from lightning_sched.queue.adaptation import adaptation_curve, reinforce_loss, rollout, site_env
 from lightning_sched.queue.config import QueueConfig
 from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, rollout_bytes
 from lightning_sched.queue.evaluation import RULES, compare_queue, heuristic_policies
@@ -281,19 +279,16 @@ class QueueMAML(IterationTask):
         step_sizes = self.step_sizes()
         step_sizes = None if step_sizes is None else {name: a.detach() for name, a in step_sizes.items()}
         for site, (_, _, log) in enumerate(self.sites):
-            net = copy.deepcopy(self.net)  # adapted here, the meta-policy untouched
             # the sequence is drawn first, from a generator of its own: the same for every inner_steps
             # (MAML and its mixture baseline) and whatever the adaptation's rollouts drew
             seed = seeds.VALIDATION + site
             start = log.random_starts(hp.train_fraction, hp.validation_length, 1, torch.Generator().manual_seed(seed))
-            if hp.inner_steps:
-                train_env = site_env(log, self.cfg, hp.sequences, hp.episodes, self.positions[site], seed=seed)
-                adapt(net.scorer, net.spec, train_env, hp.inner_steps, hp.inner_lr, hp.episodes,
-                      torch.Generator().manual_seed(seed), step_sizes=step_sizes)
-            env = QueueEnv(self.val_cfg, log, batch_size=[1], starts=start)
-            with torch.no_grad():
-                played = rollout(env, net.scorer, net.spec, greedy=True, device=self.device)
-                results.append(float(played.metrics["mean_bounded_slowdown"][0]))
+            # a copy adapted as training adapts (the meta-policy untouched), then measured greedily
+            curve, _ = adaptation_curve(self.net, log, self.val_cfg, start, hp.inner_steps, hp.inner_lr, hp.sequences,
+                                        hp.episodes, log.jobs_before(hp.train_fraction), seed,
+                                        train_length=hp.sequence_length, measure_at=[hp.inner_steps],
+                                        step_sizes=step_sizes)
+            results.append(float(curve[hp.inner_steps][0]))
         value = sum(results) / len(results)
         self.log("eval/mean_bounded_slowdown", value, on_step=False, on_epoch=True, batch_size=1)
         self.log("val_bsld", value, prog_bar=True, logger=False, on_epoch=True, batch_size=1)
