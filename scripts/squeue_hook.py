@@ -5,20 +5,19 @@ as Slurm priorities (a dry run: it prints `scontrol` commands; pipe them to `sh`
     squeue --json | python scripts/squeue_hook.py --policy policy.onnx --processors 256 | sh
 
 Jobs holding processors (RUNNING, COMPLETING, CONFIGURING) give their processors (cpus), nodes
-(node_count, with --processors_per_node) and expected end (end_time: start + time limit; without a
-limit, start_time + --unlimited_minutes); pending jobs their eligible time (eligible_time, else
-submit_time), time limit (minutes, or --unlimited_minutes without one) and processors (with
---processors_per_node, at least node_count whole nodes' worth). Job ids must be integers. Pending jobs
-that cannot start whatever their priority are not ranked, and are named on stderr: held (priority 0,
-a JobHeld* reason), waiting on a dependency or a begin time, over a QOS, association, partition or
-license limit (a QOS*, Assoc*, Partition*, ReqNodeNotAvail or Licenses reason), eligible more than a minute
-after --now, or larger than --processors. A time limit of 0 (Slurm: none) or none set is taken as
---unlimited_minutes. A job waiting more than a year (the service refuses it: a submit time of 0, or
---now in milliseconds?) is left out and named. With --partition, only the jobs of that partition (a
-pending job listing several counts in each); a partition no listed job is in is named on stderr.
-Integer fields may be plain numbers or Slurm's {"set": true, "infinite": false, "number": N} form;
-job_state a string or a list. Check the fields against your Slurm version's `squeue --json` before
-relying on it.
+(node_count, with --processors_per_node) and expected end (end_time: start + time limit; without a limit,
+start_time + --unlimited_minutes); pending jobs their eligible time (eligible_time, else submit_time),
+time limit (minutes, or --unlimited_minutes without one) and processors (with --processors_per_node, at
+least node_count whole nodes' worth). Job ids must be integers. Pending jobs that cannot start whatever
+their priority are not ranked, and are named on stderr: held (priority 0, a JobHeld* reason), waiting on
+a dependency or a begin time, over a QOS, association, partition or license limit (a QOS*, Assoc*,
+Partition*, ReqNodeNotAvail, Licenses or Invalid{QOS,Account} reason), eligible more than a minute after
+--now, or larger than --processors. A time limit of 0 (Slurm: none) or none set is taken as
+--unlimited_minutes. A job waiting more than a year (the service refuses it: a submit time of 0, or --now
+in milliseconds?) is left out and named. With --partition, only the jobs of that partition (a pending job
+listing several counts in each); a partition no listed job is in is named on stderr. Integer fields may
+be plain numbers or Slurm's {"set": true, "infinite": false, "number": N} form; job_state a string or a
+list. Check the fields against your Slurm version's `squeue --json` before relying on it.
 
 Setting a priority with scontrol fixes it: Slurm's priority plugin (e.g. multifactor) no longer
 changes it, and only an operator or administrator may raise it; so the hook runs as one, and every

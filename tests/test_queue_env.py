@@ -120,7 +120,8 @@ def test_real_logs_quirks_are_read_or_refused_naming_the_field(tmp_path):
     packed = gzip.compress(text.encode())
     for name, content in (("named_plain.swf", packed), ("upper.SWF.GZ", packed),
                           ("bom.swf", ("\ufeff" + text).encode()),
-                          ("old_mac.swf", text.replace("\n", "\r").encode())):
+                          ("old_mac.swf", text.replace("\n", "\r").encode()),
+                          ("mixed.swf", (text[:-1].replace("\n", "\r") + "\n").encode())):
         (tmp_path / name).write_bytes(content)  # gzip found by its content; a byte-order mark; \r line ends
         assert read_queue_log(tmp_path / name).counts["kept"] == 3, name
     long = tmp_path / "long.swf"  # each time below 2^36, but a sequence's run times add up past the kernel's 2^40
@@ -435,7 +436,19 @@ def test_evaluate_says_when_a_protocol_or_a_load_leaves_nothing_to_compare(tmp_p
     idle.write_text("; MaxNodes: 4\n" + "\n".join(swf_line(j, 3600 * j, 10, 1) for j in range(1, 301)) + "\n")
     evaluate(["--env", "queue", "--trace", str(idle), "--protocol", "heldout", "--sequence_length", "20",
               "--sequences", "4", "--policy", "fcfs", "sjf", "--threads", "1"])
-    assert "note: no job waited on these sequences under any policy (offered load 0.00)" in capsys.readouterr().out
+    assert "note: every job's bounded slowdown is 1 under every policy (offered load 0.00: no job waited" in \
+        capsys.readouterr().out
+    unzipped = tmp_path / "lublin_256.swf"  # RLScheduler's own file name, not gzipped: no note
+    unzipped.write_text(long.read_text())
+    evaluate(["--env", "queue", "--trace", str(unzipped), "--policy", "fcfs", "--threads", "1"])
+    assert "RLScheduler's protocol is its 10 start positions" not in capsys.readouterr().out
+    one = tmp_path / "one.swf"  # one held-out sequence: no halves (nothing to split), valid JSON
+    one.write_text(long.read_text().replace("\n".join(long.read_text().splitlines()[2:]), "\n".join(
+        long.read_text().splitlines()[2:502])))
+    evaluate(["--env", "queue", "--trace", str(one), "--protocol", "heldout", "--sequence_length", "100",
+              "--policy", "fcfs", "sjf", "--threads", "1", "--json"])
+    printed = capsys.readouterr().out
+    assert "(paired 95% CI, 1 sequences)" in printed and "; halves" not in printed and "NaN" not in printed
 
 
 def test_evaluate_script_on_a_log(tmp_path):

@@ -43,6 +43,13 @@ METRICS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "utilization",
 SEQUENCES = 100  # heldout and recent: sequences by default (the issue's protocol: at least 100)
 
 
+def rlschedulers_log(path) -> bool:
+    """Whether `path` is one of RLScheduler's Lublin logs (by file name, gzipped or not)."""
+    def stem(name: str) -> str:
+        return Path(name).name.removesuffix(".gz").removesuffix(".swf")
+    return stem(str(path)) in {stem(name) for name, _ in RLSCHEDULER_PUBLISHED}
+
+
 def protocol_starts(log: QueueLog, protocol: str, num_sequences: int = SEQUENCES,
                     length: int = EVAL_LENGTH) -> torch.Tensor:
     """The evaluation sequences' start positions (LongTensor[N]) of `protocol` on `log`, sequences of
@@ -126,14 +133,16 @@ def paired(a: QueueResult, b: QueueResult, metric: str = "mean_bounded_slowdown"
     return mean_ci95(a.sequences[metric] - b.sequences[metric])
 
 
-def halves(a: QueueResult, b: QueueResult, starts: torch.Tensor, metric: str = "mean_bounded_slowdown") -> list[float]:
+def halves(a: QueueResult, b: QueueResult, starts: torch.Tensor,
+           metric: str = "mean_bounded_slowdown") -> list[float] | None:
     """a - b averaged over the sequences of the earlier and of the later half of the range, by start
-    (`starts`, LongTensor[N]): overlapping sequences share their jobs, so a difference that is real
-    keeps its sign in both halves, where a CI over the sequences cannot tell."""
+    (`starts`, LongTensor[N]; the later half takes the middle one of an odd N): overlapping sequences
+    share their jobs, so a difference that is real keeps its sign in both halves, where a CI over the
+    sequences cannot tell. None for fewer than two sequences."""
     order = starts.argsort(stable=True)
     diff = (a.sequences[metric] - b.sequences[metric])[order]
     n = len(diff) // 2
-    return [float(diff[:n].mean()), float(diff[n:].mean())] if n else [float("nan")] * 2
+    return [float(diff[:n].mean()), float(diff[n:].mean())] if n else None
 
 
 def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[Callable, QueueConfig]:
@@ -224,7 +233,7 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
          "earlier and the later half of the starts, show whether it holds in both); "
          "mean bounded slowdown (lower is better) ± 95% CI over sequences; wait in seconds (lower is better); "
          "utilization (higher is better)")
-    if protocol == "rlscheduler" and Path(trace).name not in {name for name, _ in RLSCHEDULER_PUBLISHED}:
+    if protocol == "rlscheduler" and not rlschedulers_log(trace):
         echo(f"note: RLScheduler's protocol is its 10 start positions in the Lublin logs; on {Path(trace).name} "
              "they are positions only (--protocol heldout draws from the log's own last 20%)")
     trained = {spec: training_notes(spec, log, starts, backfill) for spec in policies}
@@ -233,8 +242,10 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
             echo(note)
     results = compare_queue(resolved, log, starts, device)
     if all(r.summary["mean_bounded_slowdown"] == 1.0 for r in results.values()):
-        echo(f"note: no job waited on these sequences under any policy (offered load {log.offered_load():.2f}): "
-             "nothing to compare; --load scales the arrivals to a load where jobs wait")
+        echo(f"note: every job's bounded slowdown is 1 under every policy (offered load {log.offered_load():.2f}: "
+             f"no job waited, but for jobs shorter than the {bsld_threshold:g} s threshold a few seconds): nothing to "
+             "compare; --load scales the "
+             "arrivals to a load where jobs wait")
     rules = [name for name in results if name in RULES]
     best = min(rules, key=lambda n: results[n].summary["mean_bounded_slowdown"]) if rules else None
     lines, width = [], max(34, *(len(name) + 1 for name in results))  # long paths keep the columns aligned
@@ -251,15 +262,17 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
             diff, ci = paired(result, results[best])
             line.update(best_heuristic=best, minus_best_heuristic=diff, minus_best_heuristic_ci95=ci)
             text += f"  minus {best}: {diff:+.2f} ± {ci_text(ci, '.2f')} (paired 95% CI, {len(starts)} sequences"
-            if protocol != "rlscheduler":  # consecutive starts: the range's two halves, each alone
-                line["minus_best_heuristic_halves"] = halves(result, results[best], starts)
-                text += "; halves " + " / ".join(f"{h:+.2f}" for h in line["minus_best_heuristic_halves"])
+            split = halves(result, results[best], starts) if protocol != "rlscheduler" else None
+            if split is not None:  # consecutive starts: the range's two halves, each alone
+                line["minus_best_heuristic_halves"] = split
+                text += "; halves " + " / ".join(f"{h:+.2f}" for h in split)
             text += ")"
         if versus is not None and name != versus:
             diff, ci = paired(result, results[versus])
             line.update(versus=versus, minus_versus=diff, minus_versus_ci95=ci)
-            if protocol != "rlscheduler":
-                line["minus_versus_halves"] = halves(result, results[versus], starts)
+            split = halves(result, results[versus], starts) if protocol != "rlscheduler" else None
+            if split is not None:
+                line["minus_versus_halves"] = split
             text += f"  minus {versus}: {diff:+.2f} ± {ci_text(ci, '.2f')}" if versus != best else ""
         echo(text)
         lines.append(line)

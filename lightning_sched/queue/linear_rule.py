@@ -25,15 +25,15 @@ from .reservation import reserve_pick
 
 # (name, scale): a unit of weight moves a job about as far in the order for every feature
 RULE_FEATURES = (("area", 1.0),              # log10(requested) * processors, F1's first term
-            ("log_submit", 870.0),      # log10(submit), F1's second term
-            ("log_requested", 50.0),
-            ("processors", 5.0),
-            ("log_wait", 200.0),        # log10(wait + 10 s)
-            ("fits_now", 500.0),        # 1 when the job's processors are free now
-            ("log_wait_per_requested", 200.0),  # log10((wait + 10 s) / requested), UNICEP-like
-            # what else waits: q = log10(1 + queue length)
-            ("fits_now_x_queue", 300.0),
-            ("area_x_queue", 0.5))
+                 ("log_submit", 870.0),      # log10(submit), F1's second term
+                 ("log_requested", 50.0),
+                 ("processors", 5.0),
+                 ("log_wait", 200.0),        # log10(wait + 10 s)
+                 ("fits_now", 500.0),        # 1 when the job's processors are free now
+                 ("log_wait_per_requested", 200.0),  # log10((wait + 10 s) / requested), UNICEP-like
+                 # what else waits: q = log10(1 + queue length)
+                 ("fits_now_x_queue", 300.0),
+                 ("area_x_queue", 0.5))
 BASIC = 7  # the features without the queue length's
 F1_WEIGHTS = (1.0, 1.0) + (0.0,) * (len(RULE_FEATURES) - 2)
 

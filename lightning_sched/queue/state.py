@@ -12,8 +12,8 @@ from ..config import ConfigError
 FUTURE, WAITING, RUNNING, ENDED = 0, 1, 2, 3
 # the native kernel's fields of QueueState, which the torch step leaves alone (the class's docstring)
 KERNEL_ORDERS = ("sjf_order", "size_order", "order_count", "order_arrival")
-# every time of an episode stays below this: the native kernel sorts end times packed into the top 40 bits of
-# a 64-bit key (native.PACKED_BITS below them)
+# every start and end of an episode stays below this: the native kernel sorts end times packed into the top 40
+# bits of a 64-bit key (native.PACKED_BITS below them)
 MAX_EPISODE_SECONDS = 1 << 40
 
 
@@ -110,7 +110,8 @@ def init_state(jobs: dict[str, torch.Tensor], nodes: int, processors_per_node: i
     latest = submit[:, -1] + run.sum(1) + requested.max(1).values
     if bool((latest >= MAX_EPISODE_SECONDS).any()):
         raise ConfigError(f"submit, run, requested: a sequence's times could reach second {int(latest.max()):,} (its "
-                          f"last submit plus its run times and longest request), past 2^40 (the native step's limit)")
+                          "last submit plus its run times and longest request), past 2^40 (the env's limit: the "
+                          "native step sorts times in 40 bits)")
     need = (processors + processors_per_node - 1) // processors_per_node
     if bool((need > nodes).any()):
         raise ConfigError(f"processors: a job asks for {int(processors.max())} processors, the cluster has "

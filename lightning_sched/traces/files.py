@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import functools
 import math
+import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,8 +128,8 @@ def _open_text(path: Path) -> list[str]:
         raise TraceError(f"{path}: not a gzip file (the name ends in .gz but the content does not start "
                          "with gzip's magic bytes)")
     text = raw.decode("utf-8", errors="replace").removeprefix("\ufeff")
-    # split on \n only, so line numbers are what an editor shows
-    return [line.rstrip("\r") for line in text.split("\n" if "\n" in text else "\r")]
+    # line ends \n, \r\n or \r (old Mac files), and nothing else, so line numbers are what an editor shows
+    return re.split(r"\r\n|\r|\n", text)
 
 
 def _number(text: str, path: Path, line: int, what: str) -> float:
