@@ -294,15 +294,15 @@ def test_a_meta_policy_over_rule_weights_adapts_only_them(tmp_path):
 def test_validation_replays_the_same_sequences_whatever_the_inner_steps(monkeypatch):
     # MAML and its mixture baseline (inner_steps 0) are validated on one set of sequences: the
     # adaptation's draws before them must not move where they start
-    import tasks.queue_maml as queue_maml
-    starts, real_env = [], queue_maml.QueueEnv
+    import lightning_sched.queue.adaptation as adaptation  # validation adapts and measures there (adaptation_curve)
+    starts, real_env = [], adaptation.QueueEnv
 
     def recording_env(*args, **kwargs):
         if "starts" in kwargs:
             starts[-1].append(kwargs["starts"].tolist())
         return real_env(*args, **kwargs)
 
-    monkeypatch.setattr(queue_maml, "QueueEnv", recording_env)
+    monkeypatch.setattr(adaptation, "QueueEnv", recording_env)
     for inner_steps in (0, 1, 2):
         module = QueueMAML(str(POLICY), traces=str(TRACES), inner_steps=inner_steps, sequences=1, episodes=2,
                            sequence_length=32, validation_length=64)
