@@ -111,6 +111,9 @@ def test_real_logs_quirks_are_read_or_refused_naming_the_field(tmp_path):
         log.write_text(f"; MaxNodes: {value}\n" + "\n".join(jobs) + "\n")
         with pytest.raises(TraceError, match=rf"header MaxNodes: '{value}' must be a whole number from 1 to "):
             read_queue_log(log)
+    log.write_text("; MaxNodes: 4\n; MaxNodes: 4\n; MaxNodes: 8\n" + "\n".join(jobs) + "\n")  # the same twice is fine
+    with pytest.raises(TraceError, match="quirks.swf, line 3: header MaxNodes given twice, '4' then '8'"):
+        read_queue_log(log)
     for nodes in (3, 128):  # nodes of different sizes, or fewer processors than nodes: no cluster to guess
         log.write_text(f"; MaxNodes: {nodes}\n; MaxProcs: 64\n" + "\n".join(jobs) + "\n")
         with pytest.raises(TraceError, match=f"header MaxProcs 64 is not a multiple of MaxNodes {nodes}: .*"

@@ -208,9 +208,13 @@ def read_swf(path: str | Path) -> Trace:
                  table[:, 2].tolist())
 
 
+CLUSTER_HEADERS = ("MaxNodes", "MaxProcs")  # header keys a log may repeat only with the same value
+
+
 def read_swf_table(path: str | Path) -> tuple[dict[str, str], np.ndarray, list[int]]:
-    """An SWF file's header (key: value comments, first occurrence), its job lines as float64
-    [N, 18] (checked as `swf_table` checks them) and their line numbers."""
+    """An SWF file's header (key: value comments, first occurrence; CLUSTER_HEADERS repeated with another
+    value refused), its job lines as float64 [N, 18] (checked as `swf_table` checks them) and their line
+    numbers."""
     path = Path(path)
     header: dict[str, str] = {}
     rows, numbers = [], []
@@ -220,8 +224,12 @@ def read_swf_table(path: str | Path) -> tuple[dict[str, str], np.ndarray, list[i
             continue
         if text.startswith(";"):
             key, sep, value = text[1:].partition(":")
-            if sep and key.strip() and key.strip() not in header:
-                header[key.strip()] = value.strip()
+            key, value = key.strip(), value.strip()
+            if sep and key in CLUSTER_HEADERS and header.get(key, value) != value:
+                raise TraceError(f"{path}, line {number}: header {key} given twice, {header[key]!r} then {value!r} "
+                                 "(the cluster must be one)")
+            if sep and key and key not in header:
+                header[key] = value
             continue
         rows.append(text)
         numbers.append(number)
