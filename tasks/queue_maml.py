@@ -85,7 +85,8 @@ class QueueMAML(IterationTask):
     """
 
     def __init__(self, init_from: str | None = None, traces: str = TRACES_DIR, train_fraction: float = 0.8,
-                 backfill: str = "off", window: int = 128, sequence_length: int = 256, meta_batch: int = 5,
+                 backfill: str = QueueConfig.backfill, window: int = QueueConfig.window,
+                 sequence_length: int = QueueConfig.sequence_length, meta_batch: int = 5,
                  inner_steps: int = 1, inner_lr: float = 0.1, sequences: int = 4, episodes: int = 4,
                  rollouts_per_site: int = 1, meta_lr: float = 1e-4, first_order: bool = False,
                  learn_step_sizes: bool = False, step_size_lr: float = 0.01, validation_length: int = 1024,

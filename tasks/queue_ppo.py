@@ -108,8 +108,9 @@ class QueuePPO(IterationTask):
         seed: seeds the training sequences and the action sampling.
     """
 
-    def __init__(self, log: str | list[str], train_fraction: float = 1.0, backfill: str = "off", window: int = 128,
-                 sequence_length: int = 256, bsld_threshold: float = 10.0, reward: str = "per_job",
+    def __init__(self, log: str | list[str], train_fraction: float = 1.0, backfill: str = QueueConfig.backfill,
+                 window: int = QueueConfig.window, sequence_length: int = QueueConfig.sequence_length,
+                 bsld_threshold: float = QueueConfig.bsld_threshold, reward: str = QueueConfig.reward,
                  policy: QueuePolicySpec = QueuePolicySpec(), batch_size: int = 16, ppo: PPOSettings = PPOSettings(),
                  validation: QueueValidation = QueueValidation(), iterations_per_epoch: int = 100,
                  imitate: str | None = None, imitation_iterations: int = 0, imitation_aggregate: bool = False,

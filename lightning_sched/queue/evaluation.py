@@ -201,7 +201,7 @@ def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str
 
 
 def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str = "off", sequences: int = SEQUENCES,
-                 site=None, bsld_threshold: float = 10.0, device="cpu", versus: str | None = None,
+                 site=None, bsld_threshold: float = QueueConfig.bsld_threshold, device="cpu", versus: str | None = None,
                  echo=print, sequence_length: int = EVAL_LENGTH, nodes: int | None = None,
                  processors_per_node: int | None = None,
                  oversize: str = "refuse") -> tuple[list[dict], dict[str, torch.Tensor]]:
