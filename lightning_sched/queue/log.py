@@ -104,7 +104,7 @@ class QueueLog:
         highest) inclusive; refused when the range is shorter than one sequence."""
         if last - first < length:
             raise ConfigError(f"sequence_length {length} is longer than the {last - first} jobs of "
-                              f"{Path(self.path).name}[{first}:{last}]")
+                              f"{Path(self.path).name}[{first}:{last}] (the scripts' --sequence_length)")
         return first, last - length
 
     def random_starts(self, fraction: float, length: int, count: int, generator: torch.Generator) -> torch.Tensor:
