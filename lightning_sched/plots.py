@@ -389,13 +389,19 @@ def queue_sequences(panels: dict[str, dict[str, "torch.Tensor"]], reference: dic
                     title: str = ""):
     """The queue env's protocols as RLScheduler's figures show them: per panel (a log and a
     backfilling setting), each policy's mean bounded slowdown per sequence (dots) and their mean
-    (bar); `reference`: {panel: {label: value}} drawn as dashed lines (e.g. a published cell).
-    panels: {panel: {policy: DoubleTensor[N] of per-sequence values}}."""
+    (bar): the rules grey but the panel's best (blue: what the paired differences are against),
+    checkpoints red; `reference`: {panel: {label: value}} drawn as dashed lines (e.g. a published
+    cell). panels: {panel: {policy: DoubleTensor[N] of per-sequence values}}."""
+    from .queue.config import RULES
+
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
     for ax, (label, results) in zip(axes[0], panels.items()):
+        rules = [name for name in results if name in RULES]
+        best = min(rules, key=lambda name: float(results[name].mean())) if rules else None
         for i, (name, values) in enumerate(results.items()):
-            color = _style(name)[0] if name in STYLE else ("tab:red" if name.endswith(".ckpt") else "tab:gray")
-            ax.bar(i, float(values.mean()), color=color, alpha=0.35, width=0.7)
+            color = "tab:red" if name.endswith(".ckpt") else "tab:blue" if name == best else "tab:gray"
+            ax.bar(i, float(values.mean()), color=color, alpha=0.35, width=0.7,
+                   label="best rule" if name == best else None)
             ax.scatter([i] * len(values), values.tolist(), color=color, s=10, zorder=3)
         for j, (ref, value) in enumerate((reference or {}).get(label, {}).items()):
             ax.axhline(value, color="black", linestyle=("--", ":")[j % 2], linewidth=1, label=f"{ref} {value:.1f}")
@@ -404,7 +410,7 @@ def queue_sequences(panels: dict[str, dict[str, "torch.Tensor"]], reference: dic
         ax.set_yscale("log")
         ax.set_title(label, fontsize="medium")
         ax.grid(alpha=0.3, axis="y")
-        if reference and label in reference:
+        if best is not None or (reference and label in reference):
             ax.legend(fontsize="x-small")
     axes[0][0].set_ylabel("mean bounded slowdown per sequence")
     if title:

@@ -102,3 +102,19 @@ def test_redraw_names_a_hand_edited_json_it_cannot_draw(tmp_path, monkeypatch):
         monkeypatch.setattr(sys, "argv", ["figures.py", *argv])
         with pytest.raises(ConfigError, match=message):
             script_main("figures")()
+
+
+def test_the_queue_figure_marks_each_panels_best_rule_which_the_differences_are_against():
+    from matplotlib.colors import to_rgb
+
+    panels = {"off": {"fcfs": torch.tensor([30.0, 40.0]), "sjf": torch.tensor([9.0, 11.0]),
+                      "f1": torch.tensor([5.0, 7.0]), "run/queue.ckpt": torch.tensor([6.0, 6.0])},
+              "easy": {"fcfs": torch.tensor([3.0, 4.0]), "sjf": torch.tensor([2.0, 2.0]),
+                       "f1": torch.tensor([2.5, 2.5])}}
+    fig = plots.queue_sequences(panels)
+    for ax, best in zip(fig.axes, ("f1", "sjf")):
+        bars = zip(ax.get_xticklabels(), ax.patches)
+        colours = {label.get_text(): to_rgb(bar.get_facecolor()) for label, bar in bars}
+        assert colours[best] == to_rgb("tab:blue") and colours["fcfs"] == to_rgb("tab:gray")
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["best rule"]
+    assert to_rgb(fig.axes[0].patches[3].get_facecolor()) == to_rgb("tab:red")  # a checkpoint
