@@ -143,3 +143,20 @@ def test_network_policy_runs_in_evaluation():
     net = make_policy(PolicySpec(masked=True), cfg)
     result = evaluate(NetworkPolicy(net, Acting(greedy=True)), cfg, make_jobsets(DeepRMWorkload(simu_len=15), 5, 0))
     assert result.summary["unfinished_jobs"] == 0 and result.summary["mean_slowdown"] >= 1
+
+
+def test_an_image_network_on_another_clusters_observation_is_refused_naming_the_sizes():
+    from lightning_sched.config import ConfigError
+
+    cfg = ClusterConfig()
+    net = make_policy(PolicySpec(), cfg)
+    obs = observe(init_state(make_jobsets(DeepRMWorkload(load=0.9), 2, seed=0).validate(cfg), cfg), cfg)
+    net.encode(obs)  # its own cluster: read
+    other = ClusterConfig(num_slots=20)
+    wider = observe(init_state(make_jobsets(DeepRMWorkload(load=0.9), 2, seed=0).validate(other), other), other)
+    with pytest.raises(ConfigError, match=r"image network reads its own cluster's image .* 10 slots\); this "
+                                          r"observation has used \[20, 2\], slot_demand \[20, 2\]"):
+        net.encode(wider)
+    more_units = {**obs, "used": obs["used"] + cfg.resource_units + 1}  # the same shapes, a larger cluster's units
+    with pytest.raises(ConfigError, match=r"and up to \d+ units used"):
+        net.encode(more_units)

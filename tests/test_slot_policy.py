@@ -130,6 +130,7 @@ def test_idle_rules_at_the_first_decision():
 def test_while_frequent_waits_only_above_its_arrival_rate(tmp_path):
     """"while_frequent" acts as "while_arriving" while arrived / (time + RATE_DAMPING_STEPS) is at
     least wait_rate, and as "work_conserving" below it; the rate travels in the checkpoint."""
+    torch.manual_seed(0)  # the untrained network's pick among equal jobs: its own draw, not an earlier test's
     net = make_policy(SLOTS, CFG)
     with torch.no_grad():
         net.void_out.bias.fill_(100.0)

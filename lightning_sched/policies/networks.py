@@ -182,6 +182,7 @@ class DeepRMNetwork(nn.Module):
         """The features `logits` needs, from an observation's structured keys (any mode)."""
         cfg = self.cfg
         used = obs["used"]  # [B, T, R]
+        self.require_its_cluster(used, obs["slot_demand"])
         b = used.shape[0]
         cluster = self.cluster_offset + used  # [B, T, R]
         # [B, M, R]
@@ -231,6 +232,20 @@ class DeepRMNetwork(nn.Module):
         if self.spec.deadline_inputs:
             hidden = hidden + self.deadline(features["slack"])
         return action_logits(self.body(hidden), features["mask"], self.spec.masked)
+
+    def require_its_cluster(self, used: torch.Tensor, slot_demand: torch.Tensor) -> None:
+        """ConfigError unless the observation (used [B, T, R], slot_demand [B, M, R]) is of the cluster
+        the network was built for: its input is that cluster's image, and another's would index the
+        wrong cells. Units are checked on the CPU only (a GPU would wait for the value)."""
+        cfg = self.cfg
+        shapes = (tuple(used.shape[1:]), tuple(slot_demand.shape[1:]))
+        if shapes != ((cfg.horizon, cfg.num_resources), (cfg.num_slots, cfg.num_resources)) or (
+                used.device.type == "cpu" and used.numel() and int(used.max()) > cfg.resource_units):
+            raise ConfigError(f"DeepRM's image network reads its own cluster's image (horizon {cfg.horizon}, "
+                              f"{cfg.num_resources} resources of {cfg.resource_units} units, {cfg.num_slots} "
+                              f"slots); this observation has used {list(shapes[0])}, slot_demand {list(shapes[1])}"
+                              f" and up to {int(used.max()) if used.numel() else 0} units used: build the env with "
+                              "the checkpoint's ClusterConfig, or use a slot policy (any cluster size)")
 
     def logits_from_image(self, image: torch.Tensor, mask: torch.Tensor,
                           slack: torch.Tensor | None = None) -> torch.Tensor:
