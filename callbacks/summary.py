@@ -17,6 +17,8 @@ from lightning_sched.cli import workload_flags
 from .checkpoints import LatestCheckpoint
 from .heuristics import HeuristicComparison
 
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
 
 class TrainingSummary(Callback):
     """Prints `summary()` when fit ends normally (not when stopped by a signal or an error)."""
@@ -52,7 +54,8 @@ class TrainingSummary(Callback):
         script, arguments = own(path) if own else ("evaluate", ["--policy", path, "tetris", "sjf", "--jobsets", "200",
                                                                 *(flags or [])])
         installed = os.path.basename(sys.argv[0]).startswith("lsched-")  # run as the wheel's console command
-        command = [f"lsched-{script}"] if installed else ["python", f"scripts/{script}.py"]
+        # the script's path from where the run was started, as the checkpoint's is: the line runs as pasted
+        command = [f"lsched-{script}"] if installed else ["python", os.path.relpath(SCRIPTS / f"{script}.py")]
         lines.append(f"evaluate it{'' if own else ' on unseen jobsets'}: {shlex.join([*command, *arguments])}"
                      + ("" if own or flags is not None else " (DeepRM's workload: give evaluate.py this run's "
                                                             "workload, a family or a trace, by its flags)"))

@@ -435,8 +435,9 @@ def test_fit_and_adapt_take_a_trace_workload(tmp_path):
     hint = next(line for line in fit.stdout.splitlines() if line.startswith("evaluate it on unseen jobsets: "))
     command = shlex.split(hint.split(": ", 1)[1])
     assert command[command.index("--trace_split") + 1] == "test"
-    assert command[:2] == ["python", "scripts/evaluate.py"]
-    evaluated = conftest.run_script(ROOT / command[1], *command[2:], "--jobsets", "4", "--threads", "1", cwd=tmp_path)
+    assert command[0] == "python" and (tmp_path / command[1]).resolve() == ROOT / "scripts" / "evaluate.py"  # as pasted
+    evaluated = conftest.run_script(tmp_path / command[1], *command[2:], "--jobsets", "4", "--threads", "1",
+                                    cwd=tmp_path)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert "test split: " in evaluated.stdout
     adapt = conftest.run_script(ROOT / "scripts" / "adapt.py", "--ckpt", ckpt, "--steps", "1", "--trace", trace,
