@@ -59,7 +59,7 @@ typedef struct { int64_t end, rank, job; } Running;
  * event finds the next end at its top instead of searching the row's jobs. */
 typedef struct {
     const QueueArgs *a;
-    int64_t L, first_live, next_arrival, waiting, time, free; /* first job not ended, next to arrive, queue length */
+    int64_t L, first_live, next_arrival, waiting, time, free; /* first job not ended, next to arrive, queued */
     const int64_t *submit, *run, *requested, *processors, *nodes;
     int8_t *status;
     int64_t *start, *start_rank, started;
@@ -220,7 +220,8 @@ static void step_row(Row *r, int64_t j, uint64_t *scratch) {
          * pass before with at least as many free nodes (starts only take nodes) at no later time. */
         for (int arrived = 0; r->nodes[j] > r->free; arrived = advance(r))
             if (r->a->backfill) /* nothing can start on a full cluster */
-                for (int64_t k = arrived ? r->next_arrival - 1 : r->first_live; k < r->next_arrival && r->free > 0; k++)
+                for (int64_t k = arrived ? r->next_arrival - 1 : r->first_live; k < r->next_arrival && r->free > 0;
+                     k++)
                     if (r->status[k] == WAITING && r->nodes[k] <= r->free && r->time + r->requested[k] < shadow)
                         start_job(r, k);
     }
@@ -271,12 +272,13 @@ static void update_orders(const Row *r, int64_t b, uint64_t *by_sjf, uint64_t *b
 
 /* The visible window: the waiting jobs in FCFS order when they fit in it, else RLScheduler's
  * alternation of the SJF order and the smallest-first order (update_orders), each job once.
- * Returns how many slots it filled: the first ones, the rest -1. */
+ * Returns how many slots it filled, the first ones; the caller writes the empty ones. */
 static int64_t build_window(const Row *r, int64_t b, int64_t *window, uint64_t *by_sjf, uint64_t *by_size,
-                         uint8_t *seen) {
+                            uint8_t *seen) {
     int64_t W = r->a->window, n = 0;
     if (r->waiting <= W) {
-        for (int64_t k = r->first_live; k < r->next_arrival && n < r->waiting; k++) /* no branch: running and waiting jobs interleave */
+        /* no branch: running and waiting jobs interleave */
+        for (int64_t k = r->first_live; k < r->next_arrival && n < r->waiting; k++)
             window[n] = k, n += r->status[k] == WAITING;
     } else {
         update_orders(r, b, by_sjf, by_size);
@@ -288,15 +290,14 @@ static int64_t build_window(const Row *r, int64_t b, int64_t *window, uint64_t *
             if (n < W && !seen[t]) seen[t] = 1, window[n++] = t;
         }
     }
-    for (int64_t i = n; i < W; i++) window[i] = -1;
     return n;
 }
 
 /* How long until each of the `filled` window slots' jobs would fit if nothing else started
  * (step.py's fit_delay, the same numbers): running jobs free their nodes at their requested ends,
  * taken in that order (requested_ends), and the job fits at the first end after which enough nodes
- * are free; log1p(seconds / MINUTE) / LOG_SPAN (step.span_feature), 0 when it fits now and for the W - filled empty slots. `ends`
- * and `freed` are scratch of the row's length. */
+ * are free; log1p(seconds / MINUTE) / LOG_SPAN (step.span_feature), 0 when it fits now and for
+ * the W - filled empty slots. `ends` and `freed` are scratch of the row's length. */
 static void write_fit_delay(Row *r, const int64_t *window, int64_t filled, int64_t W, uint64_t *ends, int64_t *freed,
                             float *out) {
     int64_t n = -1;
@@ -350,7 +351,8 @@ int lightning_sched_queue_rows(const QueueArgs *a, double unused, int64_t row_be
         if (b + 1 < row_end && !a->done[b + 1]) {
             int64_t next = off + L, next_arrived = a->next_arrival[b + 1];
             int64_t next_live = first_not_ended(a->status + next, 0, next_arrived);
-            for (int64_t k = next + (next_live & ~(int64_t)7); k < next + next_arrived; k += 8) { /* 8 jobs a cache line */
+            /* 8 jobs a cache line */
+            for (int64_t k = next + (next_live & ~(int64_t)7); k < next + next_arrived; k += 8) {
                 __builtin_prefetch(a->submit + k), __builtin_prefetch(a->run + k), __builtin_prefetch(a->requested + k);
                 __builtin_prefetch(a->processors_of + k), __builtin_prefetch(a->nodes_of + k);
                 __builtin_prefetch(a->start + k), __builtin_prefetch(a->start_rank + k);
