@@ -40,7 +40,7 @@ from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue import native as queue_native
 from lightning_sched.queue.config import QueueConfig
 from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, play_to_end, rollout_bytes
-from lightning_sched.queue.evaluation import EVAL_LENGTH, METRICS, RLSCHEDULER_STARTS, TRAIN_FRACTION
+from lightning_sched.queue.evaluation import METRICS, RLSCHEDULER_JOBS, TRAIN_FRACTION
 from lightning_sched.queue.heuristics import HEURISTICS, RULES, QueueHeuristic
 from lightning_sched.queue.log import QueueLog, read_queue_log
 from lightning_sched.queue.lookahead import LookaheadPolicy, LookaheadSettings
@@ -406,7 +406,7 @@ class QueuePPO(IterationTask):
                    ("processors_per_node", self.hparams.processors_per_node), ("oversize", self.hparams.oversize))
                    if value not in (None, "refuse")]
         whole_logs = self.read_fraction > TRAIN_FRACTION and \
-            min(one.num_jobs for one in self.logs) >= max(RLSCHEDULER_STARTS) + EVAL_LENGTH
+            min(one.num_jobs for one in self.logs) >= RLSCHEDULER_JOBS
         protocol = "rlscheduler" if whole_logs else "heldout"
         return "evaluate", ["--env", "queue", "--protocol", protocol, "--trace", *[one.path for one in self.logs],
                             *reading, "--backfill", self.cfg.backfill, "--policy", *RULES, checkpoint]

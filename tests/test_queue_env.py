@@ -24,7 +24,7 @@ from lightning_sched.queue.evaluation import evaluate_queue, heuristic_policies,
 from lightning_sched.queue.heuristics import QueueHeuristic
 from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.reservation import ReservingRule, reserving_config
-from lightning_sched.queue.state import KERNEL_ORDERS, init_state
+from lightning_sched.queue.state import KERNEL_ORDERS, MAX_EPISODE_SECONDS, init_state
 from lightning_sched.queue.step import step_and_observe
 from lightning_sched.traces.files import TraceError
 
@@ -92,6 +92,7 @@ def test_the_kernels_constants_are_the_python_ones():
     assert defined == {"FEATURES": config.JOB_FEATURES, "CLUSTER_FEATURES": config.CLUSTER_FEATURES,
                        "QUEUE_WINDOWS": config.QUEUE_WINDOWS, "MINUTE": config.MINUTE, "LOG_SPAN": config.LOG_SPAN,
                        "INDEX_BITS": native.PACKED_BITS}
+    assert MAX_EPISODE_SECONDS == 1 << (64 - native.PACKED_BITS)  # a time fills the sort keys' other bits
 
 
 def test_real_logs_quirks_are_read_or_refused_naming_the_field(tmp_path):

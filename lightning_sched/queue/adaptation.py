@@ -130,7 +130,8 @@ def adaptation_curve(net, log, cfg, starts: torch.Tensor, steps: int, lr: float,
 
     def measure(step: int) -> None:
         if step in measure_at:
-            curve[step] = rollout(test_env, net, net.spec, greedy=True).metrics["mean_bounded_slowdown"]
+            with torch.no_grad():  # measuring needs no graph (callers adapting under enable_grad included)
+                curve[step] = rollout(test_env, net, net.spec, greedy=True).metrics["mean_bounded_slowdown"]
 
     measure(0)
     adapt(net.scorer, net.spec, train_env, steps, lr, episodes, torch.Generator().manual_seed(seed), optimizer,

@@ -37,6 +37,7 @@ RLSCHEDULER_STARTS = (1981, 2756, 4299, 8850, 3316, 2714, 5228, 7762, 4022, 7085
 RLSCHEDULER_PUBLISHED = {("lublin_256.swf.gz", "off"): 254.67, ("lublin_256_new2.swf.gz", "off"): 724.51,
                          ("lublin_256.swf.gz", "easy"): 58.64, ("lublin_256_new2.swf.gz", "easy"): 118.79}
 EVAL_LENGTH = 1024
+RLSCHEDULER_JOBS = max(RLSCHEDULER_STARTS) + EVAL_LENGTH  # the jobs a log needs for RLScheduler's sequences
 TRAIN_FRACTION = 0.8  # heldout: training sees jobs [0, 80%), evaluation starts in [80%, end - 1024]
 RECENT_FRACTION = 0.6  # recent: sequences start in [60%, 80%) and end before 80%
 METRICS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "utilization", "makespan")
@@ -57,10 +58,10 @@ def protocol_starts(log: QueueLog, protocol: str, num_sequences: int = SEQUENCES
     if protocol == "rlscheduler":
         if length != EVAL_LENGTH:
             raise ConfigError(f"sequence_length {length}: the rlscheduler protocol's sequences are {EVAL_LENGTH} jobs")
-        need = max(RLSCHEDULER_STARTS) + EVAL_LENGTH
-        if log.num_jobs < need:
-            raise ConfigError(f"protocol rlscheduler: its sequences need {need} jobs, {Path(log.path).name} has "
-                              f"{log.num_jobs} (the protocol is defined on the Lublin logs; try --protocol heldout)")
+        if log.num_jobs < RLSCHEDULER_JOBS:
+            raise ConfigError(f"protocol rlscheduler: its sequences need {RLSCHEDULER_JOBS} jobs, "
+                              f"{Path(log.path).name} has {log.num_jobs} (the protocol is defined on the Lublin logs; "
+                              "try --protocol heldout)")
         return torch.tensor(RLSCHEDULER_STARTS)
     if protocol in ("heldout", "recent"):
         first, end = (log.jobs_before(TRAIN_FRACTION), log.num_jobs) if protocol == "heldout" else \
@@ -244,8 +245,7 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
     if all(r.summary["mean_bounded_slowdown"] == 1.0 for r in results.values()):
         echo(f"note: every job's bounded slowdown is 1 under every policy (offered load {log.offered_load():.2f}: "
              f"no job waited, but for jobs shorter than the {bsld_threshold:g} s threshold a few seconds): nothing to "
-             "compare; --load scales the "
-             "arrivals to a load where jobs wait")
+             "compare; --load scales the arrivals to a load where jobs wait")
     rules = [name for name in results if name in RULES]
     best = min(rules, key=lambda n: results[n].summary["mean_bounded_slowdown"]) if rules else None
     lines, width = [], max(34, *(len(name) + 1 for name in results))  # long paths keep the columns aligned

@@ -16,7 +16,7 @@ import torch
 
 from ..deeprm import native as deeprm_native
 from .config import CLUSTER_FEATURES, JOB_FEATURES, QueueConfig
-from .state import MAX_EPISODE_SECONDS, QueueState
+from .state import QueueState
 
 SOURCES = (Path(__file__).with_name("native_queue.c"),)
 HEADERS = (Path(__file__).parent.parent / "native_rows.h",)
@@ -30,7 +30,6 @@ OUT = ("bsld_added", "window_job", "job_features", "cluster_features", "action_m
 NUM_ARGS = len(SIZES) + len(SCALARS) + len(READ) + len(IN_PLACE) + len(OUT)
 MIN_CHUNK_ROWS = 64  # a queue row costs more than a DeepRM row: smaller chunks still pay for a thread
 PACKED_BITS = 24  # native_queue.c's INDEX_BITS: sort keys hold a job index or a node count in their low 24 bits
-assert MAX_EPISODE_SECONDS == 1 << (64 - PACKED_BITS)  # a time in the keys' other 40 bits (init_state checks)
 DTYPES = {"submit": torch.int64, "run": torch.int64, "requested": torch.int64, "processors": torch.int64,
           "nodes": torch.int64, "status": torch.int8, "start": torch.int64, "start_rank": torch.int64,
           "time": torch.int64,

@@ -113,7 +113,7 @@ def gunzip_capped(raw: bytes, path: Path) -> bytes:
 def _open_text(path: Path) -> list[str]:
     """The file's lines, gunzipped when its content is gzip (whatever its name says). Undecodable bytes
     become U+FFFD (they then fail as numbers, with their line and field); a leading byte-order mark is
-    dropped; a file with no \n breaks its lines at \r (old Mac line ends)."""
+    dropped; lines end at \n, \r\n or \r (old Mac files)."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
