@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -316,6 +317,20 @@ def heuristic_lines(rows: list[dict], heuristics: Sequence[str]) -> dict[str, fl
     evals = last_per_step(rows, "eval/mean_slowdown")
     return {h: float(evals[-1][f"eval/{h}/mean_slowdown"]) for h in heuristics
             if evals and evals[-1].get(f"eval/{h}/mean_slowdown")}
+
+
+def shared_heuristic_lines(runs: dict[str, list[dict]], heuristics: Sequence[str]) -> dict[str, float]:
+    """heuristic_lines of several runs ({run: metric rows}), which must agree: one line per heuristic on
+    one axis is only right for runs validated on the same jobsets (a heuristic is deterministic there)."""
+    lines, source = {}, {}
+    for run, rows in runs.items():
+        for name, value in heuristic_lines(rows, heuristics).items():
+            if name in lines and not math.isclose(lines[name], value, rel_tol=1e-6):
+                raise ConfigError(f"runs {source[name]} and {run} validate on different jobsets ({name} "
+                                  f"{lines[name]:.4g} vs {value:.4g}): draw runs of one workload together")
+            lines.setdefault(name, value)
+            source.setdefault(name, run)
+    return lines
 
 
 def validation_curve(rows: list[dict]) -> dict:

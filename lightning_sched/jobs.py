@@ -188,6 +188,11 @@ class JobSet:
 
     @staticmethod
     def load(path: str | Path, device="cpu") -> "JobSet":
+        return JobSet.load_with_meta(path, device)[0]
+
+    @staticmethod
+    def load_with_meta(path: str | Path, device="cpu") -> tuple["JobSet", dict]:
+        """(the jobsets, the metadata saved with them: e.g. evaluate.py's workload and seed; {} if none)."""
         data = load_torch_file(path, "JobSet file (JobSet.save)", weights_only=True, map_location=device)
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: not a JobSet file (JobSet.save), it holds a {type(data).__name__}")
@@ -198,10 +203,12 @@ class JobSet:
             if data.get(name) is not None and not isinstance(data[name], torch.Tensor):
                 raise ConfigError(f"{path}: JobSet.{name} must be a tensor, got a {type(data[name]).__name__}")
         try:
-            return JobSet(data["arrival"], data["duration"], data["demand"], data.get("deadline"),
+            jobs = JobSet(data["arrival"], data["duration"], data["demand"], data.get("deadline"),
                           data.get("running_left"), data.get("running_demand"))
         except ConfigError as error:
             raise ConfigError(f"{path}: {error}") from None
+        meta = data.get("meta")
+        return jobs, meta if isinstance(meta, dict) else {}
 
 
 def _check(bad: torch.Tensor, field: str, values: torch.Tensor, what: str) -> None:

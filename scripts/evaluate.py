@@ -137,7 +137,8 @@ def deeprm_parser() -> ScriptParser:
     add_cluster_flags(ap)
     ap.add_argument("--jobsets", type=at_least(1), default=200, help="number of unseen jobsets N")
     ap.add_argument("--episodes", type=at_least(1), default=1, help="episodes per jobset (for stochastic policies)")
-    ap.add_argument("--seed", type=seed_number, default=seeds.EVALUATION, help="seed of the jobsets")
+    ap.add_argument("--seed", type=seed_number, default=seeds.EVALUATION,
+                    help="seed of the jobsets drawn and of random decisions")
     ap.add_argument("--jobset_file", help="evaluate on jobsets saved with JobSet.save instead of drawing them")
     ap.add_argument("--save_jobsets", help="save the drawn jobsets to this file (an existing one: --overwrite)")
     ap.add_argument("--overwrite", action="store_true", help="let --save_jobsets replace an existing file")
@@ -168,10 +169,11 @@ def evaluation_jobsets(args, cluster, trace, counts: tuple[int, int]) -> tuple[J
     if args.jobset_file and trace:
         raise ConfigError("give --jobset_file or --trace, not both")
     if args.jobset_file:
-        jobs = JobSet.load(args.jobset_file)
+        jobs, meta = JobSet.load_with_meta(args.jobset_file)
         require_run_fits(cluster, jobs.max_jobs, jobs.batch_size, args.episodes, "evaluate.py", *counts,
                          **{"--jobset_file": args.jobset_file})
-        workload_desc = args.jobset_file
+        drawn = f" (saved from {meta['workload']}, seed {meta['seed']})" if {"workload", "seed"} <= set(meta) else ""
+        workload_desc = args.jobset_file + drawn
     elif trace:
         workload = trace.workload(cluster)
         require_run_fits(cluster, workload.max_jobs, args.jobsets, args.episodes, "evaluate.py", *counts,
@@ -200,7 +202,8 @@ def evaluation_jobsets(args, cluster, trace, counts: tuple[int, int]) -> tuple[J
 def compare_policies(policies, cluster, jobs: JobSet, workload_desc: str, trace_counts: dict, args) -> list[str]:
     """Every policy on `jobs`, printed as a table with each one's paired difference to the first
     (the objective's metric and mean slowdown); the JSON lines of the rows."""
-    print(f"{jobs.batch_size} jobsets x {args.episodes} episodes of {workload_desc}, seed {args.seed}, "
+    seed = f"--seed {args.seed} for random decisions only" if args.jobset_file else f"seed {args.seed}"
+    print(f"{jobs.batch_size} jobsets x {args.episodes} episodes of {workload_desc}, {seed}, "
           f"objective {cluster.objective}; mean ± 95% CI over jobsets")
     width = max(NAME_WIDTH, *(len(name) + 1 for name, _, _ in policies))  # long paths keep the columns aligned
     print(table_header(width=width))

@@ -180,12 +180,12 @@ def cdf(args) -> None:
 
 def recipes(args) -> None:
     """Validation curves of several runs on the same axes, against iterations and wall time."""
-    curves, reference = {}, {}
+    curves, rows = {}, {}
     for name, path in named_files(args.runs, "--runs").items():
-        rows = analysis.read_metrics(path.split(","))
-        curves[name] = {**analysis.validation_curve(rows), "metrics": path}
-        reference.update(analysis.heuristic_lines(rows, args.heuristics))
+        rows[name] = analysis.read_metrics(path.split(","))
+        curves[name] = {**analysis.validation_curve(rows[name]), "metrics": path}
         print(name, "best", min(curves[name]["slowdown"]), "median s/iteration", curves[name]["median_iteration_s"])
+    reference = analysis.shared_heuristic_lines(rows, args.heuristics)
     save(plots.recipe_curves(curves, reference, args.title), args, "recipe_learning_curves.png",
          {"curves": curves, "heuristics": reference})
 

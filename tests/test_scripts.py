@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import run_script, script_main
 
-from lightning_sched import JobSet
+from lightning_sched import ConfigError, JobSet
 from lightning_sched.policies.checkpoints import load_policy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,8 +43,13 @@ def test_evaluate_same_seed_same_numbers_and_saved_jobsets_replay(tmp_path):
     path = tmp_path / "jobs.pt"
     a = run("scripts/evaluate.py", "--policy", "tetris", "--jobsets", "8", "--seed", "5", "--json",
             "--save_jobsets", str(path), "--threads", "1").stdout.strip().splitlines()[-1]
-    b = run("scripts/evaluate.py", "--policy", "tetris", "--jobset_file", str(path), "--json",
-            "--threads", "1").stdout.strip().splitlines()[-1]
+    replay = run("scripts/evaluate.py", "--policy", "tetris", "--jobset_file", str(path), "--json",
+                 "--threads", "1").stdout.strip().splitlines()
+    b = replay[-1]
+    # the header says where the file's jobsets came from, not the default seed as if it drew them
+    header = next(line for line in replay if "jobsets x" in line)
+    assert "(saved from DeepRMWorkload(" in header and ", seed 5)" in header, header
+    assert "--seed 12345 for random decisions only" in header, header
     da, db = json.loads(a), json.loads(b)
     for key in KEYS:
         assert da[key] == pytest.approx(db[key])
@@ -145,6 +150,12 @@ def test_figures_for_the_upgraded_recipe(tmp_path, monkeypatch):
     figures_here(monkeypatch, "recipes", "--runs", f"a={metrics}", "--out", str(tmp_path / "rec.png"), "--threads", "1")
     curve = json.loads((tmp_path / "rec.json").read_text())["curves"]["a"]
     assert curve["iteration"] == [2, 4] and curve["wall_s"] == [5.0, 10.0] and curve["slowdown"] == [5.0, 4.0]
+    # one Tetris line for two runs is right only when they validate on the same jobsets
+    other = tmp_path / "other.csv"
+    other.write_text(metrics.read_text().replace(",3.5\n", ",6.25\n"))
+    with pytest.raises(ConfigError, match=r"runs a and b validate on different jobsets \(tetris 3.5 vs 6.25\)"):
+        figures_here(monkeypatch, "recipes", "--runs", f"a={metrics}", f"b={other}", "--out", str(tmp_path / "r2.png"),
+                     "--threads", "1")
 
 
 def test_headroom_continues_the_adaptation_figures_curve(tmp_path, monkeypatch):
