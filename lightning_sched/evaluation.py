@@ -2,6 +2,7 @@
 95% confidence intervals over jobsets; `compare(policies, ...)`: several policies on the same jobsets."""
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,25 @@ def t95(n: int) -> float:
 def ci_text(half_width: float, spec: str) -> str:
     """A 95% CI half-width as `format(half_width, spec)`, or "n/a" as wide where one sample gives none."""
     return format(half_width, spec).replace("nan", "n/a")
+
+
+def json_line(record) -> str:
+    """`record` as one line of strict JSON: NaN and infinities (a CI of one sample, a metric of no
+    job) become null at any depth, since JSON has no such numbers and strict readers refuse them."""
+    def clean(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        return [clean(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+    return json.dumps(clean(record), allow_nan=False)
+
+
+def measured_jobsets(summary: dict) -> str:
+    """ "N jobsets", or "K jobsets (N - K of the N drew no job)": a CI is over the jobsets with jobs."""
+    n, k = summary["num_jobsets"], summary["jobsets_with_jobs"]
+    return f"{n} jobsets" if k == n else f"{k} jobsets ({n - k} of the {n} drew no job)"
 
 
 def mean_ci95(values: torch.Tensor) -> tuple[float, float]:
@@ -86,6 +106,7 @@ def evaluate(policy: Policy, cfg: ClusterConfig, jobs: JobSet, episodes: int = 1
         summary[name], summary[f"{name}_ci95"] = mean_ci95(result.per_jobset(name))
     summary["num_jobs"] = int(result.episodes["num_jobs"].sum()) // episodes
     summary["num_jobsets"] = result.num_jobsets
+    summary["jobsets_with_jobs"] = int((result.per_jobset("num_jobs") > 0).sum())  # the others' metrics are NaN
     not_arrived = int(result.episodes["num_not_arrived"].sum())  # arrived at or after the final time
     unfinished = int((~m["job_finished"] & (m["job_duration"] > 0)).sum()) - not_arrived  # arrived, not done
     summary["unfinished_jobs"], summary["jobs_not_arrived"] = unfinished // episodes, not_arrived // episodes

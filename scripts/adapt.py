@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -77,7 +76,16 @@ from lightning_sched.cli import (
 )
 from lightning_sched.deeprm.objectives import OBJECTIVE_METRIC
 from lightning_sched.deeprm.rollout import rollout_seconds
-from lightning_sched.evaluation import EvalResult, ci_text, compare, evaluate, make_jobsets, paired_difference
+from lightning_sched.evaluation import (
+    EvalResult,
+    ci_text,
+    compare,
+    evaluate,
+    json_line,
+    make_jobsets,
+    measured_jobsets,
+    paired_difference,
+)
 from lightning_sched.files import numbered_name, refuse_figure, refuse_output, write_figure
 from lightning_sched.learning.adaptation import AdaptationSettings, adapt
 from lightning_sched.limits import require_time
@@ -198,7 +206,7 @@ def main(argv=None) -> int:
     reference = best_result.summary[metric]
     print(f"reference: best heuristic {best}, {metric} {reference:.3f} on the same jobsets "
           f"(of {', '.join(REFERENCE_HEURISTICS)}); the last column: {metric} minus {best}'s, mean ± paired 95% CI "
-          f"over the {best_result.num_jobsets} jobsets")
+          f"over the {measured_jobsets(best_result.summary)}")
     print(f"{table_header('step')} {metric + ' - ' + best:>24s}")
     print(f"{table_units():{len(table_header('step'))}s} {'paired, ' + str(best_result.num_jobsets) + ' jobsets':>24s}")
 
@@ -207,10 +215,10 @@ def main(argv=None) -> int:
         paired = f"{diff:+.3f} ± {ci_text(ci, '.3f')}"
         print(f"{format_row(f'step {step}', summary)} {paired:>24s}", flush=True)
         if args.json:
-            print(json.dumps({"policy": args.ckpt, **summary, **trace_counts,
-                              "reference": {"heuristic": best, metric: reference},
-                              "minus_reference": {"mean": diff, "ci95": ci, "jobsets": result.num_jobsets}}),
-                  flush=True)
+            print(json_line({"policy": args.ckpt, **summary, **trace_counts,
+                             "reference": {"heuristic": best, metric: reference},
+                             "minus_reference": {"mean": diff, "ci95": ci,
+                                                 "jobsets": result.summary["jobsets_with_jobs"]}}), flush=True)
 
     acting = record.acting
     adapt(net, cfg, train, settings, eval_jobs, seed=args.seed, device=args.device, acting=acting, report=report,
@@ -240,7 +248,7 @@ def queue_main(argv) -> int:
     history (its first 80%), each measured greedily after every step on sequences of 1024 jobs (or
     --eval_sequence_length) from the rest (docs/hpc_queue.md, "Sites"), with the rules and paired
     differences on the same sequences."""
-    from lightning_sched.queue.evaluation import EVAL_LENGTH, TRAIN_FRACTION, protocol_starts
+    from lightning_sched.queue.evaluation import EVAL_LENGTH, TRAIN_FRACTION, overlap, overlap_note, protocol_starts
     from lightning_sched.queue.log import read_queue_log
     from lightning_sched.queue.policy import QueuePolicyRecord, read_queue_record
 
@@ -274,12 +282,14 @@ def queue_main(argv) -> int:
     print(f"{Path(trace).name}: {log.summary()}")
     fewer = f" (of {args.eval_sequences} asked: the range has no more distinct starts)" \
         if len(starts) < args.eval_sequences else ""
+    spread = overlap(starts, args.eval_sequence_length)
     print(f"adapting on its first {train_jobs} jobs (sequences of {args.sequence_length}); measured on "
-          f"{len(starts)} sequences{fewer} of {args.eval_sequence_length} jobs after "
-          f"them, backfill {args.backfill}; mean bounded slowdown ± 95% CI over sequences, differences paired")
+          f"{len(starts)} sequences{fewer} of {args.eval_sequence_length} jobs after them, backfill {args.backfill}, "
+          f"{overlap_note(spread, args.eval_sequence_length)}; mean bounded slowdown ± 95% CI over sequences, "
+          "differences paired")
     rules, best = rules_on_site(log, cfg, starts, train_jobs, args.json)
     curves, (net, policy_cfg) = adapt_policies(args, records, log, cfg, starts, train_jobs)
-    print_curves(curves, rules[best], best, args.reference, log.summary(), args.json)
+    print_curves(curves, rules[best], best, args.reference, {"site": log.summary(), **spread}, starts, args.json)
     if args.figure:
         from lightning_sched.evaluation import mean_ci95
         from lightning_sched.plots import adaptation_curves
@@ -355,8 +365,8 @@ def rules_on_site(log, cfg, starts, train_jobs: int, as_json: bool) -> tuple[dic
               + ("  (best rule on the site's history)" if name == chosen else ""))
     if as_json:
         diff, diff_ci = mean_ci95(rules[chosen] - rules[best])
-        print(json.dumps({"policy": f"{chosen} (best rule on the site's history)", "site": log.summary(),
-                          "mean_bounded_slowdown": mean_ci95(rules[chosen])[0], "sequences": len(starts),
+        print(json_line({"policy": f"{chosen} (best rule on the site's history)", "site": log.summary(),
+                         "mean_bounded_slowdown": mean_ci95(rules[chosen])[0], "sequences": len(starts),
                           "best_rule": best, "minus_best_rule": diff, "minus_best_rule_ci95": diff_ci}))
     return rules, best
 
@@ -392,26 +402,33 @@ def adapt_policies(args, records: dict, log, cfg, starts, train_jobs: int) -> tu
     return curves, adapted_first
 
 
-def print_curves(curves: dict, best_values, best: str, reference: str | None, site: dict, as_json: bool) -> None:
+def print_curves(curves: dict, best_values, best: str, reference: str | None, context: dict, starts,
+                 as_json: bool) -> None:
     """Every policy's mean after each measured step, minus the best rule's and minus --reference's after
-    the same step (paired over the test sequences)."""
+    the same step (paired over the test sequences, at `starts`, with the halves of each difference);
+    `context`: the site's summary and the sequences' overlap, in every JSON line."""
     from lightning_sched.evaluation import mean_ci95
+    from lightning_sched.queue.evaluation import halves
+
+    def paired(diff, name: str) -> str:
+        line[f"minus_{name}"], line[f"minus_{name}_ci95"] = mean_ci95(diff)
+        split = line[f"minus_{name}_halves"] = halves(diff, starts)
+        return (f"{line[f'minus_{name}']:+8.2f} ± {ci_text(line[f'minus_{name}_ci95'], '6.2f')}"
+                + (" (halves " + " / ".join(f"{h:+.2f}" for h in split) + ")" if split is not None else ""))
 
     for spec, curve in curves.items():
         for step, values in curve.items():
             mean, ci = mean_ci95(values)
             text = f"{spec:40s} step {step:3d}  {mean:9.2f} ± {ci_text(ci, '7.2f')}"
-            line = {"policy": spec, "step": step, "site": site, "mean_bounded_slowdown": mean,
+            line = {"policy": spec, "step": step, **context, "mean_bounded_slowdown": mean,
                     "mean_bounded_slowdown_ci95": ci, "sequences": len(values), "best_rule": best}
-            line["minus_best_rule"], line["minus_best_rule_ci95"] = mean_ci95(values - best_values)
-            text += f"  minus {best}: {line['minus_best_rule']:+8.2f} ± {ci_text(line['minus_best_rule_ci95'], '6.2f')}"
+            text += f"  minus {best}: {paired(values - best_values, 'best_rule')}"
             if reference and spec != reference and step in curves[reference]:
-                diff, diff_ci = mean_ci95(values - curves[reference][step])
-                line.update(reference=reference, minus_reference=diff, minus_reference_ci95=diff_ci)
-                text += f"  minus reference: {diff:+8.2f} ± {ci_text(diff_ci, '6.2f')}"
+                line["reference"] = reference
+                text += f"  minus reference: {paired(values - curves[reference][step], 'reference')}"
             print(text + f"  ({len(values)} sequences)")
             if as_json:
-                print(json.dumps(line))
+                print(json_line(line))
 
 
 if __name__ == "__main__":

@@ -24,8 +24,6 @@ and num_jobs.
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import time
 from pathlib import Path
 
@@ -53,7 +51,15 @@ from lightning_sched.cli import (
 )
 from lightning_sched.config import REWARD_FIELDS
 from lightning_sched.deeprm.objectives import OBJECTIVE_METRIC
-from lightning_sched.evaluation import ci_text, evaluate, make_jobsets, paired_difference, require_run_fits
+from lightning_sched.evaluation import (
+    ci_text,
+    evaluate,
+    json_line,
+    make_jobsets,
+    measured_jobsets,
+    paired_difference,
+    require_run_fits,
+)
 from lightning_sched.files import refuse_figure, refuse_output, write_figure
 from lightning_sched.heuristics import HEURISTICS
 from lightning_sched.policies.acting import IDLE_RULES, RENAMED_RULES, NetworkPolicy
@@ -220,12 +226,12 @@ def compare_policies(policies, cluster, jobs: JobSet, workload_desc: str, trace_
             diff, ci = paired_difference(result, results[0], metric)
             summary[f"{metric}_minus_first"], summary[f"{metric}_minus_first_ci95"] = diff, ci
             print(f"{'':{width}s} {metric.replace('_', ' ')} - {policies[0][0]}'s: {diff:+.3f} ± {ci_text(ci, '.3f')} "
-                  f"(paired 95% CI over {result.num_jobsets} jobsets)")
+                  f"(paired 95% CI over {measured_jobsets(result.summary)})")
         results.append(result)
         if summary["unfinished_jobs"]:
             print(f"  note: {summary['unfinished_jobs']} jobs unfinished at max_time={pcfg.max_time} "
                   "(counted with f capped at the final time)")
-        lines.append(json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in summary.items()}))
+        lines.append(json_line(summary))
     return lines
 
 
@@ -302,8 +308,7 @@ def queue_main(argv) -> int:
         write_figure(queue_sequences(panels, reference, title=f"protocol {args.protocol}"), args.figure, args.overwrite)
         print(f"figure: {args.figure}")
     if args.json:
-        print("\n".join(json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in line.items()})
-                        for line in lines))
+        print("\n".join(json_line(line) for line in lines))
     return 0
 
 

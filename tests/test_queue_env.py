@@ -455,6 +455,16 @@ def test_evaluate_says_when_a_protocol_or_a_load_leaves_nothing_to_compare(tmp_p
     assert "(paired 95% CI, 1 sequences)" in printed and "; halves" not in printed and "NaN" not in printed
 
 
+def test_overlap_counts_the_jobs_sequences_and_their_halves_share():
+    from lightning_sched.queue.evaluation import overlap
+
+    assert overlap(torch.tensor([30, 0, 20, 10]), 15) == {  # jobs 0..44; halves [0, 25) and [20, 45)
+        "covered_jobs": 45, "independent_stretches": 3.0, "halves_shared_jobs": 5}
+    assert overlap(torch.tensor([100, 0]), 50) == {"covered_jobs": 100, "independent_stretches": 2.0,
+                                                   "halves_shared_jobs": 0}
+    assert overlap(torch.tensor([7]), 50)["halves_shared_jobs"] == 0  # no halves
+
+
 def test_evaluate_script_on_a_log(tmp_path):
     log = write_log(tmp_path / "log.swf", jobs=6000, nodes=64)
     out = conftest.run_script(ROOT / "scripts/evaluate.py", "--env", "queue", "--trace", log, "--protocol", "heldout",
@@ -476,6 +486,10 @@ def test_evaluate_script_on_a_log(tmp_path):
             assert (first + later) / 2 == pytest.approx(x["minus_best_heuristic"])
             assert f"halves {first:+.2f} / {later:+.2f})" in out.stdout
     assert all(x["num_sequences"] == 4 and x["log"]["kept"] == 6000 for x in lines)
+    # 4 starts in [4800, 4976], 1024 jobs each: 1,200 jobs, and halves that share most of theirs
+    spread = lines[0]["covered_jobs"], lines[0]["independent_stretches"], lines[0]["halves_shared_jobs"]
+    assert spread[:2] == (1200, 1.17) and 900 < spread[2] < 1024, spread
+    assert f"half of the starts, sharing {spread[2]} jobs, show" in out.stdout
     bad = conftest.run_script(ROOT / "scripts/evaluate.py", "--env", "queue", "--trace", log, "--policy", "lifo",
                               cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'lifo'" in bad.stderr  # the command line's form

@@ -127,23 +127,48 @@ def heuristic_policies(names, cfg: QueueConfig, seed: int = 0) -> dict[str, tupl
     return {n: (QueueHeuristic(n, torch.Generator().manual_seed(seed)), full) for n in names}
 
 
-def paired(a: QueueResult, b: QueueResult, metric: str = "mean_bounded_slowdown") -> tuple[float, float]:
-    """a - b over the sequences both ran: (mean, 95% CI half-width)."""
+def difference(a: QueueResult, b: QueueResult, metric: str = "mean_bounded_slowdown") -> torch.Tensor:
+    """a - b on each sequence both ran: DoubleTensor[N]."""
     if a.sequences[metric].shape != b.sequences[metric].shape:
         raise ConfigError("paired: the two results ran different sequences")
-    return mean_ci95(a.sequences[metric] - b.sequences[metric])
+    return a.sequences[metric] - b.sequences[metric]
 
 
-def halves(a: QueueResult, b: QueueResult, starts: torch.Tensor,
-           metric: str = "mean_bounded_slowdown") -> list[float] | None:
-    """a - b averaged over the sequences of the earlier and of the later half of the range, by start
-    (`starts`, LongTensor[N]; the later half takes the middle one of an odd N): overlapping sequences
-    share their jobs, so a difference that is real keeps its sign in both halves, where a CI over the
-    sequences cannot tell. None for fewer than two sequences."""
-    order = starts.argsort(stable=True)
-    diff = (a.sequences[metric] - b.sequences[metric])[order]
+def paired(a: QueueResult, b: QueueResult, metric: str = "mean_bounded_slowdown") -> tuple[float, float]:
+    """a - b over the sequences both ran: (mean, 95% CI half-width)."""
+    return mean_ci95(difference(a, b, metric))
+
+
+def halves(diff: torch.Tensor, starts: torch.Tensor) -> list[float] | None:
+    """A paired difference (DoubleTensor[N], one value a sequence) averaged over the sequences of the
+    earlier and of the later half of the range, by start (`starts`, LongTensor[N]; the later half
+    takes the middle one of an odd N): overlapping sequences share their jobs, so a CI over them
+    says little about another stretch, while a difference that changes sign between the halves is
+    not one to rely on. None for fewer than two sequences."""
+    diff = diff[starts.argsort(stable=True)]
     n = len(diff) // 2
     return [float(diff[:n].mean()), float(diff[n:].mean())] if n else None
+
+
+def overlap(starts: torch.Tensor, length: int) -> dict[str, float | int]:
+    """How far sequences of `length` jobs at `starts` (LongTensor[N]) are from independent: the
+    distinct jobs they cover, that over `length` (at most that many independent stretches), and
+    the jobs the earlier and later halves of `halves` share (0 when they are disjoint)."""
+    ordered = starts.sort().values
+    covered = int(ordered.diff().clamp(max=length).sum()) + length
+    n = len(ordered) // 2
+    shared = max(0, int(ordered[n - 1]) + length - int(ordered[n])) if n else 0
+    return {"covered_jobs": covered, "independent_stretches": round(covered / length, 2),
+            "halves_shared_jobs": shared}
+
+
+def overlap_note(spread: dict, length: int) -> str:
+    """What `overlap`'s figures mean for the CIs printed after them, in one parenthesis."""
+    shared = f", sharing {spread['halves_shared_jobs']} jobs" if spread["halves_shared_jobs"] else ""
+    return (f"covering {spread['covered_jobs']} jobs (at most {spread['covered_jobs'] / length:.1f} independent "
+            "stretches: a CI over overlapping sequences measures how a mean moves with the start within these jobs, "
+            "not what another stretch of the log would give; a paired difference's halves, the earlier and the "
+            f"later half of the starts{shared}, show whether it holds across them)")
 
 
 def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[Callable, QueueConfig]:
@@ -224,16 +249,13 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
     resolved = {spec: resolve(spec, cfg, device) for spec in policies}
     starts = protocol_starts(log, protocol, sequences, length)
     echo(f"{Path(trace).name}: {log.summary()}")
-    ordered = starts.sort().values  # the distinct jobs the sequences cover: overlapping ones share jobs
-    covered = int(ordered.diff().clamp(max=length).sum()) + length
+    spread = overlap(starts, length)
     fewer = f" (of {sequences} asked: the range has no more distinct starts)" \
         if protocol != "rlscheduler" and len(starts) < sequences else ""
-    echo(f"protocol {protocol}: {len(starts)} sequences{fewer} of {length} jobs, backfill {backfill}, covering "
-         f"{covered} jobs (at most {covered / length:.1f} independent stretches: CIs that treat the sequences as "
-         "independent are narrower than a fresh stretch would give; a paired difference's halves, over the "
-         "earlier and the later half of the starts, show whether it holds in both); "
-         "mean bounded slowdown (lower is better) ± 95% CI over sequences; wait in seconds (lower is better); "
-         "utilization (higher is better)")
+    echo(f"protocol {protocol}: {len(starts)} sequences{fewer} of {length} jobs, backfill {backfill}, "
+         f"{overlap_note(spread, length)}; mean bounded slowdown (lower is better) ± 95% CI over sequences, minus the "
+         "best of the rules given on these sequences; wait in seconds (lower is better); utilization (higher is "
+         "better)")
     if protocol == "rlscheduler" and not rlschedulers_log(trace):
         echo(f"note: RLScheduler's protocol is its 10 start positions in the Lublin logs; on {Path(trace).name} "
              "they are positions only (--protocol heldout draws from the log's own last 20%)")
@@ -252,7 +274,7 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
     for name, result in results.items():
         s = result.summary
         line = {"policy": name, "trace": Path(trace).name, "protocol": protocol, "backfill": backfill, **s,
-                "log": log.summary()}
+                **spread, "log": log.summary()}
         if trained[name][1] is not None:
             line["sequences_with_training_jobs"] = trained[name][1]
         bsld_ci = ci_text(s["mean_bounded_slowdown_ci95"], "8.2f")
@@ -260,20 +282,22 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
                 f"wait {s['mean_wait']:10.0f} s  util {s['utilization']:.3f}")
         if best is not None and name != best:
             diff, ci = paired(result, results[best])
-            line.update(best_heuristic=best, minus_best_heuristic=diff, minus_best_heuristic_ci95=ci)
+            line.update(best_heuristic=best, best_among=rules, minus_best_heuristic=diff, minus_best_heuristic_ci95=ci)
             text += f"  minus {best}: {diff:+.2f} ± {ci_text(ci, '.2f')} (paired 95% CI, {len(starts)} sequences"
-            split = halves(result, results[best], starts) if protocol != "rlscheduler" else None
-            if split is not None:  # consecutive starts: the range's two halves, each alone
+            split = halves(difference(result, results[best]), starts) if protocol != "rlscheduler" else None
+            if split is not None:  # consecutive starts: the range's two halves (they may share jobs: `spread`)
                 line["minus_best_heuristic_halves"] = split
                 text += "; halves " + " / ".join(f"{h:+.2f}" for h in split)
             text += ")"
         if versus is not None and name != versus:
             diff, ci = paired(result, results[versus])
             line.update(versus=versus, minus_versus=diff, minus_versus_ci95=ci)
-            split = halves(result, results[versus], starts) if protocol != "rlscheduler" else None
+            split = halves(difference(result, results[versus]), starts) if protocol != "rlscheduler" else None
             if split is not None:
                 line["minus_versus_halves"] = split
-            text += f"  minus {versus}: {diff:+.2f} ± {ci_text(ci, '.2f')}" if versus != best else ""
+            if versus != best:
+                text += f"  minus {versus}: {diff:+.2f} ± {ci_text(ci, '.2f')}" + (
+                    "; halves " + " / ".join(f"{h:+.2f}" for h in split) if split is not None else "")
         echo(text)
         lines.append(line)
     return lines, {name: r.sequences["mean_bounded_slowdown"] for name, r in results.items()}
