@@ -55,6 +55,21 @@ def test_evaluate_same_seed_same_numbers_and_saved_jobsets_replay(tmp_path):
         assert da[key] == pytest.approx(db[key])
 
 
+def test_evaluate_counts_only_jobsets_with_jobs_and_writes_strict_json():
+    """At load 0.1 over 3 steps most jobsets draw no job: their metrics are NaN and no part of a CI,
+    so the text and the JSON say over how many the CI is; NaN is written as null (strict JSON)."""
+    out = run("scripts/evaluate.py", "--policy", "sjf", "tetris", "--load", "0.1", "--simu_len", "3", "--jobsets",
+              "12", "--json", "--threads", "1").stdout
+    lines = [json.loads(x, parse_constant=pytest.fail) for x in out.splitlines() if x.startswith("{")]
+    kept = lines[0]["jobsets_with_jobs"]
+    assert 0 < kept < 12 and all(x["num_jobsets"] == 12 and x["jobsets_with_jobs"] == kept for x in lines)
+    assert f"(paired 95% CI over {kept} jobsets ({12 - kept} of the 12 drew no job))" in out
+    from lightning_sched.evaluation import json_line
+
+    assert json.loads(json_line({"a": [1.0, float("nan"), {"b": float("-inf")}], "c": (2, float("inf"))})) == \
+        {"a": [1.0, None, {"b": None}], "c": [2, None]}
+
+
 def test_evaluate_rejects_unknown_policy_and_unreachable_load():
     proc = run("scripts/evaluate.py", "--policy", "fifo", "--jobsets", "2", check=False)
     assert proc.returncode == 2 and "'fifo'" in proc.stderr
