@@ -285,8 +285,8 @@ def queue_main(argv) -> int:
     spread = overlap(starts, args.eval_sequence_length)
     print(f"adapting on its first {train_jobs} jobs (sequences of {args.sequence_length}); measured on "
           f"{len(starts)} sequences{fewer} of {args.eval_sequence_length} jobs after them, backfill {args.backfill}, "
-          f"{overlap_note(spread, args.eval_sequence_length)}; mean bounded slowdown ± 95% CI over sequences, "
-          "differences paired")
+          f"{overlap_note(spread, args.eval_sequence_length, len(starts))}; mean bounded slowdown ± 95% CI over "
+          "sequences, differences paired")
     rules, best = rules_on_site(log, cfg, starts, train_jobs, args.json)
     curves, (net, policy_cfg) = adapt_policies(args, records, log, cfg, starts, train_jobs)
     print_curves(curves, rules[best], best, args.reference, {"site": log.summary(), **spread}, starts, args.json)

@@ -247,7 +247,9 @@ def queue_main(argv) -> int:
     ap.add_argument("--protocol", choices=PROTOCOLS, default="rlscheduler",
                     help="rlscheduler (the default): its 10 sequences of 1024 jobs; heldout: --sequences sequences "
                          "of --sequence_length jobs from the log's last 20%%; recent: the same from 60-80%% (the "
-                         "training range's end, to choose between trained policies)")
+                         "training range's end, to choose between trained policies); disjoint: the whole log cut "
+                         "in sequences of --sequence_length that share no job (how a difference varies between "
+                         "stretches; a trained policy's notes say which hold jobs it read)")
     ap.add_argument("--policy", nargs="+", default=list(RULES),
                     help=f"rules ({', '.join(QUEUE_HEURISTICS)}; RULE{SUFFIX}, e.g. f1{SUFFIX}: the rule with its own "
                          f"reservation) and/or queue checkpoints (default: {' '.join(RULES)})")
@@ -276,6 +278,9 @@ def queue_main(argv) -> int:
     if args.protocol == "rlscheduler" and args.sequences is not None:
         raise ConfigError(f"--sequences {args.sequences}: the rlscheduler protocol (--protocol's default) has its "
                           "own 10 sequences; give --protocol heldout or recent")
+    if args.protocol == "disjoint" and args.sequences is not None:
+        raise ConfigError(f"--sequences {args.sequences}: the disjoint protocol takes every sequence of "
+                          "--sequence_length jobs the log holds")
     if args.protocol == "rlscheduler" and args.sequence_length != EVAL_LENGTH:
         raise ConfigError(f"--sequence_length {args.sequence_length}: the rlscheduler protocol's sequences are "
                           f"{EVAL_LENGTH} jobs (--protocol's default); give --protocol heldout or recent")

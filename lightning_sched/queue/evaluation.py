@@ -29,7 +29,7 @@ from .heuristics import HEURISTICS, RULES, QueueHeuristic
 from .log import QueueLog, read_queue_log
 from .reservation import SUFFIX, ReservingRule, reserving_config
 
-PROTOCOLS = ("rlscheduler", "heldout", "recent")
+PROTOCOLS = ("rlscheduler", "heldout", "recent", "disjoint")
 # 0-based positions in the log's job list of RLScheduler's 10 evaluation sequences (its seeded draw)
 RLSCHEDULER_STARTS = (1981, 2756, 4299, 8850, 3316, 2714, 5228, 7762, 4022, 7085)
 # RLScheduler's published RL cells (SC'20, average bounded slowdown; trained on the whole log): the
@@ -54,7 +54,8 @@ def rlschedulers_log(path) -> bool:
 def protocol_starts(log: QueueLog, protocol: str, num_sequences: int = SEQUENCES,
                     length: int = EVAL_LENGTH) -> torch.Tensor:
     """The evaluation sequences' start positions (LongTensor[N]) of `protocol` on `log`, sequences of
-    `length` jobs (RLScheduler's are 1024)."""
+    `length` jobs (RLScheduler's are 1024): rlscheduler's 10; heldout's and recent's `num_sequences`,
+    overlapping, from the last 20% and from 60-80%; disjoint's, every `length` jobs of the whole log."""
     if protocol == "rlscheduler":
         if length != EVAL_LENGTH:
             raise ConfigError(f"sequence_length {length}: the rlscheduler protocol's sequences are {EVAL_LENGTH} jobs")
@@ -67,6 +68,11 @@ def protocol_starts(log: QueueLog, protocol: str, num_sequences: int = SEQUENCES
         first, end = (log.jobs_before(TRAIN_FRACTION), log.num_jobs) if protocol == "heldout" else \
             (log.jobs_before(RECENT_FRACTION), log.jobs_before(TRAIN_FRACTION))
         return spread_starts(log, first, end, num_sequences, length)
+    if protocol == "disjoint":  # the whole log cut in sequences that share no job: independent stretches
+        if log.num_jobs < 2 * length:
+            raise ConfigError(f"protocol disjoint: {Path(log.path).name} has {log.num_jobs} jobs, not two sequences of "
+                              f"{length} (a shorter --sequence_length)")
+        return torch.arange(0, log.num_jobs - length + 1, length)
     raise ConfigError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
 
 
@@ -162,8 +168,10 @@ def overlap(starts: torch.Tensor, length: int) -> dict[str, float | int]:
             "halves_shared_jobs": shared}
 
 
-def overlap_note(spread: dict, length: int) -> str:
-    """What `overlap`'s figures mean for the CIs printed after them, in one parenthesis."""
+def overlap_note(spread: dict, length: int, sequences: int) -> str:
+    """What `overlap`'s figures for `sequences` sequences mean for the CIs printed after them."""
+    if spread["covered_jobs"] == sequences * length:
+        return f"covering {spread['covered_jobs']} jobs (the sequences share no job)"
     shared = f", sharing {spread['halves_shared_jobs']} jobs" if spread["halves_shared_jobs"] else ""
     return (f"covering {spread['covered_jobs']} jobs (at most {spread['covered_jobs'] / length:.1f} independent "
             "stretches: a CI over overlapping sequences measures how a mean moves with the start within these jobs, "
@@ -251,11 +259,11 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
     echo(f"{Path(trace).name}: {log.summary()}")
     spread = overlap(starts, length)
     fewer = f" (of {sequences} asked: the range has no more distinct starts)" \
-        if protocol != "rlscheduler" and len(starts) < sequences else ""
+        if protocol in ("heldout", "recent") and len(starts) < sequences else ""
     echo(f"protocol {protocol}: {len(starts)} sequences{fewer} of {length} jobs, backfill {backfill}, "
-         f"{overlap_note(spread, length)}; mean bounded slowdown (lower is better) ± 95% CI over sequences, minus the "
-         "best of the rules given on these sequences; wait in seconds (lower is better); utilization (higher is "
-         "better)")
+         f"{overlap_note(spread, length, len(starts))}; mean bounded slowdown (lower is better) ± 95% CI over "
+         "sequences, minus the best of the rules given on these sequences; wait in seconds (lower is better); "
+         "utilization (higher is better)")
     if protocol == "rlscheduler" and not rlschedulers_log(trace):
         echo(f"note: RLScheduler's protocol is its 10 start positions in the Lublin logs; on {Path(trace).name} "
              "they are positions only (--protocol heldout draws from the log's own last 20%)")
