@@ -389,6 +389,15 @@ def test_heldout_protocol_draws_only_from_the_last_fifth(tmp_path):
     assert len(starts) == 100 and int(starts.min()) >= 4800 and int(starts.max()) + 1024 <= 6000
     recent = protocol_starts(log, "recent", 100)  # the training range's last quarter, never the test's jobs
     assert len(recent) == 100 and int(recent.min()) >= 3600 and int(recent.max()) + 1024 <= 4800
+    # disjoint: the whole log in sequences that share no job, and the note says so
+    from lightning_sched.queue.evaluation import overlap, overlap_note
+
+    disjoint = protocol_starts(log, "disjoint", length=1024)
+    assert disjoint.tolist() == [0, 1024, 2048, 3072, 4096]
+    assert overlap_note(overlap(disjoint, 1024), 1024, 5) == "covering 5120 jobs (the sequences share no job)"
+    assert "at most 1.2 independent stretches" in overlap_note(overlap(starts, 1024), 1024, 100)
+    with pytest.raises(ConfigError, match="protocol disjoint: log.swf has 6000 jobs, not two sequences of 4000"):
+        protocol_starts(log, "disjoint", length=4000)
 
 
 def test_sjf_holds_the_head_job_and_backfilling_starts_around_it():
@@ -499,6 +508,7 @@ def test_evaluate_script_on_a_log(tmp_path):
     for flags, message in ((["--policy", "f1", "--versus", "sjf"], "--versus 'sjf' is not one of"),
                            (["--policy", "sjf", "f1", "sjf"], "--policy 'sjf' is given twice"),
                            (["--protocol", "rlscheduler", "--sequences", "3"], "has its own 10 sequences"),
+                           (["--protocol", "disjoint", "--sequences", "3"], "the disjoint protocol takes every"),
                            (["--figure", str(tmp_path / "f.txt")], "matplotlib cannot write .txt")):
         with pytest.raises(ConfigError) as refused:
             evaluate(["--env", "queue", "--trace", str(log), *flags])
