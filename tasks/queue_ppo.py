@@ -188,7 +188,7 @@ class QueuePPO(IterationTask):
         """TorchRL's clipped PPO loss over the network's actor and critic."""
         # functional=False: the loss calls the network's own modules (no parameter copies, DDP works);
         # the state_dict names the shared weights twice, under net. and loss.
-        loss = ClipPPOLoss(make_actor(self.net), make_critic(self.net), clip_epsilon=ppo.clip,
+        loss = ClipPPOLoss(make_actor(self.net), make_critic(self.net, dense=False), clip_epsilon=ppo.clip,
                            entropy_coeff=ppo.entropy_coef, critic_coeff=ppo.critic_coef, normalize_advantage=True,
                            functional=False)
         # a reserving policy's probabilities are of the job its ranking puts first; the env starts the

@@ -9,6 +9,7 @@ import json
 import os
 import re
 from dataclasses import fields
+from functools import partial
 from pathlib import Path
 
 import conftest
@@ -19,7 +20,7 @@ from torchrl.envs.utils import check_env_specs
 from lightning_sched.config import ConfigError
 from lightning_sched.queue import native
 from lightning_sched.queue.config import QueueConfig
-from lightning_sched.queue.env import QueueEnv, episode_metrics
+from lightning_sched.queue.env import EPISODE_KEYS, QueueEnv, episode_metrics, play_to_end
 from lightning_sched.queue.evaluation import evaluate_queue, heuristic_policies, protocol_starts
 from lightning_sched.queue.heuristics import QueueHeuristic
 from lightning_sched.queue.log import read_queue_log
@@ -215,8 +216,8 @@ def test_native_kernel_and_torch_step_agree(tmp_path, backfill, native_at, steps
     for (td_a, s_a), (td_b, s_b) in zip(a, b):
         for f in fields(s_a):  # but the kernel's kept orders, which the torch step does not keep
             assert f.name in KERNEL_ORDERS or torch.equal(getattr(s_a, f.name), getattr(s_b, f.name)), f.name
-        for key in td_a.keys():
-            assert torch.equal(td_a[key], td_b[key]), key
+        for key in td_a.keys(True, True):  # and the finished episodes' results ("episode", NaN elsewhere)
+            torch.testing.assert_close(td_a[key], td_b[key], rtol=0, atol=0, equal_nan=True, msg=str(key))
         overflowed |= bool((td_a["queue_length"] > cfg.window).any())
         delayed |= fit_delay and bool((td_a["job_features"][..., -1] > 0).any())
     assert overflowed and delayed == fit_delay  # the window's SJF/smallest-first alternation ran, jobs waited to fit
@@ -251,7 +252,7 @@ def test_a_reset_given_only_its_mask_returns_the_other_rows_as_they_stand(tmp_pa
     from functools import partial
 
     from tensordict import TensorDict
-    from torchrl.envs import ActionMask, SerialEnv, TransformedEnv
+    from torchrl.envs import ActionMask, SerialEnv, StepCounter, TransformedEnv
 
     log = read_queue_log(write_log(tmp_path / "log.swf"))
     cfg = log.config(sequence_length=24, window=8, backfill="easy")
@@ -270,7 +271,14 @@ def test_a_reset_given_only_its_mask_returns_the_other_rows_as_they_stand(tmp_pa
         assert rollout.batch_size[:2] == (2, 3) and bool(rollout["next", "done"].any())
         assert bool(rollout["action_mask"].gather(-1, rollout["action"].unsqueeze(-1)).all())
     masked = TransformedEnv(QueueEnv(cfg, log, batch_size=[3], seed=7), ActionMask())
-    masked.rollout(100, break_when_any_done=False)  # rand_action draws from the mask the env keeps current
+    drawn = masked.rollout(100, break_when_any_done=False)  # rand_action draws from the mask the env keeps current
+    assert bool(drawn["action_mask"].gather(-1, drawn["action"].unsqueeze(-1)).all())
+    assert len(drawn["action"].unique()) > 4  # the draws spread over the visible jobs, not the first one
+    # without ActionMask the transformed env's copy of the spec holds a stale mask: TorchRL refuses to
+    # draw (its copy differs from the env's), where it used to draw slot 0 of the first reset's mask
+    stale = TransformedEnv(QueueEnv(cfg, log, batch_size=[3], seed=7), StepCounter())
+    with pytest.raises(RuntimeError, match="rand_action method from the base env QueueEnv"):
+        stale.rollout(100, break_when_any_done=False)
 
 
 def test_env_specs_and_episode_metrics(tmp_path):
@@ -288,6 +296,20 @@ def test_env_specs_and_episode_metrics(tmp_path):
     bsld = torch.maximum((wait + s.run) / s.run.clamp(min=10), torch.ones(()))
     torch.testing.assert_close(m["mean_bounded_slowdown"], bsld.mean(1))
     torch.testing.assert_close(m["mean_wait"], wait.mean(1))
+    # a rollout that resets finished rows (as a collector does) keeps each finished episode's results
+    # on its last step, NaN elsewhere: with fixed starts and a rule, every episode of a row is the same
+    fixed = partial(QueueEnv, log.config(sequence_length=32, window=32, backfill="easy"), log, batch_size=[4],
+                    starts=torch.tensor([0, 50, 100, 150]))
+    env = fixed()
+    play_to_end(env, QueueHeuristic("sjf"))
+    once = env.episode_metrics()
+    rollout = fixed().rollout(120, QueueHeuristic("sjf"), break_when_any_done=False)
+    ended = rollout["next", "done"].squeeze(-1)
+    assert int(ended.sum(1).min()) >= 2  # every row finished two episodes or more
+    for key in EPISODE_KEYS:
+        values = rollout["next", "episode", key].squeeze(-1)
+        assert bool(values[ended].isfinite().all()) and bool(values[~ended].isnan().all()), key
+        torch.testing.assert_close(values[ended], once[key].repeat_interleave(ended.sum(1)), msg=key)
 
 
 def test_a_torchrl_collector_plays_random_valid_picks_and_its_own_random_policy_is_told_how(tmp_path):

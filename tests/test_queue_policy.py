@@ -113,6 +113,28 @@ def test_value_head_shape_ignores_empty_slots_and_slot_order():
     torch.testing.assert_close(make_critic(net)(shuffled)["state_value"], value)
 
 
+def test_torchrls_value_estimators_and_ppo_loss_take_the_critic(tmp_path):
+    """TorchRL's GAE and ClipPPOLoss run the critic under torch.vmap, which takes no data-dependent
+    shapes: make_critic's dense pooling gives the sparse pooling's values and runs there."""
+    from torchrl.objectives import ClipPPOLoss
+    from torchrl.objectives.value import GAE
+
+    torch.manual_seed(0)
+    net = QueueNetwork(QueuePolicySpec(context=True))
+    td = observation(32, 12)
+    torch.testing.assert_close(make_critic(net)(td.clone())["state_value"],
+                               make_critic(net, dense=False)(td.clone())["state_value"])
+    log = read_queue_log(write_log(tmp_path / "tiny.swf"))
+    env = QueueEnv(log.config(sequence_length=24, window=8, **net.spec.observation()), log, batch_size=[4], seed=0)
+    with torch.no_grad():
+        rollout = env.rollout(12, make_actor(net), break_when_any_done=False)
+    GAE(gamma=1.0, lmbda=0.95, value_network=make_critic(net))(rollout)  # vmapped over the steps
+    assert rollout["advantage"].shape == (4, 12, 1) and torch.isfinite(rollout["advantage"]).all()
+    loss = ClipPPOLoss(make_actor(net), make_critic(net))(rollout.exclude("advantage", "value_target"))
+    sum(v for k, v in loss.items() if k.startswith("loss_")).backward()
+    assert all(p.grad is not None for p in net.value.parameters())
+
+
 def test_spec_round_trip_and_bad_sizes():
     spec = QueuePolicySpec(hidden=(8,), embedding=4, value_hidden=(6, 3))
     assert QueuePolicySpec.from_dict(spec.to_dict()) == spec

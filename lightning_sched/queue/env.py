@@ -44,6 +44,10 @@ def rollout_bytes(cfg: QueueConfig, rows: int) -> int:
 HANDED_OUT = ("submit", "requested", "processors")
 
 
+# the per-episode results a step writes under "episode" when a row's episode ends (episode_metrics)
+EPISODE_KEYS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "makespan", "utilization")
+
+
 class QueueEnv(EveryRowReset):
     """B queue episodes stepped as one TensorDict.
 
@@ -68,6 +72,7 @@ class QueueEnv(EveryRowReset):
     """
 
     batch_locked = True
+    STEP_ONLY_KEYS = tuple(("episode", key) for key in EPISODE_KEYS)  # NaN at a reset (_finished_metrics)
 
     def __init__(self, cfg: QueueConfig, log: QueueLog | Sequence[QueueLog], batch_size=(1,), starts=None,
                  positions=None, device="cpu", seed: int | None = None, episodes_per_sequence: int = 1):
@@ -127,6 +132,8 @@ class QueueEnv(EveryRowReset):
                 "free_nodes": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev)}
         for key in ("job_submit", "job_requested", "job_processors"):
             spec[key] = Unbounded(shape=(*b, length), dtype=torch.int64, device=dev)
+        spec["episode"] = Composite({k: Unbounded(shape=(*b, 1), dtype=torch.float64, device=dev)
+                                     for k in EPISODE_KEYS}, shape=b)
         self.observation_spec = Composite(spec, shape=b)
         self.action_spec = Categorical(n=w, shape=b, dtype=torch.int64, device=dev)
         self.reward_spec = Unbounded(shape=(*b, 1), dtype=torch.float32, device=dev)
@@ -191,7 +198,7 @@ class QueueEnv(EveryRowReset):
         elif index.numel():  # only the rows asked for start again; the steps a caller holds keep their jobs
             self.state.put_rows(index, self.initial_state(index), new_tensors=HANDED_OUT)
         none = torch.full((self.batch_size[0],), -1, dtype=torch.int64, device=self.device)
-        return self._output(step_and_observe(self.state, none, self.cfg), reward=None)
+        return self._output(step_and_observe(self.state, none, self.cfg), reward=None, ended=None)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         slot = require_slot_actions(tensordict, self.state, self.batch_size[0]).reshape(-1, 1)
@@ -211,7 +218,19 @@ class QueueEnv(EveryRowReset):
             reward = -out["bsld_added"] / length
         else:  # all at the step that ends the episode: the rows active before it and done after it
             reward = torch.where(self.state.done & active, -self.state.bsld_sum / length, 0.0)
-        return self._output(out, reward=reward.float())
+        return self._output(out, reward=reward.float(), ended=self.state.done & active)
+
+    def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """A uniform draw over each row's visible jobs, from the mask of the env's last output (torch's
+        global generator). A TransformedEnv hands its draws here only while its copy of the action
+        spec equals the env's (TorchRL's ActionMask keeps it so); with a stale copy TorchRL refuses
+        the draw instead of drawing from the mask it copied."""
+        if self.state is None:
+            return super().rand_action(tensordict)
+        action = torch.multinomial(self.action_spec.mask.float(), 1).squeeze(-1)
+        if tensordict is None:
+            return TensorDict({"action": action}, batch_size=self.batch_size, device=self.device)
+        return tensordict.set("action", action)
 
     def _set_seed(self, seed: int | None) -> None:
         self.generator.manual_seed(0 if seed is None else int(seed))
@@ -220,7 +239,8 @@ class QueueEnv(EveryRowReset):
         return {"batch_size": self.batch_size[0], "sequence_length": self.cfg.sequence_length,
                 "window": self.cfg.window}
 
-    def _output(self, out: dict[str, torch.Tensor], reward: torch.Tensor | None) -> TensorDictBase:
+    def _output(self, out: dict[str, torch.Tensor], reward: torch.Tensor | None,
+                ended: torch.Tensor | None) -> TensorDictBase:
         s = self.state
         self.window_job = out["window_job"]
         self.full_action_spec["action"].update_mask(out["action_mask"])  # rand_action() draws visible jobs only
@@ -229,10 +249,22 @@ class QueueEnv(EveryRowReset):
               "action_mask": out["action_mask"], "window_job": out["window_job"], "time": s.time.unsqueeze(-1).clone(),
               "queue_length": out["queue_length"].unsqueeze(-1), "free_nodes": s.free_nodes.unsqueeze(-1).clone(),
               "job_submit": s.submit, "job_requested": s.requested, "job_processors": s.processors,
-              "done": done.clone(), "terminated": done.clone(), "truncated": torch.zeros_like(done)}
+              "done": done.clone(), "terminated": done.clone(), "truncated": torch.zeros_like(done),
+              "episode": self._finished_metrics(ended)}
         if reward is not None:
             td["reward"] = reward.unsqueeze(-1)
         return TensorDict(td, batch_size=self.batch_size, device=self.device)
+
+    def _finished_metrics(self, ended: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """EPISODE_KEYS of the rows whose episode ended at this step (`ended`: BoolTensor[B]), NaN
+        elsewhere (and at a reset): each DoubleTensor[B, 1]. A collector or a rollout that resets
+        finished rows keeps each finished episode's results on its last step."""
+        nan = torch.full((self.batch_size[0], 1), float("nan"), dtype=torch.float64, device=self.device)
+        if ended is None or not bool(ended.any()):
+            return {k: nan for k in EPISODE_KEYS}
+        rows = ended.nonzero().squeeze(1)  # the metrics read every job of a row: only the rows that ended
+        metrics = episode_metrics(self.state.rows(rows), self.cfg)
+        return {k: nan.index_put((rows,), metrics[k].double().unsqueeze(-1)) for k in EPISODE_KEYS}
 
     # ----- results ---------------------------------------------------------------------------
     def episode_metrics(self) -> dict[str, torch.Tensor]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
+from torch import nn
 from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
 
 from ...batched import acts_on_any_batch
@@ -24,9 +25,24 @@ def make_actor(net: QueueNetwork) -> ProbabilisticActor:
                               distribution_class=MaskedCategorical, return_log_prob=True)
 
 
-def make_critic(net: QueueNetwork) -> ValueOperator:
-    """The TorchRL critic: job_features, cluster_features, action_mask -> "state_value" [B, 1]."""
-    return ValueOperator(net.value, in_keys=[*IN_KEYS, "action_mask"])
+class DenseValue(nn.Module):
+    """`QueueValue` pooling every slot of the window (`pooled_window`'s `dense`): the same values,
+    and it runs under torch.vmap."""
+
+    def __init__(self, value: nn.Module):
+        super().__init__()
+        self.value = value
+
+    def forward(self, job_features, cluster_features, action_mask) -> torch.Tensor:
+        return self.value(job_features, cluster_features, action_mask, dense=True)
+
+
+def make_critic(net: QueueNetwork, dense: bool = True) -> ValueOperator:
+    """The TorchRL critic: job_features, cluster_features, action_mask -> "state_value" [B, 1].
+    `dense` (the default) computes every slot of the window, so that TorchRL's value estimators
+    (GAE, and ClipPPOLoss's own), which run the critic under torch.vmap, take it; a trainer that
+    computes the values itself (tasks/queue_ppo.py) passes False to compute only the visible jobs."""
+    return ValueOperator(DenseValue(net.value) if dense else net.value, in_keys=[*IN_KEYS, "action_mask"])
 
 
 def reserved_action(spec: QueuePolicySpec, logits: torch.Tensor, first: torch.Tensor, td) -> torch.Tensor:

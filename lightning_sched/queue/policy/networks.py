@@ -77,15 +77,23 @@ class JobMLP(nn.Module):
         return self.jobs(job_features[row, slot], cluster_features[row]), row
 
 
-def pooled_window(embed: JobMLP, jobs: torch.Tensor, cluster: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def pooled_window(embed: JobMLP, jobs: torch.Tensor, cluster: torch.Tensor, mask: torch.Tensor,
+                  dense: bool = False) -> torch.Tensor:
     """The window's make-up as one vector a row, [N, 2E]: the per-job embedding `embed` (one layer,
     the same weights for every job) pooled by mean and max over the visible jobs of job_features
-    [N, W, F], cluster_features [N, C] and action_mask [N, W]."""
-    embedded, row = embed(jobs, cluster, mask)
-    embedded = torch.relu(embedded)  # [n, E] >= 0, so 0 is a neutral start for the max
-    b, e = mask.shape[0], embedded.shape[-1]
-    total = embedded.new_zeros(b, e).index_add(0, row, embedded)
-    largest = embedded.new_zeros(b, e).scatter_reduce(0, row.unsqueeze(1).expand(-1, e), embedded, "amax")
+    [N, W, F], cluster_features [N, C] and action_mask [N, W]. `dense` embeds every slot and zeroes
+    the empty ones (the same values, W slots of work a row): no shape depends on the data, which
+    torch.vmap needs (TorchRL's value estimators run the critic under it)."""
+    if dense:
+        embedded = torch.relu(embed.jobs(jobs, cluster.unsqueeze(1)))  # [N, W, E]
+        embedded = torch.where(mask.unsqueeze(-1), embedded, 0.0)
+        total, largest = embedded.sum(1), embedded.amax(1)
+    else:
+        embedded, row = embed(jobs, cluster, mask)
+        embedded = torch.relu(embedded)  # [n, E] >= 0, so 0 is a neutral start for the max
+        b, e = mask.shape[0], embedded.shape[-1]
+        total = embedded.new_zeros(b, e).index_add(0, row, embedded)
+        largest = embedded.new_zeros(b, e).scatter_reduce(0, row.unsqueeze(1).expand(-1, e), embedded, "amax")
     count = mask.sum(-1, keepdim=True).clamp(min=1)
     return torch.cat([total / count, largest], -1)
 
@@ -159,8 +167,8 @@ class EnsembleScorer(nn.Module):
 
 
 class QueueValue(nn.Module):
-    """The critic: state value [B, 1] from the pooled window (`pooled_window`) and the cluster features
-    (inputs as JobScorer's)."""
+    """The critic: state value [B, 1] from the pooled window (`pooled_window`, `dense` or not) and the
+    cluster features (inputs as JobScorer's)."""
 
     def __init__(self, spec: QueuePolicySpec):
         super().__init__()
@@ -168,10 +176,11 @@ class QueueValue(nn.Module):
         self.head = mlp([2 * spec.embedding + spec.cluster_inputs, *spec.value_hidden, 1])
 
     def forward(self, job_features: torch.Tensor, cluster_features: torch.Tensor,
-                action_mask: torch.Tensor) -> torch.Tensor:
+                action_mask: torch.Tensor, dense: bool = False) -> torch.Tensor:
         lead = action_mask.shape[:-1]
         jobs, cluster, mask = flat(job_features, cluster_features, action_mask)
-        return self.head(torch.cat([pooled_window(self.embed, jobs, cluster, mask), cluster], -1)).reshape(*lead, 1)
+        pooled = pooled_window(self.embed, jobs, cluster, mask, dense)
+        return self.head(torch.cat([pooled, cluster], -1)).reshape(*lead, 1)
 
 
 def weight_bound(spec: QueuePolicySpec) -> int:
