@@ -15,6 +15,8 @@ REWARDS = ("per_job", "final")
 # the priority rules of queue.heuristics that a "best heuristic" is chosen among and whose window
 # ranks an observation can carry (the buggy reproductions of RLScheduler's cells are not scheduling rules)
 RULES = ("fcfs", "sjf", "f1", "wfp3", "unicep")
+# the observation's [B, L] sequences (job_submit, ...): the rules read them, a network only the window's features
+SEQUENCE_KEYS = ("job_submit", "job_requested", "job_processors")
 JOB_FEATURES = 4  # a window slot's own features: wait, requested time, processor share, fits now
 CLUSTER_FEATURES = 2  # a row's features: free node share, log queue length
 # the queue-length feature log1p(q) / log1p(QUEUE_WINDOWS x window) reaches 1 at this many windows of jobs

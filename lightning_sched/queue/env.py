@@ -18,7 +18,7 @@ from torchrl.data import Binary, Categorical, Composite, Unbounded
 from ..batched import EveryRowReset, require_slot_actions, rows_to_reset
 from ..config import ConfigError
 from ..limits import require_memory
-from .config import QueueConfig
+from .config import SEQUENCE_KEYS, QueueConfig
 from .log import QueueLog
 from .state import QueueState, init_state
 from .step import step_and_observe
@@ -130,7 +130,7 @@ class QueueEnv(EveryRowReset):
                 "time": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev),
                 "queue_length": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev),
                 "free_nodes": Unbounded(shape=(*b, 1), dtype=torch.int64, device=dev)}
-        for key in ("job_submit", "job_requested", "job_processors"):
+        for key in SEQUENCE_KEYS:
             spec[key] = Unbounded(shape=(*b, length), dtype=torch.int64, device=dev)
         spec["episode"] = Composite({k: Unbounded(shape=(*b, 1), dtype=torch.float64, device=dev)
                                      for k in EPISODE_KEYS}, shape=b)

@@ -22,7 +22,7 @@ from tensordict import TensorDictBase
 
 from ..batched import acts_on_any_batch
 from ..config import ConfigError
-from .config import RULES
+from .config import RULES, SEQUENCE_KEYS
 
 HEURISTICS = (*RULES, "wfp3_rlscheduler", "unicep_rlscheduler", "random")
 
@@ -36,7 +36,7 @@ def window_columns(td) -> tuple[torch.Tensor, ...]:
     time and processors (DoubleTensor[B, W] each; an empty slot shows job 0's)."""
     job = td["window_job"]
     k = job.clamp(min=0).long()
-    return (job >= 0, *(td[key].gather(1, k).double() for key in ("job_submit", "job_requested", "job_processors")))
+    return (job >= 0, *(td[key].gather(1, k).double() for key in SEQUENCE_KEYS))
 
 
 def leading_slots(td) -> dict[str, torch.Tensor]:
@@ -46,7 +46,7 @@ def leading_slots(td) -> dict[str, torch.Tensor]:
     scoring the cut window costs the queue's length, not the window's. A pick is the same slot.
     The window keys come back [B, n] (n = min(W, the longest queue), at least 1), the others as in `td`."""
     n = max(1, min(td["window_job"].shape[-1], int(td["queue_length"].max())))
-    view = {key: td[key] for key in ("job_submit", "job_requested", "job_processors", "time", "queue_length")}
+    view = {key: td[key] for key in (*SEQUENCE_KEYS, "time", "queue_length")}
     return {**view, **{key: td[key][:, :n] for key in ("window_job", "job_features", "action_mask")}}
 
 
@@ -117,6 +117,10 @@ class QueueHeuristic:
                 raise ConfigError(f"queue heuristic {self.name}: the window ({mask.shape[-1]} slots) hides waiting "
                                   f"jobs ({int(td['queue_length'].max())}); use a window as long as the sequence")
         if self.name != "random":
+            missing = [key for key in SEQUENCE_KEYS if key not in td.keys()]
+            if missing:  # e.g. left out with TorchRL's ExcludeTransform: only a network does without them
+                raise ConfigError(f"queue heuristic {self.name} reads the observation's {', '.join(missing)}, which "
+                                  "this one lacks (an ExcludeTransform?): keep them for the rules")
             td["action"] = priority(self.name, leading_slots(td)).argmin(-1)
         else:
             weights = mask.double()

@@ -19,8 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import run_main, set_threads  # noqa: E402
 from lightning_sched.cli import THREADS_HELP, at_least, thread_count  # noqa: E402
-
-SEQUENCE_KEYS = ("job_submit", "job_requested", "job_processors")
+from lightning_sched.queue.config import SEQUENCE_KEYS  # noqa: E402
 
 
 def main(argv=None) -> None:
