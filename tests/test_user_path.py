@@ -156,3 +156,30 @@ def test_each_row_reports_its_own_metrics_on_the_step_its_episode_ends():
     for row, got in reported.items():
         for key, value in got.items():
             assert value == pytest.approx(expected[key][row].item()), (row, key)
+
+
+def test_a_cluster_network_as_a_torchrl_actor_collects_and_trains():
+    """make_actor: a network's draws and log-probabilities through TorchRL's collector, on a
+    collector's [B, T] batch (as ClipPPOLoss gets it) and unbatched, with gradients to every weight;
+    a masked network draws valid actions only."""
+    from torchrl.collectors import Collector
+
+    from lightning_sched.policies.acting import make_actor
+    from lightning_sched.policies.networks import PolicySpec, make_policy
+
+    torch.manual_seed(0)
+    cfg = ClusterConfig(observation="compact")
+    for spec in (PolicySpec(kind="slots", masked=True), PolicySpec(kind="image", masked=True)):
+        net = make_policy(spec, cfg)
+        actor = make_actor(net)
+        env = ClusterEnv(cfg, DeepRMWorkload(load=0.7), batch_size=[4], seed=3)
+        collector = Collector(env, actor, frames_per_batch=80, total_frames=160)
+        batches = list(collector)
+        collector.shutdown()
+        for batch in batches:
+            assert batch.shape == (4, 20) and bool(batch["action_mask"].gather(-1, batch["action"][..., None]).all())
+        again = actor(batches[-1].exclude("action", "action_log_prob", "logits"))  # [B, T]
+        again["action_log_prob"].sum().backward()
+        assert all(p.grad is not None and bool(p.grad.isfinite().all()) for p in net.parameters())
+        single = ClusterEnv(cfg, DeepRMWorkload(load=0.7), batch_size=[], seed=3)
+        assert single.rollout(5, actor)["action_log_prob"].shape == (5,)

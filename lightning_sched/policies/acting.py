@@ -11,7 +11,10 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+from tensordict.nn import TensorDictModuleBase
 from torch import nn
+from torch.distributions import Categorical
+from torchrl.modules import MaskedCategorical, ProbabilisticActor
 
 from ..batched import acts_on_any_batch
 from ..config import ConfigError
@@ -156,3 +159,37 @@ class NetworkPolicy:
     def __call__(self, td):  # named td: TorchRL's rollout passes TensorDicts to such a callable as they are
         td["action"] = self.acting.choose(self.net(self.net.encode(td)), td, self.generator)
         return td
+
+
+# the observation keys a network's encode() may read (which of them depends on its kind and spec);
+# observation "none" lacks "used" and "slot_waited": networks need "image" or "compact"
+NETWORK_KEYS = ("used", "slot_duration", "slot_demand", "backlog", "since_new", "action_mask", "free_now",
+                "slot_offset", "slot_waited", "slot_deadline", "time", "to_arrive", "arrived")
+
+
+class NetworkLogits(TensorDictModuleBase):
+    """A network as a TorchRL module: an observation of any leading dims ([], [B] or a collector's
+    [B, T]) -> "logits" [..., M+1], void masked where `acting`'s idle rule says."""
+
+    def __init__(self, net: nn.Module, acting: Acting = SAMPLED):
+        super().__init__()
+        self.net, self.acting = net, acting
+        self.in_keys, self.out_keys = list(NETWORK_KEYS), ["logits"]
+
+    def forward(self, td):
+        flat = td.reshape(-1) if td.batch_dims else td.unsqueeze(0)  # the networks read rows [B, ...]
+        logits = self.acting.mask(self.net(self.net.encode(flat)), flat)
+        td["logits"] = logits.reshape(*td.batch_size, logits.shape[-1])
+        return td
+
+
+def make_actor(net: nn.Module, acting: Acting = SAMPLED) -> ProbabilisticActor:
+    """The TorchRL actor of a cluster network (for TorchRL's collectors and objectives, e.g.
+    ClipPPOLoss): "logits" -> a draw -> "action" (int64) and "action_log_prob"; a masked network's
+    draws stay within "action_mask" (MaskedCategorical), an unmasked one's may pick an invalid slot,
+    which the env takes as void (DeepRM's semantics). `acting`: SAMPLED, as training acts."""
+    masked = getattr(getattr(net, "spec", None), "masked", False)
+    return ProbabilisticActor(NetworkLogits(net, acting),
+                              in_keys={"logits": "logits", "mask": "action_mask"} if masked else ["logits"],
+                              out_keys=["action"], distribution_class=MaskedCategorical if masked else Categorical,
+                              return_log_prob=True)
