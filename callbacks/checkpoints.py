@@ -21,7 +21,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lightning_sched.files import atomic_torch_save
+from lightning_sched.files import atomic_torch_save, load_torch_file
 
 from .stop import signal_name
 
@@ -95,9 +95,17 @@ class LatestCheckpoint(ModelCheckpoint):
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Checkpoints on local disk written by `atomic_torch_save`; remote URLs as Lightning does."""
+    """Checkpoints on local disk written by `atomic_torch_save`; remote URLs as Lightning does. Every
+    load reads weights only, whatever the caller asks: a file swapped after fit.py checked it, or
+    TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD, never unpickles objects (which could run code)."""
 
     def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
         if storage_options is not None or "://" in str(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
         atomic_torch_save(checkpoint, path)
+
+    def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
+        if "://" in str(path):
+            return super().load_checkpoint(path, map_location, weights_only=True)
+        return load_torch_file(path, "Lightning checkpoint", weights_only=True,
+                               map_location=map_location or (lambda storage, location: storage))

@@ -117,6 +117,9 @@ class SchedulerCLI(LightningCLI):
     def parse_arguments(self, parser, args) -> None:
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
+        if subcommand and self.config[subcommand].get("weights_only") is False:
+            raise ConfigError("--weights_only false: a checkpoint here is read with weights only (loading pickled "
+                              "objects could run the file's code); leave --weights_only out")
         ckpt = subcommand and self.config[subcommand].get("ckpt_path")
         if ckpt:  # LightningCLI then replaces the model by the checkpoint's: keep the config's to compare
             saved = read_training_checkpoint(ckpt)

@@ -61,7 +61,7 @@ def planted(tmp_path):
     return policy, other, jobs, marker
 
 
-def test_a_planted_payload_never_runs(planted, fit_main, capsys):
+def test_a_planted_payload_never_runs(planted, fit_main, capsys, monkeypatch):
     policy, other, jobs, marker = planted
     for path, load in [(policy, load_policy), (other, read_checkpoint), (jobs, JobSet.load)]:
         with pytest.raises(ConfigError, match=re.escape(f"{path}: holds a pickled io.open")):
@@ -75,6 +75,18 @@ def test_a_planted_payload_never_runs(planted, fit_main, capsys):
             fit_main(["fit", "--config", SMOKE, "--trainer.logger", "false", *flags])
         lines = capsys.readouterr().err.strip().splitlines()
         assert stopped.value.code == 2 and len(lines) == 1 and str(policy) in lines[0], lines
+    # Lightning loads --ckpt_path again after fit.py's check: that load reads weights only too, whatever it
+    # is asked and whatever TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD says (a file swapped in between runs nothing)
+    from callbacks.checkpoints import AtomicCheckpointIO
+
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    for asked in (None, False):
+        with pytest.raises(ConfigError, match=re.escape(f"{other}: holds a pickled io.open")):
+            AtomicCheckpointIO().load_checkpoint(other, weights_only=asked)
+    with pytest.raises(SystemExit) as stopped:
+        fit_main(["fit", "--config", SMOKE, "--trainer.logger", "false", "--weights_only", "false"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and len(lines) == 1 and "--weights_only false: a checkpoint here" in lines[0]
     assert not marker.exists()
 
 
