@@ -19,7 +19,7 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from lightning_sched.files import append_text, temp_path, write_text
+from lightning_sched.files import append_text, sync_folder, temp_path, write_text
 
 from .checkpoints import AtomicCheckpointIO
 from .stop import StopEvaluations
@@ -118,7 +118,10 @@ class _AppendingWriter(ExperimentWriter):
         final = Path(self.log_dir, self.NAME_HPARAMS_FILE)
         temp = temp_path(final)
         save_hparams_to_yaml(str(temp), self.hparams)
+        with open(temp, "rb") as file:  # on disk before it takes the name
+            os.fsync(file.fileno())
         os.replace(temp, final)
+        sync_folder(final.parent)
 
     def _check_log_dir_exists(self) -> None:
         # Lightning's deletes an existing metrics.csv here; a resumed run keeps it and appends,

@@ -49,6 +49,8 @@ from .run import RESUMED, RunCSVLogger
 
 RUN_DIR_ENV = "LIGHTNING_SCHED_RUN_DIR"  # the run folder, handed to the DDP processes Lightning starts
 RUNS = Path("runs")  # relative to the working directory
+# what a run leaves in its folder: a folder holding any of them is a run's, never written over
+RUN_FILES = ("config.yaml", "checkpoints", "metrics.csv", "hparams.yaml")
 
 
 def run_of_checkpoint(ckpt_path: str | None) -> Path | None:
@@ -149,10 +151,13 @@ class RunFolders:
             return Path(inherited)
         if given:
             folder = Path(given)
-            held = [p for p in (folder / "config.yaml", folder / "checkpoints") if p.exists()]
+            held = [p for p in (folder / name for name in RUN_FILES) if p.exists()]
             if held and not ckpt_path:
-                raise ConfigError(f"--trainer.default_root_dir {folder} already holds a run ({held[0]}); resume it "
-                                  f"with --ckpt_path, or name another folder")
+                saved, last = sorted((folder / "checkpoints").glob("*.ckpt")), folder / "checkpoints" / "last.ckpt"
+                advice = f"resume it with --ckpt_path {last if last.exists() else saved[-1]}" if saved else \
+                    "it saved no checkpoint to resume (stopped before its first validation?): remove it"
+                raise ConfigError(f"--trainer.default_root_dir {folder} already holds a run ({held[0]}); {advice}, "
+                                  "or name another folder")
             if held:
                 require_latest(folder, ckpt_path)
             self.require_writable(folder, "the run folder")
@@ -194,10 +199,23 @@ class RunFolders:
             warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
         else:
             self.require_writable(Path(config.checkpoint.dirpath), "the checkpoint folder")
+            require_own_checkpoints(Path(config.checkpoint.dirpath), ckpt)
         if ckpt:  # the folder holds this run's own checkpoints, which the resumed callbacks take over
             warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
         config.trainer.logger = run_loggers(config.trainer.logger, run_dir, wandb_id, resumed_step)
         return run_dir
+
+
+def require_own_checkpoints(dirpath: Path, ckpt_path: str | None) -> None:
+    """A run writes its checkpoints (last.ckpt, best-<step>.ckpt) only into a folder holding none, or
+    holding those of the run it resumes (`ckpt_path` in it): another run's would be overwritten."""
+    if ckpt_path and Path(ckpt_path).resolve().parent == dirpath.resolve():
+        return
+    others = sorted(dirpath.glob("*.ckpt"))
+    if others:
+        raise ConfigError(f"--checkpoint.dirpath {dirpath} holds checkpoints ({others[0].name}"
+                          f"{f' and {len(others) - 1} more' if len(others) > 1 else ''}) this run would overwrite: "
+                          "name an empty folder, or resume the run that wrote them with its --ckpt_path")
 
 
 def checkpoint_step(path: Path) -> int | None:

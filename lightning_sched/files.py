@@ -175,6 +175,21 @@ def _place(temp: Path, target: Path, overwrite: bool) -> bool:
     return True
 
 
+def sync_folder(folder: Path) -> None:
+    """fsync a folder, so that a name just placed in it survives a crash of the machine, not only
+    of the process (where the filesystem allows opening a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems refuse fsync on a folder: the file itself is on disk
+        pass
+    finally:
+        os.close(fd)
+
+
 def write_file(path, write: Callable[[BinaryIO], None], overwrite: bool = False, numbered: bool = False) -> Path:
     """Every file this project writes itself: `write(file)` fills a temporary file in `path`'s folder,
     flushed to disk, which then becomes `path` in one step, so a failure at any point leaves no
@@ -198,6 +213,7 @@ def write_file(path, write: Callable[[BinaryIO], None], overwrite: bool = False,
         for n in range(1, 10**6 if numbered else 2):
             target = numbered_name(path, n)
             if _place(temp, target, overwrite):
+                sync_folder(target.parent)
                 return target
         raise OutputExists(f"{path} exists; name another file or pass --overwrite to replace it")
     except (OSError, RuntimeError) as error:  # torch reports a failed write as a RuntimeError
@@ -223,6 +239,7 @@ def append_text(path, text: str) -> None:
         try:
             while data:
                 data = data[os.write(fd, data):]
+            os.fsync(fd)
         except OSError as error:
             os.ftruncate(fd, size)
             raise WriteFailed(path, error) from error

@@ -4,6 +4,7 @@ tests/test_run_folder.py runs the same behaviour end to end."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -72,6 +73,31 @@ def test_a_named_folder_holding_a_run_is_refused_unless_resumed(tmp_path):
         RunFolders().choose("fit", [], str(run), None)
     assert RunFolders().choose("fit", [], str(run), str(run / "checkpoints" / "last.ckpt")) == run
     assert RunFolders().choose("fit", [], str(tmp_path / "fresh"), None) == tmp_path / "fresh"
+    with pytest.raises(ConfigError, match=re.escape(f"resume it with --ckpt_path {run / 'checkpoints' / 'last.ckpt'}")):
+        RunFolders().choose("fit", [], str(run), None)
+    # a folder of another tool's (or a run's) metrics or hyperparameters is not written over either
+    for name in ("metrics.csv", "hparams.yaml"):
+        (tmp_path / name / name).parent.mkdir()
+        (tmp_path / name / name).write_text("a,b\n1,2\n")
+        with pytest.raises(ConfigError, match=f"already holds a run .*{name}"):
+            RunFolders().choose("fit", [], str(tmp_path / name), None)
+    killed = tmp_path / "killed"  # stopped before its first checkpoint: nothing to resume
+    (killed / "checkpoints").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="it saved no checkpoint to resume .*: remove it, or name another folder"):
+        RunFolders().choose("fit", [], str(killed), None)
+
+
+def test_a_run_never_writes_over_another_runs_checkpoints(tmp_path):
+    from callbacks.run_folder import require_own_checkpoints
+
+    other = a_run(tmp_path / "other") / "checkpoints"
+    with pytest.raises(ConfigError, match=r"--checkpoint.dirpath .*other/checkpoints holds checkpoints \(last.ckpt\) "
+                                          "this run would overwrite"):
+        require_own_checkpoints(other, None)
+    with pytest.raises(ConfigError, match="holds checkpoints"):  # resuming another run's file
+        require_own_checkpoints(other, str(a_run(tmp_path / "third") / "checkpoints" / "last.ckpt"))
+    require_own_checkpoints(other, str(other / "last.ckpt"))  # its own resume
+    require_own_checkpoints(tmp_path / "empty", None)
 
 
 def test_a_ddp_process_takes_the_folder_rank_zero_chose(tmp_path, monkeypatch):
