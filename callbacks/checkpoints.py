@@ -21,6 +21,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lightning_sched import ConfigError
 from lightning_sched.files import atomic_torch_save, load_torch_file
 
 from .stop import signal_name
@@ -48,6 +49,9 @@ class LatestCheckpoint(ModelCheckpoint):
     """`last.ckpt`, rewritten at every validation, at the end of training and when SIGTERM stops it."""
 
     def __init__(self, dirpath: str | None = None, filename: str = "last", save_weights_only: bool = False):
+        if save_weights_only:  # the file a stopped run resumes from, and resuming needs the optimizer's state
+            raise ConfigError("last_checkpoint.save_weights_only: last.ckpt is what a run resumes from, which needs "
+                              "the optimizer's state; checkpoint.save_weights_only may thin the best-<step> files")
         super().__init__(dirpath=dirpath, filename=filename, monitor=None, save_top_k=1,
                          save_weights_only=save_weights_only, enable_version_counter=False)
 

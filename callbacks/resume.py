@@ -20,6 +20,11 @@ from lightning_sched.files import load_torch_file, require_finite_weights, requi
 from .cli import DEFAULT_MODEL
 from .run_folder import run_of_checkpoint
 
+# what Lightning restores from a checkpoint on a resume, and the types it reads them as
+RESTORED = {"pytorch-lightning_version": str, "global_step": int, "epoch": int, "state_dict": dict,
+            "optimizer_states": list, "lr_schedulers": list, "loops": dict, "callbacks": dict,
+            "hyper_parameters": dict, "sampler_state": torch.Tensor, CHECKPOINT_KEY: dict}
+
 
 def read_training_checkpoint(ckpt_path: str) -> dict:
     """The checkpoint's contents, loaded as Lightning loads them (weights only: a pickled object is
@@ -33,6 +38,13 @@ def read_training_checkpoint(ckpt_path: str) -> dict:
         kind = "a policy-only checkpoint" if isinstance(data, dict) and CHECKPOINT_KEY in data else "not one"
         raise ConfigError(f"--ckpt_path {ckpt_path} is {kind}, no Lightning training state (a run's "
                           "checkpoints/*.ckpt); scripts/evaluate.py --policy or --model.init_from reads a policy")
+    if "optimizer_states" not in data or "loops" not in data:
+        raise ConfigError(f"--ckpt_path {ckpt_path} holds weights only (checkpoint.save_weights_only): no training "
+                          f"state to resume; start a new run from its weights with --model.init_from {ckpt_path}")
+    for key, kind in RESTORED.items():  # a damaged or hand-edited file: named here, not in Lightning's traceback
+        if key in data and not isinstance(data[key], kind):
+            raise ConfigError(f"--ckpt_path {ckpt_path}: its {key!r} is a {type(data[key]).__name__}, not a "
+                              f"{' or '.join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))}")
     try:
         require_state_dict(data["state_dict"], "state_dict")
     except ConfigError as error:

@@ -260,3 +260,31 @@ def test_a_write_removes_what_a_killed_write_of_the_same_file_left(tmp_path):
     write_text(tmp_path / "out.json", "{}")
     assert not stale.exists() and live.exists() and other.exists() and recent.exists()
     assert (tmp_path / "out.json").read_text() == "{}"
+
+
+def test_damaged_training_checkpoints_are_refused_naming_the_key(tmp_path):
+    """A resume's checkpoint whose keys Lightning restores are missing or of the wrong type is one
+    line naming the key (Lightning's own restore gave tracebacks); a weights-only one says how to
+    start from its weights; last.ckpt is never written weights-only."""
+    from callbacks.checkpoints import LatestCheckpoint
+    from callbacks.resume import read_training_checkpoint
+
+    data = torch.load(SHIPPED, map_location="cpu", weights_only=True)
+    read_training_checkpoint(str(SHIPPED))
+    path = tmp_path / "bad.ckpt"
+    for key, value, message in (("global_step", "x", "its 'global_step' is a str, not a int"),
+                                ("optimizer_states", None, "its 'optimizer_states' is a NoneType, not a list"),
+                                ("loops", "x", "its 'loops' is a str, not a dict"),
+                                ("pytorch-lightning_version", 3, "its 'pytorch-lightning_version' is a int"),
+                                ("hyper_parameters", None, "its 'hyper_parameters' is a NoneType"),
+                                (CHECKPOINT_KEY, None, f"its '{CHECKPOINT_KEY}' is a NoneType")):
+        torch.save({**data, key: value}, path)
+        with pytest.raises(ConfigError, match=re.escape(f"--ckpt_path {path}: {message}")):
+            read_training_checkpoint(str(path))
+    torch.save({k: v for k, v in data.items() if k not in ("optimizer_states", "loops", "lr_schedulers")}, path)
+    with pytest.raises(ConfigError, match=re.escape(f"holds weights only (checkpoint.save_weights_only): no training "
+                                                    f"state to resume; start a new run from its weights with "
+                                                    f"--model.init_from {path}")):
+        read_training_checkpoint(str(path))
+    with pytest.raises(ConfigError, match="last_checkpoint.save_weights_only: last.ckpt is what a run resumes from"):
+        LatestCheckpoint(save_weights_only=True)
