@@ -254,3 +254,28 @@ def test_the_kernel_keeps_its_prefetches():
     library = native.build(native.COMPILER, native.FLAGS)
     disassembly = subprocess.run(["objdump", "-d", str(library)], capture_output=True, text=True, check=True).stdout
     assert "prefetch" in disassembly
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+def test_a_library_is_loaded_only_from_a_folder_and_file_nobody_else_can_write(monkeypatch, tmp_path):
+    """A compiled library runs its code when loaded: the cache must be this user's alone, else a
+    private temporary folder; a file there others could write is rebuilt; one lacking the kernel's
+    functions is refused (the env then steps with torch ops)."""
+    shared = tmp_path / "shared"
+    (shared / "lightning_sched").mkdir(parents=True)
+    (shared / "lightning_sched").chmod(0o777)  # as /tmp/lightning_sched would be
+    monkeypatch.setenv("XDG_CACHE_HOME", str(shared))
+    assert native.cache_dir() == native.private_temp_dir() and native.private(native.private_temp_dir())
+    own = tmp_path / "own"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(own))
+    assert native.cache_dir() == own / "lightning_sched" and native.private(own / "lightning_sched")
+    source = tmp_path / "tiny.c"
+    source.write_text("int lightning_sched_tiny(void) { return 7; }\n")
+    built = native.build("cc", ("-shared", "-fPIC"), (source,), (), "tiny")
+    built.write_bytes(b"planted")  # the same name, then made writable by others
+    built.chmod(0o666)
+    again = native.build("cc", ("-shared", "-fPIC"), (source,), (), "tiny")
+    assert again == built and again.read_bytes() != b"planted" and native.private(again)
+    with pytest.warns(UserWarning, match="lacks lightning_sched_step_rows .*stepping with torch ops"):
+        assert native.build_and_load("cc", ("-shared", "-fPIC"), (source,), (), "tiny",
+                                     symbols=("lightning_sched_tiny", "lightning_sched_step_rows")) is None

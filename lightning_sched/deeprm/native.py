@@ -73,15 +73,38 @@ DTYPES = {"order": LONG, "arrival": LONG, "duration": INT, "demand": INT, "deadl
           "util_sum": DOUBLE, "pending_due": LONG, "terminated": BOOL, "truncated": BOOL}
 
 
+def private(path: Path) -> bool:
+    """Whether `path` is this user's and nobody else may write to it: a library loaded from a place
+    another user can write would run their code."""
+    try:
+        status = path.stat()
+    except OSError:
+        return False
+    return status.st_uid == os.getuid() and not status.st_mode & 0o022
+
+
+@functools.lru_cache(maxsize=None)
+def private_temp_dir() -> Path:
+    """A folder of this process's own (0700), for when no private cache folder can be had."""
+    return Path(tempfile.mkdtemp(prefix="lightning_sched-"))
+
+
 def cache_dir() -> Path:
-    """Where the compiled kernel is kept: $XDG_CACHE_HOME/lightning_sched or ~/.cache/lightning_sched."""
+    """Where the compiled kernel is kept: $XDG_CACHE_HOME/lightning_sched or ~/.cache/lightning_sched,
+    made 0700; a private temporary folder instead when there is no home or the folder is another
+    user's or writable by others (never a shared one such as /tmp/lightning_sched)."""
     base = os.environ.get("XDG_CACHE_HOME")
     if not base:
         try:
             base = Path.home() / ".cache"
         except RuntimeError:  # no HOME and no passwd entry (a container's arbitrary user)
-            base = Path(tempfile.gettempdir())
-    return Path(base) / "lightning_sched"
+            return private_temp_dir()
+    folder = Path(base) / "lightning_sched"
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:
+        return private_temp_dir()
+    return folder if private(folder) else private_temp_dir()
 
 
 def build(compiler: str, flags: tuple[str, ...], sources: tuple[Path, ...] = C_SOURCES,
@@ -93,9 +116,8 @@ def build(compiler: str, flags: tuple[str, ...], sources: tuple[Path, ...] = C_S
                                      platform.machine().encode()])).hexdigest()[:16]
     folder = cache_dir()
     library = folder / f"{name}-{key}.so"
-    if library.exists():
+    if library.exists() and private(library):
         return library
-    folder.mkdir(parents=True, exist_ok=True)
     # into a temporary file, then renamed: processes building at once never load a half-written file
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=library.stem, suffix=".tmp")
     os.close(handle)
@@ -110,13 +132,20 @@ def build(compiler: str, flags: tuple[str, ...], sources: tuple[Path, ...] = C_S
 
 
 def build_and_load(compiler: str, flags: tuple[str, ...], sources: tuple[Path, ...] = C_SOURCES,
-                   headers: tuple[Path, ...] = C_HEADERS, name: str = "native_step", what: str = "native CPU step"):
+                   headers: tuple[Path, ...] = C_HEADERS, name: str = "native_step", what: str = "native CPU step",
+                   symbols: tuple[str, ...] = ()):
     """`build` then load the library, with OpenMP where the compiler has it, else without; None (with
-    one warning naming `what`) when neither can be built or loaded."""
+    one warning naming `what`) when neither can be built or loaded, or the library lacks one of
+    `symbols` (a damaged or foreign file under the cache's name)."""
     failure = None
     for extra in (OPENMP, ()):
         try:
-            return ctypes.CDLL(str(build(compiler, flags + extra, sources, headers, name)))
+            path = build(compiler, flags + extra, sources, headers, name)
+            library = ctypes.CDLL(str(path))
+            missing = [symbol for symbol in symbols if not hasattr(library, symbol)]
+            if missing:
+                raise OSError(f"{path} lacks {missing[0]} (a damaged or foreign library: remove it)")
+            return library
         except (OSError, subprocess.SubprocessError) as error:
             failure = error
     detail = getattr(failure, "stderr", None) or b""
@@ -141,11 +170,17 @@ def stepping_with_torch(torch_step: bool = True):
             os.environ[SWITCH] = before
 
 
+# the functions of native_step.c this module calls
+SYMBOLS = ("lightning_sched_step_rows", "lightning_sched_step_all", "lightning_sched_render_rows",
+           "lightning_sched_render_all", "lightning_sched_openmp", "lightning_sched_step_args",
+           "lightning_sched_render_args")
+
+
 @functools.lru_cache(maxsize=None)
 def load(compiler: str, flags: tuple[str, ...]):
     """The kernels' library with their argument types, or None (with one warning) when it cannot be
     built or loaded. Built with OpenMP where the compiler has it (`library.openmp`), else without."""
-    library = build_and_load(compiler, flags)
+    library = build_and_load(compiler, flags, symbols=SYMBOLS)
     if library is None:
         return None
     for name, scalars in (("step", [ctypes.c_double]), ("render", [])):

@@ -42,7 +42,9 @@ def load(compiler: str, flags: tuple[str, ...], sources: tuple[Path, ...] = SOUR
          headers: tuple[Path, ...] = HEADERS, name: str = "native_queue"):
     """The kernel's library (built from `sources`: another commit's, to compare), or None (with one
     warning) when it cannot be built or loaded."""
-    library = deeprm_native.build_and_load(compiler, flags, sources, headers, name, "native queue step")
+    library = deeprm_native.build_and_load(compiler, flags, sources, headers, name, "native queue step",
+                                           symbols=("lightning_sched_queue_rows", "lightning_sched_queue_all",
+                                                    "lightning_sched_queue_args", "lightning_sched_queue_openmp"))
     if library is None:
         return None
     for name in ("lightning_sched_queue_rows", "lightning_sched_queue_all"):
