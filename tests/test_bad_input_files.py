@@ -191,7 +191,18 @@ def test_damaged_queue_and_cluster_records_are_one_line_errors(tmp_path, capsys)
     with pytest.raises(ConfigError, match=r"cut.ckpt: not a queue policy checkpoint \(torch.load failed: a zip "
                                           r"archive cut short \(truncated\?\)"):
         load_queue_policy(cut)
+    # fields of another type, as a hand edit leaves them: named with the file, never a traceback
+    for name, changes in (("fraction.ckpt", {"train_fraction": "x"}), ("version.ckpt", {"version": torch.ones(2)})):
+        with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / name}: ")):
+            load_queue_policy(saved(name, **changes))
+    line = one_line_error(script("decide.py", "--policy", str(tmp_path / "fraction.ckpt"), "--snapshot", "x.json"))
+    assert str(tmp_path / "fraction.ckpt") in line
     cluster = torch.load(SHIPPED, map_location="cpu", weights_only=True)
+    for name, change in (("idle.ckpt", ("idle_void", ["x"])),  # a version 1 record's loose acting key
+                         ("masked.ckpt", ("policy", {**cluster[CHECKPOINT_KEY]["policy"], "masked": torch.ones(2)}))):
+        torch.save({**cluster, CHECKPOINT_KEY: {**cluster[CHECKPOINT_KEY], change[0]: change[1]}}, tmp_path / name)
+        with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / name}: ")):
+            load_policy(tmp_path / name)
     cluster[CHECKPOINT_KEY]["state_dict"] = ["not", "weights"]
     torch.save(cluster, tmp_path / "list.ckpt")
     with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'list.ckpt'}: PolicyRecord.state_dict: expected")):

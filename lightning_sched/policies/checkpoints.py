@@ -124,6 +124,9 @@ def read_record(path, data: dict | None = None) -> PolicyRecord:
         return PolicyRecord.from_dict(data[CHECKPOINT_KEY])
     except ConfigError as error:
         raise ConfigError(f"{path}: {error}") from None
+    except (TypeError, ValueError, RuntimeError) as error:  # a hand-edited field of another type (a list, a tensor)
+        raise ConfigError(f"{path}: a field of its record is damaged ({type(error).__name__}: "
+                          f"{str(error).splitlines()[0][:200]})") from None
 
 
 def load_network(path, device="cpu", cluster: ClusterConfig | None = None) -> tuple[nn.Module, ClusterConfig,
@@ -143,7 +146,10 @@ def load_network(path, device="cpu", cluster: ClusterConfig | None = None) -> tu
                 + ", ".join(f"{k} ({getattr(cfg, k)} -> {v})" for k, v in resized.items())
                 + "; a policy trained with policy.kind 'slots' runs on any size")
         cfg = cfg.replace(**resized)
-    net = make_policy(spec, cfg)
+    try:
+        net = make_policy(spec, cfg)
+    except ConfigError as error:  # a spec too large to build, read from a damaged or hand-edited file
+        raise ConfigError(f"{path}: {error}") from None
     try:
         net.load_state_dict(record.state_dict)
     except RuntimeError as error:  # missing or misshapen weights: a damaged or hand-edited file

@@ -67,6 +67,11 @@ class PolicySpec:
     most 4. Their weights start at zero, so a network without them warm-starts one with them."""
 
     def __post_init__(self) -> None:
+        for name in ("masked", "deadline_inputs", "arrival_inputs"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"PolicySpec.{name} must be true or false, got {getattr(self, name)!r}")
+        if isinstance(self.prior_scale, bool) or not isinstance(self.prior_scale, (int, float)):
+            raise ConfigError(f"PolicySpec.prior_scale must be a finite number > 0, got {self.prior_scale!r}")
         self.hidden = tuple(self.hidden)
         if not self.hidden or any((not isinstance(h, int)) or h < 1 for h in self.hidden):
             raise ConfigError(f"PolicySpec.hidden must be one or more integers >= 1, got {self.hidden!r}")

@@ -90,8 +90,11 @@ def read_queue_record(path) -> QueuePolicyRecord:
     require_finite_weights(data, path, "loaded")
     try:
         return QueuePolicyRecord.from_dict(saved)
-    except (ConfigError, KeyError, TypeError) as error:
+    except (ConfigError, KeyError) as error:
         raise ConfigError(f"{path}: {error}") from None
+    except (TypeError, ValueError, RuntimeError) as error:  # a hand-edited field of another type (a list, a tensor)
+        raise ConfigError(f"{path}: a field of its record is damaged ({type(error).__name__}: "
+                          f"{str(error).splitlines()[0][:200]})") from None
 
 
 def load_queue_policy(path, device="cpu") -> tuple[QueueNetwork, QueueConfig]:
