@@ -9,6 +9,8 @@ import shlex
 import warnings
 from pathlib import Path
 
+import yaml
+
 from lightning_sched import ConfigError
 
 # DeepRM's REINFORCE (paper settings): trained when neither --model nor a config picks the module
@@ -114,10 +116,12 @@ def require_text_configs(args: list[str]) -> None:
         if path and os.path.isfile(path):
             try:
                 with open(path, encoding="utf-8") as file:
-                    file.read()
+                    yaml.safe_load(file)
             except UnicodeDecodeError:
                 raise ConfigError(f"--config {path}: not a YAML config (binary content; a checkpoint goes to "
                                   "--ckpt_path or --model.init_from)") from None
+            except yaml.YAMLError as error:  # a python/* tag, a tab, an unclosed bracket: named with the file
+                raise ConfigError(f"--config {path}: not valid YAML ({one_line(str(error))[:300]})") from None
 
 
 def with_default_model(args: list[str]) -> list[str]:

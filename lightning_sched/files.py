@@ -10,6 +10,7 @@ import os
 import re
 import secrets
 import time
+import warnings
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -48,7 +49,9 @@ def load_torch_file(path, what: str, weights_only: bool, map_location="cpu"):
     if path.is_dir():
         raise ConfigError(f"{path}: is a folder, not a {what}")
     try:
-        return torch.load(path, map_location=map_location, weights_only=weights_only)
+        with warnings.catch_warnings():  # torch's notes on a legacy or plain pickle precede the refusal below
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location=map_location, weights_only=weights_only)
     except PermissionError:
         raise
     except Exception as error:  # a damaged file fails in many ways: UnpicklingError, RuntimeError, OSError, EOFError

@@ -165,6 +165,7 @@ def test_cuda_without_cuda_is_one_line(capsys):
 @pytest.mark.parametrize("args, expected", [
     (["--ckpt_path", "POLICY_ONLY"], "is a policy-only checkpoint"),
     (["--config", str(SHIPPED)], f"--config {SHIPPED}: not a YAML config"),
+    (["--config", "PYTHON_TAG"], "python.yaml: not valid YAML (could not determine a constructor for the tag"),
     (["--trainer.val_check_interval", "0"], "trainer.val_check_interval must be > 0"),
     (["--model.seed", "99999999999999"], "model.seed must be an integer in [0, 2^31), got 99999999999999"),
     (["--ckpt_path", str(ROOT / "checkpoints" / "queue_bsld.ckpt")],
@@ -176,7 +177,9 @@ def test_fit_gives_one_line_and_exit_2(fit_main, capsys, tmp_path, args, expecte
     policy_only = tmp_path / "policy.ckpt"
     torch.save({"lightning_sched": torch.load(SHIPPED, map_location="cpu", weights_only=True)["lightning_sched"]},
                policy_only)
-    args = [str(policy_only) if a == "POLICY_ONLY" else a for a in args]
+    (tmp_path / "python.yaml").write_text('model: !!python/object/apply:os.system ["touch payload_ran"]\n')
+    args = [str(policy_only) if a == "POLICY_ONLY" else str(tmp_path / "python.yaml") if a == "PYTHON_TAG" else a
+            for a in args]
     with pytest.raises(SystemExit) as stopped:
         fit_main(["fit", "--config", str(ROOT / "configs" / "smoke.yaml"), "--trainer.logger", "false", *args])
     err = capsys.readouterr().err.strip().splitlines()
