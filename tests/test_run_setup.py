@@ -222,7 +222,8 @@ def test_read_checkpoint_names_a_missing_or_broken_file(tmp_path):
     with pytest.raises(ConfigError, match=r"cut.ckpt: not a Lightning checkpoint \(torch.load failed: a zip archive "
                                           r"cut short \(truncated\?\)"):
         read_training_checkpoint(str(tmp_path / "cut.ckpt"))
-    torch.save({"global_step": 3, "state_dict": {}, "wandb_run_id": "abc"}, tmp_path / "ok.ckpt")
+    torch.save({"global_step": 3, "state_dict": {}, "optimizer_states": [], "loops": {}, "wandb_run_id": "abc"},
+               tmp_path / "ok.ckpt")
     assert read_training_checkpoint(str(tmp_path / "ok.ckpt"))["wandb_run_id"] == "abc"
 
 
