@@ -316,6 +316,9 @@ def test_env_specs_and_episode_metrics(tmp_path):
         values = rollout["next", "episode", key].squeeze(-1)
         assert bool(values[ended].isfinite().all()) and bool(values[~ended].isnan().all()), key
         torch.testing.assert_close(values[ended], once[key].repeat_interleave(ended.sum(1)), msg=key)
+    lean = fixed(episode_results=False)  # a caller that reads episode_metrics() at the end skips them
+    check_env_specs(lean)
+    assert "episode" not in lean.rollout(5, QueueHeuristic("sjf")).keys()
 
 
 def test_a_torchrl_collector_plays_random_valid_picks_and_its_own_random_policy_is_told_how(tmp_path):
