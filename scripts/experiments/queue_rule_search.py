@@ -28,7 +28,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import set_threads  # noqa: E402
+from _common import run_main, set_threads  # noqa: E402
+from lightning_sched.files import refuse_output  # noqa: E402
 from lightning_sched.queue.evaluation import (  # noqa: E402
     EVAL_LENGTH,
     compare_queue,
@@ -89,11 +90,14 @@ def main(argv=None) -> None:
                         "(queue.reservation); the evaluation adds the five rules with theirs")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--save", help="write the rule as a checkpoint (evaluate.py --policy reads it)")
+    parser.add_argument("--overwrite", action="store_true", help="let --save replace an existing file")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.weights and len(args.weights) not in (BASIC, len(RULE_FEATURES)):
         parser.error(f"--weights takes {BASIC} or {len(RULE_FEATURES)} numbers (RULE_FEATURES), "
                      f"got {len(args.weights)}")
+    if args.save:  # before the search's minutes; save_linear_rule checks again as it writes
+        refuse_output(args.save, args.overwrite, "--save")
     set_threads(args.threads)
     echo = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else print
     if bool(args.trace) == bool(args.site):
@@ -113,7 +117,7 @@ def main(argv=None) -> None:
     weights = torch.tensor(args.weights, dtype=torch.double) if args.weights else \
         search(logs, cfgs, train_starts, args, echo)
     if args.save:
-        save_linear_rule(args.save, weights.tolist(), reserve=args.reserve, provenance={
+        save_linear_rule(args.save, weights.tolist(), overwrite=args.overwrite, reserve=args.reserve, provenance={
             "logs": [Path(p).name for p in args.trace], "backfill": args.backfill,
             "train_fraction": SEARCH_TRAIN_FRACTION,
             "search": "cross-entropy method" if not args.weights else "given weights",
@@ -147,4 +151,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
