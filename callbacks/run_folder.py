@@ -32,6 +32,7 @@ import io
 import itertools
 import os
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
@@ -41,7 +42,7 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
 from lightning_sched import ConfigError
-from lightning_sched.files import WriteFailed, clean_temp_files, write_text
+from lightning_sched.files import WriteFailed, clean_temp_files, numbered_name, write_text
 
 from .checkpoints import resume_command
 from .cli import causes
@@ -191,6 +192,7 @@ class RunFolders:
             self.hold(run_dir)
             if ckpt and resumed_step is not None:
                 drop_metrics_after(run_dir / "metrics.csv", resumed_step)
+                set_aside_checkpoints_after(Path(ckpt).parent, resumed_step)
         config.trainer.default_root_dir = str(run_dir)
         if config.checkpoint.get("dirpath") is None:
             config.checkpoint.dirpath = str(run_dir / "checkpoints")
@@ -284,6 +286,20 @@ def drop_metrics_after(metrics: Path, step: int) -> None:
         text = io.StringIO()
         csv.writer(text, lineterminator="\n").writerows(kept)
         write_text(metrics, text.getvalue(), overwrite=True)
+
+
+def set_aside_checkpoints_after(folder: Path, step: int) -> None:
+    """Moves the checkpoints of `folder` saved after `step` (by a run stopped between writing a best
+    checkpoint and last.ckpt, which a resume from last.ckpt does not know) into folder/abandoned/,
+    saying so: the resumed run writes its own, and two files of one step would disagree."""
+    for path in sorted(folder.glob("*.ckpt")):
+        saved = checkpoint_step(path) if path.name != "last.ckpt" else None
+        if saved is not None and saved > step:
+            (folder / "abandoned").mkdir(exist_ok=True)
+            target = next(t for n in itertools.count(1)
+                          if not (t := numbered_name(folder / "abandoned" / path.name, n)).exists())
+            os.replace(path, target)
+            print(f"note: {path} (step {saved}) is after the resumed step {step}: moved to {target}", file=sys.stderr)
 
 
 def wandb_online() -> bool:

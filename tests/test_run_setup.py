@@ -344,3 +344,24 @@ def test_lightnings_refusals_of_a_device_or_strategy_are_one_line():
     outer.__cause__ = name
     assert str(config_error(outer)) == f"trainer: {name}"
     assert config_error(ValueError("another value error")) is None
+
+
+def test_a_resume_sets_aside_checkpoints_saved_after_its_step(tmp_path, capsys):
+    """A run stopped between writing best-<step> and last.ckpt leaves a best file last.ckpt does not
+    know: the resume moves it into checkpoints/abandoned/ (never deleted, never overwritten)."""
+    from callbacks.run_folder import set_aside_checkpoints_after
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for name, step in (("best-1.ckpt", 1), ("best-2.ckpt", 2), ("last.ckpt", 1), ("odd.ckpt", None)):
+        if step is None:
+            (folder / name).write_bytes(b"not a checkpoint")  # unreadable: left where it is
+        else:
+            torch.save({"global_step": step}, folder / name)
+    (folder / "abandoned").mkdir()
+    (folder / "abandoned" / "best-2.ckpt").write_bytes(b"an earlier one")
+    set_aside_checkpoints_after(folder, 1)
+    assert sorted(p.name for p in folder.glob("*.ckpt")) == ["best-1.ckpt", "last.ckpt", "odd.ckpt"]
+    assert (folder / "abandoned" / "best-2.ckpt").read_bytes() == b"an earlier one"
+    assert torch.load(folder / "abandoned" / "best-2-2.ckpt", weights_only=True)["global_step"] == 2
+    assert "best-2.ckpt (step 2) is after the resumed step 1: moved to" in capsys.readouterr().err
