@@ -20,16 +20,18 @@ from lightning_sched.files import load_torch_file, require_finite_weights, requi
 from .cli import DEFAULT_MODEL
 from .run_folder import run_of_checkpoint
 
-# what Lightning restores from a checkpoint on a resume, and the types it reads them as
+# what a resume restores from a checkpoint (Lightning's keys, the sampler's and the policy record),
+# and the types it reads them as
 RESTORED = {"pytorch-lightning_version": str, "global_step": int, "epoch": int, "state_dict": dict,
             "optimizer_states": list, "lr_schedulers": list, "loops": dict, "callbacks": dict,
             "hyper_parameters": dict, "sampler_state": torch.Tensor, CHECKPOINT_KEY: dict}
 
 
-def read_training_checkpoint(ckpt_path: str) -> dict:
+def read_training_checkpoint(ckpt_path: str, resume: bool = True) -> dict:
     """The checkpoint's contents, loaded as Lightning loads them (weights only: a pickled object is
     refused before it is built); an error naming the file if it is missing, not a checkpoint, a
-    policy-only one (no training state to resume) or one of non-finite weights."""
+    policy-only one, one of non-finite weights or of keys of the wrong type, or, to `resume` training
+    (fit; test and validate read the weights only), one saved with weights only."""
     try:  # truncated, not a torch file at all, or pickled objects: named by the one reader of them
         data = load_torch_file(ckpt_path, "Lightning checkpoint", weights_only=True)
     except ConfigError as error:
@@ -38,13 +40,13 @@ def read_training_checkpoint(ckpt_path: str) -> dict:
         kind = "a policy-only checkpoint" if isinstance(data, dict) and CHECKPOINT_KEY in data else "not one"
         raise ConfigError(f"--ckpt_path {ckpt_path} is {kind}, no Lightning training state (a run's "
                           "checkpoints/*.ckpt); scripts/evaluate.py --policy or --model.init_from reads a policy")
-    if "optimizer_states" not in data or "loops" not in data:
+    if resume and ("optimizer_states" not in data or "loops" not in data):  # test and validate need weights only
         raise ConfigError(f"--ckpt_path {ckpt_path} holds weights only (checkpoint.save_weights_only): no training "
                           f"state to resume; start a new run from its weights with --model.init_from {ckpt_path}")
     for key, kind in RESTORED.items():  # a damaged or hand-edited file: named here, not in Lightning's traceback
-        if key in data and not isinstance(data[key], kind):
+        if key in data and (not isinstance(data[key], kind) or kind is int and isinstance(data[key], bool)):
             raise ConfigError(f"--ckpt_path {ckpt_path}: its {key!r} is a {type(data[key]).__name__}, not a "
-                              f"{' or '.join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))}")
+                              f"{kind.__name__}")
     try:
         require_state_dict(data["state_dict"], "state_dict")
     except ConfigError as error:

@@ -37,6 +37,7 @@ import warnings
 from pathlib import Path
 
 import torch
+import yaml
 from jsonargparse import Namespace
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
@@ -154,8 +155,8 @@ class RunFolders:
             folder = Path(given)
             held = [p for p in (folder / name for name in RUN_FILES) if p.exists()]
             if held and not ckpt_path:
-                saved, last = sorted((folder / "checkpoints").glob("*.ckpt")), folder / "checkpoints" / "last.ckpt"
-                advice = f"resume it with --ckpt_path {last if last.exists() else saved[-1]}" if saved else \
+                latest = latest_checkpoint(run_checkpoints(folder))
+                advice = f"resume it with {resume_command(folder, latest)}" if latest else \
                     "it saved no checkpoint to resume (stopped before its first validation?): remove it"
                 raise ConfigError(f"--trainer.default_root_dir {folder} already holds a run ({held[0]}); {advice}, "
                                   "or name another folder")
@@ -188,20 +189,21 @@ class RunFolders:
         self.portable = copy.deepcopy(config)
         run_dir = self.choose(subcommand, configs, config.trainer.get("default_root_dir"), ckpt)
         self.portable.trainer.default_root_dir = str(run_dir)
-        if os.environ.get("LOCAL_RANK", "0") == "0":  # DDP's other processes run inside rank 0's hold
-            self.hold(run_dir)
-            if ckpt and resumed_step is not None:
-                drop_metrics_after(run_dir / "metrics.csv", resumed_step)
-                set_aside_checkpoints_after(Path(ckpt).parent, resumed_step)
         config.trainer.default_root_dir = str(run_dir)
         if config.checkpoint.get("dirpath") is None:
             config.checkpoint.dirpath = str(run_dir / "checkpoints")
         config.last_checkpoint.dirpath = config.checkpoint.dirpath
+        dirpath = Path(config.checkpoint.dirpath)
         if subcommand != "fit":  # the checkpoint callbacks only matter to training
             warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
-        else:
-            self.require_writable(Path(config.checkpoint.dirpath), "the checkpoint folder")
-            require_own_checkpoints(Path(config.checkpoint.dirpath), ckpt)
+        else:  # every refusal before anything in the run's folders changes
+            self.require_writable(dirpath, "the checkpoint folder")
+            require_own_checkpoints(dirpath, ckpt)
+        if os.environ.get("LOCAL_RANK", "0") == "0":  # DDP's other processes run inside rank 0's hold
+            self.hold(run_dir)
+            if ckpt and resumed_step is not None:
+                drop_metrics_after(run_dir / "metrics.csv", resumed_step)
+                set_aside_checkpoints_after(dirpath, resumed_step)
         if ckpt:  # the folder holds this run's own checkpoints, which the resumed callbacks take over
             warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
         config.trainer.logger = run_loggers(config.trainer.logger, run_dir, wandb_id, resumed_step)
@@ -210,10 +212,18 @@ class RunFolders:
 
 def require_own_checkpoints(dirpath: Path, ckpt_path: str | None) -> None:
     """A run writes its checkpoints (last.ckpt, best-<step>.ckpt) only into a folder holding none, or
-    holding those of the run it resumes (`ckpt_path` in it): another run's would be overwritten."""
-    if ckpt_path and Path(ckpt_path).resolve().parent == dirpath.resolve():
-        return
+    holding those of the run it resumes from its last.ckpt (`ckpt_path`; from an older file of the
+    folder it would rewind that run): another run's, or later ones, would be overwritten."""
     others = sorted(dirpath.glob("*.ckpt"))
+    if not others:
+        return
+    last = dirpath / "last.ckpt"
+    if ckpt_path and Path(ckpt_path).resolve().parent == dirpath.resolve():
+        if not last.exists() or Path(ckpt_path).resolve() == last.resolve():
+            return
+        raise ConfigError(f"--ckpt_path {ckpt_path} would rewind the run whose checkpoints are in {dirpath}, which "
+                          f"stands at step {checkpoint_step(last)} ({last}); resume from {last}, or branch from it "
+                          "into new folders (--trainer.default_root_dir NEW --checkpoint.dirpath NEW/checkpoints)")
     if others:
         raise ConfigError(f"--checkpoint.dirpath {dirpath} holds checkpoints ({others[0].name}"
                           f"{f' and {len(others) - 1} more' if len(others) > 1 else ''}) this run would overwrite: "
@@ -226,6 +236,26 @@ def checkpoint_step(path: Path) -> int | None:
         return int(torch.load(path, map_location="cpu", weights_only=True)["global_step"])
     except Exception:  # unreadable: the resume itself names the file
         return None
+
+
+def run_checkpoints(folder: Path) -> Path:
+    """The checkpoint folder of the run in `folder`: its config.yaml's checkpoint.dirpath, else
+    folder/checkpoints."""
+    try:
+        config = yaml.safe_load((folder / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        config = {}
+    dirpath = (config.get("checkpoint") or {}).get("dirpath") if isinstance(config, dict) else None
+    return Path(dirpath) if isinstance(dirpath, str) else folder / "checkpoints"
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    """The checkpoint of `folder` a resume continues from: last.ckpt, else the one of the latest step."""
+    if (folder / "last.ckpt").is_file():
+        return folder / "last.ckpt"
+    steps = {path: checkpoint_step(path) for path in folder.glob("*.ckpt")}
+    readable = [path for path, step in steps.items() if step is not None]
+    return max(readable, key=steps.get) if readable else None
 
 
 def require_latest(folder: Path, ckpt_path: str) -> None:

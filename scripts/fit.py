@@ -122,7 +122,7 @@ class SchedulerCLI(LightningCLI):
                               "objects could run the file's code); leave --weights_only out")
         ckpt = subcommand and self.config[subcommand].get("ckpt_path")
         if ckpt:  # LightningCLI then replaces the model by the checkpoint's: keep the config's to compare
-            saved = read_training_checkpoint(ckpt)
+            saved = read_training_checkpoint(ckpt, resume=subcommand == "fit")
             require_project_classes(saved, ckpt, config_strings(self.config[subcommand].get("model")))
             held = (saved.get("hyper_parameters") or {}).get("_class_path")
             asked = (self.config[subcommand].get("model") or {}).get("class_path")

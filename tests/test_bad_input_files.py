@@ -283,7 +283,7 @@ def test_damaged_training_checkpoints_are_refused_naming_the_key(tmp_path):
     data = torch.load(SHIPPED, map_location="cpu", weights_only=True)
     read_training_checkpoint(str(SHIPPED))
     path = tmp_path / "bad.ckpt"
-    for key, value, message in (("global_step", "x", "its 'global_step' is a str, not a int"),
+    for key, value, message in (("global_step", True, "its 'global_step' is a bool, not a int"),
                                 ("optimizer_states", None, "its 'optimizer_states' is a NoneType, not a list"),
                                 ("loops", "x", "its 'loops' is a str, not a dict"),
                                 ("pytorch-lightning_version", 3, "its 'pytorch-lightning_version' is a int"),
@@ -297,5 +297,6 @@ def test_damaged_training_checkpoints_are_refused_naming_the_key(tmp_path):
                                                     f"state to resume; start a new run from its weights with "
                                                     f"--model.init_from {path}")):
         read_training_checkpoint(str(path))
+    assert read_training_checkpoint(str(path), resume=False)["global_step"] == data["global_step"]  # validate, test
     with pytest.raises(ConfigError, match="last_checkpoint.save_weights_only: last.ckpt is what a run resumes from"):
         LatestCheckpoint(save_weights_only=True)

@@ -12,6 +12,7 @@ import pytest
 import torch
 from jsonargparse import Namespace
 
+from callbacks.checkpoints import resume_command
 from callbacks.cli import DEFAULT_MODEL, config_error, one_line, with_default_model
 from callbacks.resume import check_checkpoint_model, read_training_checkpoint
 from callbacks.run import run_callbacks
@@ -73,8 +74,18 @@ def test_a_named_folder_holding_a_run_is_refused_unless_resumed(tmp_path):
         RunFolders().choose("fit", [], str(run), None)
     assert RunFolders().choose("fit", [], str(run), str(run / "checkpoints" / "last.ckpt")) == run
     assert RunFolders().choose("fit", [], str(tmp_path / "fresh"), None) == tmp_path / "fresh"
-    with pytest.raises(ConfigError, match=re.escape(f"resume it with --ckpt_path {run / 'checkpoints' / 'last.ckpt'}")):
+    advice = f"resume it with {resume_command(run, run / 'checkpoints' / 'last.ckpt')}"
+    with pytest.raises(ConfigError, match=re.escape(advice)):
         RunFolders().choose("fit", [], str(run), None)
+    # checkpoints in a folder of the run's own (its config.yaml's checkpoint.dirpath), the latest by step
+    elsewhere = a_run(tmp_path / "elsewhere")
+    (elsewhere / "config.yaml").write_text(f"checkpoint:\n  dirpath: {tmp_path / 'ck'}\n")
+    (tmp_path / "ck").mkdir()
+    for step in (4, 10):
+        torch.save({"global_step": step}, tmp_path / "ck" / f"best-{step}.ckpt")
+    latest = os.path.relpath(tmp_path / "ck" / "best-10.ckpt")  # by step, not by name
+    with pytest.raises(ConfigError, match=re.escape(f"--ckpt_path {latest}")):
+        RunFolders().choose("fit", [], str(elsewhere), None)
     # a folder of another tool's (or a run's) metrics or hyperparameters is not written over either
     for name in ("metrics.csv", "hparams.yaml"):
         (tmp_path / name / name).parent.mkdir()
@@ -98,6 +109,11 @@ def test_a_run_never_writes_over_another_runs_checkpoints(tmp_path):
         require_own_checkpoints(other, str(a_run(tmp_path / "third") / "checkpoints" / "last.ckpt"))
     require_own_checkpoints(other, str(other / "last.ckpt"))  # its own resume
     require_own_checkpoints(tmp_path / "empty", None)
+    torch.save({"global_step": 6}, other / "last.ckpt")
+    torch.save({"global_step": 4}, other / "best-4.ckpt")
+    with pytest.raises(ConfigError, match=r"--ckpt_path .*best-4.ckpt would rewind the run whose checkpoints are in "
+                                          r".*other/checkpoints, which stands at step 6"):
+        require_own_checkpoints(other, str(other / "best-4.ckpt"))  # a rewind, or a branch writing into it
 
 
 def test_a_ddp_process_takes_the_folder_rank_zero_chose(tmp_path, monkeypatch):
