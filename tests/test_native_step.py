@@ -3,6 +3,7 @@ the state and every reward identical, over random clusters, jobsets and actions 
 done rows included); and the fallback to torch ops where the kernel is off or cannot be built."""
 from __future__ import annotations
 
+import os
 import platform
 import random
 import shutil
@@ -263,9 +264,12 @@ def test_a_library_is_loaded_only_from_a_folder_and_file_nobody_else_can_write(m
     functions is refused (the env then steps with torch ops)."""
     shared = tmp_path / "shared"
     (shared / "lightning_sched").mkdir(parents=True)
-    (shared / "lightning_sched").chmod(0o777)  # as /tmp/lightning_sched would be
+    (shared / "lightning_sched").chmod(0o777)  # this user's, as an earlier version left it under umask 002
     monkeypatch.setenv("XDG_CACHE_HOME", str(shared))
-    assert native.cache_dir() == native.private_temp_dir() and native.private(native.private_temp_dir())
+    assert native.cache_dir() == shared / "lightning_sched" and native.private(shared / "lightning_sched")  # 0700 now
+    monkeypatch.setattr(native.os, "getuid", lambda: os.stat(tmp_path).st_uid + 1)  # as if another user's
+    assert native.cache_dir() == native.private_temp_dir() and native.private_temp_dir() != shared / "lightning_sched"
+    monkeypatch.undo()
     own = tmp_path / "own"
     monkeypatch.setenv("XDG_CACHE_HOME", str(own))
     assert native.cache_dir() == own / "lightning_sched" and native.private(own / "lightning_sched")

@@ -282,9 +282,11 @@ def test_a_reset_given_only_its_mask_returns_the_other_rows_as_they_stand(tmp_pa
     # the sequences left out (as docs/hpc_queue.md shows for networks): a rule says what it lacks
     from torchrl.envs import ExcludeTransform
 
-    lean = TransformedEnv(QueueEnv(whole, log, batch_size=[3], seed=7), ExcludeTransform("job_submit", "job_requested"))
-    with pytest.raises(ConfigError, match="queue heuristic f1 reads the observation's job_submit, job_requested"):
-        lean.rollout(5, QueueHeuristic("f1"))
+    for rule, config in ((QueueHeuristic("f1"), whole), (ReservingRule("f1"), reserving_config(whole))):
+        lean = TransformedEnv(QueueEnv(config, log, batch_size=[3], seed=7),
+                              ExcludeTransform("job_submit", "job_requested"))
+        with pytest.raises(ConfigError, match="a queue rule reads the observation's job_submit, job_requested, which"):
+            lean.rollout(5, rule)
 
 
 def test_env_specs_and_episode_metrics(tmp_path):

@@ -99,18 +99,24 @@ def test_context_scorer_reads_the_rest_of_the_window_but_not_empty_slots_or_slot
     torch.testing.assert_close(shuffled, wide[:, order])
 
 
-def test_value_head_shape_ignores_empty_slots_and_slot_order():
+@pytest.mark.parametrize("dense", [True, False])
+def test_value_head_shape_ignores_empty_slots_and_slot_order(dense):
     net = QueueNetwork()
     td = observation(32, 12)
-    value = make_critic(net)(td.clone())["state_value"]
+    value = make_critic(net, dense)(td.clone())["state_value"]
     assert value.shape == (32, 1) and torch.isfinite(value).all()
-    garbage = td.clone()
-    garbage["job_features"] = torch.where(td["action_mask"].unsqueeze(-1), td["job_features"], 7.0)
-    torch.testing.assert_close(make_critic(net)(garbage)["state_value"], value)
+    for filler in (7.0, float("inf")):  # whatever the empty slots hold: the same values, finite gradients
+        garbage = td.clone()
+        garbage["job_features"] = torch.where(td["action_mask"].unsqueeze(-1), td["job_features"], filler)
+        out = make_critic(net, dense)(garbage)["state_value"]
+        torch.testing.assert_close(out, value)
+        net.zero_grad()
+        out.sum().backward()
+        assert all(bool(p.grad.isfinite().all()) for p in net.value.parameters() if p.grad is not None)
     order = torch.randperm(12)
     shuffled = td.clone()
     shuffled["job_features"], shuffled["action_mask"] = td["job_features"][:, order], td["action_mask"][:, order]
-    torch.testing.assert_close(make_critic(net)(shuffled)["state_value"], value)
+    torch.testing.assert_close(make_critic(net, dense)(shuffled)["state_value"], value)
 
 
 def test_torchrls_value_estimators_and_ppo_loss_take_the_critic(tmp_path):

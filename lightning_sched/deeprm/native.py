@@ -14,12 +14,14 @@ the torch step's exactly (tests/test_native_step.py compares every field).
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import functools
 import hashlib
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
 import warnings
@@ -85,14 +87,18 @@ def private(path: Path) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def private_temp_dir() -> Path:
-    """A folder of this process's own (0700), for when no private cache folder can be had."""
-    return Path(tempfile.mkdtemp(prefix="lightning_sched-"))
+    """A folder of this process's own (0700), for when no private cache folder can be had; removed
+    when the process exits."""
+    folder = Path(tempfile.mkdtemp(prefix="lightning_sched-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def cache_dir() -> Path:
     """Where the compiled kernel is kept: $XDG_CACHE_HOME/lightning_sched or ~/.cache/lightning_sched,
-    made 0700; a private temporary folder instead when there is no home or the folder is another
-    user's or writable by others (never a shared one such as /tmp/lightning_sched)."""
+    made 0700 (also when an earlier version made it with the umask's mode); a private temporary
+    folder instead when there is no home or the folder is another user's (never a shared one such as
+    /tmp/lightning_sched)."""
     base = os.environ.get("XDG_CACHE_HOME")
     if not base:
         try:
@@ -102,6 +108,8 @@ def cache_dir() -> Path:
     folder = Path(base) / "lightning_sched"
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if folder.stat().st_uid == os.getuid() and not private(folder):
+            folder.chmod(0o700)
     except OSError:
         return private_temp_dir()
     return folder if private(folder) else private_temp_dir()

@@ -45,6 +45,10 @@ def leading_slots(td) -> dict[str, torch.Tensor]:
     otherwise), and the rules' windows are as long as the sequence (1024 slots, mostly empty), so
     scoring the cut window costs the queue's length, not the window's. A pick is the same slot.
     The window keys come back [B, n] (n = min(W, the longest queue), at least 1), the others as in `td`."""
+    missing = [key for key in SEQUENCE_KEYS if key not in td.keys()]
+    if missing:  # e.g. left out with TorchRL's ExcludeTransform: only a network does without them
+        raise ConfigError(f"a queue rule reads the observation's {', '.join(missing)}, which this one lacks (an "
+                          "ExcludeTransform?): keep them for the rules")
     n = max(1, min(td["window_job"].shape[-1], int(td["queue_length"].max())))
     view = {key: td[key] for key in (*SEQUENCE_KEYS, "time", "queue_length")}
     return {**view, **{key: td[key][:, :n] for key in ("window_job", "job_features", "action_mask")}}
@@ -117,10 +121,6 @@ class QueueHeuristic:
                 raise ConfigError(f"queue heuristic {self.name}: the window ({mask.shape[-1]} slots) hides waiting "
                                   f"jobs ({int(td['queue_length'].max())}); use a window as long as the sequence")
         if self.name != "random":
-            missing = [key for key in SEQUENCE_KEYS if key not in td.keys()]
-            if missing:  # e.g. left out with TorchRL's ExcludeTransform: only a network does without them
-                raise ConfigError(f"queue heuristic {self.name} reads the observation's {', '.join(missing)}, which "
-                                  "this one lacks (an ExcludeTransform?): keep them for the rules")
             td["action"] = priority(self.name, leading_slots(td)).argmin(-1)
         else:
             weights = mask.double()

@@ -84,7 +84,8 @@ def pooled_window(embed: JobMLP, jobs: torch.Tensor, cluster: torch.Tensor, mask
     [N, W, F], cluster_features [N, C] and action_mask [N, W]. `dense` embeds every slot and zeroes
     the empty ones (the same values, W slots of work a row): no shape depends on the data, which
     torch.vmap needs (TorchRL's value estimators run the critic under it)."""
-    if dense:
+    if dense:  # empty slots zeroed before and after: whatever they hold, no NaN reaches a gradient
+        jobs = jobs.masked_fill(~mask.unsqueeze(-1), 0.0)
         embedded = torch.relu(embed.jobs(jobs, cluster.unsqueeze(1)))  # [N, W, E]
         embedded = torch.where(mask.unsqueeze(-1), embedded, 0.0)
         total, largest = embedded.sum(1), embedded.amax(1)
