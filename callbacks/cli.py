@@ -109,8 +109,8 @@ def config_error(error: BaseException | None) -> ConfigError | None:
 
 
 def require_text_configs(args: list[str]) -> None:
-    """A ConfigError naming the file when a `--config` is no text file (a checkpoint, say), before
-    jsonargparse fails on its bytes with a UnicodeDecodeError."""
+    """A ConfigError naming the file when a `--config` is no text file (a checkpoint, say) or no
+    valid YAML (a !!python tag, a tab), before jsonargparse fails on it without naming it."""
     for flag, value in zip(args, args[1:] + [""]):
         path = value if flag in ("--config", "-c") else flag.split("=", 1)[1] if flag.startswith("--config=") else None
         if path and os.path.isfile(path):

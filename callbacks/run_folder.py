@@ -9,7 +9,8 @@ exists. It holds
     wandb/          the Weights & Biases run, offline unless WANDB_API_KEY is set
                     (`wandb sync DIR/wandb/offline-run-*` uploads it later)
 `--trainer.logger false` turns W&B off (metrics.csv stays); a `--trainer.logger` or
-`--checkpoint.dirpath` of your own is used as given. A folder named by `--trainer.default_root_dir`
+`--checkpoint.dirpath` of your own is used as given (a checkpoint folder holding another run's, or
+later, checkpoints is refused, as RUN/checkpoints is). A folder named by `--trainer.default_root_dir`
 that already holds a run is refused unless the run resumes; a resume continues RUN only from
 RUN/checkpoints/last.ckpt (any older checkpoint of RUN would rewind it: refused, naming last.ckpt's
 step; `--trainer.default_root_dir NEW` branches from it into a new folder), and drops metrics.csv's

@@ -208,7 +208,8 @@ def main(argv=None) -> int:
           f"(of {', '.join(REFERENCE_HEURISTICS)}); the last column: {metric} minus {best}'s, mean ± paired 95% CI "
           f"over the {measured_jobsets(best_result.summary)}")
     print(f"{table_header('step')} {metric + ' - ' + best:>24s}")
-    print(f"{table_units():{len(table_header('step'))}s} {'paired, ' + str(best_result.num_jobsets) + ' jobsets':>24s}")
+    measured = f"paired, {best_result.summary['jobsets_with_jobs']} jobsets"
+    print(f"{table_units():{len(table_header('step'))}s} {measured:>24s}")
 
     def report(step, summary, result):
         diff, ci = paired_difference(result, best_result, metric)
@@ -408,13 +409,14 @@ def print_curves(curves: dict, best_values, best: str, reference: str | None, co
     the same step (paired over the test sequences, at `starts`, with the halves of each difference);
     `context`: the site's summary and the sequences' overlap, in every JSON line."""
     from lightning_sched.evaluation import mean_ci95
-    from lightning_sched.queue.evaluation import halves
+    from lightning_sched.queue.evaluation import halves, halves_text
 
-    def paired(diff, name: str) -> str:
+    def add_paired(line: dict, diff, name: str) -> str:
+        """`line` gets minus_NAME, its CI and halves; returns them as printed."""
         line[f"minus_{name}"], line[f"minus_{name}_ci95"] = mean_ci95(diff)
         split = line[f"minus_{name}_halves"] = halves(diff, starts)
         return (f"{line[f'minus_{name}']:+8.2f} ± {ci_text(line[f'minus_{name}_ci95'], '6.2f')}"
-                + (" (halves " + " / ".join(f"{h:+.2f}" for h in split) + ")" if split is not None else ""))
+                + (f" ({halves_text(split)})" if split is not None else ""))
 
     for spec, curve in curves.items():
         for step, values in curve.items():
@@ -422,10 +424,10 @@ def print_curves(curves: dict, best_values, best: str, reference: str | None, co
             text = f"{spec:40s} step {step:3d}  {mean:9.2f} ± {ci_text(ci, '7.2f')}"
             line = {"policy": spec, "step": step, **context, "mean_bounded_slowdown": mean,
                     "mean_bounded_slowdown_ci95": ci, "sequences": len(values), "best_rule": best}
-            text += f"  minus {best}: {paired(values - best_values, 'best_rule')}"
+            text += f"  minus {best}: {add_paired(line, values - best_values, 'best_rule')}"
             if reference and spec != reference and step in curves[reference]:
                 line["reference"] = reference
-                text += f"  minus reference: {paired(values - curves[reference][step], 'reference')}"
+                text += f"  minus reference: {add_paired(line, values - curves[reference][step], 'reference')}"
             print(text + f"  ({len(values)} sequences)")
             if as_json:
                 print(json_line(line))

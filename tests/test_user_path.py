@@ -183,3 +183,6 @@ def test_a_cluster_network_as_a_torchrl_actor_collects_and_trains():
         assert all(p.grad is not None and bool(p.grad.isfinite().all()) for p in net.parameters())
         single = ClusterEnv(cfg, DeepRMWorkload(load=0.7), batch_size=[], seed=3)
         assert single.rollout(5, actor)["action_log_prob"].shape == (5,)
+    bare = ClusterEnv(ClusterConfig(observation="none"), DeepRMWorkload(load=0.7), batch_size=[2])
+    with pytest.raises(ConfigError, match="reads the observation's used, slot_waited: build the env with"):
+        bare.rollout(2, actor)

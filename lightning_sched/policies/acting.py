@@ -177,6 +177,10 @@ class NetworkLogits(TensorDictModuleBase):
         self.in_keys, self.out_keys = list(NETWORK_KEYS), ["logits"]
 
     def forward(self, td):
+        missing = [key for key in ("used", "slot_waited") if key not in td.keys()]
+        if missing:
+            raise ConfigError(f"a cluster network reads the observation's {', '.join(missing)}: build the env with "
+                              "ClusterConfig(observation='image') or 'compact' (not 'none')")
         flat = td.reshape(-1) if td.batch_dims else td.unsqueeze(0)  # the networks read rows [B, ...]
         logits = self.acting.mask(self.net(self.net.encode(flat)), flat)
         td["logits"] = logits.reshape(*td.batch_size, logits.shape[-1])
@@ -185,9 +189,11 @@ class NetworkLogits(TensorDictModuleBase):
 
 def make_actor(net: nn.Module, acting: Acting = SAMPLED) -> ProbabilisticActor:
     """The TorchRL actor of a cluster network (for TorchRL's collectors and objectives, e.g.
-    ClipPPOLoss): "logits" -> a draw -> "action" (int64) and "action_log_prob"; a masked network's
-    draws stay within "action_mask" (MaskedCategorical), an unmasked one's may pick an invalid slot,
-    which the env takes as void (DeepRM's semantics). `acting`: SAMPLED, as training acts."""
+    ClipPPOLoss): "logits" -> "action" (int64) and "action_log_prob". It draws where TorchRL's
+    exploration type is random (a collector's default, or `set_exploration_type(RANDOM)`) and takes
+    the argmax elsewhere (`env.rollout`'s default); `acting`'s idle rule masks void (SAMPLED, the
+    default: void whenever it is picked). A masked network's actions stay within "action_mask"
+    (MaskedCategorical); an unmasked one's may be an invalid slot, which the env takes as void."""
     masked = getattr(getattr(net, "spec", None), "masked", False)
     return ProbabilisticActor(NetworkLogits(net, acting),
                               in_keys={"logits": "logits", "mask": "action_mask"} if masked else ["logits"],

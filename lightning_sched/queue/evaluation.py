@@ -7,6 +7,8 @@
                    log's jobs (train on the first 80% only); means with 95% CIs over sequences.
     "recent":      the same over the last quarter of the training range, 60-80% of the log's jobs:
                    a choice between trained policies made on data the held-out test never sees.
+    "disjoint":    the log from its first job in sequences that share no job: CIs over
+                   independent stretches (not held out: how a difference varies between them).
 
 Heuristics rank the whole queue, so they run with a window as long as the sequence; a network runs
 with the window it was trained with.
@@ -156,6 +158,11 @@ def halves(diff: torch.Tensor, starts: torch.Tensor) -> list[float] | None:
     return [float(diff[:n].mean()), float(diff[n:].mean())] if n else None
 
 
+def halves_text(split: list[float]) -> str:
+    """`halves`' two means as printed: "halves -1.23 / +4.56"."""
+    return "halves " + " / ".join(f"{h:+.2f}" for h in split)
+
+
 def overlap(starts: torch.Tensor, length: int) -> dict[str, float | int]:
     """How far sequences of `length` jobs at `starts` (LongTensor[N]) are from independent: the
     distinct jobs they cover, that over `length` (at most that many independent stretches), and
@@ -168,15 +175,17 @@ def overlap(starts: torch.Tensor, length: int) -> dict[str, float | int]:
             "halves_shared_jobs": shared}
 
 
-def overlap_note(spread: dict, length: int, sequences: int) -> str:
-    """What `overlap`'s figures for `sequences` sequences mean for the CIs printed after them."""
+def overlap_note(spread: dict, length: int, sequences: int, halves_shown: bool = True) -> str:
+    """What `overlap`'s figures for `sequences` sequences mean for the CIs printed after them (and
+    for the halves of each paired difference, when they are printed)."""
     if spread["covered_jobs"] == sequences * length:
         return f"covering {spread['covered_jobs']} jobs (the sequences share no job)"
     shared = f", sharing {spread['halves_shared_jobs']} jobs" if spread["halves_shared_jobs"] else ""
+    halves_text = ("; a paired difference's halves, the earlier and the later half of the starts"
+                   f"{shared}, show whether it holds across them") if halves_shown else ""
     return (f"covering {spread['covered_jobs']} jobs (at most {spread['covered_jobs'] / length:.1f} independent "
             "stretches: a CI over overlapping sequences measures how a mean moves with the start within these jobs, "
-            "not what another stretch of the log would give; a paired difference's halves, the earlier and the "
-            f"later half of the starts{shared}, show whether it holds across them)")
+            f"not what another stretch of the log would give{halves_text})")
 
 
 def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[Callable, QueueConfig]:
@@ -260,10 +269,10 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
     spread = overlap(starts, length)
     fewer = f" (of {sequences} asked: the range has no more distinct starts)" \
         if protocol in ("heldout", "recent") and len(starts) < sequences else ""
-    echo(f"protocol {protocol}: {len(starts)} sequences{fewer} of {length} jobs, backfill {backfill}, "
-         f"{overlap_note(spread, length, len(starts))}; mean bounded slowdown (lower is better) ± 95% CI over "
-         "sequences, minus the best of the rules given on these sequences; wait in seconds (lower is better); "
-         "utilization (higher is better)")
+    note = overlap_note(spread, length, len(starts), halves_shown=protocol != "rlscheduler")
+    echo(f"protocol {protocol}: {len(starts)} sequences{fewer} of {length} jobs, backfill {backfill}, {note}; mean "
+         "bounded slowdown (lower is better) ± 95% CI over sequences, minus the best of the rules given on these "
+         "sequences; wait in seconds (lower is better); utilization (higher is better)")
     if protocol == "rlscheduler" and not rlschedulers_log(trace):
         echo(f"note: RLScheduler's protocol is its 10 start positions in the Lublin logs; on {Path(trace).name} "
              "they are positions only (--protocol heldout draws from the log's own last 20%)")
@@ -295,7 +304,7 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
             split = halves(difference(result, results[best]), starts) if protocol != "rlscheduler" else None
             if split is not None:  # consecutive starts: the range's two halves (they may share jobs: `spread`)
                 line["minus_best_heuristic_halves"] = split
-                text += "; halves " + " / ".join(f"{h:+.2f}" for h in split)
+                text += "; " + halves_text(split)
             text += ")"
         if versus is not None and name != versus:
             diff, ci = paired(result, results[versus])
@@ -305,7 +314,7 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
                 line["minus_versus_halves"] = split
             if versus != best:
                 text += f"  minus {versus}: {diff:+.2f} ± {ci_text(ci, '.2f')}" + (
-                    "; halves " + " / ".join(f"{h:+.2f}" for h in split) if split is not None else "")
+                    "; " + halves_text(split) if split is not None else "")
         echo(text)
         lines.append(line)
     return lines, {name: r.sequences["mean_bounded_slowdown"] for name, r in results.items()}
