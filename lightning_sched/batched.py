@@ -60,10 +60,28 @@ class EveryRowReset(EnvBase):
     runs: the transform calls the base env's `_reset`.)"""
 
     STEP_ONLY_KEYS: tuple = ()
+    EPISODE_KEYS: tuple = ()  # the results a step writes under "episode" for the episodes ending at it
     ROLLOUT_COPIES = 3.5
     """`rollout` holds each step's outputs and the stacked result's two halves (root and next): peak
     bytes of 3.2-3.3 times the steps' outputs measured on ClusterEnv, with the image and with
     observation "none" (B = 256, 100 steps)."""
+
+    def finished_results(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each of EPISODE_KEYS (a [N] tensor) of the episodes of rows `rows` (LongTensor[N]), which
+        have just ended: a subclass's metrics."""
+        raise NotImplementedError
+
+    def _finished_metrics(self, ended: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """EPISODE_KEYS of the rows whose episode ended at this step (`ended`: BoolTensor[rows]), NaN
+        elsewhere (and at a reset): each DoubleTensor[rows, 1]. A rollout or collector that resets
+        finished rows keeps each finished episode's results on its last step."""
+        results = torch.full((self.rows, len(self.EPISODE_KEYS)), float("nan"), dtype=torch.float64,
+                             device=self.device)
+        if ended is not None and bool(ended.any()):
+            rows = ended.nonzero().squeeze(1)  # the results read every job of a row: only the rows that ended
+            metrics = self.finished_results(rows)
+            results.index_put_((rows,), torch.stack([metrics[k].double() for k in self.EPISODE_KEYS], -1))
+        return {k: results[:, i:i + 1] for i, k in enumerate(self.EPISODE_KEYS)}
 
     def size_fields(self) -> dict:
         """The settings a rollout's memory grows with, named in its refusal (a subclass adds its own)."""

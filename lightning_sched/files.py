@@ -72,6 +72,13 @@ def load_torch_file(path, what: str, weights_only: bool, map_location="cpu"):
         raise ConfigError(f"{path}: not a {what} (torch.load failed: {reason})") from error
 
 
+def damaged_record(path, error: Exception) -> ConfigError:
+    """The refusal of a checkpoint `path` whose record held a field of another type (a hand edit:
+    a list, a tensor, a string for a number), which its reader met as `error`."""
+    return ConfigError(f"{path}: a field of its record is damaged ({type(error).__name__}: "
+                       f"{str(error).splitlines()[0][:200] if str(error) else ''})")
+
+
 def non_finite_weight(data, name: str = "") -> str | None:
     """The dotted name of the first floating tensor under `data`'s WEIGHT_KEYS (all of `data` when
     `name` is given) holding a NaN or an infinity; None when all are finite."""

@@ -41,6 +41,7 @@ class ClusterEnv(EveryRowReset):
     """
 
     batch_locked = True
+    EPISODE_KEYS = EPISODE_KEYS
     STEP_ONLY_KEYS = tuple(("episode", key) for key in EPISODE_KEYS)  # NaN at a reset (_finished_metrics)
 
     def __init__(self, cfg: ClusterConfig, workload, batch_size=(1,), device="cpu", seed: int | None = None,
@@ -171,16 +172,8 @@ class ClusterEnv(EveryRowReset):
             out = {k: (v[0] if torch.is_tensor(v) else {m: x[0] for m, x in v.items()}) for k, v in out.items()}
         return TensorDict(out, batch_size=self.batch_size, device=self.device)
 
-    def _finished_metrics(self, ended: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        """EPISODE_KEYS of the rows whose episode ended at this step (`ended`: BoolTensor[B]), NaN
-        elsewhere (and at a reset): each DoubleTensor[B, 1]. A rollout that resets finished rows
-        keeps each finished episode's metrics on its last step, apart from the reset ones."""
-        nan = torch.full((self.rows, 1), float("nan"), dtype=torch.float64, device=self.device)
-        if ended is None or not bool(ended.any()):
-            return {k: nan for k in EPISODE_KEYS}
-        rows = ended.nonzero().squeeze(1)  # the metrics read every job of a row: only the rows that ended
-        metrics = episode_metrics(self.state.rows(rows))
-        return {k: nan.index_put((rows,), metrics[k].double().unsqueeze(-1)) for k in EPISODE_KEYS}
+    def finished_results(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        return episode_metrics(self.state.rows(rows))
 
     def size_fields(self) -> dict:
         return {"batch_size": self.rows, "observation": self.cfg.observation}

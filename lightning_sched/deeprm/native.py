@@ -144,7 +144,8 @@ def build_and_load(compiler: str, flags: tuple[str, ...], sources: tuple[Path, .
                    symbols: tuple[str, ...] = ()):
     """`build` then load the library, with OpenMP where the compiler has it, else without; None (with
     one warning naming `what`) when neither can be built or loaded, or the library lacks one of
-    `symbols` (a damaged or foreign file under the cache's name)."""
+    `symbols` (a damaged or stale file under the cache's name: a robustness check, made after the
+    load; `cache_dir` and `build`'s ownership checks are what keep others' libraries out)."""
     failure = None
     for extra in (OPENMP, ()):
         try:

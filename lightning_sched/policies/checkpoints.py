@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..config import CHECKPOINT_KEY, REWARD_FIELDS, SIZE_FIELDS, ClusterConfig, ConfigError
-from ..files import load_torch_file, require_finite_weights, require_state_dict, write_torch
+from ..files import damaged_record, load_torch_file, require_finite_weights, require_state_dict, write_torch
 from .acting import Acting, NetworkPolicy
 from .networks import DeepRMNetwork, PolicySpec, make_policy
 
@@ -125,8 +125,7 @@ def read_record(path, data: dict | None = None) -> PolicyRecord:
     except ConfigError as error:
         raise ConfigError(f"{path}: {error}") from None
     except (TypeError, ValueError, RuntimeError) as error:  # a hand-edited field of another type (a list, a tensor)
-        raise ConfigError(f"{path}: a field of its record is damaged ({type(error).__name__}: "
-                          f"{str(error).splitlines()[0][:200]})") from None
+        raise damaged_record(path, error) from None
 
 
 def load_network(path, device="cpu", cluster: ClusterConfig | None = None) -> tuple[nn.Module, ClusterConfig,

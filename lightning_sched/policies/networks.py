@@ -70,8 +70,6 @@ class PolicySpec:
         for name in ("masked", "deadline_inputs", "arrival_inputs"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"PolicySpec.{name} must be true or false, got {getattr(self, name)!r}")
-        if isinstance(self.prior_scale, bool) or not isinstance(self.prior_scale, (int, float)):
-            raise ConfigError(f"PolicySpec.prior_scale must be a finite number > 0, got {self.prior_scale!r}")
         self.hidden = tuple(self.hidden)
         if not self.hidden or any((not isinstance(h, int)) or h < 1 for h in self.hidden):
             raise ConfigError(f"PolicySpec.hidden must be one or more integers >= 1, got {self.hidden!r}")
@@ -84,7 +82,8 @@ class PolicySpec:
             raise ConfigError(f"PolicySpec.arrival_inputs needs kind 'slots', got kind {self.kind!r}")
         if self.prior is not None and (self.kind != "slots" or self.prior not in PRIORS):
             raise ConfigError(f"PolicySpec.prior={self.prior!r} needs kind 'slots' and one of {sorted(PRIORS)}")
-        if not (self.prior_scale > 0 and math.isfinite(self.prior_scale)):
+        if isinstance(self.prior_scale, bool) or not isinstance(self.prior_scale, (int, float)) or \
+                not (self.prior_scale > 0 and math.isfinite(self.prior_scale)):
             raise ConfigError(f"PolicySpec.prior_scale must be a finite number > 0, got {self.prior_scale!r}")
 
     @property

@@ -75,6 +75,7 @@ class QueueEnv(EveryRowReset):
     """
 
     batch_locked = True
+    EPISODE_KEYS = EPISODE_KEYS
     STEP_ONLY_KEYS = tuple(("episode", key) for key in EPISODE_KEYS)  # NaN at a reset (_finished_metrics)
 
     def __init__(self, cfg: QueueConfig, log: QueueLog | Sequence[QueueLog], batch_size=(1,), starts=None,
@@ -261,17 +262,12 @@ class QueueEnv(EveryRowReset):
             td["reward"] = reward.unsqueeze(-1)
         return TensorDict(td, batch_size=self.batch_size, device=self.device)
 
-    def _finished_metrics(self, ended: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        """EPISODE_KEYS of the rows whose episode ended at this step (`ended`: BoolTensor[B]), NaN
-        elsewhere (and at a reset): each DoubleTensor[B, 1]. A collector or a rollout that resets
-        finished rows keeps each finished episode's results on its last step."""
-        results = torch.full((self.batch_size[0], len(EPISODE_KEYS)), float("nan"), dtype=torch.float64,
-                             device=self.device)
-        if ended is not None and bool(ended.any()):
-            rows = ended.nonzero().squeeze(1)  # the metrics read every job of a row: only the rows that ended
-            metrics = episode_metrics(self.state, self.cfg, rows)
-            results.index_put_((rows,), torch.stack([metrics[k] for k in EPISODE_KEYS], -1))
-        return {k: results[:, i:i + 1] for i, k in enumerate(EPISODE_KEYS)}
+    @property
+    def rows(self) -> int:
+        return self.batch_size[0]
+
+    def finished_results(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        return episode_metrics(self.state, self.cfg, rows)
 
     # ----- results ---------------------------------------------------------------------------
     def episode_metrics(self) -> dict[str, torch.Tensor]:

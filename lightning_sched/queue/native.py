@@ -37,14 +37,18 @@ DTYPES = {"submit": torch.int64, "run": torch.int64, "requested": torch.int64, "
           "sjf_order": torch.int32, "size_order": torch.int32, "order_count": torch.int64, "order_arrival": torch.int64}
 
 
+# the functions of native_queue.c this module calls
+SYMBOLS = ("lightning_sched_queue_rows", "lightning_sched_queue_all", "lightning_sched_queue_args",
+           "lightning_sched_queue_openmp")
+
+
 @functools.lru_cache(maxsize=None)
 def load(compiler: str, flags: tuple[str, ...], sources: tuple[Path, ...] = SOURCES,
          headers: tuple[Path, ...] = HEADERS, name: str = "native_queue"):
     """The kernel's library (built from `sources`: another commit's, to compare), or None (with one
     warning) when it cannot be built or loaded."""
     library = deeprm_native.build_and_load(compiler, flags, sources, headers, name, "native queue step",
-                                           symbols=("lightning_sched_queue_rows", "lightning_sched_queue_all",
-                                                    "lightning_sched_queue_args", "lightning_sched_queue_openmp"))
+                                           symbols=SYMBOLS)
     if library is None:
         return None
     for name in ("lightning_sched_queue_rows", "lightning_sched_queue_all"):

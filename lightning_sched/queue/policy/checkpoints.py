@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from ...config import CHECKPOINT_KEY, QUEUE_POLICY_KIND, QUEUE_RULE_KIND, ConfigError
-from ...files import load_torch_file, require_finite_weights, require_state_dict, write_torch
+from ...files import damaged_record, load_torch_file, require_finite_weights, require_state_dict, write_torch
 from ..config import QueueConfig
 from .networks import QueueNetwork
 from .spec import QueuePolicySpec
@@ -93,8 +93,7 @@ def read_queue_record(path) -> QueuePolicyRecord:
     except (ConfigError, KeyError) as error:
         raise ConfigError(f"{path}: {error}") from None
     except (TypeError, ValueError, RuntimeError) as error:  # a hand-edited field of another type (a list, a tensor)
-        raise ConfigError(f"{path}: a field of its record is damaged ({type(error).__name__}: "
-                          f"{str(error).splitlines()[0][:200]})") from None
+        raise damaged_record(path, error) from None
 
 
 def load_queue_policy(path, device="cpu") -> tuple[QueueNetwork, QueueConfig]:
