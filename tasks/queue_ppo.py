@@ -221,14 +221,14 @@ class QueuePPO(IterationTask):
             if name == "train":
                 env = QueueEnv(self.cfg, self.train_logs, batch_size=[self.hparams.batch_size],
                                positions=self.positions, device=self.env_device(),
-                               episodes_per_sequence=self.ppo.episodes_per_sequence, episode_results=False)
+                               episodes_per_sequence=self.ppo.episodes_per_sequence)
             else:  # row b validates on log b % len(logs), as the training rows
                 v = self.validation
                 generator = torch.Generator().manual_seed(v.seed)
                 ranges = [self.val_positions[b % len(self.logs)] for b in range(v.sequences)]
                 starts = torch.stack([torch.randint(lo, hi + 1, (), generator=generator) for lo, hi in ranges])
                 env = QueueEnv(self.val_cfg, self.logs, batch_size=[v.sequences], starts=starts,
-                               device=self.env_device(), episode_results=False)
+                               device=self.env_device())
             self._envs[name] = env
         return env
 

@@ -311,14 +311,14 @@ def test_env_specs_and_episode_metrics(tmp_path):
     env = fixed()
     play_to_end(env, QueueHeuristic("sjf"))
     once = env.episode_metrics()
-    rollout = fixed().rollout(120, QueueHeuristic("sjf"), break_when_any_done=False)
+    rollout = fixed(episode_results=True).rollout(120, QueueHeuristic("sjf"), break_when_any_done=False)
     ended = rollout["next", "done"].squeeze(-1)
     assert int(ended.sum(1).min()) >= 2  # every row finished two episodes or more
     for key in EPISODE_KEYS:
         values = rollout["next", "episode", key].squeeze(-1)
         assert bool(values[ended].isfinite().all()) and bool(values[~ended].isnan().all()), key
         torch.testing.assert_close(values[ended], once[key].repeat_interleave(ended.sum(1)), msg=key)
-    lean = fixed(episode_results=False)  # a caller that reads episode_metrics() at the end skips them
+    lean = fixed()  # the default: a caller that plays rows to their end reads episode_metrics()
     check_env_specs(lean)
     assert "episode" not in lean.rollout(5, QueueHeuristic("sjf")).keys()
 
@@ -329,7 +329,7 @@ def test_a_torchrl_collector_plays_random_valid_picks_and_its_own_random_policy_
 
     log = read_queue_log(write_log(tmp_path / "log.swf", jobs=400))
     cfg = log.config(sequence_length=32, window=16, backfill="easy")
-    env = TransformedEnv(QueueEnv(cfg, log, batch_size=[4], seed=1), StepCounter(max_steps=20))
+    env = TransformedEnv(QueueEnv(cfg, log, batch_size=[4], seed=1, episode_results=True), StepCounter(max_steps=20))
     collector = Collector(env, QueueHeuristic("random", torch.Generator().manual_seed(0)), frames_per_batch=240,
                           total_frames=480)
     batches = list(collector)
@@ -337,6 +337,10 @@ def test_a_torchrl_collector_plays_random_valid_picks_and_its_own_random_policy_
     assert len(batches) == 2 and all(b.shape == (4, 60) for b in batches)
     for batch in batches:  # every pick a visible job's slot, through truncations and resets
         assert bool(batch["action_mask"].gather(-1, batch["action"].unsqueeze(-1)).all())
+        # the episodes that ended keep their results on their last step, through the collector's resets
+        ended = batch["next", "terminated"].squeeze(-1)
+        bsld = batch["next", "episode", "mean_bounded_slowdown"].squeeze(-1)
+        assert bool(ended.any()) and bool((bsld[ended] >= 1).all()) and bool(bsld[~ended].isnan().all())
     assert int(batches[1]["next", "truncated"].sum()) > 0
     # TorchRL's own random policy copies the action spec once, so it draws hidden slots: the error says what to use
     with pytest.raises(ValueError, match=r"draw from the observation's action_mask \(QueueHeuristic\('random'\)"):

@@ -83,7 +83,7 @@ def site_env(log, cfg, sequences: int, episodes: int, positions: tuple[int, int]
     """The training env of one site: `sequences` fresh sequences a reset, drawn from `positions`, each
     played `episodes` times."""
     return QueueEnv(cfg, log, batch_size=[sequences * episodes], positions=positions, seed=seed,
-                    episodes_per_sequence=episodes, episode_results=False)
+                    episodes_per_sequence=episodes)
 
 
 def adapt(net, spec: QueuePolicySpec, env: QueueEnv, steps: int, lr: float, episodes: int,
@@ -125,7 +125,7 @@ def adaptation_curve(net, log, cfg, starts: torch.Tensor, steps: int, lr: float,
                                                 "rollouts": rollout_bytes(train_cfg, rows)},
                   {"sequences": sequences, "episodes": episodes, "sequence_length": train_length})
     train_env = site_env(log, train_cfg, sequences, episodes, log.positions(0, train_jobs, train_length), seed)
-    test_env = QueueEnv(cfg, log, batch_size=[len(starts)], starts=starts, episode_results=False)
+    test_env = QueueEnv(cfg, log, batch_size=[len(starts)], starts=starts)
     curve = {}
 
     def measure(step: int) -> None:

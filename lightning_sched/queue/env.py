@@ -67,8 +67,10 @@ class QueueEnv(EveryRowReset):
             A row's n-th episode plays its group's n-th sequence, so rows a collector resets apart
             stay on shared sequences (`group_sequence_starts`).
         episode_results: write each episode's results under "episode" at the step it ends
-            (`_finished_metrics`: about 0.2 ms a step at B = 4096, when rows end), which a collector
-            needs; False where the caller reads `episode_metrics()` once the rows are done.
+            (`_finished_metrics`), which a collector that resets finished rows needs to keep them.
+            Off by default: a few dozen small tensor ops in each step where rows end cost up to a
+            third of a step at B = 4096 (most with EASY, whose episodes end in fewer steps), and a
+            caller that plays rows to their end reads `episode_metrics()` instead.
 
     The observation's job_submit, job_requested and job_processors are the state's own sequences (a
     copy each step would cost more than the step): read them, do not change them in place.
@@ -80,7 +82,7 @@ class QueueEnv(EveryRowReset):
 
     def __init__(self, cfg: QueueConfig, log: QueueLog | Sequence[QueueLog], batch_size=(1,), starts=None,
                  positions=None, device="cpu", seed: int | None = None, episodes_per_sequence: int = 1,
-                 episode_results: bool = True):
+                 episode_results: bool = False):
         batch_size = torch.Size(batch_size if not isinstance(batch_size, int) else [batch_size])
         if len(batch_size) != 1:
             raise ConfigError(f"QueueEnv batch_size must be [B], got {list(batch_size)}")

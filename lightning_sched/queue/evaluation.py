@@ -97,7 +97,7 @@ def evaluate_queue(policy: Callable, cfg: QueueConfig, log: QueueLog, starts: to
                    device="cpu") -> QueueResult:
     """Run `policy` (td -> td with "action") once on each sequence of `cfg.sequence_length` jobs
     starting at `starts` (LongTensor[N]), all N at once; every sequence runs to its end."""
-    env = QueueEnv(cfg, log, batch_size=[len(starts)], starts=starts, device=device, episode_results=False)
+    env = QueueEnv(cfg, log, batch_size=[len(starts)], starts=starts, device=device)
     with torch.no_grad():
         decisions = play_to_end(env, policy)
     m = env.episode_metrics()
