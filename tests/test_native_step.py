@@ -270,6 +270,13 @@ def test_a_library_is_loaded_only_from_a_folder_and_file_nobody_else_can_write(m
     monkeypatch.setattr(native.os, "getuid", lambda: os.stat(tmp_path).st_uid + 1)  # as if another user's
     assert native.cache_dir() == native.private_temp_dir() and native.private_temp_dir() != shared / "lightning_sched"
     monkeypatch.undo()
+    loose = tmp_path / "loose"  # a folder others may write, above the cache: they could swap it
+    (loose / "cache").mkdir(parents=True)
+    loose.chmod(0o777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(loose / "cache"))
+    assert native.cache_dir() == native.private_temp_dir()
+    loose.chmod(0o1777)  # sticky, as /tmp: only owners rename
+    assert native.cache_dir() == loose / "cache" / "lightning_sched"
     own = tmp_path / "own"
     monkeypatch.setenv("XDG_CACHE_HOME", str(own))
     assert native.cache_dir() == own / "lightning_sched" and native.private(own / "lightning_sched")

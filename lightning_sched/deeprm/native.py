@@ -22,6 +22,7 @@ import hashlib
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import tempfile
 import warnings
@@ -85,6 +86,19 @@ def private(path: Path) -> bool:
     return status.st_uid == os.getuid() and not status.st_mode & 0o022
 
 
+def safe_ancestors(path: Path) -> bool:
+    """Whether no other user can replace `path` through a folder above it: each is this user's or
+    root's, and not writable by others unless sticky (as /tmp is, where only owners rename)."""
+    for folder in path.resolve().parents:
+        try:
+            status = folder.stat()
+        except OSError:
+            return False
+        if status.st_uid not in (0, os.getuid()) or status.st_mode & 0o022 and not status.st_mode & stat.S_ISVTX:
+            return False
+    return True
+
+
 @functools.lru_cache(maxsize=None)
 def private_temp_dir() -> Path:
     """A folder of this process's own (0700), for when no private cache folder can be had; removed
@@ -97,8 +111,8 @@ def private_temp_dir() -> Path:
 def cache_dir() -> Path:
     """Where the compiled kernel is kept: $XDG_CACHE_HOME/lightning_sched or ~/.cache/lightning_sched,
     made 0700 (also when an earlier version made it with the umask's mode); a private temporary
-    folder instead when there is no home or the folder is another user's (never a shared one such as
-    /tmp/lightning_sched)."""
+    folder instead when there is no home, or the folder is another user's or sits in one others can
+    write (never a shared one such as /tmp/lightning_sched)."""
     base = os.environ.get("XDG_CACHE_HOME")
     if not base:
         try:
@@ -112,7 +126,7 @@ def cache_dir() -> Path:
             folder.chmod(0o700)
     except OSError:
         return private_temp_dir()
-    return folder if private(folder) else private_temp_dir()
+    return folder if private(folder) and safe_ancestors(folder) else private_temp_dir()
 
 
 def build(compiler: str, flags: tuple[str, ...], sources: tuple[Path, ...] = C_SOURCES,
