@@ -320,6 +320,7 @@ def test_env_specs_and_episode_metrics(tmp_path):
         torch.testing.assert_close(values[ended], once[key].repeat_interleave(ended.sum(1)), msg=key)
     lean = fixed()  # the default: a caller that plays rows to their end reads episode_metrics()
     check_env_specs(lean)
+    assert set(QueueEnv.POLICY_KEYS) < set(lean.observation_spec.keys())  # what a policy may read is observed
     assert "episode" not in lean.rollout(5, QueueHeuristic("sjf")).keys()
 
 

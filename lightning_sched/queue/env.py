@@ -77,6 +77,11 @@ class QueueEnv(EveryRowReset):
     """
 
     batch_locked = True
+    # what a policy may read: the window and the cluster now; the observation's job_submit,
+    # job_requested and job_processors hold the whole sequence, jobs not yet submitted too (the rules
+    # read only the window's), and "episode" holds results: leave them out of a generic network's inputs
+    POLICY_KEYS = ("job_features", "cluster_features", "action_mask", "window_job", "time", "queue_length",
+                   "free_nodes")
     EPISODE_KEYS = EPISODE_KEYS
     STEP_ONLY_KEYS = tuple(("episode", key) for key in EPISODE_KEYS)  # NaN at a reset (_finished_metrics)
 
