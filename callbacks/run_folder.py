@@ -225,10 +225,9 @@ def require_own_checkpoints(dirpath: Path, ckpt_path: str | None) -> None:
         raise ConfigError(f"--ckpt_path {ckpt_path} would rewind the run whose checkpoints are in {dirpath}, which "
                           f"stands at step {checkpoint_step(last)} ({last}); resume from {last}, or branch from it "
                           "into new folders (--trainer.default_root_dir NEW --checkpoint.dirpath NEW/checkpoints)")
-    if others:
-        raise ConfigError(f"--checkpoint.dirpath {dirpath} holds checkpoints ({others[0].name}"
-                          f"{f' and {len(others) - 1} more' if len(others) > 1 else ''}) this run would overwrite: "
-                          "name an empty folder, or resume the run that wrote them with its --ckpt_path")
+    raise ConfigError(f"--checkpoint.dirpath {dirpath} holds checkpoints ({others[0].name}"
+                      f"{f' and {len(others) - 1} more' if len(others) > 1 else ''}) this run would overwrite: "
+                      "name an empty folder, or resume the run that wrote them with its --ckpt_path")
 
 
 def checkpoint_step(path: Path) -> int | None:
