@@ -249,7 +249,7 @@ def queue_main(argv) -> int:
                          "of --sequence_length jobs from the log's last 20%%; recent: the same from 60-80%% (the "
                          "training range's end, to choose between trained policies); disjoint: the whole log cut "
                          "in sequences of --sequence_length that share no job (how a difference varies between "
-                         "stretches; a trained policy's notes say which hold jobs it read)")
+                         "stretches; a trained policy's notes say how many hold jobs it read)")
     ap.add_argument("--policy", nargs="+", default=list(RULES),
                     help=f"rules ({', '.join(QUEUE_HEURISTICS)}; RULE{SUFFIX}, e.g. f1{SUFFIX}: the rule with its own "
                          f"reservation) and/or queue checkpoints (default: {' '.join(RULES)})")
