@@ -47,11 +47,12 @@ def snapshot(waiting: int, running: int, busy: float, processors: int, rng: np.r
 
 
 def latency(text: str, scorer, repeats: int) -> tuple[float, float]:
-    """(median, 99th percentile) milliseconds of json.loads -> decide -> json.dumps."""
+    """(median, 99th percentile) milliseconds of json.loads -> decide -> json.dumps (the snapshots' clock
+    starting at 0, for a policy that reads submit times)."""
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        json.dumps(decide(json.loads(text), scorer))
+        json.dumps(decide(json.loads(text), scorer, clock_start=0))
         times.append(1e3 * (time.perf_counter() - t))
     return statistics.median(times), float(np.percentile(times, 99))
 
@@ -83,36 +84,41 @@ def check(policy: str, onnx_path: Path, trace: str, count: int, window: int) -> 
 
 def schedules(policies: list[str], traces: list[str], count: int, windows=(128, 16), seed: int = 0) -> None:
     """Replay `count` random sequences of 1024 jobs of each trace through decide() and through the queue
-    environment, per policy (its own backfilling) and window; count the sequences scheduled identically."""
+    environment, per policy (its own backfilling; a rule's: off) and window (a network's; a rule sees the
+    whole queue); count the sequences scheduled identically."""
+    from dataclasses import replace
+
     from lightning_sched.queue.env import QueueEnv, play_to_end
+    from lightning_sched.queue.evaluation import resolve
     from lightning_sched.queue.log import read_queue_log
-    from lightning_sched.queue.policy import QueuePolicy, load_queue_policy
 
     rng = np.random.default_rng(seed)
     same = total = 0
     for trace in traces:
         log = read_queue_log(trace)
         for policy in policies:
-            net, cfg = load_queue_policy(policy)
             scorer = load_scorer(policy)
-            for window in windows:
+            backfill = scorer.config.get("backfill", "off")
+            acting, cfg = resolve(policy, log.config(backfill=backfill, sequence_length=1024))
+            for window in windows if scorer.config["window"] is not None else [None]:
                 starts = rng.integers(0, log.num_jobs - 1024, count)
-                env = QueueEnv(log.config(window=window, backfill=cfg.backfill, sequence_length=1024), log,
-                               batch_size=[count], starts=torch.as_tensor(starts))
-                play_to_end(env, QueuePolicy(net))
+                env = QueueEnv(cfg if window is None else replace(cfg, window=window), log, batch_size=[count],
+                               starts=torch.as_tensor(starts))
+                play_to_end(env, acting)
                 for row, first in enumerate(starts):
                     jobs = {k: v[0].numpy() for k, v in log.sequences(torch.tensor([first]), 1024).items()}
-                    ours = replay(jobs, log.nodes, log.processors_per_node, scorer, cfg.backfill, window)
+                    ours = replay(jobs, log.nodes, log.processors_per_node, scorer, backfill, window)
                     same += bool((ours == env.state.start[row].numpy()).all())
                     total += 1
     print(f"replay through decide() gives the environment's schedule on {same} of {total} sequences of 1024 jobs "
-          f"({len(traces)} logs x {len(policies)} policies x windows {list(windows)} x {count})")
+          f"({len(traces)} logs x {len(policies)} policies x windows {list(windows)} (a network's) x {count})")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", default="checkpoints/queue_bsld_easy.ckpt",
-                   help="a queue-policy checkpoint; its ONNX export is timed beside it (default %(default)s)")
+                   help="a queue policy as decide.py takes it; a plain network's ONNX export is timed beside it "
+                        "(default %(default)s)")
     p.add_argument("--threads", type=int, default=1, help="torch's and onnxruntime's threads (default 1)")
     p.add_argument("--repeats", type=int, default=200, help="decisions timed per snapshot case (default 200)")
     p.add_argument("--processors", type=int, default=256, help="the cluster of the timed snapshots (default 256)")
@@ -125,16 +131,20 @@ def main() -> None:
                    help="the logs --schedules replays (default %(default)s)")
     p.add_argument("--schedule_policies", nargs="+",
                    default=["checkpoints/queue_bsld.ckpt", "checkpoints/queue_bsld_easy.ckpt"],
-                   help="the policies --schedules compares (default: the two shipped networks)")
+                   help="the policies --schedules compares, as decide.py takes them (default: the two shipped "
+                        "networks)")
     args = p.parse_args()
     for name, value in (("--threads", args.threads), ("--repeats", args.repeats), ("--processors", args.processors)):
         if value < 1:
             p.error(f"{name} must be >= 1, got {value}")
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as folder:
-        onnx_path = export_onnx(args.policy, Path(folder) / "policy.onnx")
-        scorers = {"checkpoint (torch)": load_scorer(args.policy, args.threads),
-                   "ONNX (onnxruntime)": load_scorer(onnx_path, args.threads)}
+        scorer = load_scorer(args.policy, args.threads)
+        observing = hasattr(scorer, "pick")  # a rule, searched rule or reserving network: no ONNX export
+        scorers = {"through the env's observation" if observing else "checkpoint (torch)": scorer}
+        if not observing:
+            onnx_path = export_onnx(args.policy, Path(folder) / "policy.onnx")
+            scorers["ONNX (onnxruntime)"] = load_scorer(onnx_path, args.threads)
         print(f"decision latency, ms (median / p99 of {args.repeats}), {args.threads} thread(s), "
               f"{Path(args.policy).name}, {args.processors} processors")
         rng = np.random.default_rng(0)
@@ -145,8 +155,10 @@ def main() -> None:
                 median, p99 = latency(text, scorer, args.repeats)
                 cells.append(f"{label} {median:6.2f} / {p99:6.2f}")
             print(f"  {case:42s} " + "   ".join(cells))
-        if args.check:
+        if args.check and not observing:
             check(args.policy, onnx_path, args.trace, args.check, args.window)
+        elif args.check:
+            print(f"--check compares an ONNX export with its checkpoint: {args.policy} has none")
     if args.schedules:
         schedules(args.schedule_policies, args.schedule_traces, args.schedules)
 

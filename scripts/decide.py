@@ -29,7 +29,12 @@ from lightning_sched.script_parser import ScriptParser  # noqa: E402
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--policy", required=True, help="a queue-policy checkpoint (.ckpt) or its ONNX export (.onnx)")
+    p.add_argument("--policy", required=True,
+                   help="a queue-policy checkpoint (.ckpt: a network or a searched rule), its ONNX export (.onnx), "
+                        "or a rule: fcfs, sjf, f1, wfp3, unicep, or RULE+reserve (the rule with its own reservation)")
+    p.add_argument("--clock_start", type=float, metavar="SECONDS",
+                   help="where the log's time 0 is on the snapshots' clock, for policies that read submit times "
+                        "(F1 and what weighs it: they refuse to run without it) or the time of day")
     p.add_argument("--snapshot", help="a JSON snapshot file (default: read one from stdin)")
     p.add_argument("--serve", action="store_true", help="answer one snapshot per stdin line until end of input")
     p.add_argument("--backfill", choices=("off", "easy"), help="default: the policy's own (what it trained with)")
@@ -40,11 +45,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.threads < 1:
         p.error(f"--threads must be >= 1, got {args.threads}")
+    if args.clock_start is not None and not 0 <= args.clock_start < float("inf"):
+        p.error(f"--clock_start must be a finite number of seconds >= 0, got {args.clock_start:g}")
     if args.window is not None and args.window < 1:
         p.error(f"--window must be >= 1, got {args.window}")
     if args.serve and args.snapshot:
         p.error("--serve reads snapshots from stdin, one a line; --snapshot reads one file: give one of them")
-    beside = [f"--{k}" for k in ("window", "backfill", "snapshot", "serve") if getattr(args, k) not in (None, False)]
+    beside = [f"--{k}" for k in ("window", "backfill", "snapshot", "serve", "clock_start")
+              if getattr(args, k) is not None and getattr(args, k) is not False]  # --clock_start 0 is given
     if args.export and beside:  # the export holds the network only; the rules read these when it decides
         p.error(f"{beside[0]} changes nothing with --export: the exported file decides with the flags given then")
     return args
@@ -75,7 +83,7 @@ def answer(data: bytes, scorer, args) -> tuple[str, bool]:
         text = str(error) if "twice" in str(error) else "an integer of more digits than any time or size has"
         return json.dumps({"error": f"snapshot: {text}"}), True
     try:
-        return json.dumps(decide(snapshot, scorer, args.backfill, args.window)), False
+        return json.dumps(decide(snapshot, scorer, args.backfill, args.window, args.clock_start)), False
     except SnapshotError as error:
         return json.dumps({"error": str(error)}), True
 
@@ -95,6 +103,12 @@ def serve(args: argparse.Namespace) -> int:
             written = export_onnx(args.policy, args.export, args.overwrite)
         else:
             scorer = load_scorer(args.policy, args.threads)  # one thread by default: the hook shares the machine
+            needs_start = getattr(scorer, "clock_reason", None)
+            if needs_start and args.clock_start is None:
+                raise ConfigError(f"--clock_start: {args.policy} reads {needs_start}, which depends on where the clock "
+                                  "starts; give where your log's time 0 is on the snapshots' clock (docs/deploy.md)")
+            if args.window is not None and scorer.config["window"] is None:
+                raise ConfigError(f"--window: {args.policy} is a rule: it sees the whole queue, as in the environment")
     except (ConfigError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

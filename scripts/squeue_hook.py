@@ -170,7 +170,11 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--policy", required=True, help="a queue-policy checkpoint or its ONNX export")
+    p.add_argument("--policy", required=True,
+                   help="a queue-policy checkpoint or its ONNX export, or a rule (as decide.py takes it)")
+    p.add_argument("--clock_start", type=float, metavar="SECONDS",
+                   help="for policies that read submit times (F1, the searched rules): where your log's time 0 is, "
+                        "in seconds since the epoch (docs/deploy.md)")
     p.add_argument("--processors", type=int, required=True, help="the partition's processors")
     p.add_argument("--processors_per_node", type=int, default=1,
                    help="processors of a node, when jobs take whole nodes (default 1: processors alone)")
@@ -194,7 +198,7 @@ def main(argv=None) -> int:
         squeue, now = json.loads(data.decode("utf-8", errors="replace")), time.time() if args.now is None else args.now
         snapshot, left_out = snapshot_of(squeue, args.processors, now, args.unlimited_minutes, args.partition,
                                          args.processors_per_node)
-        answer = decide(snapshot, load_scorer(args.policy, args.threads))
+        answer = decide(snapshot, load_scorer(args.policy, args.threads), clock_start=args.clock_start)
     except KeyError as error:
         print(f"error: squeue: a job has no {error} field", file=sys.stderr)
         return 2

@@ -14,9 +14,11 @@ import pytest
 import torch
 from test_queue_env import swf_line
 
+from lightning_sched.config import ConfigError
 from lightning_sched.decide import MAX_JOBS, SnapshotError, decide, export_onnx, load_scorer, read_snapshot
 from lightning_sched.decide.replay import replay
 from lightning_sched.queue.env import QueueEnv
+from lightning_sched.queue.evaluation import resolve
 from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.policy import QueuePolicy, load_queue_policy
 
@@ -85,6 +87,49 @@ def test_replay_through_decide_gives_the_environments_schedule(tmp_path, scorer,
         assert any(len(s["waiting"]) > window for s, _ in snapshots) or window == 128
         assert any(a["held"] for _, a in snapshots)
         assert any(a["backfilled"] for _, a in snapshots) == (backfill == "easy")
+
+
+RULES_AND_SEARCHED = [("f1", "off"), ("f1", "easy"), ("sjf", "easy"), ("wfp3+reserve", "off"), ("f1+reserve", "off"),
+                      ("checkpoints/queue_bsld_rule.ckpt", "off"), ("checkpoints/queue_bsld_easy_rule.ckpt", "easy"),
+                      ("checkpoints/queue_bsld_reserve.ckpt", "off")]
+
+
+@pytest.mark.parametrize(("policy", "backfill"), RULES_AND_SEARCHED)
+def test_rules_searched_rules_and_reserving_networks_decide_as_in_the_environment(tmp_path, policy, backfill):
+    """decide() builds the environment's own observation of each snapshot, so a replay gives the schedule
+    evaluate.py's policy makes in the environment, on the log's clock (clock_start 0)."""
+    spec = str(ROOT / policy) if policy.endswith(".ckpt") else policy
+    log = read_queue_log(site_log(tmp_path / "site.swf", jobs=600, nodes=64, seed=3))
+    cfg = log.config(backfill=backfill, sequence_length=300)
+    rule, run_cfg = resolve(spec, cfg)
+    env = QueueEnv(run_cfg, log, batch_size=[1], starts=[250])
+    td = env.reset()
+    while not bool(td["done"].all()):
+        td = env.step(rule(td))["next"]
+    answers = []
+    ours = replay(sequence(log, 250, 300), log.nodes, log.processors_per_node, load_scorer(spec), backfill,
+                  on_decision=lambda s, a: answers.append(a))
+    np.testing.assert_array_equal(ours, env.state.start[0].numpy())
+    assert any(a["held"] for a in answers)
+    assert any(a["backfilled"] for a in answers) == (backfill == "easy")
+    if "reserve" in policy or "bsld_rule" in policy:  # the reservation starts a job the ranking does not put first
+        assert any(a["start_now"] and a["start_now"][0] != a["order"][0] for a in answers)
+
+
+def test_a_policy_reading_submit_times_needs_the_clocks_start():
+    """F1 weighs log10(submit time): on a live clock (seconds since 1970) its order differs from the log's,
+    so the policies that read it refuse to guess where the log's time 0 is; the others need no start."""
+    assert decide(MINIMAL, load_scorer("sjf"))["order"] == ["b7"]
+    for policy in ("f1", "f1+reserve", str(ROOT / "checkpoints" / "queue_bsld_easy_rule.ckpt"),
+                   str(ROOT / "checkpoints" / "queue_bsld_reserve.ckpt")):
+        scorer = load_scorer(policy)
+        with pytest.raises(ConfigError, match=r"reads .*submit times.* give clock_start \(decide.py --clock_start"):
+            decide(MINIMAL, scorer)
+        assert decide(MINIMAL, scorer, clock_start=86000)["start_now"] == ["b7"]
+        with pytest.raises(SnapshotError, match=r"^clock_start: 86001 is after the earliest submit \(86000\)$"):
+            decide(MINIMAL, scorer, clock_start=86001)
+    with pytest.raises(ConfigError, match="random draws at random"):
+        load_scorer("random")
 
 
 def test_onnx_export_decides_as_its_checkpoint_on_10000_snapshots(tmp_path, scorer, onnx_policy):
@@ -334,6 +379,16 @@ def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
     assert sorted(line.split()[2] for line in lines) == ["JobId=12", "JobId=13", "JobId=14"]
     assert [int(line.split("Priority=")[1]) for line in lines] == [1_000_000, 999_999, 999_998]
     assert "would start now" in out.stderr
+    hook = [sys.executable, str(ROOT / "scripts" / "squeue_hook.py"), "--policy", "f1", "--processors", "256",
+            "--input", str(path), "--now", str(now)]
+    refused = subprocess.run(hook, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert refused.returncode == 2 and refused.stdout == "" and len(refused.stderr.splitlines()) == 1
+    assert "f1 reads log10 of submit times" in refused.stderr and "clock_start" in refused.stderr
+    f1 = subprocess.run([*hook, "--clock_start", str(now - 86400)], capture_output=True, text=True, timeout=60,
+                        cwd=ROOT)
+    assert f1.returncode == 0, f1.stderr
+    # F1 on a day-old clock: log10(submit) barely differs, so the smallest area (processors x request) goes first
+    assert [line.split()[2] for line in f1.stdout.splitlines()] == ["JobId=14", "JobId=13", "JobId=12"]
     path.write_text(json.dumps({"jobs": [{"job_id": 12, "job_state": "PENDING", "cpus": 300, "submit_time": now,
                                           "time_limit": 5}]}))
     bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "squeue_hook.py"), "--policy", str(onnx_policy),
@@ -444,11 +499,9 @@ def test_onnx_export_of_a_policy_with_the_job_area_input(tmp_path):
     np.testing.assert_allclose(theirs(jobs, cluster), ours(jobs, cluster), rtol=1e-5, atol=1e-5)
 
 
-def test_a_linear_rule_checkpoint_is_named_as_such_where_a_network_is_needed():
-    from lightning_sched.config import ConfigError
-
+def test_a_linear_rule_checkpoint_is_named_as_such_where_a_network_is_needed(tmp_path):
     with pytest.raises(ConfigError, match=r"queue_bsld_rule.ckpt: a linear queue rule, not a network: evaluate.py"):
-        load_scorer(str(ROOT / "checkpoints" / "queue_bsld_rule.ckpt"))
+        export_onnx(str(ROOT / "checkpoints" / "queue_bsld_rule.ckpt"), tmp_path / "rule.onnx")
 
 
 def test_the_window_read_from_the_orders_prefixes_is_the_whole_queues_alternation():
@@ -473,8 +526,30 @@ def test_the_window_read_from_the_orders_prefixes_is_the_whole_queues_alternatio
         assert np.array_equal(view(waiting), expected), trial
 
 
+def test_cli_serves_a_rule_and_a_searched_rule_from_the_clocks_start(tmp_path):
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(MINIMAL))
+    rule = ROOT / "checkpoints" / "queue_bsld_easy_rule.ckpt"
+    for policy in ("f1", rule):
+        refused = run_decide("--policy", policy, "--snapshot", path)
+        assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+        assert re.fullmatch(r"error: --clock_start: \S+ reads log10 of submit times .*\(docs/deploy.md\)\n",
+                            refused.stderr), refused.stderr
+    early = {**MINIMAL, "waiting": [{**MINIMAL["waiting"][0], "submit": 85000}]}
+    served = run_decide("--policy", rule, "--clock_start", "86000", "--serve",
+                        stdin="\n".join(json.dumps(s) for s in (MINIMAL, early, MINIMAL)) + "\n")
+    answers = [json.loads(line) for line in served.stdout.splitlines()]
+    assert served.returncode == 0 and answers[0]["start_now"] == ["b7"] and answers[2] == answers[0], served.stderr
+    assert answers[1] == {"error": "clock_start: 86000 is after the earliest submit (85000)"}
+    window = run_decide("--policy", "sjf", "--window", "5", "--snapshot", path)
+    assert window.returncode == 2 and window.stderr == "error: --window: sjf is a rule: it sees the whole queue, " \
+        "as in the environment\n"
+
+
 @pytest.mark.parametrize("flags", [["--window", "0"], ["--threads", "abc"], ["--backfill", "foo"],
-                                   ["--window", "5", "--export", "p.onnx"], ["--serve", "--export", "p.onnx"]])
+                                   ["--window", "5", "--export", "p.onnx"], ["--serve", "--export", "p.onnx"],
+                                   ["--clock_start", "nan"], ["--clock_start", "-1"],
+                                   ["--clock_start", "0", "--export", "p.onnx"]])
 def test_a_bad_flag_of_decide_is_one_line(flags, capsys):
     from conftest import script_main
 

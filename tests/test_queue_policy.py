@@ -498,8 +498,13 @@ def test_a_rank_reading_policy_trains_follows_its_rule_and_evaluates_from_its_ch
     trainer.save_checkpoint(checkpoint)
     _, cfg = resolve(str(checkpoint), read_queue_log(path).config(sequence_length=48))
     assert cfg.rule_ranks == ("sjf", "f1") and cfg.window == 8
-    with pytest.raises(ConfigError, match="reading rule ranks, fit delays or the clock cannot serve"):
+    with pytest.raises(ConfigError, match="reading rule ranks, fit delays or the clock decides through the env"):
         TorchScorer(checkpoint)
+    from lightning_sched.decide import load_scorer
+    from lightning_sched.decide.policies import ObservingPolicy
+
+    served = load_scorer(checkpoint)
+    assert isinstance(served, ObservingPolicy) and served.clock_reason == "F1's ranks (log10 of submit times)"
     # weights that read F1's rank alone act as F1 on the window: the same episodes, job for job
     net = model.net
     with torch.no_grad():
@@ -598,5 +603,12 @@ def test_the_clock_is_the_time_of_day_beside_the_cluster_features_and_a_clock_po
     assert policy.net.spec.clock and cfg.clock and cfg.cluster_features == 4
     result = evaluate_queue(policy, cfg, log, torch.tensor([0, 300]))
     assert int(result.summary["jobs"]) == 2 * 64
-    with pytest.raises(SnapshotError, match="clock.ckpt: a policy reading .* the clock cannot serve decisions"):
+    with pytest.raises(SnapshotError, match="clock.ckpt: a policy reading .* the clock decides through the env"):
         TorchScorer(checkpoint)
+    from lightning_sched.decide import decide, load_scorer
+
+    snapshot = {"now": 100, "capacity": {"processors": 64}, "running": [],
+                "waiting": [{"id": 1, "submit": 50, "requested_time": 60, "processors": 4}]}
+    with pytest.raises(ConfigError, match="reads the time of day, which depends on where the clock starts"):
+        decide(snapshot, load_scorer(checkpoint))
+    assert decide(snapshot, load_scorer(checkpoint), clock_start=0)["start_now"] == ["1"]

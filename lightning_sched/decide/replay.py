@@ -14,10 +14,12 @@ from .rules import decide
 
 
 def replay(jobs: dict[str, np.ndarray], nodes: int, processors_per_node: int, scorer, backfill: str | None = None,
-           window: int | None = None, on_decision: Callable[[dict, dict], None] | None = None) -> np.ndarray:
+           window: int | None = None, on_decision: Callable[[dict, dict], None] | None = None,
+           clock_start: float = 0) -> np.ndarray:
     """Start times (int64 [L]) of the jobs `jobs` ("submit", "run", "requested", "processors": int
     arrays [L] in arrival order) on a cluster of `nodes` x `processors_per_node`, each decision taken
-    by decide(snapshot, scorer, backfill, window); `on_decision(snapshot, answer)` sees each one."""
+    by decide(snapshot, scorer, backfill, window, clock_start) (the snapshots are on the jobs' clock,
+    whose 0 is the log's: `clock_start` 0); `on_decision(snapshot, answer)` sees each one."""
     submit, run, requested, processors = (np.asarray(jobs[k], dtype=np.int64)
                                           for k in ("submit", "run", "requested", "processors"))
     length = len(submit)
@@ -51,7 +53,7 @@ def replay(jobs: dict[str, np.ndarray], nodes: int, processors_per_node: int, sc
                     "waiting": [{"id": int(j), "submit": int(submit[j]), "requested_time": int(requested[j]),
                                  "processors": int(processors[j])} for j in waiting],
                     "held": held}
-        answer = decide(snapshot, scorer, backfill, window)
+        answer = decide(snapshot, scorer, backfill, window, clock_start)
         if on_decision is not None:
             on_decision(snapshot, answer)
         for job in map(int, answer["start_now"]):

@@ -83,7 +83,7 @@ def features(jobs: np.ndarray, snap: Snapshot, free_nodes: int, queue: int, cfg:
 
 
 def decide(snapshot: dict | Snapshot, scorer: Scorer, backfill: str | None = None,
-           window: int | None = None) -> dict:
+           window: int | None = None, clock_start: float | None = None) -> dict:
     """The decision on one snapshot (a dict as docs/deploy.md shows, or a read `Snapshot`):
 
         {"order": [waiting ids, highest score first], "scores": [their scores],
@@ -92,16 +92,23 @@ def decide(snapshot: dict | Snapshot, scorer: Scorer, backfill: str | None = Non
          "held_not_waiting": the passed-back held id when that job no longer waits (only then)}
 
     `backfill` ('off' / 'easy') and `window` default to the policy's own. Pass "held" back in the next
-    snapshot: the policy keeps its pick until it fits, as in the environment. SnapshotError (one line
-    naming the field) for a bad snapshot."""
+    snapshot: the policy keeps its pick until it fits, as in the environment. `scorer` may instead be
+    a policy that decides through the environment's observation (policies.ObservingPolicy: rules,
+    searched rules, networks reading rule ranks or fit delays), whose "scores" are null for jobs
+    outside its window; `clock_start` (seconds on the snapshot's clock) is where the log's time 0 is,
+    for those of them that read submit times or the time of day. SnapshotError (one line naming the
+    field) for a bad snapshot."""
     snap = snapshot if isinstance(snapshot, Snapshot) else read_snapshot(snapshot)
     cfg = dict(scorer.config)
     backfill = cfg.get("backfill", "off") if backfill is None else backfill
     if backfill not in BACKFILL:
         raise SnapshotError(f"backfill: must be one of {', '.join(BACKFILL)}, got {backfill!r}")
+    observing = hasattr(scorer, "pick")  # it reads the environment's observation of the snapshot
     if window is not None:
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise SnapshotError(f"window: must be an integer >= 1, got {window!r}")
+        if cfg["window"] is None:
+            raise SnapshotError(f"window: a rule sees the whole queue, as in the environment; got {window}")
         cfg["window"] = window
     waiting = np.ones(len(snap.waiting_id), dtype=bool)
     free = snap.free_nodes
@@ -118,8 +125,15 @@ def decide(snapshot: dict | Snapshot, scorer: Scorer, backfill: str | None = Non
         started.append(job)
 
     everyone = np.arange(len(snap.waiting_id))
-    all_scores = scorer(*features(everyone, snap, free, len(everyone), cfg)) if len(everyone) else np.zeros(0)
-    view = Window(snap, cfg["window"])
+    if not len(everyone):
+        order, ordered_scores = everyone, np.zeros(0)
+    elif observing:
+        order, ordered_scores = scorer.ranking(snap, waiting, cfg["window"], clock_start)
+    else:
+        all_scores = scorer(*features(everyone, snap, free, len(everyone), cfg))
+        order = np.argsort(-all_scores.astype(np.float64), kind="stable")  # ties in FCFS order
+        ordered_scores = all_scores[order]
+    view = None if observing else Window(snap, cfg["window"])
     held, shadow = snap.held, snap.shadow
     if held is not None and snap.nodes_needed[held] <= free:
         start(held)
@@ -127,12 +141,15 @@ def decide(snapshot: dict | Snapshot, scorer: Scorer, backfill: str | None = Non
     elif held is not None and shadow <= snap.now:
         shadow = _shadow(ends, holding, free, int(snap.nodes_needed[held]))
     while held is None and waiting.any():
-        slots = view(waiting)
-        if len(started) == 0 and len(slots) == len(everyone):  # the first view of a queue within the window
-            scores = all_scores
+        if observing:
+            pick = scorer.pick(snap, waiting, cfg["window"], clock_start)
         else:
-            scores = scorer(*features(slots, snap, free, int(waiting.sum()), cfg))
-        pick = int(slots[int(np.argmax(scores))])  # the first best, as the environment's argmax
+            slots = view(waiting)
+            if len(started) == 0 and len(slots) == len(everyone):  # the first view of a queue within the window
+                scores = all_scores
+            else:
+                scores = scorer(*features(slots, snap, free, int(waiting.sum()), cfg))
+            pick = int(slots[int(np.argmax(scores))])  # the first best, as the environment's argmax
         if snap.nodes_needed[pick] <= free:
             start(pick)
             continue
@@ -144,9 +161,8 @@ def decide(snapshot: dict | Snapshot, scorer: Scorer, backfill: str | None = Non
             if snap.nodes_needed[job] <= free:
                 start(int(job))
                 backfilled.append(int(job))
-    order = np.argsort(-all_scores.astype(np.float64), kind="stable")  # ties in FCFS order
     ids = snap.waiting_id
-    return {"order": [ids[k] for k in order], "scores": [float(all_scores[k]) for k in order],
+    return {"order": [ids[k] for k in order], "scores": [None if np.isnan(x) else float(x) for x in ordered_scores],
             "start_now": [ids[k] for k in started], "backfilled": [ids[k] for k in backfilled],
             "held": None if held is None else {"id": ids[held], "shadow": shadow},
             **({} if snap.held_not_waiting is None else {"held_not_waiting": snap.held_not_waiting})}

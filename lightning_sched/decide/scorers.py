@@ -38,8 +38,8 @@ class TorchScorer:
             torch.set_num_threads(threads)
         self.net, cfg = load_queue_policy(path)
         if cfg.job_features > JOB_FEATURES or cfg.clock:  # the service's features are the four and two of a snapshot
-            raise SnapshotError(f"{path}: a policy reading rule ranks, fit delays or the clock cannot serve "
-                                "decisions yet")
+            raise SnapshotError(f"{path}: a policy reading rule ranks, fit delays or the clock decides through the "
+                                "environment's observation: load_scorer gives it as policies.ObservingPolicy")
         self.config = cfg.to_dict()
 
     def __call__(self, job_features: np.ndarray, cluster_features: np.ndarray) -> np.ndarray:
@@ -102,11 +102,15 @@ def is_onnx(path) -> bool:
 
 
 def load_scorer(path, threads: int | None = None):
-    """The Scorer of a policy file: .onnx -> OnnxScorer (on `threads` threads, default 1), anything
-    else a checkpoint -> TorchScorer (torch's threads set to `threads` when given, else left)."""
+    """The Scorer of a policy: .onnx -> OnnxScorer (on `threads` threads, default 1); a rule name, a
+    searched rule's checkpoint or a network reading more than a snapshot's features ->
+    policies.ObservingPolicy; another checkpoint -> TorchScorer (torch's threads set to `threads`
+    when given, else left)."""
     if is_onnx(path):
         return OnnxScorer(path, 1 if threads is None else threads)
-    return TorchScorer(path, threads)
+    from .policies import ObservingPolicy, observes
+
+    return ObservingPolicy(str(path), threads) if observes(str(path)) else TorchScorer(path, threads)
 
 
 def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:

@@ -254,15 +254,11 @@ class QueueEnv(EveryRowReset):
 
     def _output(self, out: dict[str, torch.Tensor], reward: torch.Tensor | None,
                 ended: torch.Tensor | None) -> TensorDictBase:
-        s = self.state
         self.window_job = out["window_job"]
         self.full_action_spec["action"].update_mask(out["action_mask"])  # rand_action() draws visible jobs only
-        done = s.done.unsqueeze(-1)
-        td = {"job_features": out["job_features"], "cluster_features": out["cluster_features"],
-              "action_mask": out["action_mask"], "window_job": out["window_job"], "time": s.time.unsqueeze(-1).clone(),
-              "queue_length": out["queue_length"].unsqueeze(-1), "free_nodes": s.free_nodes.unsqueeze(-1).clone(),
-              "job_submit": s.submit, "job_requested": s.requested, "job_processors": s.processors,
-              "done": done.clone(), "terminated": done.clone(), "truncated": torch.zeros_like(done)}
+        done = self.state.done.unsqueeze(-1)
+        td = {**observation(self.state, out), "done": done.clone(), "terminated": done.clone(),
+              "truncated": torch.zeros_like(done)}
         if self.episode_results:
             td["episode"] = self._finished_metrics(ended)
         if reward is not None:
@@ -285,6 +281,17 @@ class QueueEnv(EveryRowReset):
         if self.state is None:
             raise RuntimeError("episode_metrics() before reset()")
         return episode_metrics(self.state, self.cfg)
+
+
+def observation(state: QueueState, out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What a policy is handed of `state` after `step_and_observe` gave `out`: the window's
+    "job_features", "cluster_features", "action_mask" and "window_job", each row's "time",
+    "queue_length" and "free_nodes" ([B, 1]), and the [B, L] sequences the rules read (SEQUENCE_KEYS)."""
+    return {"job_features": out["job_features"], "cluster_features": out["cluster_features"],
+            "action_mask": out["action_mask"], "window_job": out["window_job"],
+            "time": state.time.unsqueeze(-1).clone(),
+            "queue_length": out["queue_length"].unsqueeze(-1), "free_nodes": state.free_nodes.unsqueeze(-1).clone(),
+            "job_submit": state.submit, "job_requested": state.requested, "job_processors": state.processors}
 
 
 def play_to_end(env: QueueEnv, policy) -> int:

@@ -121,8 +121,14 @@ class QueueHeuristic:
                 raise ConfigError(f"queue heuristic {self.name}: the window ({mask.shape[-1]} slots) hides waiting "
                                   f"jobs ({int(td['queue_length'].max())}); use a window as long as the sequence")
         if self.name != "random":
-            td["action"] = priority(self.name, leading_slots(td)).argmin(-1)
+            td["action"] = self.ranking(td).argmin(-1)
         else:
             weights = mask.double()
             td["action"] = torch.multinomial(weights, 1, generator=self.generator).squeeze(-1)
         return td
+
+    def ranking(self, td) -> torch.Tensor:
+        """The rule's score of the window's leading slots (`leading_slots`), [B, n], lower first."""
+        if self.name == "random":
+            raise ConfigError("queue heuristic random draws its pick: it ranks nothing")
+        return priority(self.name, leading_slots(td))

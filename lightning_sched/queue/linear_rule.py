@@ -71,13 +71,17 @@ class LinearRule:
     @acts_on_any_batch
     def __call__(self, td):
         view = leading_slots(td)
-        feats, filled = rule_features(view)
+        score = self.ranking(view)
+        td["action"] = reserve_pick(score, view) if self.reserve else score.argmin(-1)
+        return td
+
+    def ranking(self, td) -> torch.Tensor:
+        """The rule's score of the window's leading slots (`leading_slots`), DoubleTensor[B, n], lower first."""
+        feats, filled = rule_features(leading_slots(td))
         weights = self.scaled_weights.to(feats.device)
         weights = weights if weights.dim() == 2 else weights.expand(feats.shape[0], -1)
         score = (feats[..., :weights.shape[-1]] * weights[:, None, :]).sum(-1)
-        score = torch.where(filled, score, torch.inf)
-        td["action"] = reserve_pick(score, view) if self.reserve else score.argmin(-1)
-        return td
+        return torch.where(filled, score, torch.inf)
 
 
 def linear_rule_entry(weights, provenance: dict, reserve: bool = False) -> dict:

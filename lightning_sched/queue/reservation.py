@@ -73,5 +73,9 @@ class ReservingRule:
     @acts_on_any_batch
     def __call__(self, td):
         view = leading_slots(td)
-        td["action"] = reserve_pick(priority(self.name, view).double(), view)  # sjf's exact int64 key fits a double
+        td["action"] = reserve_pick(self.ranking(view).double(), view)  # sjf's exact int64 key fits a double
         return td
+
+    def ranking(self, td) -> torch.Tensor:
+        """The rule's score of the window's leading slots (`leading_slots`), [B, n], lower first."""
+        return priority(self.name, leading_slots(td))

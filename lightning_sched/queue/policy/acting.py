@@ -95,3 +95,11 @@ class QueuePolicy:
     def __call__(self, td):
         choose(self.net, self.net.spec, td, next(self.net.parameters()).device, self.greedy, self.generator)
         return td
+
+    @torch.no_grad()
+    def ranking(self, td) -> torch.Tensor:
+        """Minus the network's logits of the window's slots, DoubleTensor[B, W] on the env's device,
+        lower first (empty slots inf): the order of its greedy picks."""
+        seen = network_inputs(td, next(self.net.parameters()).device)
+        logits = self.net(seen["job_features"], seen["cluster_features"], seen["action_mask"])
+        return torch.where(td["action_mask"], -logits.double().to(td["action_mask"].device), torch.inf)

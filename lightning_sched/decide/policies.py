@@ -1,0 +1,166 @@
+"""Policies that decide on a snapshot through the queue environment's own observation: the rules
+(fcfs, sjf, f1, wfp3, unicep, and RULE+reserve), searched linear rules (queue.linear_rule), and
+networks that read more than a snapshot's four job features (rule ranks, fit delays, the clock).
+
+For each pick, the snapshot with the jobs this decision has started becomes a one-row QueueState on
+the snapshot's clock less `clock_start`: running jobs first (started now, requested until their
+expected end), then the waiting jobs in FCFS order. The environment builds its observation from it
+(step.step_and_observe, the same code as in training and `evaluate.py`), and the policy object the
+evaluation runs picks from it. So a decision is the environment's, to the second (times are rounded
+to whole seconds, requested times up).
+
+Rules and searched rules see the whole queue, as in the environment; a network sees its window.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from ..config import ConfigError
+from ..queue.config import BACKFILL, QueueConfig
+from ..queue.env import observation
+from ..queue.evaluation import heuristic_config, resolve
+from ..queue.heuristics import QueueHeuristic
+from ..queue.linear_rule import LinearRule, load_linear_rule, rule_entry
+from ..queue.policy import QueuePolicy, load_queue_policy, read_queue_record
+from ..queue.reservation import ReservingRule
+from ..queue.state import MAX_EPISODE_SECONDS, RUNNING, WAITING, QueueState
+from ..queue.step import step_and_observe
+from .snapshot import Snapshot, SnapshotError
+
+
+def observes(spec: str) -> bool:
+    """Whether policy `spec` (a rule name or a checkpoint path) decides through `ObservingPolicy`:
+    every rule and linear rule, and a network whose inputs a snapshot's four job features lack."""
+    if not Path(spec).is_file():
+        return True  # a rule's name (resolve() names the choices for anything else)
+    if rule_entry(spec) is not None:
+        return True
+    cfg = read_queue_record(spec).queue
+    return bool(cfg.rule_ranks or cfg.fit_delay or cfg.clock)
+
+
+class ObservingPolicy:
+    """Policy `spec` (a rule name, RULE+reserve, or a queue checkpoint) deciding on snapshots, as
+    decide() calls it: `ranking` for the answer's order, `pick` for each job it starts. Its
+    config's window is None for a rule (it sees the whole queue); `clock_reason` says what it reads
+    that needs the clock's start (None: nothing)."""
+
+    def __init__(self, spec: str, threads: int | None = None):
+        if threads is not None:
+            torch.set_num_threads(threads)
+        self.spec = spec
+        backfill = "off"  # a rule has none of its own
+        entry = rule_entry(spec) if Path(spec).is_file() else None
+        if Path(spec).is_file() and entry is None:
+            net, self.base = load_queue_policy(spec)
+            self.policy, backfill, self.whole_queue = QueuePolicy(net), self.base.backfill, False
+        elif entry is not None:
+            self.policy, provenance = load_linear_rule(spec, entry)
+            self.base, self.whole_queue = heuristic_config(QueueConfig(), self.policy.reserve), True
+            backfill = provenance.get("backfill", "off")
+            if backfill not in BACKFILL:
+                raise ConfigError(f"{spec}: provenance.backfill must be off or easy, got {backfill!r}")
+        else:
+            self.policy, self.base = resolve(spec, QueueConfig())
+            self.whole_queue = True
+            if isinstance(self.policy, QueueHeuristic) and self.policy.name == "random":
+                raise ConfigError("--policy random draws at random: it does not decide for a scheduler")
+        self.config = {"window": None if self.whole_queue else self.base.window, "backfill": backfill,
+                       "max_wait": self.base.max_wait, "max_requested": self.base.max_requested}
+        self.clock_reason = clock_reason(self.policy, self.base)
+
+    def ranking(self, snap: Snapshot, waiting: np.ndarray, window: int, clock_start: float | None) -> tuple:
+        """(waiting jobs' indices, highest priority first; their scores, float, higher first, NaN for the
+        jobs outside a network's window, which come last in FCFS order)."""
+        td, jobs = self._observe(snap, waiting, window, clock_start)
+        score = self.policy.ranking(td)[0]  # lower first
+        slots = torch.sort(score, stable=True).indices
+        slots = slots[torch.isfinite(score[slots])]
+        ranked = jobs[slots.numpy()]
+        rest = np.setdiff1d(np.flatnonzero(waiting), ranked)  # sorted: FCFS order
+        scores = np.concatenate([-score[slots].double().numpy(), np.full(len(rest), np.nan)])
+        return np.concatenate([ranked, rest]), scores
+
+    def pick(self, snap: Snapshot, waiting: np.ndarray, window: int, clock_start: float | None) -> int:
+        """The waiting job (an index into the snapshot's waiting jobs) the policy starts next, the jobs
+        not `waiting` (bool [Q]) having started now."""
+        td, jobs = self._observe(snap, waiting, window, clock_start)
+        return int(jobs[int(self.policy(td)["action"][0])])
+
+    def _observe(self, snap: Snapshot, waiting: np.ndarray, window: int, clock_start: float | None) -> tuple:
+        """The environment's observation (a TensorDict of batch [1]) and, per window slot, the waiting
+        job it shows (int64 [W], -1 empty)."""
+        if clock_start is not None and (isinstance(clock_start, bool) or not isinstance(clock_start, (int, float))
+                                        or not math.isfinite(clock_start)):
+            raise SnapshotError(f"clock_start: must be a finite number of seconds, got {clock_start!r}")
+        if clock_start is None and self.clock_reason:
+            raise ConfigError(f"{self.spec} reads {self.clock_reason}, which depends on where the clock starts: give "
+                              "clock_start (decide.py --clock_start SECONDS: when your log's time 0 is on the "
+                              "snapshot's clock; the shipped policies learned on logs that start at 0)")
+        state = snapshot_state(snap, waiting, 0.0 if clock_start is None else float(clock_start))
+        length = state.length
+        cfg = replace(self.base, nodes=snap.nodes, processors_per_node=snap.processors_per_node, sequence_length=length,
+                      window=length if self.whole_queue else window)
+        out = step_and_observe(state, torch.full((1,), -1, dtype=torch.int64), cfg)
+        td = TensorDict(observation(state, out), batch_size=[1])
+        running = len(snap.running_id)
+        slot_job = out["window_job"][0].long().numpy()
+        return td, np.where(slot_job >= 0, slot_job - running, -1)
+
+
+def clock_reason(policy, cfg: QueueConfig) -> str | None:
+    """What of `policy` (running with `cfg`) depends on the clock's origin, not only on spans of time
+    (None: nothing; FCFS's order, waits and requests are the same on any clock)."""
+    if cfg.clock:
+        return "the time of day"
+    if "f1" in cfg.rule_ranks:
+        return "F1's ranks (log10 of submit times)"
+    if isinstance(policy, (QueueHeuristic, ReservingRule)) and policy.name == "f1":
+        return "log10 of submit times (F1)"
+    if isinstance(policy, LinearRule) and float(policy.scaled_weights[1]) != 0:
+        return "log10 of submit times (its log_submit weight)"
+    return None
+
+
+def snapshot_state(snap: Snapshot, waiting: np.ndarray, clock_start: float) -> QueueState:
+    """A one-row QueueState of `snap` with the waiting jobs not `waiting` (bool [Q]) started now, on the
+    snapshot's clock less `clock_start`, in whole seconds: the running jobs first (started now,
+    requested until their expected end or now), then the waiting jobs in the snapshot's FCFS order."""
+    earliest = float(snap.submit.min(initial=snap.now))
+    shifted = {"now": snap.now - clock_start, "the earliest submit": earliest - clock_start}
+    for name, value in shifted.items():
+        if value < 0:
+            raise SnapshotError(f"clock_start: {clock_start:g} is after {name} ({value + clock_start:g})")
+    now = round(shifted["now"])
+    ends = np.maximum(np.rint(snap.running_end - clock_start).astype(np.int64), now)
+    request = np.concatenate([ends - now, np.ceil(snap.requested).astype(np.int64)])
+    if now + int(request.max(initial=0)) >= MAX_EPISODE_SECONDS:
+        raise SnapshotError(f"now: {snap.now:g} is {now:,} s after clock_start, past 2^40 s with the longest request "
+                            "(the environment's limit)")
+    running = len(snap.running_id)
+    submit = np.concatenate([np.full(running, min(now, round(shifted["the earliest submit"]))),
+                             np.rint(snap.submit - clock_start).astype(np.int64)])
+    nodes = np.concatenate([snap.running_nodes, snap.nodes_needed]).astype(np.int64)
+    busy = np.concatenate([np.ones(running, dtype=bool), ~waiting])
+    length = len(submit)
+
+    def column(values, dtype=torch.int64) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(values)).to(dtype).reshape(1, -1).contiguous()
+
+    zeros = torch.zeros(1, dtype=torch.int64)
+    return QueueState(
+        submit=column(submit), run=column(np.maximum(request, 1)), requested=column(request),
+        processors=column(np.concatenate([snap.running_nodes * snap.processors_per_node, snap.processors])),
+        nodes=column(nodes), status=column(np.where(busy, RUNNING, WAITING), torch.int8),
+        start=column(np.where(busy, now, -1)), start_rank=column(np.where(busy, np.cumsum(busy) - 1, -1)),
+        time=torch.tensor([now]), free_nodes=torch.tensor([snap.nodes - int(nodes[busy].sum())]),
+        next_arrival=torch.tensor([length]), done=torch.zeros(1, dtype=torch.bool),
+        bsld_sum=torch.zeros(1, dtype=torch.float64), sjf_order=torch.zeros(1, length, dtype=torch.int32),
+        size_order=torch.zeros(1, length, dtype=torch.int32), order_count=zeros, order_arrival=zeros.clone())
+
