@@ -39,6 +39,10 @@ def test_every_shipped_cluster_checkpoint_drives_torchrl_rollout_with_its_config
     assert td.batch_size == torch.Size([2, 12])
     assert torch.isfinite(td["next", "reward"]).all()
     assert td["action"].min() >= 0 and td["action"].max() <= cfg.num_slots
+    bare = ClusterEnv(cfg.replace(observation="none"), DeepRMWorkload(load=0.9, simu_len=10), batch_size=[2])
+    refusal = r"^a cluster network reads the observation's (used|slot_waited): build the env with ClusterConfig"
+    with pytest.raises(ConfigError, match=refusal + r"\(observation='image'\) or 'compact' \(not 'none'\)$"):
+        bare.rollout(2, policy, break_when_any_done=False)
 
 
 @pytest.mark.parametrize("path", QUEUE, ids=[p.stem for p in QUEUE])

@@ -8,6 +8,7 @@ tries `acting_modes()` (select_checkpoint.py --acting all, adapt.py --acting sel
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -157,7 +158,15 @@ class NetworkPolicy:
     @torch.no_grad()
     @acts_on_any_batch
     def __call__(self, td):  # named td: TorchRL's rollout passes TensorDicts to such a callable as they are
-        td["action"] = self.acting.choose(self.net(self.net.encode(td)), td, self.generator)
+        try:
+            inputs = self.net.encode(td)
+        except KeyError as error:  # the evaluation's observations compute some keys on reading, so ask after
+            said = re.match(r'key "([^"]+)" not found', str(error.args[0]))  # TensorDict's words; a dict's: the key
+            key = said.group(1) if said else error.args[0]
+            if key in NONE_LACKS:
+                raise ConfigError(none_lacks([key])) from None
+            raise
+        td["action"] = self.acting.choose(self.net(inputs), td, self.generator)
         return td
 
 
@@ -165,6 +174,13 @@ class NetworkPolicy:
 # observation "none" lacks "used" and "slot_waited": networks need "image" or "compact"
 NETWORK_KEYS = ("used", "slot_duration", "slot_demand", "backlog", "since_new", "action_mask", "free_now",
                 "slot_offset", "slot_waited", "slot_deadline", "time", "to_arrive", "arrived")
+NONE_LACKS = ("used", "slot_waited")
+
+
+def none_lacks(missing: list[str]) -> str:
+    """The one-line refusal of a network handed an observation without `missing` (of NONE_LACKS)."""
+    return (f"a cluster network reads the observation's {', '.join(missing)}: build the env with "
+            "ClusterConfig(observation='image') or 'compact' (not 'none')")
 
 
 class NetworkLogits(TensorDictModuleBase):
@@ -177,10 +193,9 @@ class NetworkLogits(TensorDictModuleBase):
         self.in_keys, self.out_keys = list(NETWORK_KEYS), ["logits"]
 
     def forward(self, td):
-        missing = [key for key in ("used", "slot_waited") if key not in td.keys()]
+        missing = [key for key in NONE_LACKS if key not in td.keys()]
         if missing:
-            raise ConfigError(f"a cluster network reads the observation's {', '.join(missing)}: build the env with "
-                              "ClusterConfig(observation='image') or 'compact' (not 'none')")
+            raise ConfigError(none_lacks(missing))
         flat = td.reshape(-1) if td.batch_dims else td.unsqueeze(0)  # the networks read rows [B, ...]
         logits = self.acting.mask(self.net(self.net.encode(flat)), flat)
         td["logits"] = logits.reshape(*td.batch_size, logits.shape[-1])
