@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -89,27 +90,30 @@ def test_replay_through_decide_gives_the_environments_schedule(tmp_path, scorer,
         assert any(a["backfilled"] for _, a in snapshots) == (backfill == "easy")
 
 
-RULES_AND_SEARCHED = [("f1", "off"), ("f1", "easy"), ("sjf", "easy"), ("wfp3+reserve", "off"), ("f1+reserve", "off"),
-                      ("checkpoints/queue_bsld_rule.ckpt", "off"), ("checkpoints/queue_bsld_easy_rule.ckpt", "easy"),
-                      ("checkpoints/queue_bsld_reserve.ckpt", "off")]
+RULES_AND_SEARCHED = [("f1", "off", None), ("f1", "easy", None), ("sjf", "easy", None), ("wfp3+reserve", "off", None),
+                      ("f1+reserve", "off", None), ("checkpoints/queue_bsld_rule.ckpt", "off", None),
+                      ("checkpoints/queue_bsld_easy_rule.ckpt", "easy", None),
+                      ("checkpoints/queue_bsld_reserve.ckpt", "off", None),
+                      ("checkpoints/queue_bsld_reserve.ckpt", "off", 6)]  # 6: a crowded window
 
 
-@pytest.mark.parametrize(("policy", "backfill"), RULES_AND_SEARCHED)
-def test_rules_searched_rules_and_reserving_networks_decide_as_in_the_environment(tmp_path, policy, backfill):
+@pytest.mark.parametrize(("policy", "backfill", "window"), RULES_AND_SEARCHED)
+def test_rules_searched_rules_and_reserving_networks_decide_as_in_the_environment(tmp_path, policy, backfill, window):
     """decide() builds the environment's own observation of each snapshot, so a replay gives the schedule
     evaluate.py's policy makes in the environment, on the log's clock (clock_start 0)."""
     spec = str(ROOT / policy) if policy.endswith(".ckpt") else policy
     log = read_queue_log(site_log(tmp_path / "site.swf", jobs=600, nodes=64, seed=3))
     cfg = log.config(backfill=backfill, sequence_length=300)
     rule, run_cfg = resolve(spec, cfg)
-    env = QueueEnv(run_cfg, log, batch_size=[1], starts=[250])
+    env = QueueEnv(run_cfg if window is None else replace(run_cfg, window=window), log, batch_size=[1], starts=[250])
     td = env.reset()
     while not bool(td["done"].all()):
         td = env.step(rule(td))["next"]
     answers = []
-    ours = replay(sequence(log, 250, 300), log.nodes, log.processors_per_node, load_scorer(spec), backfill,
+    ours = replay(sequence(log, 250, 300), log.nodes, log.processors_per_node, load_scorer(spec), backfill, window,
                   on_decision=lambda s, a: answers.append(a))
     np.testing.assert_array_equal(ours, env.state.start[0].numpy())
+    assert window is None or any(None in a["scores"] for a in answers)  # jobs beyond the window, scored null
     assert any(a["held"] for a in answers)
     assert any(a["backfilled"] for a in answers) == (backfill == "easy")
     if "reserve" in policy or "bsld_rule" in policy:  # the reservation starts a job the ranking does not put first

@@ -74,6 +74,23 @@ class ObservingPolicy:
         self.config = {"window": None if self.whole_queue else self.base.window, "backfill": backfill,
                        "max_wait": self.base.max_wait, "max_requested": self.base.max_requested}
         self.clock_reason = clock_reason(self.policy, self.base)
+        self._last = None  # (snapshot, clock_start, waiting, state) of the decision under way
+
+    def _state(self, snap: Snapshot, waiting: np.ndarray, clock_start: float) -> QueueState:
+        """`snapshot_state`, built at a decision's first look and then brought up to date as the
+        decision starts jobs: the native kernel keeps its sorted orders of the queue in the state, so
+        a long queue is not sorted again at every pick."""
+        last = self._last
+        if last is None or last[0] is not snap or last[1] != clock_start or bool((waiting & ~last[2]).any()):
+            self._last = (snap, clock_start, waiting.copy(), snapshot_state(snap, waiting, clock_start))
+            return self._last[3]
+        state, started = last[3], np.flatnonzero(last[2] & ~waiting) + len(snap.running_id)
+        for job in started.tolist():  # as snapshot_state writes a job started now
+            state.status[0, job], state.start[0, job] = RUNNING, state.time[0]
+            state.start_rank[0, job] = int((state.start_rank >= 0).sum())
+            state.free_nodes -= state.nodes[0, job]
+        last[2][:] = waiting
+        return state
 
     def ranking(self, snap: Snapshot, waiting: np.ndarray, window: int, clock_start: float | None) -> tuple:
         """(waiting jobs' indices, highest priority first; their scores, float, higher first, NaN for the
@@ -103,7 +120,7 @@ class ObservingPolicy:
             raise ConfigError(f"{self.spec} reads {self.clock_reason}, which depends on where the clock starts: give "
                               "clock_start (decide.py --clock_start SECONDS: when your log's time 0 is on the "
                               "snapshot's clock; the shipped policies learned on logs that start at 0)")
-        state = snapshot_state(snap, waiting, 0.0 if clock_start is None else float(clock_start))
+        state = self._state(snap, waiting, 0.0 if clock_start is None else float(clock_start))
         length = state.length
         cfg = replace(self.base, nodes=snap.nodes, processors_per_node=snap.processors_per_node, sequence_length=length,
                       window=length if self.whole_queue else window)
