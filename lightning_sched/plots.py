@@ -253,7 +253,7 @@ def gains(withheld: dict[int, int], offered: dict[int, int], by_length: dict[str
 def adaptation_curves(curves: dict[str, dict[str, dict[int, tuple[float, float]]]],
                       lines: dict[str, dict[str, tuple[float, float]]], ylabel: str = "mean slowdown", title: str = ""):
     """One panel per held-out workload: {workload: {method: {step: (mean, ci)}}} as curves over
-    adaptation steps, {workload: {heuristic: (mean, ci)}} as horizontal lines."""
+    adaptation steps, {workload: {heuristic: (mean, ci)}} as horizontal lines (a CI above 0 as a band)."""
     names = list(curves)
     cols = min(2, len(names))
     rows = (len(names) + cols - 1) // cols
@@ -270,8 +270,10 @@ def adaptation_curves(curves: dict[str, dict[str, dict[int, tuple[float, float]]
             xs = [s + (k - (len(methods) - 1) / 2) * 0.06 for s in steps]
             ax.errorbar(xs, [points[s][0] for s in steps], yerr=[points[s][1] for s in steps], label=method,
                         color=color, marker=marker, linestyle=line, markersize=4, capsize=2, linewidth=1.3)
-        for h, (value, _) in lines[name].items():
+        for h, (value, ci) in lines[name].items():
             ax.axhline(value, linestyle=(0, (4, 3)), linewidth=1, color=_style(h)[0], label=h)
+            if ci > 0:  # its CI as a faint band: a curve inside it is not told apart from the line
+                ax.axhspan(value - ci, value + ci, color=_style(h)[0], alpha=0.08, linewidth=0)
         _focus(ax, curves[name], lines[name])
         ax.set_title(name, fontsize="medium")
         ax.set_xlabel("adaptation steps")

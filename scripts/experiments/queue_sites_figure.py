@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -21,6 +22,13 @@ NAMES = {"queue_maml": "MAML", "queue_maml_mixture": "mixture", "scratch": "scra
 
 def lines_of(path: str) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.startswith("{")]
+
+
+def best_rule_ci(path: str) -> float:
+    """The best rule's 95% CI from the rules' table adapt.py printed above its JSON lines
+    ("  f1   53.33 ±    7.61  (best rule)"); 0 when the output has none."""
+    found = re.search(r"^\s+\S+\s+[\d.]+ ±\s+([\d.]+)\s+\(best rule\)", Path(path).read_text(), re.MULTILINE)
+    return float(found[1]) if found else 0.0
 
 
 def main() -> None:
@@ -43,7 +51,7 @@ def main() -> None:
                 line["mean_bounded_slowdown"], line["mean_bounded_slowdown_ci95"])
             # the rule ran on the same sequences: its mean is the policy's minus the paired difference
             rule = line["mean_bounded_slowdown"] - line["minus_best_rule"]
-            refs.setdefault(site, {})[f"{line['best_rule']} (best rule)"] = (rule, 0.0)
+            refs.setdefault(site, {})[f"{line['best_rule']} (best rule)"] = (rule, best_rule_ci(path))
     for path in args.specialist:
         for line in lines_of(path):
             refs.setdefault(line["site"]["site"]["name"], {})["specialist (500 steps)"] = (
