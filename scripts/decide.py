@@ -4,6 +4,7 @@
     cat queue.json | python scripts/decide.py --policy checkpoints/queue_bsld_easy.ckpt
     python scripts/decide.py --policy policy.onnx --serve            # one snapshot per line, one answer per line
     python scripts/decide.py --policy checkpoints/queue_bsld_easy.ckpt --export policy.onnx
+    python scripts/decide.py --policy f1+reserve --clock_start 1700000000 --snapshot queue.json   # a rule
 
 The answer is one JSON line: {"order": [...], "scores": [...], "start_now": [...], "backfilled": [...],
 "held": ...}. A bad snapshot gets {"error": "..."} on stdout and the message on stderr: exit 2, or,
@@ -37,7 +38,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(F1 and what weighs it: they refuse to run without it) or the time of day")
     p.add_argument("--snapshot", help="a JSON snapshot file (default: read one from stdin)")
     p.add_argument("--serve", action="store_true", help="answer one snapshot per stdin line until end of input")
-    p.add_argument("--backfill", choices=("off", "easy"), help="default: the policy's own (what it trained with)")
+    p.add_argument("--backfill", choices=("off", "easy"), help="default: the policy's own (what it trained with; a rule's: off)")
     p.add_argument("--window", type=int, help="jobs the policy sees when more wait (default: its own, 128)")
     p.add_argument("--threads", type=int, default=1, help="threads of the network (default 1)")
     p.add_argument("--export", metavar="OUT.onnx", help="write the checkpoint's policy as ONNX and exit")
