@@ -24,7 +24,7 @@ try:
 except ModuleNotFoundError:  # run as a module of the installed package: nothing to put on the path
     pass
 from lightning_sched.config import ConfigError  # noqa: E402
-from lightning_sched.decide import SnapshotError, decide, export_onnx, load_scorer  # noqa: E402
+from lightning_sched.decide import SnapshotError, decide, export_onnx, load_scorer, require_clock_start  # noqa: E402
 from lightning_sched.script_parser import ScriptParser  # noqa: E402
 
 
@@ -38,7 +38,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(F1 and what weighs it: they refuse to run without it) or the time of day")
     p.add_argument("--snapshot", help="a JSON snapshot file (default: read one from stdin)")
     p.add_argument("--serve", action="store_true", help="answer one snapshot per stdin line until end of input")
-    p.add_argument("--backfill", choices=("off", "easy"), help="default: the policy's own (what it trained with; a rule's: off)")
+    p.add_argument("--backfill", choices=("off", "easy"),
+                   help="default: the policy's own (what it trained with; a rule's: off)")
     p.add_argument("--window", type=int, help="jobs the policy sees when more wait (default: its own, 128)")
     p.add_argument("--threads", type=int, default=1, help="threads of the network (default 1)")
     p.add_argument("--export", metavar="OUT.onnx", help="write the checkpoint's policy as ONNX and exit")
@@ -104,10 +105,7 @@ def serve(args: argparse.Namespace) -> int:
             written = export_onnx(args.policy, args.export, args.overwrite)
         else:
             scorer = load_scorer(args.policy, args.threads)  # one thread by default: the hook shares the machine
-            needs_start = getattr(scorer, "clock_reason", None)
-            if needs_start and args.clock_start is None:
-                raise ConfigError(f"--clock_start: {args.policy} reads {needs_start}, which depends on where the clock "
-                                  "starts; give where your log's time 0 is on the snapshots' clock (docs/deploy.md)")
+            require_clock_start(scorer, args.clock_start)
             if args.window is not None and scorer.config["window"] is None:
                 raise ConfigError(f"--window: {args.policy} is a rule: it sees the whole queue, as in the environment")
     except (ConfigError, OSError) as error:

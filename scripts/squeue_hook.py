@@ -36,7 +36,7 @@ try:
 except ModuleNotFoundError:  # run as a module of the installed package: nothing to put on the path
     pass
 from lightning_sched.config import ConfigError  # noqa: E402
-from lightning_sched.decide import SnapshotError, decide, load_scorer  # noqa: E402
+from lightning_sched.decide import SnapshotError, decide, load_scorer, require_clock_start  # noqa: E402
 from lightning_sched.decide.snapshot import MAX_WAIT_DAYS  # noqa: E402
 
 TOP_PRIORITY = 1_000_000  # the first job of the order gets this, the next one less, ...
@@ -193,12 +193,16 @@ def main(argv=None) -> int:
         p.error(f"--threads must be >= 1, got {args.threads}")
     if args.unlimited_minutes < 1:
         p.error(f"--unlimited_minutes must be >= 1, got {args.unlimited_minutes}")
+    if args.clock_start is not None and not 0 <= args.clock_start < float("inf"):
+        p.error(f"--clock_start must be a finite number of seconds >= 0, got {args.clock_start:g}")
     try:  # a name Slurm stored in another encoding must not stop the hook: only numbers are read
+        scorer = load_scorer(args.policy, args.threads)
+        require_clock_start(scorer, args.clock_start)  # now, not when jobs first pend
         data = Path(args.input).read_bytes() if args.input else sys.stdin.buffer.read()
         squeue, now = json.loads(data.decode("utf-8", errors="replace")), time.time() if args.now is None else args.now
         snapshot, left_out = snapshot_of(squeue, args.processors, now, args.unlimited_minutes, args.partition,
                                          args.processors_per_node)
-        answer = decide(snapshot, load_scorer(args.policy, args.threads), clock_start=args.clock_start)
+        answer = decide(snapshot, scorer, clock_start=args.clock_start)
     except KeyError as error:
         print(f"error: squeue: a job has no {error} field", file=sys.stderr)
         return 2

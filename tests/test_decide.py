@@ -127,13 +127,57 @@ def test_a_policy_reading_submit_times_needs_the_clocks_start():
     for policy in ("f1", "f1+reserve", str(ROOT / "checkpoints" / "queue_bsld_easy_rule.ckpt"),
                    str(ROOT / "checkpoints" / "queue_bsld_reserve.ckpt")):
         scorer = load_scorer(policy)
-        with pytest.raises(ConfigError, match=r"reads .*submit times.* give clock_start \(decide.py --clock_start"):
+        with pytest.raises(ConfigError, match=r"reads .*submit times.*: give --clock_start SECONDS, where your log's"):
             decide(MINIMAL, scorer)
         assert decide(MINIMAL, scorer, clock_start=86000)["start_now"] == ["b7"]
         with pytest.raises(SnapshotError, match=r"^clock_start: 86001 is after the earliest submit \(86000\)$"):
             decide(MINIMAL, scorer, clock_start=86001)
-    with pytest.raises(ConfigError, match="random draws at random"):
-        load_scorer("random")
+    for rule in ("random", "wfp3_rlscheduler", "unicep_rlscheduler"):  # the last two read -1 - submit as the wait
+        with pytest.raises(ConfigError, match=f"^--policy {rule} (draws at random|is kept only to reproduce "
+                                              "RLScheduler's published cells): it does not decide for a scheduler"):
+            load_scorer(rule)
+
+
+def test_rule_names_scores_and_limits_of_the_policies_that_observe(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("sjf").write_text("a file named like a rule")  # a rule's name is the rule, as in evaluate.py
+    snapshot = {"now": 0, "capacity": {"processors": 64}, "running": [],
+                "waiting": [{"id": "century", "submit": 0, "requested_time": 3.2e9, "processors": 1},
+                            {"id": "hour", "submit": 0, "requested_time": 3600, "processors": 1}]}
+    answer = decide(snapshot, load_scorer("sjf"))  # 3.2e9 s would overflow SJF's packed key
+    assert answer["order"] == ["hour", "century"] and answer["scores"] == [-3600.0, -3.2e9]
+    assert answer["start_now"] == ["hour", "century"]
+    fcfs = decide({**snapshot, "waiting": snapshot["waiting"][1:]}, load_scorer("fcfs"))
+    assert json.dumps(fcfs["scores"]) == "[0.0]"  # not -0.0
+    f1 = load_scorer("f1")
+    messages = {  # clock_start: the one-line refusal
+        1e300: "clock_start: 1e+300 is after now (0)", 1: "clock_start: 1 is after now (0)",
+        -1e19: "now: 0 is 2^40 s or more after clock_start (-1e+19), the environment's limit"}
+    for start, message in messages.items():
+        with pytest.raises(SnapshotError) as refused:
+            decide(snapshot, f1, clock_start=start)
+        assert str(refused.value) == message
+    far = {**snapshot, "waiting": [{**snapshot["waiting"][1], "requested_time": 1.2e12}]}
+    with pytest.raises(SnapshotError, match=r"^waiting\[0\].requested_time: 1.2e\+12 ends past 2\^40 s after "
+                                            r"clock_start, the environment's limit \(job 'hour'\)$"):
+        decide(far, f1, clock_start=0)
+    assert decide(snapshot, f1, clock_start=np.int64(0))["order"] == ["hour", "century"]
+    with pytest.raises(ConfigError, match="^--export: f1 is a rule: only a network's checkpoint exports to ONNX"):
+        export_onnx("f1", tmp_path / "f1.onnx")
+
+
+def test_sjf_key_is_the_lexicographic_order_whatever_the_times():
+    from lightning_sched.queue.heuristics import sjf_key
+
+    gen = torch.Generator().manual_seed(0)
+    for high in (1000, 2**33, 2**40):  # within the packed key, and past it
+        requested = torch.randint(1, high, (4, 50), generator=gen)
+        requested[:, ::7] = requested[:, :1]  # ties, broken by submit
+        submit = torch.randint(0, high, (4, 50), generator=gen)
+        key = sjf_key(requested, submit)
+        for row in range(4):
+            expected = sorted(range(50), key=lambda j: (int(requested[row, j]), int(submit[row, j]), j))
+            assert torch.sort(key[row], stable=True).indices.tolist() == expected, high
 
 
 def test_onnx_export_decides_as_its_checkpoint_on_10000_snapshots(tmp_path, scorer, onnx_policy):
@@ -387,7 +431,13 @@ def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
             "--input", str(path), "--now", str(now)]
     refused = subprocess.run(hook, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert refused.returncode == 2 and refused.stdout == "" and len(refused.stderr.splitlines()) == 1
-    assert "f1 reads log10 of submit times" in refused.stderr and "clock_start" in refused.stderr
+    assert "f1 reads log10 of submit times" in refused.stderr and "--clock_start SECONDS" in refused.stderr
+    empty = tmp_path / "empty.json"  # refused at the start, not when jobs first pend
+    empty.write_text(json.dumps({"jobs": []}))
+    idle = subprocess.run([*hook[:-4], "--input", str(empty)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert idle.returncode == 2 and "f1 reads log10 of submit times" in idle.stderr
+    negative = subprocess.run([*hook, "--clock_start", "-5"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert negative.returncode == 2 and "--clock_start must be a finite number of seconds >= 0" in negative.stderr
     f1 = subprocess.run([*hook, "--clock_start", str(now - 86400)], capture_output=True, text=True, timeout=60,
                         cwd=ROOT)
     assert f1.returncode == 0, f1.stderr
@@ -537,7 +587,7 @@ def test_cli_serves_a_rule_and_a_searched_rule_from_the_clocks_start(tmp_path):
     for policy in ("f1", rule):
         refused = run_decide("--policy", policy, "--snapshot", path)
         assert refused.returncode == 2 and refused.stdout == "", refused.stdout
-        assert re.fullmatch(r"error: --clock_start: \S+ reads log10 of submit times .*\(docs/deploy.md\)\n",
+        assert re.fullmatch(r"error: \S+ reads log10 of submit times .* give --clock_start SECONDS, .*\)\n",
                             refused.stderr), refused.stderr
     early = {**MINIMAL, "waiting": [{**MINIMAL["waiting"][0], "submit": 85000}]}
     served = run_decide("--policy", rule, "--clock_start", "86000", "--serve",

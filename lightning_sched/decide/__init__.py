@@ -2,8 +2,8 @@
 policy's decision out. Reading snapshots and the decision rules need numpy only; a checkpoint runs
 on torch, an exported .onnx policy on onnxruntime alone."""
 from .rules import Window, decide
-from .scorers import OnnxScorer, TorchScorer, export_onnx, load_scorer
+from .scorers import OnnxScorer, TorchScorer, export_onnx, load_scorer, require_clock_start
 from .snapshot import MAX_JOBS, Snapshot, SnapshotError, read_snapshot
 
 __all__ = ["MAX_JOBS", "OnnxScorer", "Snapshot", "SnapshotError", "TorchScorer", "decide", "export_onnx",
-           "load_scorer", "read_snapshot", "Window"]
+           "load_scorer", "read_snapshot", "require_clock_start", "Window"]

@@ -14,6 +14,7 @@ Rules and searched rules see the whole queue, as in the environment; a network s
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,23 +23,30 @@ import torch
 from tensordict import TensorDict
 
 from ..config import ConfigError
-from ..queue.config import BACKFILL, QueueConfig
+from ..queue.config import BACKFILL, RULES, QueueConfig
 from ..queue.env import observation
-from ..queue.evaluation import heuristic_config, resolve
-from ..queue.heuristics import QueueHeuristic
-from ..queue.linear_rule import LinearRule, load_linear_rule, rule_entry
-from ..queue.policy import QueuePolicy, load_queue_policy, read_queue_record
-from ..queue.reservation import ReservingRule
+from ..queue.evaluation import resolve
+from ..queue.heuristics import HEURISTICS, QueueHeuristic
+from ..queue.linear_rule import RULE_FEATURES, LinearRule, rule_entry
+from ..queue.policy import QueuePolicy, read_queue_record
+from ..queue.reservation import SUFFIX
 from ..queue.state import MAX_EPISODE_SECONDS, RUNNING, WAITING, QueueState
 from ..queue.step import step_and_observe
 from .snapshot import Snapshot, SnapshotError
+
+LOG_SUBMIT = [name for name, _ in RULE_FEATURES].index("log_submit")  # the linear rules' weight on log10(submit)
+
+
+def is_rule(spec: str) -> bool:
+    """Whether `spec` names a rule (or RULE+reserve): names come before files, as in `resolve`."""
+    return spec in HEURISTICS or (spec.endswith(SUFFIX) and spec[:-len(SUFFIX)] in RULES)
 
 
 def observes(spec: str) -> bool:
     """Whether policy `spec` (a rule name or a checkpoint path) decides through `ObservingPolicy`:
     every rule and linear rule, and a network whose inputs a snapshot's four job features lack."""
-    if not Path(spec).is_file():
-        return True  # a rule's name (resolve() names the choices for anything else)
+    if is_rule(spec) or not Path(spec).is_file():
+        return True  # a rule, or what resolve() refuses naming the choices
     if rule_entry(spec) is not None:
         return True
     cfg = read_queue_record(spec).queue
@@ -55,26 +63,17 @@ class ObservingPolicy:
         if threads is not None:
             torch.set_num_threads(threads)
         self.spec = spec
-        backfill = "off"  # a rule has none of its own
-        entry = rule_entry(spec) if Path(spec).is_file() else None
-        if Path(spec).is_file() and entry is None:
-            net, self.base = load_queue_policy(spec)
-            self.policy, backfill, self.whole_queue = QueuePolicy(net), self.base.backfill, False
-        elif entry is not None:
-            self.policy, provenance = load_linear_rule(spec, entry)
-            self.base, self.whole_queue = heuristic_config(QueueConfig(), self.policy.reserve), True
-            backfill = provenance.get("backfill", "off")
-            if backfill not in BACKFILL:
-                raise ConfigError(f"{spec}: provenance.backfill must be off or easy, got {backfill!r}")
-        else:
-            self.policy, self.base = resolve(spec, QueueConfig())
-            self.whole_queue = True
-            if isinstance(self.policy, QueueHeuristic) and self.policy.name == "random":
-                raise ConfigError("--policy random draws at random: it does not decide for a scheduler")
-        self.config = {"window": None if self.whole_queue else self.base.window, "backfill": backfill,
+        self.policy, self.base = resolve(spec, QueueConfig())  # a network: the window and features it trained with
+        if isinstance(self.policy, QueueHeuristic) and self.policy.name not in RULES:
+            why = "draws at random" if spec == "random" else "is kept only to reproduce RLScheduler's published cells"
+            raise ConfigError(f"--policy {spec} {why}: it does not decide for a scheduler (the rules: "
+                              f"{', '.join(RULES)}, or RULE{SUFFIX})")
+        self.whole_queue = not isinstance(self.policy, QueuePolicy)
+        self.config = {"window": None if self.whole_queue else self.base.window, "backfill": own_backfill(spec),
                        "max_wait": self.base.max_wait, "max_requested": self.base.max_requested}
         self.clock_reason = clock_reason(self.policy, self.base)
         self._last = None  # (snapshot, clock_start, waiting, state) of the decision under way
+        self._order = None  # (snapshot, clock_start, the ranking's order) of the decision under way
 
     def _state(self, snap: Snapshot, waiting: np.ndarray, clock_start: float) -> QueueState:
         """`snapshot_state`, built at a decision's first look and then brought up to date as the
@@ -94,32 +93,37 @@ class ObservingPolicy:
 
     def ranking(self, snap: Snapshot, waiting: np.ndarray, window: int, clock_start: float | None) -> tuple:
         """(waiting jobs' indices, highest priority first; their scores, float, higher first, NaN for the
-        jobs outside a network's window, which come last in FCFS order)."""
+        jobs outside a network's window, which come last in FCFS order). A rule's score is its priority
+        negated; SJF's, the requested time negated (its priority packs the submit time in too)."""
         td, jobs = self._observe(snap, waiting, window, clock_start)
         score = self.policy.ranking(td)[0]  # lower first
         slots = torch.sort(score, stable=True).indices
-        slots = slots[torch.isfinite(score[slots])]
+        slots = slots[torch.isfinite(score[slots]) & (score[slots] < torch.iinfo(torch.int64).max)]
         ranked = jobs[slots.numpy()]
         rest = np.setdiff1d(np.flatnonzero(waiting), ranked)  # sorted: FCFS order
-        scores = np.concatenate([-score[slots].double().numpy(), np.full(len(rest), np.nan)])
-        return np.concatenate([ranked, rest]), scores
+        shown = snap.requested[ranked] if getattr(self.policy, "name", None) == "sjf" else score[slots].double().numpy()
+        self._order = (snap, clock_start, ranked)
+        return np.concatenate([ranked, rest]), np.concatenate([-shown + 0.0, np.full(len(rest), np.nan)])  # no -0.0
 
     def pick(self, snap: Snapshot, waiting: np.ndarray, window: int, clock_start: float | None) -> int:
         """The waiting job (an index into the snapshot's waiting jobs) the policy starts next, the jobs
         not `waiting` (bool [Q]) having started now."""
+        if type(self.policy) is QueueHeuristic:  # a rule's priority reads no free nodes: one ranking a decision
+            if self._order is None or self._order[0] is not snap or self._order[1] != clock_start:
+                self.ranking(snap, np.ones_like(waiting), window, clock_start)
+            order = self._order[2]
+            return int(order[np.argmax(waiting[order])])
         td, jobs = self._observe(snap, waiting, window, clock_start)
         return int(jobs[int(self.policy(td)["action"][0])])
 
     def _observe(self, snap: Snapshot, waiting: np.ndarray, window: int, clock_start: float | None) -> tuple:
         """The environment's observation (a TensorDict of batch [1]) and, per window slot, the waiting
         job it shows (int64 [W], -1 empty)."""
-        if clock_start is not None and (isinstance(clock_start, bool) or not isinstance(clock_start, (int, float))
+        if clock_start is not None and (isinstance(clock_start, bool) or not isinstance(clock_start, numbers.Real)
                                         or not math.isfinite(clock_start)):
             raise SnapshotError(f"clock_start: must be a finite number of seconds, got {clock_start!r}")
         if clock_start is None and self.clock_reason:
-            raise ConfigError(f"{self.spec} reads {self.clock_reason}, which depends on where the clock starts: give "
-                              "clock_start (decide.py --clock_start SECONDS: when your log's time 0 is on the "
-                              "snapshot's clock; the shipped policies learned on logs that start at 0)")
+            raise ConfigError(needs_clock_start(self.spec, self.clock_reason))
         state = self._state(snap, waiting, 0.0 if clock_start is None else float(clock_start))
         length = state.length
         cfg = replace(self.base, nodes=snap.nodes, processors_per_node=snap.processors_per_node, sequence_length=length,
@@ -138,30 +142,59 @@ def clock_reason(policy, cfg: QueueConfig) -> str | None:
         return "the time of day"
     if "f1" in cfg.rule_ranks:
         return "F1's ranks (log10 of submit times)"
-    if isinstance(policy, (QueueHeuristic, ReservingRule)) and policy.name == "f1":
+    if isinstance(policy, QueueHeuristic) and policy.name == "f1":
         return "log10 of submit times (F1)"
-    if isinstance(policy, LinearRule) and float(policy.scaled_weights[1]) != 0:
+    if isinstance(policy, LinearRule) and float(policy.scaled_weights[LOG_SUBMIT]) != 0:
         return "log10 of submit times (its log_submit weight)"
     return None
+
+
+def needs_clock_start(spec: str, reason: str) -> str:
+    """The one-line refusal of policy `spec`, which reads `reason`, without a clock start."""
+    return (f"{spec} reads {reason}, which depends on where the clock starts: give --clock_start SECONDS, "
+            "where your log's time 0 is on the snapshots' clock (the shipped policies learned on logs whose "
+            "time 0 is their start; docs/deploy.md)")
+
+
+def own_backfill(spec: str) -> str:
+    """The backfilling policy `spec` decides with by default: a network's, what it trained with; a
+    searched rule's, what it was searched with; a rule's: off."""
+    if is_rule(spec):
+        return "off"
+    entry = rule_entry(spec)
+    if entry is None:
+        return read_queue_record(spec).queue.backfill
+    backfill = entry.get("provenance", {}).get("backfill", "off")
+    if backfill not in BACKFILL:
+        raise ConfigError(f"{spec}: provenance.backfill must be off or easy, got {backfill!r}")
+    return backfill
 
 
 def snapshot_state(snap: Snapshot, waiting: np.ndarray, clock_start: float) -> QueueState:
     """A one-row QueueState of `snap` with the waiting jobs not `waiting` (bool [Q]) started now, on the
     snapshot's clock less `clock_start`, in whole seconds: the running jobs first (started now,
-    requested until their expected end or now), then the waiting jobs in the snapshot's FCFS order."""
+    requested until their expected end or now), then the waiting jobs in the snapshot's FCFS order.
+    SnapshotError naming the field when a time falls before `clock_start` or 2^40 s after it."""
     earliest = float(snap.submit.min(initial=snap.now))
-    shifted = {"now": snap.now - clock_start, "the earliest submit": earliest - clock_start}
-    for name, value in shifted.items():
-        if value < 0:
-            raise SnapshotError(f"clock_start: {clock_start:g} is after {name} ({value + clock_start:g})")
-    now = round(shifted["now"])
+    for name, value in (("now", snap.now), ("the earliest submit", earliest)):
+        if value < clock_start:
+            raise SnapshotError(f"clock_start: {clock_start:g} is after {name} ({value:g})")
+    if snap.now - clock_start >= MAX_EPISODE_SECONDS:
+        raise SnapshotError(f"now: {snap.now:g} is 2^40 s or more after clock_start ({clock_start:g}), the "
+                            "environment's limit")
+    longest = int(np.argmax(snap.requested)) if len(snap.requested) else None
+    if longest is not None and snap.now - clock_start + snap.requested[longest] >= MAX_EPISODE_SECONDS:
+        raise SnapshotError(f"waiting[{longest}].requested_time: {snap.requested[longest]:g} ends past 2^40 s after "
+                            f"clock_start, the environment's limit (job {snap.waiting_id[longest]!r})")
+    latest = int(np.argmax(snap.running_end)) if len(snap.running_end) else None
+    if latest is not None and snap.running_end[latest] - clock_start >= MAX_EPISODE_SECONDS:
+        raise SnapshotError(f"running[{latest}].expected_end: {snap.running_end[latest]:g} is 2^40 s or more after "
+                            f"clock_start, the environment's limit (job {snap.running_id[latest]!r})")
+    now = round(snap.now - clock_start)
     ends = np.maximum(np.rint(snap.running_end - clock_start).astype(np.int64), now)
     request = np.concatenate([ends - now, np.ceil(snap.requested).astype(np.int64)])
-    if now + int(request.max(initial=0)) >= MAX_EPISODE_SECONDS:
-        raise SnapshotError(f"now: {snap.now:g} is {now:,} s after clock_start, past 2^40 s with the longest request "
-                            "(the environment's limit)")
     running = len(snap.running_id)
-    submit = np.concatenate([np.full(running, min(now, round(shifted["the earliest submit"]))),
+    submit = np.concatenate([np.full(running, min(now, round(earliest - clock_start))),
                              np.rint(snap.submit - clock_start).astype(np.int64)])
     nodes = np.concatenate([snap.running_nodes, snap.nodes_needed]).astype(np.int64)
     busy = np.concatenate([np.ones(running, dtype=bool), ~waiting])

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import CHECKPOINT_KEY, QUEUE_POLICY_KIND  # torch-free: an .onnx policy runs without torch
+from ..config import CHECKPOINT_KEY, QUEUE_POLICY_KIND, ConfigError  # torch-free: an .onnx policy runs without torch
 from ..queue.config import BACKFILL, JOB_FEATURES
 from .snapshot import SnapshotError
 
@@ -113,6 +113,16 @@ def load_scorer(path, threads: int | None = None):
     return ObservingPolicy(str(path), threads) if observes(str(path)) else TorchScorer(path, threads)
 
 
+def require_clock_start(scorer, clock_start: float | None) -> None:
+    """ConfigError (one line) when `scorer` reads submit times or the time of day and `clock_start`
+    is None: a service checks it once at its start, not at the first snapshot with waiting jobs."""
+    reason = getattr(scorer, "clock_reason", None)  # only policies.ObservingPolicy has one
+    if reason and clock_start is None:
+        from .policies import needs_clock_start
+
+        raise ConfigError(needs_clock_start(scorer.spec, reason))
+
+
 def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
     """Write the queue policy of `checkpoint` as one ONNX file `out` (refused when it exists, unless
     `overwrite`); written whole or not at all (files.write_file). Returns `out`."""
@@ -120,7 +130,6 @@ def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
     import torch
     from torch import nn
 
-    from ..config import ConfigError
     from ..files import write_file
     from ..queue.policy import load_queue_policy
 
@@ -128,6 +137,11 @@ def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
         raise ConfigError(f"--export: the file's name must end in .onnx, got {out}")
     if is_onnx(checkpoint):
         raise ConfigError(f"--export: {checkpoint} is an export already (it reads a queue checkpoint, .ckpt)")
+    from .policies import is_rule
+
+    if is_rule(str(checkpoint)):
+        raise ConfigError(f"--export: {checkpoint} is a rule: only a network's checkpoint exports to ONNX (decide.py "
+                          "runs the rule itself)")
     net, cfg = load_queue_policy(checkpoint)
     if net.spec.context or net.spec.extra_inputs or net.spec.clock:  # inputs the graph does not take yet
         raise ConfigError(f"{checkpoint}: a policy with QueuePolicySpec.context, rule_ranks, fit_delay or clock "

@@ -63,8 +63,8 @@ def priority(name: str, td: TensorDictBase) -> torch.Tensor:
     if name == "fcfs":
         score = submit
     elif name == "sjf":  # requested time first, submit time breaks ties: one exact int64 key
-        key = td["job_requested"].gather(1, k) * (1 << 32) + td["job_submit"].gather(1, k)
-        return torch.where(filled, key, torch.iinfo(torch.int64).max)
+        return torch.where(filled, sjf_key(td["job_requested"].gather(1, k), td["job_submit"].gather(1, k)),
+                           torch.iinfo(torch.int64).max)
     elif name == "f1":
         score = _log10_positive(requested) * processors + 870 * _log10_positive(submit)
     elif name in ("wfp3", "wfp3_rlscheduler"):
@@ -76,6 +76,19 @@ def priority(name: str, td: TensorDictBase) -> torch.Tensor:
     else:
         raise ConfigError(f"queue heuristic must be one of {', '.join(HEURISTICS)}, got {name!r}")
     return torch.where(filled, score, torch.inf)
+
+
+def sjf_key(requested: torch.Tensor, submit: torch.Tensor) -> torch.Tensor:
+    """SJF's order as one int64 key per job (LongTensor[B, W] in, the same out): requested * 2^32 +
+    submit where that fits in int64 (requests below 2^31 s and submit times below 2^32 s, every log's);
+    else each job's place in the (requested, submit) order, which holds whatever the times."""
+    if requested.numel() == 0 or (int(requested.max()) < 1 << 31 and 0 <= int(submit.min()) and
+                                  int(submit.max()) < 1 << 32):
+        return requested * (1 << 32) + submit
+    by_submit = torch.sort(submit, dim=-1, stable=True).indices
+    order = by_submit.gather(-1, torch.sort(requested.gather(-1, by_submit), dim=-1, stable=True).indices)
+    return torch.empty_like(order).scatter_(-1, order, torch.arange(order.shape[-1], device=order.device)
+                                             .expand_as(order))
 
 
 def rule_keys(state, window_job: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -24,8 +24,8 @@ import torch
 
 from ..batched import acts_on_any_batch
 from ..config import ConfigError
-from .config import JOB_FEATURES, QueueConfig
-from .heuristics import leading_slots, priority, window_columns
+from .config import JOB_FEATURES, RULES, QueueConfig
+from .heuristics import QueueHeuristic, leading_slots, window_columns
 from .step import span_seconds
 
 SUFFIX = "+reserve"  # "f1+reserve": rule F1 played with its own reservation
@@ -63,19 +63,19 @@ def reserve_pick(score: torch.Tensor, td, rule_ranks: int = 0) -> torch.Tensor:
     return pick
 
 
-class ReservingRule:
+class ReservingRule(QueueHeuristic):
     """A priority rule of queue.heuristics with its own reservation (reserve_pick): td -> td with
     "action". Run it with `reserving_config` (the whole queue visible, as the rules)."""
 
     def __init__(self, name: str):
-        self.name = name
+        if name not in RULES:
+            raise ConfigError(f"a rule with its own reservation must be one of {', '.join(RULES)}, got {name!r}")
+        super().__init__(name)
 
     @acts_on_any_batch
     def __call__(self, td):
         view = leading_slots(td)
-        td["action"] = reserve_pick(self.ranking(view).double(), view)  # sjf's exact int64 key fits a double
+        # sjf's int64 key as a double may tie jobs whose keys differ in the submit time: the earlier slot
+        # wins a tie, and a rule's window is the queue in FCFS order, so the order is the key's
+        td["action"] = reserve_pick(self.ranking(view).double(), view)
         return td
-
-    def ranking(self, td) -> torch.Tensor:
-        """The rule's score of the window's leading slots (`leading_slots`), [B, n], lower first."""
-        return priority(self.name, leading_slots(td))

@@ -81,7 +81,7 @@ def read_queue_record(path) -> QueuePolicyRecord:
     saved = data.get(CHECKPOINT_KEY, data) if isinstance(data, dict) else None
     kind = saved.get("kind") if isinstance(saved, dict) else None
     if kind == QUEUE_RULE_KIND:
-        raise ConfigError(f"{path}: a linear queue rule, not a network: evaluate.py --env queue runs it "
+        raise ConfigError(f"{path}: a linear queue rule, not a network: evaluate.py --env queue and decide.py run it "
                           "(lightning_sched.queue.linear_rule); a network's checkpoint is needed here")
     if kind != QUEUE_POLICY_KIND:
         raise ConfigError(f"{path}: not a queue policy checkpoint (no '{CHECKPOINT_KEY}' entry of kind "
