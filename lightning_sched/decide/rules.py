@@ -41,6 +41,21 @@ class Scorer(Protocol):
         fits now), cluster_features float32 [2] (free node share, log1p(queue) / log1p(4 window))."""
 
 
+class ObservingScorer(Protocol):
+    """A policy that decides through the queue environment's own observation of the snapshot
+    (policies.ObservingPolicy: rules, searched rules, networks reading rule ranks or fit delays);
+    decide() tells one from a Scorer by its `pick`."""
+
+    config: dict
+    """As a Scorer's; "window" None for a policy that sees the whole queue."""
+
+    def ranking(self, snap: Snapshot, waiting: np.ndarray, window: int | None, clock_start: float | None) -> tuple:
+        """(the waiting jobs' indices, highest priority first; their scores, NaN where it scored none)."""
+
+    def pick(self, snap: Snapshot, waiting: np.ndarray, window: int | None, clock_start: float | None) -> int:
+        """The waiting job it starts next, the jobs not `waiting` (bool [Q]) having started now."""
+
+
 class Window:
     """The jobs the policy sees, in slot order, as the environment's window (step_torch.window_torch):
     every waiting job up to `width`, in FCFS order; past it the `width` smallest keys
@@ -82,7 +97,7 @@ def features(jobs: np.ndarray, snap: Snapshot, free_nodes: int, queue: int, cfg:
     return job_features, cluster
 
 
-def decide(snapshot: dict | Snapshot, scorer: Scorer, backfill: str | None = None,
+def decide(snapshot: dict | Snapshot, scorer: Scorer | ObservingScorer, backfill: str | None = None,
            window: int | None = None, clock_start: float | None = None) -> dict:
     """The decision on one snapshot (a dict as docs/deploy.md shows, or a read `Snapshot`):
 
@@ -93,17 +108,15 @@ def decide(snapshot: dict | Snapshot, scorer: Scorer, backfill: str | None = Non
 
     `backfill` ('off' / 'easy') and `window` default to the policy's own. Pass "held" back in the next
     snapshot: the policy keeps its pick until it fits, as in the environment. `scorer` may instead be
-    a policy that decides through the environment's observation (policies.ObservingPolicy: rules,
-    searched rules, networks reading rule ranks or fit delays), whose "scores" are null for jobs
-    outside its window; `clock_start` (seconds on the snapshot's clock) is where the log's time 0 is,
-    for those of them that read submit times or the time of day. SnapshotError (one line naming the
-    field) for a bad snapshot."""
+    an ObservingScorer, whose "scores" are null for jobs outside its window; `clock_start` (seconds on
+    the snapshot's clock) is where the log's time 0 is, for those of them that read submit times or
+    the time of day. SnapshotError (one line naming the field) for a bad snapshot."""
     snap = snapshot if isinstance(snapshot, Snapshot) else read_snapshot(snapshot)
     cfg = dict(scorer.config)
     backfill = cfg.get("backfill", "off") if backfill is None else backfill
     if backfill not in BACKFILL:
         raise SnapshotError(f"backfill: must be one of {', '.join(BACKFILL)}, got {backfill!r}")
-    observing = hasattr(scorer, "pick")  # it reads the environment's observation of the snapshot
+    observing = hasattr(scorer, "pick")  # an ObservingScorer
     if window is not None:
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise SnapshotError(f"window: must be an integer >= 1, got {window!r}")
