@@ -358,10 +358,15 @@ class QueuePPO(IterationTask):
         loss (or while `imitating` the warm start's); the losses' means over the steps."""
         optimizer = self.optimizers()
         n = data.shape[0]
-        count = steps = self.ppo.epochs * -(-n // self.ppo.minibatch_size)  # optimizer steps this iteration
+        own = -(-n // self.ppo.minibatch_size)
+        # under DDP every backward averages the ranks' gradients, so every rank takes as many steps: the
+        # most any rank needs (with EASY backfilling the ranks' episodes make different numbers of decisions)
+        batches = int(self.all_gather(torch.tensor(own, device=self.device)).max()) if self.trainer.world_size > 1 \
+            else own
+        count = steps = self.ppo.epochs * batches  # optimizer steps this iteration
         sums: dict[str, float] = {}
         for _ in range(self.ppo.epochs):
-            for index in torch.randperm(n, device=self.device).split(self.ppo.minibatch_size):
+            for index in minibatches(n, self.ppo.minibatch_size, batches, self.device):
                 parts = self.imitation(data[index]) if imitating else self.loss(data[index])
                 if self.ppo.prior_kl > 0 and not imitating:
                     parts["loss_prior_kl"] = self.ppo.prior_kl * self.prior_kl(data[index])
@@ -435,3 +440,13 @@ class QueuePPO(IterationTask):
             raise ConfigError(f"a resume at iteration {step}, inside the warm start that aggregates its imitation "
                               "data, would lose that data (checkpoints do not keep it: it grows by a rollout an "
                               "iteration); start the run again")
+
+
+def minibatches(n: int, size: int, count: int, device) -> tuple[torch.Tensor, ...]:
+    """One epoch's minibatches of n decisions in a random order: of `size` each (the last one shorter),
+    or, where another DDP rank needs more of them, `count` nearly equal ones (every decision in one,
+    and in more than one only when there are fewer decisions than minibatches)."""
+    order = torch.randperm(n, device=device)
+    if count == -(-n // size):
+        return order.split(size)
+    return order.repeat(-(-count // n))[:max(n, count)].tensor_split(count)

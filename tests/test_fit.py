@@ -266,6 +266,40 @@ def test_ddp_on_two_cpu_processes_splits_jobsets_and_keeps_parameters_identical(
         assert math.isclose(a, b, rel_tol=0, abs_tol=1e-6)
 
 
+@pytest.mark.slow
+def test_queue_ppo_under_ddp_with_easy_backfilling_takes_as_many_steps_on_every_rank(tmp_path):
+    """With EASY the ranks' episodes make different numbers of decisions; every backward averages the
+    ranks' gradients, so each rank must take the same number of minibatch steps (or the ranks wait on
+    each other for ever)."""
+    from test_queue_env import write_log
+
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    log = write_log(tmp_path / "busy.swf", jobs=400, nodes=32, seed=2)
+    fit("fit", "--config", str(ROOT / "configs" / "base" / "queue.yaml"), "--model.init_args.log", str(log),
+        "--model.init_args.backfill", "easy", "--model.init_args.window", "16",
+        "--model.init_args.sequence_length", "64",
+        "--model.init_args.batch_size", "4", "--model.init_args.ppo.minibatch_size", "8",
+        "--model.init_args.validation.sequences", "2", "--model.init_args.validation.sequence_length", "64",
+        "--trainer.max_steps", "2", "--trainer.val_check_interval", "2", "--trainer.logger", "false",
+        "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
+        "--trainer.callbacks+=tests.ddp_probe.ParameterProbe", tmp_path=tmp_path, env={"DDP_PROBE_DIR": str(probe)})
+    ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["step"] for r in ranks] == [2, 2]
+    for a, b in zip(ranks[0]["params"], ranks[1]["params"]):
+        assert math.isclose(a, b, rel_tol=0, abs_tol=1e-6)
+
+
+def test_minibatches_cover_every_decision_and_match_the_ranks_count():
+    from tasks.queue_ppo import minibatches
+
+    assert [len(b) for b in minibatches(10, 4, 3, "cpu")] == [4, 4, 2]  # one process: as before
+    for n, count in ((10, 5), (10, 13), (1, 3)):
+        parts = minibatches(n, 4, count, "cpu")
+        assert len(parts) == count and all(len(b) > 0 for b in parts)
+        assert sorted(set(torch.cat(parts).tolist())) == list(range(n))
+
+
 def test_warm_start_from_a_checkpoint_and_refusal_of_another_cluster(smoke_run):
     from lightning_sched import ClusterConfig, ConfigError
     from tasks.reinforce import Reinforce
