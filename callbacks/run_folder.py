@@ -352,7 +352,8 @@ def logger_class(entry) -> type | None:
 
 def run_loggers(logger, run_dir: Path, wandb_id: str | None = None, resumed_step: int | None = None) -> list:
     """trainer.logger (True, False, None, one entry or a list) with the run folder filled in: W&B
-    under it and a CSVLogger writing its metrics.csv. A resume continues W&B run `wandb_id` online;
+    under it, a CSVLogger named without a folder under it too, and a RunCSVLogger writing its
+    metrics.csv. A resume continues W&B run `wandb_id` online;
     offline it is a run of its own, `<wandb_id>-resumed-<resumed_step>` in group `wandb_id`: W&B cannot
     append to an offline run (its history would restart at step 0), and `wandb sync` of a second
     offline folder under one id can replace the first's history."""
@@ -362,6 +363,9 @@ def run_loggers(logger, run_dir: Path, wandb_id: str | None = None, resumed_step
     loggers = [copy.deepcopy(wandb) if entry is True else entry for entry in entries]
     for entry in loggers:
         cls = logger_class(entry)
+        if cls is not None and issubclass(cls, CSVLogger) and isinstance(entry, Namespace) and \
+                entry.init_args.get("save_dir") in (None, "."):  # a CSVLogger named without a folder: in the run's
+            entry.init_args.save_dir = str(run_dir)
         if cls is None or not issubclass(cls, WandbLogger) or not isinstance(entry, Namespace):
             continue
         args = entry.init_args
@@ -378,7 +382,7 @@ def run_loggers(logger, run_dir: Path, wandb_id: str | None = None, resumed_step
                 args.group = args.get("group") or wandb_id
             else:
                 args.id = wandb_id
-    if not any(issubclass(logger_class(e) or object, CSVLogger) for e in loggers):
+    if not any(issubclass(logger_class(e) or object, RunCSVLogger) for e in loggers):  # RUN/metrics.csv, always
         loggers.append(Namespace(class_path=f"{RunCSVLogger.__module__}.{RunCSVLogger.__qualname__}",
                                  init_args=Namespace(save_dir=str(run_dir))))
     return loggers

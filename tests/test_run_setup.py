@@ -163,7 +163,11 @@ def test_run_loggers_keep_what_the_user_gave():
     own = Namespace(class_path=WANDB, init_args=Namespace(save_dir="mine", dir=None, id="theirs", version=None))
     csv = Namespace(class_path="lightning.pytorch.loggers.CSVLogger", init_args=Namespace(save_dir="x"))
     loggers = run_loggers([own, csv], Path("r"), wandb_id="resumed")
-    assert loggers == [own, csv] and own.init_args.save_dir == "mine" and own.init_args.id == "theirs"
+    assert loggers[:2] == [own, csv] and own.init_args.save_dir == "mine" and own.init_args.id == "theirs"
+    assert csv.init_args.save_dir == "x" and loggers[2].class_path == "callbacks.run.RunCSVLogger"  # RUN/metrics.csv
+    # a CSVLogger named without a folder writes in the run's, not in the directory fit.py runs in
+    bare = Namespace(class_path="lightning.pytorch.loggers.CSVLogger", init_args=Namespace(save_dir="."))
+    assert run_loggers(bare, Path("r"))[0].init_args.save_dir == "r"
 
 
 def test_an_offline_resume_is_a_wandb_run_of_its_own_in_the_first_ones_group(tmp_path, monkeypatch):
