@@ -51,7 +51,9 @@ from .queue_ppo_settings import PPOSettings
 
 
 class QueueMAML(IterationTask):
-    """Args:
+    """MAML over the queue env's sites, or with inner_steps 0 its mixture baseline (the module's docstring).
+
+    Args:
         init_from: a queue policy checkpoint the meta-policy starts from (its network and weights).
         policy: instead of init_from, a fresh network of this spec (with a `prior`, it starts as that rule).
         traces: the folder of the training sites' logs (lightning_sched.queue.sites.TRAINING_SITES).

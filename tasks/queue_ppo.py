@@ -156,6 +156,9 @@ class QueuePPO(IterationTask):
                       "validation.sequences": validation.sequences,
                       "validation.sequence_length": validation.sequence_length})
         self.train_logs = arrival_copies.of(self.logs)  # the copies keep the jobs: the same training range
+        if batch_size % ppo.episodes_per_sequence:  # the env's groups of episodes replaying one sequence
+            raise ConfigError(f"QueuePPO.batch_size {batch_size} must be a multiple of ppo.episodes_per_sequence "
+                              f"{ppo.episodes_per_sequence}")
         if len(self.train_logs) * ppo.episodes_per_sequence > batch_size:  # a log without rows would never train
             copies = " (with arrival_copies)" if arrival_copies.copies else ""
             raise ConfigError(f"QueuePPO.batch_size {batch_size} is below {len(self.train_logs)} training logs{copies} "

@@ -112,6 +112,8 @@ def test_ppo_trains_on_the_copies_and_validates_on_the_logs_themselves(tmp_path)
                 "ppo": PPOSettings(epochs=1, minibatch_size=128, advantage="sequence", episodes_per_sequence=2)}
     with pytest.raises(ConfigError, match="batch_size 4 is below 3 training logs .* ppo.episodes_per_sequence 2"):
         QueuePPO(path, batch_size=4, arrival_copies=ArrivalCopies(copies=2), **settings)
+    with pytest.raises(ConfigError, match="^QueuePPO.batch_size 7 must be a multiple of ppo.episodes_per_sequence 2$"):
+        QueuePPO(path, batch_size=7, **settings)  # refused at the start, not in the first training step
     model = QueuePPO(path, batch_size=6, arrival_copies=ArrivalCopies(copies=2), **settings)
     train, validation = model.env("train"), model.env("validation")
     assert len(train.logs) == 3 and len(validation.logs) == 1
