@@ -67,6 +67,12 @@ class RunProgressBar(TQDMProgressBar):
         if not self.train_progress_bar.disable:
             self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
 
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        # the bars end their lines, so that the error fit.py prints next starts a line of its own
+        for bar in (self._train_progress_bar, self._val_progress_bar, self._test_progress_bar):
+            if bar is not None and not bar.disable:
+                bar.close()
+
     def get_metrics(self, trainer, pl_module) -> dict:
         metrics = super().get_metrics(trainer, pl_module)
         metrics.pop("v_num", None)  # the logger's version: the run folder says which run this is
