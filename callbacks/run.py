@@ -7,7 +7,6 @@ import csv
 import io
 import math
 import sys
-import tempfile
 from pathlib import Path
 
 from lightning.pytorch import Callback, Trainer
@@ -19,7 +18,7 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from lightning_sched.files import append_text, write_file, write_text
+from lightning_sched.files import append_text, temp_path, write_file, write_text
 
 from .checkpoints import AtomicCheckpointIO
 from .stop import StopEvaluations
@@ -120,13 +119,16 @@ def prepare_trainer(trainer: Trainer) -> Trainer:
 class _AppendingWriter(ExperimentWriter):
     def log_hparams(self, params) -> None:
         # hparams.yaml whole or not at all (Lightning's writes it in place, and rewrites it on a resume):
-        # Lightning's YAML, drafted aside, placed by files.write_file
+        # Lightning's YAML, drafted beside it, placed by files.write_file
         self.hparams.update(params)
-        with tempfile.TemporaryDirectory() as folder:
-            draft = Path(folder, self.NAME_HPARAMS_FILE)
+        final = Path(self.log_dir, self.NAME_HPARAMS_FILE)
+        draft = temp_path(final)
+        try:
             save_hparams_to_yaml(str(draft), self.hparams)
             text = draft.read_bytes()
-        write_file(Path(self.log_dir, self.NAME_HPARAMS_FILE), lambda file: file.write(text), overwrite=True)
+        finally:
+            draft.unlink(missing_ok=True)
+        write_file(final, lambda file: file.write(text), overwrite=True)
 
     def _check_log_dir_exists(self) -> None:
         # Lightning's deletes an existing metrics.csv here; a resumed run keeps it and appends,

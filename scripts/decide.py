@@ -40,7 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--serve", action="store_true", help="answer one snapshot per stdin line until end of input")
     p.add_argument("--backfill", choices=("off", "easy"),
                    help="default: the policy's own (what it trained with; a rule's: off)")
-    p.add_argument("--window", type=int, help="jobs the policy sees when more wait (default: its own, 128)")
+    p.add_argument("--window", type=int,
+                   help="jobs a network sees when more wait (default: its own: 128 for the shipped plain networks)")
     p.add_argument("--threads", type=int, default=1, help="threads of the network (default 1)")
     p.add_argument("--export", metavar="OUT.onnx", help="write the checkpoint's policy as ONNX and exit")
     p.add_argument("--overwrite", action="store_true", help="let --export replace an existing file")

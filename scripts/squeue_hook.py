@@ -195,9 +195,13 @@ def main(argv=None) -> int:
         p.error(f"--unlimited_minutes must be >= 1, got {args.unlimited_minutes}")
     if args.clock_start is not None and not 0 <= args.clock_start < float("inf"):
         p.error(f"--clock_start must be a finite number of seconds >= 0, got {args.clock_start:g}")
-    try:  # a name Slurm stored in another encoding must not stop the hook: only numbers are read
+    try:
         scorer = load_scorer(args.policy, args.threads)
         require_clock_start(scorer, args.clock_start)  # now, not when jobs first pend
+    except (ConfigError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    try:  # a name Slurm stored in another encoding must not stop the hook: only numbers are read
         data = Path(args.input).read_bytes() if args.input else sys.stdin.buffer.read()
         squeue, now = json.loads(data.decode("utf-8", errors="replace")), time.time() if args.now is None else args.now
         snapshot, left_out = snapshot_of(squeue, args.processors, now, args.unlimited_minutes, args.partition,

@@ -162,6 +162,14 @@ def test_rule_names_scores_and_limits_of_the_policies_that_observe(tmp_path, mon
                                             r"clock_start, the environment's limit \(job 'hour'\)$"):
         decide(far, f1, clock_start=0)
     assert decide(snapshot, f1, clock_start=np.int64(0))["order"] == ["hour", "century"]
+    fractional = {"now": 10, "capacity": {"processors": 1},
+                  "running": [{"id": "r", "processors": 1, "expected_end": 99}],
+                  "waiting": [{"id": "a", "submit": 0, "requested_time": 9.9, "processors": 1},
+                              {"id": "b", "submit": 5, "requested_time": 9.3, "processors": 1}]}
+    sjf = decide(fractional, load_scorer("sjf"))  # the policy's view in whole seconds: 10 s each, FCFS breaks ties
+    assert sjf["order"] == ["a", "b"] and sjf["scores"] == [-10.0, -10.0]
+    Path("reserve.pt").write_bytes((ROOT / "checkpoints" / "queue_bsld_reserve.ckpt").read_bytes())
+    assert decide(MINIMAL, load_scorer("reserve.pt"), clock_start=0)["start_now"] == ["b7"]  # any file name
     with pytest.raises(ConfigError, match="^--export: f1 is a rule: only a network's checkpoint exports to ONNX"):
         export_onnx("f1", tmp_path / "f1.onnx")
 

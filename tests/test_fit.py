@@ -293,7 +293,10 @@ def test_queue_ppo_under_ddp_with_easy_backfilling_takes_as_many_steps_on_every_
 def test_minibatches_cover_every_decision_and_match_the_ranks_count():
     from tasks.queue_ppo import minibatches
 
-    assert [len(b) for b in minibatches(10, 4, 3, "cpu")] == [4, 4, 2]  # one process: as before
+    torch.manual_seed(5)
+    before = torch.randperm(10).split(4)  # what one process drew before DDP's count existed
+    torch.manual_seed(5)
+    assert [b.tolist() for b in minibatches(10, 4, 3, "cpu")] == [b.tolist() for b in before]
     for n, count in ((10, 5), (10, 13), (1, 3)):
         parts = minibatches(n, 4, count, "cpu")
         assert len(parts) == count and all(len(b) > 0 for b in parts)

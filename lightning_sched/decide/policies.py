@@ -91,21 +91,22 @@ class ObservingPolicy:
         last[2][:] = waiting
         return state
 
-    def ranking(self, snap: Snapshot, waiting: np.ndarray, window: int, clock_start: float | None) -> tuple:
+    def ranking(self, snap: Snapshot, waiting: np.ndarray, window: int | None, clock_start: float | None) -> tuple:
         """(waiting jobs' indices, highest priority first; their scores, float, higher first, NaN for the
         jobs outside a network's window, which come last in FCFS order). A rule's score is its priority
-        negated; SJF's, the requested time negated (its priority packs the submit time in too)."""
+        negated, on the environment's clock; SJF's, the requested time in whole seconds negated."""
         td, jobs = self._observe(snap, waiting, window, clock_start)
         score = self.policy.ranking(td)[0]  # lower first
         slots = torch.sort(score, stable=True).indices
         slots = slots[torch.isfinite(score[slots]) & (score[slots] < torch.iinfo(torch.int64).max)]
         ranked = jobs[slots.numpy()]
         rest = np.setdiff1d(np.flatnonzero(waiting), ranked)  # sorted: FCFS order
-        shown = snap.requested[ranked] if getattr(self.policy, "name", None) == "sjf" else score[slots].double().numpy()
+        sjf = getattr(self.policy, "name", None) == "sjf"  # its key packs the submit time in: show the request
+        shown = np.ceil(snap.requested[ranked]) if sjf else score[slots].double().numpy()
         self._order = (snap, clock_start, ranked)
         return np.concatenate([ranked, rest]), np.concatenate([-shown + 0.0, np.full(len(rest), np.nan)])  # no -0.0
 
-    def pick(self, snap: Snapshot, waiting: np.ndarray, window: int, clock_start: float | None) -> int:
+    def pick(self, snap: Snapshot, waiting: np.ndarray, window: int | None, clock_start: float | None) -> int:
         """The waiting job (an index into the snapshot's waiting jobs) the policy starts next, the jobs
         not `waiting` (bool [Q]) having started now."""
         if type(self.policy) is QueueHeuristic:  # a rule's priority reads no free nodes: one ranking a decision
@@ -116,7 +117,7 @@ class ObservingPolicy:
         td, jobs = self._observe(snap, waiting, window, clock_start)
         return int(jobs[int(self.policy(td)["action"][0])])
 
-    def _observe(self, snap: Snapshot, waiting: np.ndarray, window: int, clock_start: float | None) -> tuple:
+    def _observe(self, snap: Snapshot, waiting: np.ndarray, window: int | None, clock_start: float | None) -> tuple:
         """The environment's observation (a TensorDict of batch [1]) and, per window slot, the waiting
         job it shows (int64 [W], -1 empty)."""
         if clock_start is not None and (isinstance(clock_start, bool) or not isinstance(clock_start, numbers.Real)

@@ -19,6 +19,12 @@ in the answer ("held_not_waiting").
 The answer also ranks every waiting job by its score ("order"): a priority list for schedulers
 that start jobs themselves. With more than `window` jobs waiting, the first of "order" may lie
 outside the window, and the pick is the best-scored job of the window.
+
+A policy that decides through the environment's own observation (an ObservingScorer:
+policies.ObservingPolicy, for the rules, searched rules and networks reading rule ranks or fit
+delays) makes step 2's picks itself: a reserving one may start a job its ranking does not put
+first. Its "order" is its ranking of the window, then the jobs beyond the window in FCFS order with
+null scores (a rule's window is the whole queue).
 """
 from __future__ import annotations
 

@@ -196,7 +196,7 @@ def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[C
         return QueueHeuristic(spec, torch.Generator().manual_seed(seed)), heuristic_config(cfg)
     if spec.endswith(SUFFIX) and spec[:-len(SUFFIX)] in RULES:  # a rule with its own reservation
         return ReservingRule(spec[:-len(SUFFIX)]), heuristic_config(cfg, reserve=True)
-    if spec.endswith(".ckpt"):
+    if spec.endswith(".ckpt") or Path(spec).is_file():
         from .linear_rule import load_linear_rule, rule_entry
         from .policy import QueuePolicy, load_queue_policy
 

@@ -81,9 +81,11 @@ def priority(name: str, td: TensorDictBase) -> torch.Tensor:
 def sjf_key(requested: torch.Tensor, submit: torch.Tensor) -> torch.Tensor:
     """SJF's order as one int64 key per job (LongTensor[B, W] in, the same out): requested * 2^32 +
     submit where that fits in int64 (requests below 2^31 s and submit times below 2^32 s, every log's);
-    else each job's place in the (requested, submit) order, which holds whatever the times."""
-    if requested.numel() == 0 or (int(requested.max()) < 1 << 31 and 0 <= int(submit.min()) and
-                                  int(submit.max()) < 1 << 32):
+    else, on the CPU (a snapshot a scheduler sends may hold any request), each job's place in the
+    (requested, submit) order. On a GPU the bounds are not read back (a sync at every step), and the
+    packed key assumes them: requests below 68 years, submit times below 136 years."""
+    if requested.numel() == 0 or requested.device.type != "cpu" or (
+            int(requested.max()) < 1 << 31 and 0 <= int(submit.min()) and int(submit.max()) < 1 << 32):
         return requested * (1 << 32) + submit
     by_submit = torch.sort(submit, dim=-1, stable=True).indices
     order = by_submit.gather(-1, torch.sort(requested.gather(-1, by_submit), dim=-1, stable=True).indices)
