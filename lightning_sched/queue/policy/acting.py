@@ -62,6 +62,12 @@ def network_inputs(td: TensorDictBase, device) -> TensorDictBase:
     return td.select(*IN_KEYS, "action_mask").to(device)
 
 
+def network_logits(net, td: TensorDictBase, device) -> tuple[TensorDictBase, torch.Tensor]:
+    """(what `net` read of the env's `td`, on `device`; its masked logits [B, W] there)."""
+    seen = network_inputs(td, device)
+    return seen, net(seen["job_features"], seen["cluster_features"], seen["action_mask"])
+
+
 @torch.no_grad()
 def choose(net, spec: QueuePolicySpec, td: TensorDictBase, device, greedy: bool = True,
            generator: torch.Generator | None = None) -> tuple[TensorDictBase, torch.Tensor]:
@@ -71,8 +77,7 @@ def choose(net, spec: QueuePolicySpec, td: TensorDictBase, device, greedy: bool 
     writes td["action"], that job played with the reservation when `spec.reserve` (`reserved_action`,
     on the env's device). Returns (what the network read, on `device`; the first picks, LongTensor[B]
     on `device`). A finished row's mask allows slot 0 only (the env ignores its action)."""
-    seen = network_inputs(td, device)
-    logits = net(seen["job_features"], seen["cluster_features"], seen["action_mask"])
+    seen, logits = network_logits(net, td, device)
     if greedy:
         first = logits.argmax(-1)
     else:
@@ -100,6 +105,5 @@ class QueuePolicy:
     def ranking(self, td) -> torch.Tensor:
         """Minus the network's logits of the window's slots, DoubleTensor[B, W] on the env's device,
         lower first (empty slots inf): the order of its greedy picks."""
-        seen = network_inputs(td, next(self.net.parameters()).device)
-        logits = self.net(seen["job_features"], seen["cluster_features"], seen["action_mask"])
+        _, logits = network_logits(self.net, td, next(self.net.parameters()).device)
         return torch.where(td["action_mask"], -logits.double().to(td["action_mask"].device), torch.inf)
