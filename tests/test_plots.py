@@ -118,3 +118,22 @@ def test_the_queue_figure_marks_each_panels_best_rule_which_the_differences_are_
         assert colours[best] == to_rgb("tab:blue") and colours["fcfs"] == to_rgb("tab:gray")
         assert [t.get_text() for t in ax.get_legend().get_texts()] == ["best rule"]
     assert to_rgb(fig.axes[0].patches[3].get_facecolor()) == to_rgb("tab:red")  # a checkpoint
+
+
+
+def test_a_reference_lines_ci_is_a_band_and_the_sites_figure_reads_the_best_rules(tmp_path):
+    curves = {"site": {"maml": {0: (3.0, 0.1), 5: (2.9, 0.1)}}}
+    banded = plots.adaptation_curves(curves, {"site": {"f1 (best rule)": (3.2, 0.3)}})
+    bare = plots.adaptation_curves(curves, {"site": {"f1 (best rule)": (3.2, 0.0)}})
+    spans = [list(ax.patches) for fig in (banded, bare) for ax in fig.axes if ax.has_data()]
+    assert len(spans[0]) == 1 and spans[1] == []
+    sys.path.insert(0, str(ROOT / "scripts" / "experiments"))
+    try:
+        from queue_sites_figure import best_rule_ci
+    finally:
+        sys.path.remove(str(ROOT / "scripts" / "experiments"))
+    out = tmp_path / "adapt.txt"  # adapt.py --env queue's rules table above its JSON lines
+    out.write_text("  fcfs        415.89 ±   54.31\n  f1           53.33 ±    7.61  (best rule)\n{\"step\": 0}\n")
+    assert best_rule_ci(str(out)) == 7.61
+    out.write_text("{\"step\": 0}\n")
+    assert best_rule_ci(str(out)) == 0.0

@@ -385,3 +385,20 @@ def test_a_resume_sets_aside_checkpoints_saved_after_its_step(tmp_path, capsys):
     assert (folder / "abandoned" / "best-2.ckpt").read_bytes() == b"an earlier one"
     assert torch.load(folder / "abandoned" / "best-2-2.ckpt", weights_only=True)["global_step"] == 2
     assert "best-2.ckpt (step 2) is after the resumed step 1: moved to" in capsys.readouterr().err
+
+
+def test_an_error_in_training_starts_a_line_of_its_own():
+    """The bar stays on its line while it runs; an exception closes it, so the `error: ...` line fit.py
+    prints next does not land at the end of the bar's."""
+    import io
+
+    from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
+
+    from callbacks.run import RunProgressBar
+
+    bar, out = RunProgressBar(), io.StringIO()
+    bar._train_progress_bar = Tqdm(desc="iteration", total=5, file=out, leave=True)
+    bar._train_progress_bar.update(2)
+    assert not out.getvalue().endswith("\n")
+    bar.on_exception(None, None, ValueError("a bad monitor"))
+    assert out.getvalue().endswith("\n")
