@@ -35,6 +35,13 @@ class HeuristicComparison(Callback):
                                                 device=pl_module.device).summary
         return self.reference
 
+    def validation_metrics(self, pl_module) -> set[str]:
+        """The keys it logs beside `pl_module`'s validation: the heuristics' metrics, for modules whose
+        validation leaves an EvalResult (`last_eval`: DeepRM's)."""
+        if not hasattr(pl_module, "evaluate_and_log"):
+            return set()
+        return {f"eval/{name}/{m}" for name in self.heuristics for m in METRICS} | {"eval/slowdown_vs_best_heuristic"}
+
     def on_validation_epoch_end(self, trainer, pl_module):
         if trainer.sanity_checking or getattr(pl_module, "last_eval", None) is None:
             return

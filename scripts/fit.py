@@ -168,6 +168,7 @@ class SchedulerCLI(LightningCLI):
 
     def before_fit(self) -> None:
         self.print_run()
+        require_monitored_metric(self.trainer, self.model)
         require_free_space(Path(self.config.fit.checkpoint.dirpath), self.model)
 
     def before_test(self) -> None:
@@ -177,6 +178,24 @@ class SchedulerCLI(LightningCLI):
         self.print_run()
 
     before_validate = before_predict = print_run
+
+
+def require_monitored_metric(trainer, model) -> None:
+    """ConfigError (one line) when the best checkpoint monitors a validation key (eval/...) that neither
+    the module nor a callback logs: at the start, not at the first validation (after
+    val_check_interval iterations). A module that declares none (validation_metrics() None) is not checked."""
+    known = model.validation_metrics() if hasattr(model, "validation_metrics") else None
+    if known is None:
+        return
+    for callback in trainer.callbacks:
+        if hasattr(callback, "validation_metrics"):
+            known = known | callback.validation_metrics(model)
+    for callback in trainer.checkpoint_callbacks:
+        monitor = callback.monitor
+        if monitor is not None and monitor.startswith("eval/") and monitor not in known:
+            raise ConfigError(f"checkpoint.monitor: {type(model).__name__}'s validation logs no {monitor!r} (it logs "
+                              f"{', '.join(sorted(k for k in known if k.count('/') == 1 and not k.endswith('_ci95')))}"
+                              ", ...)")
 
 
 def finish_wandb(exit_code: int) -> None:

@@ -99,6 +99,11 @@ class IterationTask(LightningModule):
 
     iterations_per_epoch: int
 
+    def validation_metrics(self) -> set[str] | None:
+        """The keys its validation logs (fit.py checks a monitored eval/ key against them, and those of
+        callbacks that log more, before training); None: not declared, nothing checked."""
+        return None
+
     def train_dataloader(self):
         return pacing_loader(self.iterations_per_epoch)
 
@@ -234,6 +239,9 @@ class SchedulerTask(IterationTask):
 
     def validation_step(self, batch, batch_idx):
         self.last_eval = self.evaluate_and_log(self.val_jobs, "eval")
+
+    def validation_metrics(self) -> set[str]:
+        return {f"eval/{m}{ci}" for m in METRICS for ci in ("", "_ci95")} | {"eval/unfinished_jobs"}
 
     def test_step(self, batch, batch_idx):
         jobs = self.held_out_jobsets(self.evaluation.test_jobsets, self.evaluation.test_seed)

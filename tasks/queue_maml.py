@@ -274,6 +274,9 @@ class QueueMAML(IterationTask):
                          checkpoint, "--threads", "1"]
 
     # ----- validation: adapt as training does, then the greedy policy on fixed sequences ----------
+    def validation_metrics(self) -> set[str]:
+        return {"eval/mean_bounded_slowdown"}
+
     @torch.inference_mode(False)  # Lightning validates under inference mode; adapting needs gradients
     @torch.enable_grad()
     def validation_step(self, batch, batch_idx):

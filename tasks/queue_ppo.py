@@ -419,6 +419,9 @@ class QueuePPO(IterationTask):
         return "evaluate", ["--env", "queue", "--protocol", protocol, "--trace", *[one.path for one in self.logs],
                             *reading, "--backfill", self.cfg.backfill, "--policy", *RULES, checkpoint]
 
+    def validation_metrics(self) -> set[str]:
+        return {f"eval/{m}" for m in METRICS}
+
     def validation_step(self, batch, batch_idx):
         metrics = self.evaluate(self.env("val"))
         values = {f"eval/{m}": metrics[m].mean().float() for m in METRICS}

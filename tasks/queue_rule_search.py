@@ -101,6 +101,9 @@ class QueueRuleSearch(IterationTask):
                 self._best_rules.append((name, results[name].sequences["mean_bounded_slowdown"]))
         return self._best_rules
 
+    def validation_metrics(self) -> set[str]:
+        return {"eval/relative_to_best_rule", "eval/mean_bounded_slowdown"}
+
     def validation_step(self, batch, batch_idx):
         rule, relative, bsld = LinearRule(self.weights.detach(), self.reserve), [], []
         for (name, best), log, cfg, starts in zip(self.best_rules(), self.logs, self.cfgs, self.val_starts):

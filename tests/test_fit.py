@@ -186,6 +186,13 @@ def fit_exit(fit_main, capsys, *args) -> tuple[int, str, str]:
     return stopped.value.code or 0, out.out, out.err
 
 
+def test_a_monitor_the_validation_never_logs_is_refused_before_training(fit_main, capsys, tmp_path):
+    code, _, err = fit_exit(fit_main, capsys, "--config", SMOKE, "--checkpoint.monitor", "eval/mean_slowdwn")
+    assert code == 2 and err.strip().splitlines()[-1].startswith(
+        "error: checkpoint.monitor: Reinforce's validation logs no 'eval/mean_slowdwn' (it logs eval/makespan, ")
+    assert not any((tmp_path / "runs").glob("*"))  # refused before any iteration; the new run folder removed
+
+
 def test_print_config_and_unknown_keys(fit_main, capsys):
     code, out, _ = fit_exit(fit_main, capsys, "--config", SMOKE, "--print_config")
     assert code == 0 and "class_path: tasks.reinforce.Reinforce" in out and "episodes_per_jobset: 4" in out
