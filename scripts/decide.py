@@ -25,6 +25,7 @@ except ModuleNotFoundError:  # run as a module of the installed package: nothing
     pass
 from lightning_sched.config import ConfigError  # noqa: E402
 from lightning_sched.decide import SnapshotError, decide, export_onnx, load_scorer, require_clock_start  # noqa: E402
+from lightning_sched.decide.scorers import clock_start_flag_error  # noqa: E402
 from lightning_sched.script_parser import ScriptParser  # noqa: E402
 
 
@@ -48,8 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.threads < 1:
         p.error(f"--threads must be >= 1, got {args.threads}")
-    if args.clock_start is not None and not 0 <= args.clock_start < float("inf"):
-        p.error(f"--clock_start must be a finite number of seconds >= 0, got {args.clock_start:g}")
+    if refused := clock_start_flag_error(args.clock_start):
+        p.error(refused)
     if args.window is not None and args.window < 1:
         p.error(f"--window must be >= 1, got {args.window}")
     if args.serve and args.snapshot:

@@ -37,6 +37,7 @@ except ModuleNotFoundError:  # run as a module of the installed package: nothing
     pass
 from lightning_sched.config import ConfigError  # noqa: E402
 from lightning_sched.decide import SnapshotError, decide, load_scorer, require_clock_start  # noqa: E402
+from lightning_sched.decide.scorers import clock_start_flag_error  # noqa: E402
 from lightning_sched.decide.snapshot import MAX_WAIT_DAYS  # noqa: E402
 
 TOP_PRIORITY = 1_000_000  # the first job of the order gets this, the next one less, ...
@@ -193,8 +194,8 @@ def main(argv=None) -> int:
         p.error(f"--threads must be >= 1, got {args.threads}")
     if args.unlimited_minutes < 1:
         p.error(f"--unlimited_minutes must be >= 1, got {args.unlimited_minutes}")
-    if args.clock_start is not None and not 0 <= args.clock_start < float("inf"):
-        p.error(f"--clock_start must be a finite number of seconds >= 0, got {args.clock_start:g}")
+    if refused := clock_start_flag_error(args.clock_start):
+        p.error(refused)
     try:
         scorer = load_scorer(args.policy, args.threads)
         require_clock_start(scorer, args.clock_start)  # now, not when jobs first pend

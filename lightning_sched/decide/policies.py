@@ -25,8 +25,8 @@ from tensordict import TensorDict
 from ..config import ConfigError
 from ..queue.config import BACKFILL, RULES, QueueConfig
 from ..queue.env import observation
-from ..queue.evaluation import resolve
-from ..queue.heuristics import HEURISTICS, QueueHeuristic
+from ..queue.evaluation import is_rule, resolve
+from ..queue.heuristics import QueueHeuristic
 from ..queue.linear_rule import RULE_FEATURES, LinearRule, rule_entry
 from ..queue.policy import QueuePolicy, read_queue_record
 from ..queue.reservation import SUFFIX
@@ -35,11 +35,6 @@ from ..queue.step import step_and_observe
 from .snapshot import Snapshot, SnapshotError
 
 LOG_SUBMIT = [name for name, _ in RULE_FEATURES].index("log_submit")  # the linear rules' weight on log10(submit)
-
-
-def is_rule(spec: str) -> bool:
-    """Whether `spec` names a rule (or RULE+reserve): names come before files, as in `resolve`."""
-    return spec in HEURISTICS or (spec.endswith(SUFFIX) and spec[:-len(SUFFIX)] in RULES)
 
 
 def observes(spec: str) -> bool:

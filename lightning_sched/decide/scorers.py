@@ -115,6 +115,13 @@ def load_scorer(path, threads: int | None = None):
     return ObservingPolicy(str(path), threads) if observes(str(path)) else TorchScorer(path, threads)
 
 
+def clock_start_flag_error(value: float | None) -> str | None:
+    """The refusal of a --clock_start flag that is not a finite number of seconds >= 0 (None: fine)."""
+    if value is not None and not 0 <= value < float("inf"):
+        return f"--clock_start must be a finite number of seconds >= 0, got {value:g}"
+    return None
+
+
 def require_clock_start(scorer, clock_start: float | None) -> None:
     """ConfigError (one line) when `scorer` reads submit times or the time of day and `clock_start`
     is None: a service checks it once at its start, not at the first snapshot with waiting jobs."""
@@ -139,7 +146,7 @@ def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
         raise ConfigError(f"--export: the file's name must end in .onnx, got {out}")
     if is_onnx(checkpoint):
         raise ConfigError(f"--export: {checkpoint} is an export already (it reads a queue checkpoint, .ckpt)")
-    from .policies import is_rule
+    from ..queue.evaluation import is_rule
 
     if is_rule(str(checkpoint)):
         raise ConfigError(f"--export: {checkpoint} is a rule: only a network's checkpoint exports to ONNX (decide.py "

@@ -29,7 +29,7 @@ from .config import QueueConfig
 from .env import QueueEnv, play_to_end
 from .heuristics import HEURISTICS, RULES, QueueHeuristic
 from .log import QueueLog, read_queue_log
-from .reservation import SUFFIX, ReservingRule, reserving_config
+from .reservation import SUFFIX, ReservingRule, reserved_rule, reserving_config
 
 PROTOCOLS = ("rlscheduler", "heldout", "recent", "disjoint")
 # 0-based positions in the log's job list of RLScheduler's 10 evaluation sequences (its seeded draw)
@@ -188,14 +188,19 @@ def overlap_note(spread: dict, length: int, sequences: int, halves_shown: bool =
             f"not what another stretch of the log would give{halves_text})")
 
 
+def is_rule(spec: str) -> bool:
+    """Whether `spec` names a rule (or RULE+reserve), which `resolve` takes before any file of that name."""
+    return spec in HEURISTICS or reserved_rule(spec) is not None
+
+
 def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[Callable, QueueConfig]:
     """A rule name (or RULE+reserve: queue.reservation) or a queue checkpoint path (a network's or a
     linear rule's) -> (policy, the config it runs with on `cfg`'s log: a rule with the whole queue
     visible, a network with the window it was trained with)."""
     if spec in HEURISTICS:
         return QueueHeuristic(spec, torch.Generator().manual_seed(seed)), heuristic_config(cfg)
-    if spec.endswith(SUFFIX) and spec[:-len(SUFFIX)] in RULES:  # a rule with its own reservation
-        return ReservingRule(spec[:-len(SUFFIX)]), heuristic_config(cfg, reserve=True)
+    if reserved_rule(spec) is not None:  # a rule with its own reservation
+        return ReservingRule(reserved_rule(spec)), heuristic_config(cfg, reserve=True)
     if spec.endswith(".ckpt") or Path(spec).is_file():
         from .linear_rule import load_linear_rule, rule_entry
         from .policy import QueuePolicy, load_queue_policy

@@ -31,6 +31,12 @@ from .step import span_seconds
 SUFFIX = "+reserve"  # "f1+reserve": rule F1 played with its own reservation
 
 
+def reserved_rule(spec: str) -> str | None:
+    """The rule a name "RULE+reserve" plays with its own reservation (one of RULES), else None."""
+    rule = spec[:-len(SUFFIX)] if spec.endswith(SUFFIX) else None
+    return rule if rule in RULES else None
+
+
 def reserving_config(cfg: QueueConfig) -> QueueConfig:
     """`cfg` with the fit-delay feature a reserving policy reads, and no rule ranks before it."""
     return replace(cfg, rule_ranks=(), fit_delay=True)
