@@ -108,12 +108,49 @@ def config_error(error: BaseException | None) -> ConfigError | None:
     return None
 
 
+def config_paths(args: list[str]) -> list[str]:
+    """The `--config`/`-c` files of a command line, in the order given (a later one wins)."""
+    return [value if flag in ("--config", "-c") else flag.split("=", 1)[1]
+            for flag, value in zip(args, args[1:] + [""])
+            if flag in ("--config", "-c") or flag.startswith("--config=")]
+
+
+def key_lines(node, path: tuple = ()):
+    """(key path, line) for each mapping key under a composed YAML node, lines from 1."""
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                yield path + (key.value,), key.start_mark.line + 1
+                yield from key_lines(value, path + (key.value,))
+
+
+def where_set(message: str, args: list[str]) -> str:
+    """` (--config FILE, line N)` for the file that sets the key a one-line parse error names (an
+    option refused, or a value of the wrong type), the last such file as that one wins; '' if none
+    does or a flag of the command line sets it."""
+    refused = re.search(r"Option '([^']+)' is not accepted", message) or re.match(r"([\w.]+): ", message)
+    if refused is None:
+        return ""
+    name, section = refused.group(1).split(".")[-1], message.split(".", 1)[0].split(":", 1)[0]
+    if any(re.match(rf"--(\S+\.)?{re.escape(name)}(=|$)", arg) for arg in args):
+        return ""
+    for path in reversed(config_paths(args)):
+        try:
+            with open(path, encoding="utf-8") as file:
+                keys = key_lines(yaml.compose(file))
+                lines = [line for path_keys, line in keys if path_keys[-1] == name and path_keys[0] == section]
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        if lines:
+            return f" (--config {path}, line {lines[0]})"
+    return ""
+
+
 def require_text_configs(args: list[str]) -> None:
     """A ConfigError naming the file when a `--config` is no text file (a checkpoint, say) or no
     valid YAML (a !!python tag, a tab), before jsonargparse fails on it without naming it."""
-    for flag, value in zip(args, args[1:] + [""]):
-        path = value if flag in ("--config", "-c") else flag.split("=", 1)[1] if flag.startswith("--config=") else None
-        if path and os.path.isfile(path):
+    for path in config_paths(args):
+        if os.path.isfile(path):
             try:
                 with open(path, encoding="utf-8") as file:
                     yaml.safe_load(file)
@@ -121,7 +158,10 @@ def require_text_configs(args: list[str]) -> None:
                 raise ConfigError(f"--config {path}: not a YAML config (binary content; a checkpoint goes to "
                                   "--ckpt_path or --model.init_from)") from None
             except yaml.YAMLError as error:  # a python/* tag, a tab, an unclosed bracket: named with the file
-                raise ConfigError(f"--config {path}: not valid YAML ({one_line(str(error))[:300]})") from None
+                mark = getattr(error, "problem_mark", None)
+                where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+                reason = getattr(error, "problem", None) or one_line(str(error))
+                raise ConfigError(f"--config {path}{where}: not valid YAML ({reason[:300]})") from None
 
 
 def with_default_model(args: list[str]) -> list[str]:

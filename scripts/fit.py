@@ -44,6 +44,7 @@ from callbacks.cli import (
     quiet_start,
     require_base,
     require_text_configs,
+    where_set,
     with_default_model,
 )
 from callbacks.resume import (
@@ -72,10 +73,14 @@ class SchedulerParser(LightningArgumentParser):
     """Parse errors as one line (`error: model.num_jobsets: Expected a <class 'int'>. Got value: many`),
     not the usage of every option followed by the nested message."""
 
+    command: list[str] = []  # the command line, to say which --config file sets a refused key
+
     def error(self, message: str, ex: Exception | None = None):
         if not self.exit_on_error or show_tracebacks():
             super().error(message, ex)
-        self.exit(2, f"error: {one_line(message)} (`{self.prog.replace(' [options]', '')} --help` lists the options)\n")
+        line = one_line(message)
+        self.exit(2, f"error: {line}{where_set(line, self.command)}"
+                     f" (`{self.prog.replace(' [options]', '')} --help` lists the options)\n")
 
 
 class SchedulerCLI(LightningCLI):
@@ -115,6 +120,7 @@ class SchedulerCLI(LightningCLI):
         parser.add_lightning_class_args(HeuristicComparison, "compare")
 
     def parse_arguments(self, parser, args) -> None:
+        SchedulerParser.command = sys.argv[1:] if args is None else list(args)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         if subcommand and self.config[subcommand].get("weights_only") is False:

@@ -165,7 +165,12 @@ def test_cuda_without_cuda_is_one_line(capsys):
 @pytest.mark.parametrize("args, expected", [
     (["--ckpt_path", "POLICY_ONLY"], "is a policy-only checkpoint"),
     (["--config", str(SHIPPED)], f"--config {SHIPPED}: not a YAML config"),
-    (["--config", "PYTHON_TAG"], "python.yaml: not valid YAML (could not determine a constructor for the tag"),
+    (["--config", "PYTHON_TAG"], "python.yaml, line 1, column 8: not valid YAML (could not determine a constructor"),
+    (["--config", "BROKEN"], "broken.yaml, line 4, column 4: not valid YAML (expected ',' or ']', but got ':')"),
+    (["--config", "TYPO"], "model: Option 'num_jobsetz' is not accepted (--config TYPO, line 4)"),
+    (["--config", "TYPE", "--model.episodes_per_jobset", "2"],
+     "model.num_jobsets: Expected a <class 'int'>. Got value: many (--config TYPE, line 3)"),
+    (["--model.num_jobsets", "many"], "model.num_jobsets: Expected a <class 'int'>. Got value: many (`"),
     (["--trainer.val_check_interval", "0"], "trainer.val_check_interval must be > 0"),
     (["--model.seed", "99999999999999"], "model.seed must be an integer in [0, 2^31), got 99999999999999"),
     (["--ckpt_path", str(ROOT / "checkpoints" / "queue_bsld.ckpt")],
@@ -178,8 +183,17 @@ def test_fit_gives_one_line_and_exit_2(fit_main, capsys, tmp_path, args, expecte
     torch.save({"lightning_sched": torch.load(SHIPPED, map_location="cpu", weights_only=True)["lightning_sched"]},
                policy_only)
     (tmp_path / "python.yaml").write_text('model: !!python/object/apply:os.system ["touch payload_ran"]\n')
-    args = [str(policy_only) if a == "POLICY_ONLY" else str(tmp_path / "python.yaml") if a == "PYTHON_TAG" else a
-            for a in args]
+    configs = {"PYTHON_TAG": "python.yaml: model: !!python/object/apply:os.system ['touch payload_ran']",
+               "BROKEN": "broken.yaml: model:\n  init_args:\n    num_jobsets: [4\n  x: 1",  # a bracket left open
+               "TYPO": "typo.yaml: model:\n  class_path: tasks.reinforce.Reinforce\n  init_args:\n    num_jobsetz: 4",
+               "TYPE": "type.yaml: model:\n  init_args:\n    num_jobsets: many"}
+    for name, content in configs.items():
+        file, text = content.split(": ", 1)
+        (tmp_path / file).write_text(text + "\n")
+        configs[name] = str(tmp_path / file)
+    args = [str(policy_only) if a == "POLICY_ONLY" else configs.get(a, a) for a in args]
+    expected = expected.replace("--config TYPO", f"--config {configs['TYPO']}").replace(
+        "--config TYPE", f"--config {configs['TYPE']}")
     with pytest.raises(SystemExit) as stopped:
         fit_main(["fit", "--config", str(ROOT / "configs" / "smoke.yaml"), "--trainer.logger", "false", *args])
     err = capsys.readouterr().err.strip().splitlines()
