@@ -586,14 +586,17 @@ def test_an_env_too_large_for_memory_is_refused_before_it_allocates(tmp_path, mo
 def test_an_evaluation_names_the_sequences_a_checkpoint_trained_on(tmp_path):
     from lightning_sched.queue.evaluation import training_notes
 
+    from lightning_sched.queue.policy import QueueNetwork, QueuePolicyRecord, QueuePolicySpec
+
     log = read_queue_log(write_log(tmp_path / "site.swf", jobs=1000))
-    ckpt = tmp_path / "p.ckpt"
-    torch.save({"lightning_sched": {"kind": "queue", "queue": {"backfill": "off"}, "log": [str(tmp_path / "site.swf")],
-                                    "train_fraction": 0.5}}, ckpt)
-    notes, read = training_notes(str(ckpt), log, torch.tensor([100, 499, 500, 900]), "easy")
-    assert read == 2 and notes == [f"note: {ckpt} trained with backfilling off, runs here with easy",
-                                   f"note: {ckpt} trained on the first 50% of site.swf's jobs (a log of that file "
-                                   "name): 2 of these 4 sequences hold jobs it read"]
+    record = QueuePolicyRecord.of(QueueNetwork(QueuePolicySpec()), log.config(backfill="off"),
+                                  log=[str(tmp_path / "site.swf")], train_fraction=0.5)
+    for ckpt in (tmp_path / "p.ckpt", tmp_path / "p.pt"):  # any file name: adapt.py and ensemble.py write .pt too
+        record.save(ckpt)
+        notes, read = training_notes(str(ckpt), log, torch.tensor([100, 499, 500, 900]), "easy")
+        assert read == 2 and notes == [f"note: {ckpt} trained with backfilling off, runs here with easy",
+                                       f"note: {ckpt} trained on the first 50% of site.swf's jobs (a log of that file "
+                                       "name): 2 of these 4 sequences hold jobs it read"]
     assert training_notes(str(ckpt), log, torch.tensor([500, 900]), "off") == ([], 0)
     other = read_queue_log(write_log(tmp_path / "other.swf", jobs=1000))
     assert training_notes(str(ckpt), other, torch.tensor([0]), "off") == ([], None)  # never read this log

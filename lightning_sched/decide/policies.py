@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -25,11 +24,11 @@ from tensordict import TensorDict
 from ..config import ConfigError
 from ..queue.config import BACKFILL, RULES, QueueConfig
 from ..queue.env import observation
-from ..queue.evaluation import is_rule, resolve
 from ..queue.heuristics import QueueHeuristic
-from ..queue.linear_rule import RULE_FEATURES, LinearRule, rule_entry
-from ..queue.policy import QueuePolicy, read_queue_record
+from ..queue.linear_rule import RULE_FEATURES, LinearRule, LinearRuleRecord
+from ..queue.policy import QueuePolicy, QueuePolicyRecord
 from ..queue.reservation import SUFFIX
+from ..queue.specs import QueueCheckpoint, resolve
 from ..queue.state import MAX_EPISODE_SECONDS, RUNNING, WAITING, QueueState
 from ..queue.step import step_and_observe
 from .snapshot import Snapshot, SnapshotError
@@ -37,14 +36,26 @@ from .snapshot import Snapshot, SnapshotError
 LOG_SUBMIT = [name for name, _ in RULE_FEATURES].index("log_submit")  # the linear rules' weight on log10(submit)
 
 
-def observes(spec: str) -> bool:
-    """Whether policy `spec` (a rule name or a checkpoint path) decides through `ObservingPolicy`:
-    every rule and linear rule, and a network whose inputs a snapshot's four job features lack."""
-    if is_rule(spec) or not Path(spec).is_file():
-        return True  # a rule, or what resolve() refuses naming the choices
-    if rule_entry(spec) is not None:
+@dataclass
+class Decision:
+    """What one decision (one snapshot, one clock start) keeps across its picks: the snapshot's
+    QueueState brought up to date as jobs start (the kernel's sorted orders of the queue live in it),
+    the jobs still waiting in it (bool [Q]), and a rule's order of the waiting jobs (int64 [Q'])."""
+
+    snapshot: Snapshot
+    clock_start: float
+    waiting: np.ndarray
+    state: QueueState | None
+    order: np.ndarray | None = None
+
+
+def observes(record: QueueCheckpoint | None) -> bool:
+    """Whether the policy of `record` (queue.specs.policy_record; None: a rule) decides through
+    `ObservingPolicy`: every rule and linear rule, and a network whose inputs a snapshot's four job
+    features lack."""
+    if not isinstance(record, QueuePolicyRecord):
         return True
-    cfg = read_queue_record(spec).queue
+    cfg = record.queue
     return bool(cfg.rule_ranks or cfg.fit_delay or cfg.clock)
 
 
@@ -54,36 +65,55 @@ class ObservingPolicy:
     config's window is None for a rule (it sees the whole queue); `clock_reason` says what it reads
     that needs the clock's start (None: nothing)."""
 
-    def __init__(self, spec: str, threads: int | None = None):
+    def __init__(self, spec: str, threads: int | None = None, record: QueueCheckpoint | None = None):
+        """`record`: queue.specs.policy_record(spec), when already read (None: a rule's name, or read here)."""
         if threads is not None:
             torch.set_num_threads(threads)
         self.spec = spec
-        self.policy, self.base = resolve(spec, QueueConfig())  # a network: the window and features it trained with
+        # a network: the window and features it trained with
+        self.policy, self.base = resolve(spec, QueueConfig(), record=record)
         if isinstance(self.policy, QueueHeuristic) and self.policy.name not in RULES:
             why = "draws at random" if spec == "random" else "is kept only to reproduce RLScheduler's published cells"
             raise ConfigError(f"--policy {spec} {why}: it does not decide for a scheduler (the rules: "
                               f"{', '.join(RULES)}, or RULE{SUFFIX})")
         self.whole_queue = not isinstance(self.policy, QueuePolicy)
-        self.config = {"window": None if self.whole_queue else self.base.window, "backfill": own_backfill(spec),
+        self.config = {"window": None if self.whole_queue else self.base.window,
+                       "backfill": own_backfill(spec, record, self.base),
                        "max_wait": self.base.max_wait, "max_requested": self.base.max_requested}
         self.clock_reason = clock_reason(self.policy, self.base)
-        self._last = None  # (snapshot, clock_start, waiting, state) of the decision under way
-        self._order = None  # (snapshot, clock_start, the ranking's order) of the decision under way
+        self._decision = None  # the Decision under way: its snapshot's state and order, kept across its picks
+
+    def _clock(self, clock_start: float | None) -> float:
+        """`clock_start` as seconds (0 when None), refused in one line when it is no finite number or
+        is None for a policy that reads the clock's origin."""
+        if clock_start is not None and (isinstance(clock_start, bool) or not isinstance(clock_start, numbers.Real)
+                                        or not math.isfinite(clock_start)):
+            raise SnapshotError(f"clock_start: must be a finite number of seconds, got {clock_start!r}")
+        if clock_start is None and self.clock_reason:
+            raise ConfigError(needs_clock_start(self.spec, self.clock_reason))
+        return 0.0 if clock_start is None else float(clock_start)
+
+    def _current(self, snap: Snapshot, clock_start: float) -> Decision | None:
+        """The Decision under way when `snap` and `clock_start` are still its own."""
+        kept = self._decision
+        return kept if kept is not None and kept.snapshot is snap and kept.clock_start == clock_start else None
 
     def _state(self, snap: Snapshot, waiting: np.ndarray, clock_start: float) -> QueueState:
         """`snapshot_state`, built at a decision's first look and then brought up to date as the
         decision starts jobs: the native kernel keeps its sorted orders of the queue in the state, so
         a long queue is not sorted again at every pick."""
-        last = self._last
-        if last is None or last[0] is not snap or last[1] != clock_start or bool((waiting & ~last[2]).any()):
-            self._last = (snap, clock_start, waiting.copy(), snapshot_state(snap, waiting, clock_start))
-            return self._last[3]
-        state, started = last[3], np.flatnonzero(last[2] & ~waiting) + len(snap.running_id)
+        kept = self._current(snap, clock_start)
+        if kept is None or kept.state is None or bool((waiting & ~kept.waiting).any()):
+            order = kept.order if kept is not None else None  # a rule's order stays valid
+            self._decision = Decision(snap, clock_start, waiting.copy(), snapshot_state(snap, waiting, clock_start),
+                                      order)
+            return self._decision.state
+        state, started = kept.state, np.flatnonzero(kept.waiting & ~waiting) + len(snap.running_id)
         for job in started.tolist():  # as snapshot_state writes a job started now
             state.status[0, job], state.start[0, job] = RUNNING, state.time[0]
             state.start_rank[0, job] = int((state.start_rank >= 0).sum())
             state.free_nodes -= state.nodes[0, job]
-        last[2][:] = waiting
+        kept.waiting[:] = waiting
         return state
 
     def ranking(self, snap: Snapshot, waiting: np.ndarray, window: int | None, clock_start: float | None) -> tuple:
@@ -98,16 +128,17 @@ class ObservingPolicy:
         rest = np.setdiff1d(np.flatnonzero(waiting), ranked)  # sorted: FCFS order
         sjf = getattr(self.policy, "name", None) == "sjf"  # its key packs the submit time in: show the request
         shown = np.ceil(snap.requested[ranked]) if sjf else score[slots].double().numpy()
-        self._order = (snap, clock_start, ranked)
+        self._decision.order = ranked  # _observe made the decision current
         return np.concatenate([ranked, rest]), np.concatenate([-shown + 0.0, np.full(len(rest), np.nan)])  # no -0.0
 
     def pick(self, snap: Snapshot, waiting: np.ndarray, window: int | None, clock_start: float | None) -> int:
         """The waiting job (an index into the snapshot's waiting jobs) the policy starts next, the jobs
         not `waiting` (bool [Q]) having started now."""
         if type(self.policy) is QueueHeuristic:  # a rule's priority reads no free nodes: one ranking a decision
-            if self._order is None or self._order[0] is not snap or self._order[1] != clock_start:
+            kept = self._current(snap, self._clock(clock_start))
+            if kept is None or kept.order is None:
                 self.ranking(snap, np.ones_like(waiting), window, clock_start)
-            order = self._order[2]
+            order = self._decision.order
             return int(order[np.argmax(waiting[order])])
         td, jobs = self._observe(snap, waiting, window, clock_start)
         return int(jobs[int(self.policy(td)["action"][0])])
@@ -115,12 +146,7 @@ class ObservingPolicy:
     def _observe(self, snap: Snapshot, waiting: np.ndarray, window: int | None, clock_start: float | None) -> tuple:
         """The environment's observation (a TensorDict of batch [1]) and, per window slot, the waiting
         job it shows (int64 [W], -1 empty)."""
-        if clock_start is not None and (isinstance(clock_start, bool) or not isinstance(clock_start, numbers.Real)
-                                        or not math.isfinite(clock_start)):
-            raise SnapshotError(f"clock_start: must be a finite number of seconds, got {clock_start!r}")
-        if clock_start is None and self.clock_reason:
-            raise ConfigError(needs_clock_start(self.spec, self.clock_reason))
-        state = self._state(snap, waiting, 0.0 if clock_start is None else float(clock_start))
+        state = self._state(snap, waiting, self._clock(clock_start))
         length = state.length
         cfg = replace(self.base, nodes=snap.nodes, processors_per_node=snap.processors_per_node, sequence_length=length,
                       window=length if self.whole_queue else window)
@@ -152,15 +178,12 @@ def needs_clock_start(spec: str, reason: str) -> str:
             "time 0 is their start; docs/deploy.md)")
 
 
-def own_backfill(spec: str) -> str:
-    """The backfilling policy `spec` decides with by default: a network's, what it trained with; a
-    searched rule's, what it was searched with; a rule's: off."""
-    if is_rule(spec):
-        return "off"
-    entry = rule_entry(spec)
-    if entry is None:
-        return read_queue_record(spec).queue.backfill
-    backfill = entry.get("provenance", {}).get("backfill", "off")
+def own_backfill(spec: str, record: QueueCheckpoint | None, base: QueueConfig) -> str:
+    """The backfilling policy `spec` (its `record`; None: a rule) decides with by default: a network's,
+    what it trained with (`base`); a searched rule's, what it was searched with; a rule's: off."""
+    if not isinstance(record, LinearRuleRecord):
+        return base.backfill if record is not None else "off"
+    backfill = record.trained_on()[2] or "off"
     if backfill not in BACKFILL:
         raise ConfigError(f"{spec}: provenance.backfill must be off or easy, got {backfill!r}")
     return backfill

@@ -30,15 +30,17 @@ class TorchScorer:
     network runs exactly as in the environment (the window's jobs as one row); `threads` sets
     torch's threads for the process when given (a hook shares its machine)."""
 
-    def __init__(self, path, threads: int | None = None):
+    def __init__(self, path, threads: int | None = None, record=None):
+        """`record`: the file's QueuePolicyRecord when already read (queue.specs.policy_record)."""
         import torch
 
-        from ..queue.policy import load_queue_policy
+        from ..queue.policy import queue_network, read_queue_record
 
         self.torch = torch
         if threads is not None:
             torch.set_num_threads(threads)
-        self.net, cfg = load_queue_policy(path)
+        record = read_queue_record(path) if record is None else record
+        self.net, cfg = queue_network(record, path).eval(), record.queue
         if cfg.job_features > JOB_FEATURES or cfg.clock:  # the service's features are the four and two of a snapshot
             raise SnapshotError(f"{path}: a policy reading rule ranks, fit delays or the clock decides through the "
                                 "environment's observation: load_scorer gives it as policies.ObservingPolicy")
@@ -110,9 +112,11 @@ def load_scorer(path, threads: int | None = None):
     when given, else left)."""
     if is_onnx(path):
         return OnnxScorer(path, 1 if threads is None else threads)
+    from ..queue.specs import policy_record
     from .policies import ObservingPolicy, observes
 
-    return ObservingPolicy(str(path), threads) if observes(str(path)) else TorchScorer(path, threads)
+    record = policy_record(str(path))  # the file read once
+    return ObservingPolicy(str(path), threads, record) if observes(record) else TorchScorer(path, threads, record)
 
 
 def clock_start_flag_error(value: float | None) -> str | None:
@@ -146,7 +150,7 @@ def export_onnx(checkpoint, out, overwrite: bool = False) -> Path:
         raise ConfigError(f"--export: the file's name must end in .onnx, got {out}")
     if is_onnx(checkpoint):
         raise ConfigError(f"--export: {checkpoint} is an export already (it reads a queue checkpoint, .ckpt)")
-    from ..queue.evaluation import is_rule
+    from ..queue.specs import is_rule
 
     if is_rule(str(checkpoint)):
         raise ConfigError(f"--export: {checkpoint} is a rule: only a network's checkpoint exports to ONNX (decide.py "

@@ -16,7 +16,7 @@ with the window it was trained with.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +27,11 @@ from ..config import ConfigError
 from ..evaluation import ci_text, mean_ci95
 from .config import QueueConfig
 from .env import QueueEnv, play_to_end
-from .heuristics import HEURISTICS, RULES, QueueHeuristic
+from .heuristics import RULES, QueueHeuristic
 from .log import QueueLog, read_queue_log
-from .reservation import SUFFIX, ReservingRule, reserved_rule, reserving_config
+from .specs import QueueCheckpoint, heuristic_config, is_rule, network_config, policy_record, resolve
+
+__all__ = ["heuristic_config", "is_rule", "network_config", "resolve"]  # here too: where evaluations look
 
 PROTOCOLS = ("rlscheduler", "heldout", "recent", "disjoint")
 # 0-based positions in the log's job list of RLScheduler's 10 evaluation sequences (its seeded draw)
@@ -109,20 +111,6 @@ def evaluate_queue(policy: Callable, cfg: QueueConfig, log: QueueLog, starts: to
     return QueueResult(sequences, summary)
 
 
-def network_config(cfg: QueueConfig, trained: QueueConfig) -> QueueConfig:
-    """The config a network runs with on `cfg`'s log: what it was trained to see (`trained`'s
-    window, feature scales, extra job features and clock)."""
-    return replace(cfg, window=trained.window, max_wait=trained.max_wait, max_requested=trained.max_requested,
-                   rule_ranks=trained.rule_ranks, fit_delay=trained.fit_delay, clock=trained.clock)
-
-
-def heuristic_config(cfg: QueueConfig, reserve: bool = False) -> QueueConfig:
-    """The config heuristics run with: a window that shows the whole queue; with `reserve`, also the
-    fit delay a rule playing its own reservation reads (reservation.reserving_config)."""
-    full = replace(cfg, window=cfg.sequence_length)
-    return reserving_config(full) if reserve else full
-
-
 def compare_queue(policies: Mapping[str, tuple[Callable, QueueConfig]], log: QueueLog, starts: torch.Tensor,
                   device="cpu") -> dict[str, QueueResult]:
     """{name: (policy, its config)} -> {name: QueueResult}, all on the same sequences."""
@@ -188,57 +176,24 @@ def overlap_note(spread: dict, length: int, sequences: int, halves_shown: bool =
             f"not what another stretch of the log would give{halves_text})")
 
 
-def is_rule(spec: str) -> bool:
-    """Whether `spec` names a rule (or RULE+reserve), which `resolve` takes before any file of that name."""
-    return spec in HEURISTICS or reserved_rule(spec) is not None
-
-
-def resolve(spec: str, cfg: QueueConfig, device="cpu", seed: int = 0) -> tuple[Callable, QueueConfig]:
-    """A rule name (or RULE+reserve: queue.reservation) or a queue checkpoint path (a network's or a
-    linear rule's) -> (policy, the config it runs with on `cfg`'s log: a rule with the whole queue
-    visible, a network with the window it was trained with)."""
-    if spec in HEURISTICS:
-        return QueueHeuristic(spec, torch.Generator().manual_seed(seed)), heuristic_config(cfg)
-    if reserved_rule(spec) is not None:  # a rule with its own reservation
-        return ReservingRule(reserved_rule(spec)), heuristic_config(cfg, reserve=True)
-    if spec.endswith(".ckpt") or Path(spec).is_file():
-        from .linear_rule import load_linear_rule, rule_entry
-        from .policy import QueuePolicy, load_queue_policy
-
-        entry = rule_entry(spec)
-        if entry is not None:  # a searched linear rule ranks the whole queue, as the rules do
-            rule = load_linear_rule(spec, entry)[0]
-            return rule, heuristic_config(cfg, rule.reserve)
-
-        net, trained = load_queue_policy(spec, device=device)
-        return QueuePolicy(net.to(device)), network_config(cfg, trained)
-    raise ConfigError(f"--policy {spec!r} is neither a queue rule ({', '.join(HEURISTICS)}; or RULE{SUFFIX}, a rule "
-                      "with its own reservation) nor a .ckpt file")
-
-
-def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str) -> tuple[list[str], int | None]:
-    """What checkpoint `spec` trained on, set against this evaluation: (notes to print, how many of
-    the sequences `starts` hold jobs its run read, or None when it never read this log). Read from
-    its record (a network's log and train_fraction; a searched rule's provenance)."""
-    if not spec.endswith(".ckpt"):
+def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str,
+                   record: QueueCheckpoint | None = None) -> tuple[list[str], int | None]:
+    """What checkpoint `spec` (its `record` when already read) trained on, set against this evaluation:
+    (notes to print, how many of the sequences `starts` hold jobs its run read, or None when it never
+    read this log). Nothing for a rule."""
+    record = policy_record(spec) if record is None else record
+    if record is None:
         return [], None
-    from ..files import load_torch_file
-    from .policy import CHECKPOINT_KEY
-
-    entry = load_torch_file(spec, "queue policy checkpoint", weights_only=True).get(CHECKPOINT_KEY) or {}
-    record = entry.get("provenance", entry)  # a searched rule keeps them in its provenance
-    logs = record.get("log", record.get("logs")) or [] if isinstance(record, dict) else None
+    logs, fraction, trained_backfill = record.trained_on()
     logs = [logs] if isinstance(logs, str) else logs  # a record may hold one log as a string
     if not isinstance(logs, (list, tuple)) or not all(isinstance(one, str) for one in logs):
         raise ConfigError(f"{spec}: its record of the logs it trained on is not a list of file names: {logs!r}")
-    trained_backfill = (entry.get("queue") or {}).get("backfill", record.get("backfill"))
     notes = []
     if trained_backfill not in (None, backfill):
         notes.append(f"note: {spec} trained with backfilling {trained_backfill}, runs here with {backfill}")
     name = Path(log.path).name
     if name not in {Path(str(one).split(":")[0]).name for one in logs}:
         return notes, None
-    fraction = record.get("read_fraction", record.get("train_fraction", 1.0))  # what training or choosing read
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
         raise ConfigError(f"{spec}: the share of the log it trained on must be in (0, 1], got {fraction!r}")
     read = int((starts < log.jobs_before(fraction)).sum())  # a sequence [s, s + L) meets jobs [0, T) when s < T
@@ -268,7 +223,8 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
         log = site.apply(log)
     length = sequence_length
     cfg = log.config(sequence_length=length, backfill=backfill, bsld_threshold=bsld_threshold)
-    resolved = {spec: resolve(spec, cfg, device) for spec in policies}
+    records = {spec: policy_record(spec) for spec in policies}  # each file read once
+    resolved = {spec: resolve(spec, cfg, device, record=records[spec]) for spec in policies}
     starts = protocol_starts(log, protocol, sequences, length)
     echo(f"{Path(trace).name}: {log.summary()}")
     spread = overlap(starts, length)
@@ -281,7 +237,7 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
     if protocol == "rlscheduler" and not rlschedulers_log(trace):
         echo(f"note: RLScheduler's protocol is its 10 start positions in the Lublin logs; on {Path(trace).name} "
              "they are positions only (--protocol heldout draws from the log's own last 20%)")
-    trained = {spec: training_notes(spec, log, starts, backfill) for spec in policies}
+    trained = {spec: training_notes(spec, log, starts, backfill, records[spec]) for spec in policies}
     for notes, _ in trained.values():
         for note in notes:
             echo(note)

@@ -14,6 +14,7 @@ feature names and the weights only (plain lists, read with weights_only=True).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -112,13 +113,26 @@ def rule_entry(path) -> dict | None:
     return entry if isinstance(entry, dict) and entry.get("kind") == QUEUE_RULE_KIND else None
 
 
-def load_linear_rule(path, entry: dict | None = None) -> tuple[LinearRule, dict]:
-    """(the LinearRule, its provenance) of a checkpoint written by `save_linear_rule` (its entry,
-    when `rule_entry` has read it already); a ConfigError names the file and the field when it is
-    another kind, or its features or weights do not fit."""
-    entry = rule_entry(path) if entry is None else entry
-    if entry is None:
-        raise ConfigError(f"{path}: not a linear queue rule (no '{CHECKPOINT_KEY}' entry of kind '{QUEUE_RULE_KIND}')")
+@dataclass(frozen=True)
+class LinearRuleRecord:
+    """A searched rule's checkpoint, read (`linear_rule_record`): the rule, and how it was found."""
+
+    rule: LinearRule
+    provenance: dict
+    """Plain values: the logs it was searched on ("logs"), the share of each it read ("read_fraction"),
+    its backfilling ("backfill"), the search's settings."""
+
+    def trained_on(self) -> tuple[list, float, str | None]:
+        """(the logs its search read, the share of each, its backfilling or None), as recorded (checked
+        by the reader of the provenance)."""
+        known = self.provenance
+        return (known.get("logs", known.get("log")) or [],
+                known.get("read_fraction", known.get("train_fraction", 1.0)), known.get("backfill"))
+
+
+def linear_rule_record(path, entry: dict) -> LinearRuleRecord:
+    """The record of a linear rule checkpoint entry (`rule_entry`) read from `path`; a ConfigError names
+    the file and the field when its features or weights do not fit."""
     names, weights = entry.get("features"), entry.get("weights")
     known = [name for name, _ in RULE_FEATURES]
     if not isinstance(names, list) or names not in (known[:BASIC], known):
@@ -132,4 +146,14 @@ def load_linear_rule(path, entry: dict | None = None) -> tuple[LinearRule, dict]
     provenance = entry.get("provenance", {})
     if not isinstance(provenance, dict):
         raise ConfigError(f"{path}: provenance must be a mapping, got {type(provenance).__name__}")
-    return LinearRule(torch.tensor(weights, dtype=torch.double), reserve), dict(provenance)
+    return LinearRuleRecord(LinearRule(torch.tensor(weights, dtype=torch.double), reserve), dict(provenance))
+
+
+def load_linear_rule(path) -> tuple[LinearRule, dict]:
+    """(the LinearRule, its provenance) of a checkpoint written by `save_linear_rule`; a ConfigError
+    names the file and the field when it is another kind, or its features or weights do not fit."""
+    entry = rule_entry(path)
+    if entry is None:
+        raise ConfigError(f"{path}: not a linear queue rule (no '{CHECKPOINT_KEY}' entry of kind '{QUEUE_RULE_KIND}')")
+    record = linear_rule_record(path, entry)
+    return record.rule, record.provenance

@@ -42,6 +42,10 @@ class QueuePolicyRecord:
         return cls(cfg, net.spec, {k: v.detach().cpu() for k, v in net.state_dict().items()},
                    tuple([log] if isinstance(log, str) else log), float(train_fraction), adaptation)
 
+    def trained_on(self) -> tuple[tuple[str, ...], float, str]:
+        """(the logs its run read, the share of each, its backfilling)."""
+        return self.log, self.train_fraction, self.queue.backfill
+
     def save(self, path, overwrite: bool = False) -> Path:
         """A policy-only checkpoint file, written by files.write_torch (whole or not at all; an existing
         file replaced only with `overwrite`). Returns the path written."""
@@ -77,7 +81,11 @@ class QueuePolicyRecord:
 def read_queue_record(path) -> QueuePolicyRecord:
     """The `QueuePolicyRecord` of a checkpoint written by tasks.queue_ppo or tasks.queue_maml (or a
     record saved under "lightning_sched"), read with weights_only=True; ConfigError naming the file."""
-    data = load_torch_file(path, "queue policy checkpoint", weights_only=True)
+    return queue_record(load_torch_file(path, "queue policy checkpoint", weights_only=True), path)
+
+
+def queue_record(data, path) -> QueuePolicyRecord:
+    """`read_queue_record` of a checkpoint's content `data`, read from `path` (which errors name)."""
     saved = data.get(CHECKPOINT_KEY, data) if isinstance(data, dict) else None
     kind = saved.get("kind") if isinstance(saved, dict) else None
     if kind == QUEUE_RULE_KIND:
