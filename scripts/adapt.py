@@ -303,8 +303,13 @@ def queue_main(argv) -> int:
         write_figure(fig, args.figure, args.overwrite)
         print(f"figure: {args.figure}", file=sys.stderr)
     if args.out:  # the first --policy, adapted
+        # what it read: the site's first 80% and what its start trained on (one share for all, the larger,
+        # so an evaluation warns of every sequence either may have read)
+        source = records.get(args.policy[0])
+        read = [*(source.log if source else ()), log.summary()["log"]]
+        share = max(TRAIN_FRACTION, source.train_fraction if source else 0.0)
         record = QueuePolicyRecord.of(net, replace(policy_cfg, sequence_length=args.sequence_length),
-                                      [log.summary()["log"]], TRAIN_FRACTION)
+                                      list(dict.fromkeys(read)), share)
         record.save(args.out, args.overwrite)
         print(f"saved {args.out}", file=sys.stderr)
     return 0

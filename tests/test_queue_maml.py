@@ -193,6 +193,8 @@ def test_adapt_queue_prints_paired_differences_and_saves_the_adapted_policy(tmp_
     assert lines[0]["site"]["site"]["request_buckets"] == [[0.5, 1.0, 2.0], [0.5, 2.0, 10.0]]
     net, cfg = load_queue_policy(out)
     assert cfg.nodes == 64
+    saved, source = read_queue_record(out), read_queue_record(POLICY)  # it read the site and what its start read
+    assert saved.log == (*source.log, "site.swf") and saved.train_fraction == 0.8, (saved.log, saved.train_fraction)
     adapt = script_main("adapt")  # the refusals in this process: the same code, no start-up
     with pytest.raises(ConfigError, match="exists"):
         adapt(["--env", "queue", "--trace", str(log), "--policy", str(POLICY), "--steps", "0", "--out", str(out)])
