@@ -34,8 +34,7 @@ from torchrl.objectives.value import GAE
 
 from lightning_sched import seeds
 from lightning_sched.config import ConfigError
-from lightning_sched.learning.baselines import per_sequence_scaled
-from lightning_sched.learning.policy_gradient import sequence_advantages
+from lightning_sched.learning.policy_gradient import per_sequence_scaled, sequence_advantages
 from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue import native as queue_native
 from lightning_sched.queue.config import QueueConfig

@@ -49,7 +49,8 @@ class PPOSettings:
     scale_per_sequence: bool = False
     """With advantage "sequence": divide each sequence's advantages by their root mean square over
     its episodes' decisions (`per_sequence_scaled`), so that every sequence weighs the same in an
-    update; otherwise the few sequences whose bounded slowdown runs to thousands outweigh the rest."""
+    update; otherwise the few sequences whose bounded slowdown runs to thousands outweigh the rest.
+    ClipPPOLoss then normalises each minibatch's advantages as it always does (mean 0, std 1)."""
 
     def __post_init__(self) -> None:
         require_at_least("QueuePPO.ppo", 1, epochs=self.epochs, minibatch_size=self.minibatch_size,

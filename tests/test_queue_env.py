@@ -585,7 +585,6 @@ def test_an_env_too_large_for_memory_is_refused_before_it_allocates(tmp_path, mo
 
 def test_an_evaluation_names_the_sequences_a_checkpoint_trained_on(tmp_path):
     from lightning_sched.queue.evaluation import training_notes
-
     from lightning_sched.queue.policy import QueueNetwork, QueuePolicyRecord, QueuePolicySpec
 
     log = read_queue_log(write_log(tmp_path / "site.swf", jobs=1000))

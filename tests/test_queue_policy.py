@@ -427,7 +427,7 @@ def test_imitation_warm_start_then_ppo_with_the_sequence_baseline(tmp_path):
 
 
 def test_per_sequence_scaling_gives_every_sequence_the_same_weight():
-    from lightning_sched.learning.baselines import per_sequence_scaled
+    from lightning_sched.learning.policy_gradient import per_sequence_scaled
     from tasks.queue_ppo import PPOSettings
 
     torch.manual_seed(0)

@@ -77,15 +77,3 @@ def make_baseline(name: str) -> Baseline:
         raise ConfigError(f"baseline {name!r} is not one of {', '.join(BASELINES)} (a baseline of your own: pass "
                           "the object to learning.adaptation.adapt)")
     return BASELINES[name]()
-
-
-def per_sequence_scaled(advantage: torch.Tensor, active: torch.Tensor, episodes: int) -> torch.Tensor:
-    """advantage [T, B] (rows b*E..b*E+E-1 replay one sequence) divided by the root mean square of
-    its sequence's advantages over the decisions taken (`active`, [T, B]; about their standard
-    deviation, since the baseline centres them)."""
-    t, b = advantage.shape
-    group = (t, b // episodes, episodes)
-    taken = active.view(group)
-    count = taken.sum((0, 2), keepdim=True).clamp(min=1)
-    var = (advantage.view(group) * taken).pow(2).sum((0, 2), keepdim=True) / count  # mean 0 by the baseline
-    return (advantage.view(group) / (var.sqrt() + 1e-8)).view(t, b)

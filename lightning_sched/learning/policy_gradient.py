@@ -41,14 +41,24 @@ def std_scaled(advantage: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
     return advantage / (advantage[active].std() + 1e-8)
 
 
-def jobset_std(advantage: torch.Tensor, active: torch.Tensor, episodes: int) -> torch.Tensor:
-    """Standard deviation of the advantages of each jobset's decisions, per row: [1, B] (+1e-8)."""
+def jobset_std(advantage: torch.Tensor, active: torch.Tensor, episodes: int, centred: bool = True) -> torch.Tensor:
+    """Standard deviation of the advantages of each jobset's (sequence's) decisions, per row: [1, B]
+    (+1e-8); rows b*E..b*E+E-1 replay one jobset. Not `centred`: their root mean square, which a
+    baseline that centres them makes about the same."""
     s, b = advantage.shape
     a = torch.where(active, advantage, 0.0).view(s, b // episodes, episodes)
     count = active.view(s, b // episodes, episodes).sum((0, 2)).clamp(min=1)
-    mean = a.sum((0, 2)) / count
-    var = (a.square().sum((0, 2)) / count - mean.square()).clamp(min=0)
+    var = a.square().sum((0, 2)) / count
+    if centred:
+        var = (var - (a.sum((0, 2)) / count).square()).clamp(min=0)
     return (var.sqrt() + 1e-8).repeat_interleave(episodes).unsqueeze(0)
+
+
+def per_sequence_scaled(advantage: torch.Tensor, active: torch.Tensor, episodes: int) -> torch.Tensor:
+    """advantage [T, B] divided by the root mean square of its sequence's advantages over the decisions
+    taken (`active`, [T, B]; `jobset_std` not centred): every sequence then weighs the same, however
+    far apart their slowdowns are."""
+    return advantage / jobset_std(advantage, active, episodes, centred=False)
 
 
 @dataclass
