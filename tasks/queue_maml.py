@@ -33,9 +33,9 @@ from lightning_sched.learning.adaptation import meta_sgd_callback
 from lightning_sched.learning.meta import LearnedStepSizes, add_first_order_gradients, require_learnable_step_sizes
 from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue.adaptation import adaptation_curve, reinforce_loss, rollout, site_env
-from lightning_sched.queue.config import QueueConfig
+from lightning_sched.queue.config import RULES, QueueConfig
 from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, rollout_bytes
-from lightning_sched.queue.evaluation import RULES, compare_queue, heuristic_policies
+from lightning_sched.queue.evaluation import EVAL_LENGTH, TRAIN_FRACTION, compare_queue, heuristic_policies
 from lightning_sched.queue.policy import (
     CHECKPOINT_KEY,
     QueueNetwork,
@@ -86,12 +86,12 @@ class QueueMAML(IterationTask):
         seed: seeds the sites drawn, the sequences and the actions.
     """
 
-    def __init__(self, init_from: str | None = None, traces: str = TRACES_DIR, train_fraction: float = 0.8,
+    def __init__(self, init_from: str | None = None, traces: str = TRACES_DIR, train_fraction: float = TRAIN_FRACTION,
                  backfill: str = QueueConfig.backfill, window: int = QueueConfig.window,
                  sequence_length: int = QueueConfig.sequence_length, meta_batch: int = 5,
                  inner_steps: int = 1, inner_lr: float = 0.1, sequences: int = 4, episodes: int = 4,
                  rollouts_per_site: int = 1, meta_lr: float = 1e-4, first_order: bool = False,
-                 learn_step_sizes: bool = False, step_size_lr: float = 0.01, validation_length: int = 1024,
+                 learn_step_sizes: bool = False, step_size_lr: float = 0.01, validation_length: int = EVAL_LENGTH,
                  site_sampling: str = "uniform", gap_sequences: int = 8, iterations_per_epoch: int = 50,
                  seed: int = 0, policy: QueuePolicySpec | None = None, inner_params: str = "all"):
         super().__init__()

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from lightning_sched import seeds
 from lightning_sched.config import ConfigError
+from lightning_sched.queue.evaluation import EVAL_LENGTH, RLSCHEDULER_STARTS
 
 from .base import require_at_least, require_positive
 
@@ -78,9 +79,9 @@ class QueueValidation:
     `seed` (a validation seed: training never draws it) from `range(train_fraction)`: the training
     range unless start_fraction or end_fraction move it."""
 
-    sequences: int = 10
+    sequences: int = len(RLSCHEDULER_STARTS)
     """Sequences (RLScheduler's evaluation: 10)."""
-    sequence_length: int = 1024
+    sequence_length: int = EVAL_LENGTH
     """Jobs per sequence (RLScheduler's evaluation: 1024)."""
     seed: int = seeds.VALIDATION
     start_fraction: float = 0.0

@@ -29,7 +29,7 @@ from ..queue.linear_rule import RULE_FEATURES, LinearRule, LinearRuleRecord
 from ..queue.policy import QueuePolicy, QueuePolicyRecord
 from ..queue.reservation import SUFFIX
 from ..queue.specs import QueueCheckpoint, resolve
-from ..queue.state import MAX_EPISODE_SECONDS, RUNNING, WAITING, QueueState
+from ..queue.state import MAX_EPISODE_SECONDS, NEVER, RUNNING, WAITING, QueueState
 from ..queue.step import step_and_observe
 from .snapshot import Snapshot, SnapshotError
 
@@ -123,7 +123,7 @@ class ObservingPolicy:
         td, jobs = self._observe(snap, waiting, window, clock_start)
         score = self.policy.ranking(td)[0]  # lower first
         slots = torch.sort(score, stable=True).indices
-        slots = slots[torch.isfinite(score[slots]) & (score[slots] < torch.iinfo(torch.int64).max)]
+        slots = slots[torch.isfinite(score[slots]) & (score[slots] < NEVER)]
         ranked = jobs[slots.numpy()]
         rest = np.setdiff1d(np.flatnonzero(waiting), ranked)  # sorted: FCFS order
         sjf = getattr(self.policy, "name", None) == "sjf"  # its key packs the submit time in: show the request

@@ -45,7 +45,7 @@ HANDED_OUT = ("submit", "requested", "processors")
 
 
 # the per-episode results a step writes under "episode" when a row's episode ends (episode_metrics)
-EPISODE_KEYS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "makespan", "utilization")
+EPISODE_KEYS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "utilization", "makespan")
 
 
 class QueueEnv(EveryRowReset):

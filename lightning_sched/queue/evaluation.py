@@ -26,7 +26,7 @@ from ..cli import require_distinct
 from ..config import ConfigError
 from ..evaluation import ci_text, mean_ci95
 from .config import QueueConfig
-from .env import QueueEnv, play_to_end
+from .env import EPISODE_KEYS, QueueEnv, play_to_end
 from .heuristics import RULES, QueueHeuristic
 from .log import QueueLog, read_queue_log
 from .specs import QueueCheckpoint, heuristic_config, is_rule, network_config, policy_record, resolve
@@ -44,7 +44,7 @@ EVAL_LENGTH = 1024
 RLSCHEDULER_JOBS = max(RLSCHEDULER_STARTS) + EVAL_LENGTH  # the jobs a log needs for RLScheduler's sequences
 TRAIN_FRACTION = 0.8  # heldout: training sees jobs [0, 80%), evaluation starts in [80%, end - 1024]
 RECENT_FRACTION = 0.6  # recent: sequences start in [60%, 80%) and end before 80%
-METRICS = ("mean_bounded_slowdown", "mean_wait", "mean_slowdown", "utilization", "makespan")
+METRICS = EPISODE_KEYS  # what an evaluation reports: the env's results of each episode
 SEQUENCES = 100  # heldout and recent: sequences by default (the protocol: at least 100)
 
 

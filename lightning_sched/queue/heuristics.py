@@ -23,6 +23,7 @@ from tensordict import TensorDictBase
 from ..batched import acts_on_any_batch
 from ..config import ConfigError
 from .config import RULES, SEQUENCE_KEYS
+from .state import NEVER
 
 HEURISTICS = (*RULES, "wfp3_rlscheduler", "unicep_rlscheduler", "random")
 
@@ -64,7 +65,7 @@ def priority(name: str, td: TensorDictBase) -> torch.Tensor:
         score = submit
     elif name == "sjf":  # requested time first, submit time breaks ties: one exact int64 key
         return torch.where(filled, sjf_key(td["job_requested"].gather(1, k), td["job_submit"].gather(1, k)),
-                           torch.iinfo(torch.int64).max)
+                           NEVER)
     elif name == "f1":
         score = _log10_positive(requested) * processors + 870 * _log10_positive(submit)
     elif name in ("wfp3", "wfp3_rlscheduler"):

@@ -15,6 +15,8 @@ KERNEL_ORDERS = ("sjf_order", "size_order", "order_count", "order_arrival")
 # every start and end of an episode stays below this: the native kernel sorts end times packed into the top 40
 # bits of a 64-bit key (native.PACKED_BITS below them)
 MAX_EPISODE_SECONDS = 1 << 40
+# "no such time" or "no such job": an empty cluster's next completion, the key of a slot no job fills
+NEVER = torch.iinfo(torch.int64).max
 
 
 @dataclass

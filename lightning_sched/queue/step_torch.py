@@ -22,9 +22,7 @@ from typing import Callable
 import torch
 
 from .config import QueueConfig
-from .state import ENDED, RUNNING, WAITING, QueueState
-
-NEVER = torch.iinfo(torch.int64).max  # "no such time": an empty cluster's next completion, a non-candidate's key
+from .state import ENDED, NEVER, RUNNING, WAITING, QueueState
 
 
 def _pick(column: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
