@@ -61,6 +61,19 @@ def run_main(main: Callable[[], int | None]) -> None:
     sys.exit(code or 0)
 
 
+def split_env(argv: list[str]) -> tuple[str, list[str]]:
+    """(the --env a command names, deeprm when none; its other arguments): the queue env's scripts
+    parse flags of their own (`--env queue --help` lists them). ConfigError for another value."""
+    argv = [part for arg in argv for part in (arg.split("=", 1) if arg.startswith("--env=") else [arg])]
+    if "--env" not in argv:
+        return "deeprm", argv
+    at = argv.index("--env")
+    env = argv[at + 1] if at + 1 < len(argv) else ""
+    if env not in ("deeprm", "queue"):
+        raise ConfigError(f"--env must be deeprm or queue, got {env or 'nothing'}")
+    return env, argv[:at] + argv[at + 2:]
+
+
 def heuristic(name: str, cfg: ClusterConfig, device="cpu", seed: int = 0):
     """A heuristic by name; `random` draws from its own generator seeded with `seed`, so its
     numbers repeat."""

@@ -50,6 +50,7 @@ from _common import (
     heuristic,
     run_main,
     set_threads,
+    split_env,
     table_header,
     table_units,
 )
@@ -116,15 +117,9 @@ def heuristic_reference(cfg: ClusterConfig, eval_jobs, metric: str, device) -> t
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    argv = [part for arg in argv for part in (arg.split("=", 1) if arg.startswith("--env=") else [arg])]
-    if "--env" in argv:  # the queue env has flags of its own (--env queue --help lists them)
-        at = argv.index("--env")
-        if argv[at + 1:at + 2] == ["queue"]:
-            return queue_main(argv[:at] + argv[at + 2:])
-        if argv[at + 1:at + 2] != ["deeprm"]:
-            raise ConfigError(f"--env must be deeprm or queue, got {' '.join(argv[at + 1:at + 2]) or 'nothing'}")
-        argv = argv[:at] + argv[at + 2:]
+    env, argv = split_env(sys.argv[1:] if argv is None else argv)
+    if env == "queue":
+        return queue_main(argv)
     ap = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--env", choices=("deeprm", "queue"), default="deeprm",
                     help="deeprm: DeepRM's cluster (these flags); queue: a queue policy on a site or log (its own "

@@ -24,10 +24,11 @@ and num_jobs.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
-from _common import NAME_WIDTH, format_row, heuristic, run_main, set_threads, table_header, table_units
+from _common import NAME_WIDTH, format_row, heuristic, run_main, set_threads, split_env, table_header, table_units
 from lightning_sched import ClusterConfig, ConfigError, JobSet, seeds
 from lightning_sched.cli import (
     THREADS_HELP,
@@ -81,11 +82,9 @@ def resolve_policy(spec: str, cfg: ClusterConfig, device, seed: int, resize: boo
 
 
 def main(argv=None) -> int:
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--env", choices=("deeprm", "queue"), default="deeprm")
-    known, rest = pre.parse_known_args(argv)
-    if known.env == "queue":
-        return queue_main(rest)
+    env, argv = split_env(sys.argv[1:] if argv is None else list(argv))
+    if env == "queue":
+        return queue_main(argv)
     ap = deeprm_parser()
     args = ap.parse_args(argv)
     changed = [f"--{name}" for name in ("jobsets", *WORKLOAD_FLAGS) if getattr(args, name) != ap.get_default(name)]

@@ -483,3 +483,14 @@ def test_heuristics_run_on_the_checkpoints_cluster_when_no_size_flag_is_given(tm
     refused = run("scripts/evaluate.py", "--policy", "tetris", str(ckpt), "--jobsets", "4", "--simu_len", "10",
                   "--resource_units", "10", "--threads", "1", check=False)
     assert refused.returncode == 2 and "DeepRM's image network runs only on" in refused.stderr  # the flags size it
+
+
+@pytest.mark.parametrize("script", ["evaluate", "adapt"])
+def test_env_flag_is_read_alike_by_both_scripts(script, capsys):
+    main = script_main(script)
+    for argv, expected in ((["--env", "bogus"], "got bogus"), (["--env"], "got nothing"), (["--env=gpu"], "got gpu")):
+        with pytest.raises(ConfigError, match=f"^--env must be deeprm or queue, {expected}$"):
+            main(argv)
+    with pytest.raises(SystemExit):
+        main(["--env=queue", "--help"])
+    assert f"usage: {script}.py --env queue" in capsys.readouterr().out
