@@ -4,7 +4,23 @@
     step_and_observe(state, job, cfg) -> {"bsld_added", "window_job", "job_features", "cluster_features",
                                           "action_mask", "queue_length"}
 
-(STEP(j) of native_queue.c's pseudo-code, then the window; its ADVANCE is one event.)
+A step is STEP(j), then the window. The semantics, as RLScheduler's simulator has them
+(docs/hpc_queue.md):
+
+    ADVANCE: the next arrival if its submit time is at or before the earliest actual end among the
+             running jobs (arrivals win ties), else one running job ends (of jobs ending in the
+             same second, the one started first).
+    STEP(j): if j does not fit, hold it: [EASY: its shadow time, once: the first requested end,
+             running jobs taken by start + requested time, at which j would fit] and while j does
+             not fit: [EASY: start every waiting job, in FCFS order, that fits now and whose
+             requested time ends before the shadow (strict)] ADVANCE. Start j. Then, while the
+             queue is empty and jobs are still to arrive, ADVANCE (the episode is done when all
+             have arrived and the queue is empty).
+
+Three implementations of these rules, held equal by tests: native_queue.c (the CPU kernel, one
+row at a time), step_torch.py (torch ops on any device; tests/test_queue_step_torch.py) and, for
+the decision service without torch, decide/rules.py (numpy; tests/test_decide.py replays a log
+through it against the env).
 
 With `cfg.rule_ranks`, the job features also carry each named rule's ranking of the window
 (`heuristics.window_ranks`, torch ops on either path), and with `cfg.fit_delay` how long until each
