@@ -71,10 +71,11 @@ def plain_values(value):
 
 
 def require_at_least(owner: str, low: int, **values: int) -> None:
-    """A ConfigError naming the first field below `low`."""
+    """A ConfigError naming the first field that is not an integer >= `low` (a count: a module built
+    from Python, not the CLI, may be given 2.5 or True)."""
     for name, value in values.items():
-        if value < low:
-            raise ConfigError(f"{owner}.{name} must be >= {low}, got {value}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"{owner}.{name} must be an integer >= {low}, got {value!r}")
 
 
 def require_positive(owner: str, **values: float) -> None:

@@ -248,8 +248,10 @@ def test_maml_objectives_and_inner_steps_errors_name_the_field():
         MAML(objectives=["slowdown", "throughput"])
     with pytest.raises(ConfigError, match="MAML.objectives must name at least one"):
         MAML(objectives=[])
-    with pytest.raises(ConfigError, match="MAML.inner_steps must be >= 0, got -1"):
+    with pytest.raises(ConfigError, match="MAML.inner_steps must be an integer >= 0, got -1"):
         MAML(inner_steps=-1)
+    with pytest.raises(ConfigError, match="MAML.meta_batch must be an integer >= 1, got 2.5"):  # from Python
+        MAML(meta_batch=2.5)
     with pytest.raises(ConfigError, match="learn_step_sizes needs inner_steps >= 1"):
         MAML(learn_step_sizes=True, inner_steps=0)
     with pytest.raises(ConfigError, match="MAML.entropy_weight must be a finite number >= 0, got -0.1"):
