@@ -24,6 +24,8 @@ and logs the greedy policy's mean bounded slowdown; the best checkpoint monitors
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import higher
 import torch
 
@@ -136,7 +138,7 @@ class QueueMAML(IterationTask):
         first = self.sites[0][2]
         self.cfg = first.config(backfill=backfill, window=window, sequence_length=sequence_length,
                                 **self.net.spec.observation())
-        self.val_cfg = QueueConfig.from_dict({**self.cfg.to_dict(), "sequence_length": validation_length})
+        self.val_cfg = replace(self.cfg, sequence_length=validation_length)
         # a meta-iteration holds every site's inner and outer rollouts at once (second order: their graphs)
         rows, rollouts = sequences * episodes, meta_batch * (inner_steps + 1)
         decisions = rollouts * rows * sequence_length

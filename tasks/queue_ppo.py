@@ -25,6 +25,7 @@ weights_only=True).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import torch
 from tensordict import TensorDict
@@ -142,7 +143,7 @@ class QueuePPO(IterationTask):
         self.cfg = self.logs[0].config(backfill=backfill, window=window, sequence_length=sequence_length,
                                        bsld_threshold=bsld_threshold, reward=reward,
                                        **self.net.spec.observation())  # the extra job features it reads
-        self.val_cfg = QueueConfig.from_dict({**self.cfg.to_dict(), "sequence_length": validation.sequence_length})
+        self.val_cfg = replace(self.cfg, sequence_length=validation.sequence_length)
         # what an iteration holds at once: the training env, the validation env and the rollout's decisions
         require_total("QueuePPO", {"training env": env_bytes(self.cfg, batch_size),
                                    "validation env": env_bytes(self.val_cfg, validation.sequences),
