@@ -31,6 +31,14 @@ def test_exact_site_is_the_log(log):
     for name in ("submit", "run", "requested", "processors"):
         np.testing.assert_array_equal(getattr(site, name), getattr(log, name))
     assert site.counts["site"]["name"] == "same" and site.counts["site_killed_at_request"] == 0
+    # a logged job that ran past its request runs to its end when only the arrivals change (--load)
+    from dataclasses import replace
+
+    overran = replace(log, requested=np.maximum(1, log.run // 2))
+    loaded = SiteModel("load", load=1.2).apply(overran)
+    np.testing.assert_array_equal(loaded.run, log.run)
+    np.testing.assert_array_equal(loaded.requested, overran.requested)
+    assert loaded.counts["site_killed_at_request"] == 0 and loaded.offered_load() == pytest.approx(1.2, rel=1e-3)
 
 
 def test_request_factors_follow_the_buckets_and_short_requests_kill(log):

@@ -4,7 +4,8 @@
 - requested times: requested = actual x a factor drawn per job from the site's buckets (probability,
   low, high; log-uniform within a bucket), clipped at the site's maximum request. A job whose request
   ends below its run time is killed at its limit, as batch systems do: its run time becomes the
-  request. No buckets: the log's own requests (exact ones in both Lublin logs);
+  request. No buckets and no maximum: the log's own requests and run times, as read (exact requests
+  in both Lublin logs; a logged job that ran past its request still runs to its end);
 - arrivals: inter-arrival gaps scaled to an offered load (`QueueLog.with_load`), or as logged;
 - size and length: processors re-paired with run times so that their rank correlation is about
   `size_length_correlation` (a Gaussian copula on ranks; each column keeps its values), or as logged.
@@ -78,9 +79,11 @@ class SiteModel:
             requested = np.maximum(1, np.round(run * np.exp(rng.uniform(low, high)))).astype(np.int64)
         if self.max_request is not None:
             requested = np.minimum(requested, self.max_request)
-        killed = requested < run
-        counts["site_killed_at_request"] = int(killed.sum())
-        run = np.where(killed, requested, run)
+        counts["site_killed_at_request"] = 0
+        if self.request_buckets or self.max_request is not None:  # the site's limits: its jobs end at them
+            killed = requested < run
+            counts["site_killed_at_request"] = int(killed.sum())
+            run = np.where(killed, requested, run)
         site = replace(log, run=run, requested=requested, processors=processors, counts=counts)
         return site if self.load is None else site.with_load(self.load)
 
