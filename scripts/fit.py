@@ -171,6 +171,8 @@ class SchedulerCLI(LightningCLI):
             report = getattr(getattr(self.model, "workload", None), "report", None)
             if report is not None:  # a trace's jobs: what the mapping kept, dropped and clipped
                 print(report.line(), flush=True)
+            for line in getattr(self.model, "data_report", list)():  # a queue log's: what reading did
+                print(line, flush=True)
 
     def before_fit(self) -> None:
         self.print_run()

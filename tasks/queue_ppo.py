@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 from tensordict import TensorDict
@@ -40,7 +41,7 @@ from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue import native as queue_native
 from lightning_sched.queue.config import QueueConfig
 from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, play_to_end, rollout_bytes
-from lightning_sched.queue.evaluation import METRICS, RLSCHEDULER_JOBS, TRAIN_FRACTION
+from lightning_sched.queue.evaluation import EVAL_LENGTH, METRICS, RLSCHEDULER_JOBS, TRAIN_FRACTION
 from lightning_sched.queue.heuristics import HEURISTICS, RULES, QueueHeuristic
 from lightning_sched.queue.log import QueueLog, read_queue_log
 from lightning_sched.queue.lookahead import LookaheadPolicy, LookaheadSettings
@@ -78,6 +79,8 @@ class QueuePPO(IterationTask):
             sees them all.
         nodes, processors_per_node: the cluster (default: each log header's); oversize: a job larger
             than it is refused ("refuse", naming its line) or dropped and counted ("drop").
+        load: scale each log's inter-arrival times to this offered load (as evaluate.py's --load); None:
+            as recorded. A lightly loaded log, where almost no job waits, gives PPO nothing to learn.
         train_fraction: training sequences come from the first this share of the log's jobs in
             submit order: 1.0 as RLScheduler, 0.8 for the held-out protocol (its test sequences come
             from the last 20%); validation's by default too (`QueueValidation.range`).
@@ -116,7 +119,8 @@ class QueuePPO(IterationTask):
                  imitate: str | None = None, imitation_iterations: int = 0, imitation_aggregate: bool = False,
                  dagger: bool = False, lookahead: LookaheadSettings = LookaheadSettings(), init_from: str | None = None,
                  arrival_copies: ArrivalCopies = ArrivalCopies(), env_device: str = "auto", seed: int = 0,
-                 nodes: int | None = None, processors_per_node: int | None = None, oversize: str = "refuse"):
+                 nodes: int | None = None, processors_per_node: int | None = None, oversize: str = "refuse",
+                 load: float | None = None):
         super().__init__()
         self.save_hyperparameters()
         self.iterations_per_epoch = iterations_per_epoch
@@ -140,6 +144,11 @@ class QueuePPO(IterationTask):
             self.hparams["policy"] = self.net.spec.to_dict()
         self.logs: list[QueueLog] = [read_queue_log(path, nodes, processors_per_node, oversize)
                                      for path in ([log] if isinstance(log, str) else log)]
+        if load is not None:
+            try:
+                self.logs = [one.with_load(load) for one in self.logs]
+            except ConfigError as error:
+                raise ConfigError(f"QueuePPO.{error}") from None
         self.cfg = self.logs[0].config(backfill=backfill, window=window, sequence_length=sequence_length,
                                        bsld_threshold=bsld_threshold, reward=reward,
                                        **self.net.spec.observation())  # the extra job features it reads
@@ -411,13 +420,20 @@ class QueuePPO(IterationTask):
         for RLScheduler's: evaluate.py then names the sequences it read), else on RLScheduler's (whose model
         also trained on whole logs)."""
         reading = [f"--{name}={value}" for name, value in (("nodes", self.hparams.nodes),
-                   ("processors_per_node", self.hparams.processors_per_node), ("oversize", self.hparams.oversize))
-                   if value not in (None, "refuse")]
+                   ("processors_per_node", self.hparams.processors_per_node), ("oversize", self.hparams.oversize),
+                   ("load", self.hparams.load)) if value not in (None, "refuse")]
         whole_logs = self.read_fraction > TRAIN_FRACTION and \
             min(one.num_jobs for one in self.logs) >= RLSCHEDULER_JOBS
         protocol = "rlscheduler" if whole_logs else "heldout"
+        held_out = min(one.num_jobs - one.jobs_before(TRAIN_FRACTION) for one in self.logs)
+        if protocol == "heldout" and held_out < EVAL_LENGTH:  # a short log: sequences that fit its last 20%
+            reading.append(f"--sequence_length={max(1, held_out // 2)}")
         return "evaluate", ["--env", "queue", "--protocol", protocol, "--trace", *[one.path for one in self.logs],
                             *reading, "--backfill", self.cfg.backfill, "--policy", *RULES, checkpoint]
+
+    def data_report(self) -> list[str]:
+        """A line a log: what reading it kept, dropped and changed (`QueueLog.summary`), as evaluate.py prints."""
+        return [f"{Path(one.path).name}: {one.summary()}" for one in self.logs]
 
     def validation_metrics(self) -> set[str]:
         return {f"eval/{m}" for m in METRICS}

@@ -83,6 +83,10 @@ class QueueRuleSearch(IterationTask):
     def configure_optimizers(self):
         return CrossEntropyMethod([self.weights], self.settings, self.seed)
 
+    def data_report(self) -> list[str]:
+        """A line a log: what reading it kept, dropped and changed (`QueueLog.summary`), as evaluate.py prints."""
+        return [f"{Path(one.path).name}: {one.summary()}" for one in self.logs]
+
     def training_step(self, batch, batch_idx):
         best = self.optimizers().step(score=lambda weights: relative_scores(weights, self.logs, self.cfgs,
                                                                             self.train_starts, self.reserve))

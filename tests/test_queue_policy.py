@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -246,11 +247,18 @@ def test_fit_smoke_trains_validates_and_writes_a_loadable_policy(tmp_path):
     env = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
            "WANDB_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     proc = run_in_process(ROOT / "scripts" / "fit.py", ["fit", "--config", SMOKE, "--threads", "1",
-                                                        "--trainer.logger", "false", "--model.init_args.log", log],
-                          tmp_path, env)
+                                                        "--trainer.logger", "false", "--model.init_args.log", log,
+                                                        "--model.init_args.load", "1.5"], tmp_path, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    read = next(line for line in proc.stdout.splitlines() if line.startswith("tiny.swf: "))  # what reading did
+    assert "'kept': 600" in read and "'offered_load': 1.5" in read and "submit_scaled_by" in read
     evaluate = next(line for line in proc.stdout.splitlines() if line.startswith("evaluate it"))
     assert "--env queue --protocol heldout" in evaluate and evaluate.endswith(".ckpt")  # the queue's protocol
+    # the arrivals it trained on, and sequences that fit the log's last 120 jobs: the command runs as printed
+    assert "--load=1.5" in evaluate and "--sequence_length=60" in evaluate
+    script, *arguments = shlex.split(evaluate.split(": ", 1)[1])[1:]
+    assert run_in_process(tmp_path / script, [*arguments, "--sequences", "5", "--threads", "1"], tmp_path,
+                          env).returncode == 0
     run = tmp_path / "runs" / "queue_smoke"
     header, *rows = (run / "metrics.csv").read_text().splitlines()
     assert "eval/mean_bounded_slowdown" in header and "train/loss_objective" in header
