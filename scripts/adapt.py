@@ -270,7 +270,10 @@ def queue_main(argv) -> int:
     log = read_queue_log(trace, args.nodes, args.processors_per_node, args.oversize)
     log = site.apply(log) if site is not None else log
     cfg = log.config(sequence_length=args.eval_sequence_length, backfill=args.backfill)
-    starts = protocol_starts(log, "heldout", args.eval_sequences, args.eval_sequence_length)
+    try:
+        starts = protocol_starts(log, "heldout", args.eval_sequences, args.eval_sequence_length)
+    except ConfigError as error:  # said in this script's flag
+        raise ConfigError(f"--eval_sequence_length: {str(error).split(' (', 1)[0]}") from None
     train_jobs = log.jobs_before(TRAIN_FRACTION)
     if args.sequence_length > train_jobs:  # the steps' sequences come from the history: said before the rules run
         raise ConfigError(f"--sequence_length {args.sequence_length} is longer than the site's history, its first "

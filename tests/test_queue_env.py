@@ -154,6 +154,12 @@ def test_bad_logs_and_sequences_are_refused_in_one_line(tmp_path):
     assert (read_queue_log(procs).nodes, read_queue_log(procs, processors_per_node=32).nodes) == (128, 4)
     with pytest.raises(TraceError, match="header MaxProcs 128 is not a multiple of processors_per_node 48"):
         read_queue_log(procs, processors_per_node=48)
+    both = tmp_path / "both.swf"  # MaxNodes and MaxProcs: processors_per_node alone must agree with them
+    both.write_text("; MaxNodes: 16\n; MaxProcs: 128\n" + swf_line(1, 0, 10, 2) + "\n")
+    assert (read_queue_log(both, processors_per_node=8).nodes, read_queue_log(both, 32, 16).nodes) == (16, 32)
+    with pytest.raises(TraceError, match=r"header MaxNodes 16 x processors_per_node 16 is 256 processors, but "
+                                         r"MaxProcs is 128: give the nodes too \(--nodes"):
+        read_queue_log(both, processors_per_node=16)
     for field, line in ((2, swf_line(2, "1e19", 10, 2)), (4, swf_line(2, 3, 10**19, 2)),
                         (5, swf_line(2, 3, 10, "1e19"))):
         huge = tmp_path / "huge.swf"  # beyond int64 (or any sane size): refused, not wrapped or counted as dropped

@@ -104,7 +104,8 @@ class QueueLog:
         highest) inclusive; refused when the range is shorter than one sequence."""
         if last - first < length:
             raise ConfigError(f"sequence_length {length} is longer than the {last - first} jobs of "
-                              f"{Path(self.path).name}[{first}:{last}] (the scripts' --sequence_length)")
+                              f"{Path(self.path).name}[{first}:{last}] (a shorter one: --sequence_length, or "
+                              "sequence_length in a training config)")
         return first, last - length
 
     def random_starts(self, fraction: float, length: int, count: int, generator: torch.Generator) -> torch.Tensor:
@@ -167,12 +168,19 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
     if nodes is None and header_nodes is None and header_procs is not None:  # MaxProcs alone: its processors
         if header_procs % processors_per_node:
             raise TraceError(f"{path}: header MaxProcs {header_procs} is not a multiple of processors_per_node "
-                             f"{processors_per_node}: give the cluster's nodes (evaluate.py --nodes)")
+                             f"{processors_per_node}: give the cluster's nodes (--nodes, or nodes in a training "
+                             "config)")
         nodes = header_procs // processors_per_node
+    if nodes is None and header_nodes and header_procs and header_nodes * processors_per_node != header_procs:
+        raise TraceError(f"{path}: header MaxNodes {header_nodes} x processors_per_node {processors_per_node} is "
+                         f"{header_nodes * processors_per_node} processors, but MaxProcs is {header_procs}: give "
+                         "the nodes too (--nodes, or nodes in a training config) to replay another cluster, or leave "
+                         "processors_per_node to the header")
     nodes = header_nodes if nodes is None else nodes
     if nodes is None:
         raise TraceError(f"{path}: the header gives neither MaxNodes nor MaxProcs: add '; MaxNodes: N' and "
-                         "'; MaxProcs: P' lines (the cluster's nodes and processors), or evaluate.py --nodes")
+                         "'; MaxProcs: P' lines (the cluster's nodes and processors), or give --nodes (nodes in a "
+                         "training config)")
 
     for column, name in ((0, "job number"), (4, "allocated processors"), (7, "requested processors")):
         fraction = table[:, column] != np.floor(table[:, column])
