@@ -39,7 +39,7 @@ from lightning_sched.queue.rule_search import (
     training_starts,
 )
 
-from .base import IterationTask
+from .base import IterationTask, require_at_least
 
 
 class QueueRuleSearch(IterationTask):
@@ -47,13 +47,15 @@ class QueueRuleSearch(IterationTask):
 
     log: one SWF log or several of one cluster size, searched jointly (each weighs the same).
     backfill: "off" or "easy". reserve: the rule plays with its own reservation (queue.reservation).
-    train_sequences: sequences of 1024 jobs a log, drawn once from its first 60% (common to all
-    generations). start: the first mean's weights (default F1's). validation_sequences: `recent`
-    sequences a log."""
+    train_sequences: sequences of `sequence_length` jobs a log (RLScheduler's 1024), drawn once from
+    its first 60% (common to all generations). start: the first mean's weights (default F1's).
+    validation_sequences: `recent` sequences a log. nodes, processors_per_node, oversize, load: how
+    the logs are read, as QueuePPO's (a short log needs a shorter sequence_length)."""
 
     def __init__(self, log: str | list[str], backfill: str = "off", reserve: bool = False, train_sequences: int = 32,
                  search: SearchSettings = SearchSettings(), seed: int = 0, start: list[float] | None = None,
-                 validation_sequences: int = 20):
+                 validation_sequences: int = 20, sequence_length: int = EVAL_LENGTH, nodes: int | None = None,
+                 processors_per_node: int | None = None, oversize: str = "refuse", load: float | None = None):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False  # no gradient: the search moves its own state
@@ -64,12 +66,18 @@ class QueueRuleSearch(IterationTask):
         if isinstance(search, dict):
             search = SearchSettings(**search)
         self.paths = [log] if isinstance(log, str) else list(log)
-        self.logs = [read_queue_log(path) for path in self.paths]
-        self.cfgs = [heuristic_config(one.config(sequence_length=EVAL_LENGTH, backfill=backfill), reserve)
+        require_at_least("QueueRuleSearch", 2, sequence_length=sequence_length)
+        self.logs = [read_queue_log(path, nodes, processors_per_node, oversize) for path in self.paths]
+        if load is not None:
+            try:
+                self.logs = [one.with_load(load) for one in self.logs]
+            except ConfigError as error:
+                raise ConfigError(f"QueueRuleSearch.{error}") from None
+        self.cfgs = [heuristic_config(one.config(sequence_length=sequence_length, backfill=backfill), reserve)
                      for one in self.logs]
         self.reserve, self.settings, self.seed = reserve, search, seed
-        self.train_starts = training_starts(self.logs, train_sequences, seed)
-        self.val_starts = [protocol_starts(one, "recent", validation_sequences) for one in self.logs]
+        self.train_starts = training_starts(self.logs, train_sequences, seed, sequence_length)
+        self.val_starts = [protocol_starts(one, "recent", validation_sequences, sequence_length) for one in self.logs]
         first = f1_start(search)
         if start is not None:
             if len(start) != len(first):
@@ -82,10 +90,6 @@ class QueueRuleSearch(IterationTask):
 
     def configure_optimizers(self):
         return CrossEntropyMethod([self.weights], self.settings, self.seed)
-
-    def data_report(self) -> list[str]:
-        """A line a log: what reading it kept, dropped and changed (`QueueLog.summary`), as evaluate.py prints."""
-        return [f"{Path(one.path).name}: {one.summary()}" for one in self.logs]
 
     def training_step(self, batch, batch_idx):
         best = self.optimizers().step(score=lambda weights: relative_scores(weights, self.logs, self.cfgs,
@@ -120,8 +124,16 @@ class QueueRuleSearch(IterationTask):
 
     def evaluation_command(self, checkpoint: str) -> tuple[str, list[str]]:
         """(the script, its arguments) that measure `checkpoint` beside the rules on the held-out protocol."""
-        return "evaluate", ["--env", "queue", "--protocol", "heldout", "--trace", *self.paths,
+        hp = self.hparams
+        reading = [f"--{name}={value}" for name, value in (("nodes", hp.nodes), ("processors_per_node",
+                   hp.processors_per_node), ("oversize", hp.oversize), ("load", hp.load),
+                   ("sequence_length", hp.sequence_length)) if value not in (None, "refuse", EVAL_LENGTH)]
+        return "evaluate", ["--env", "queue", "--protocol", "heldout", "--trace", *self.paths, *reading,
                             "--backfill", self.cfgs[0].backfill, "--policy", *RULES, checkpoint]
+
+    def data_report(self) -> list[str]:
+        """A line a log: what reading it kept, dropped and changed (`QueueLog.summary`), as evaluate.py prints."""
+        return [f"{Path(one.path).name}: {one.summary()}" for one in self.logs]
 
     # ----- checkpoints: the rule, readable without this module ---------------------------------------
     def rule_entry(self) -> dict:
@@ -131,7 +143,10 @@ class QueueRuleSearch(IterationTask):
                       "read_fraction": TRAIN_FRACTION,
                       "train_sequences": self.hparams.train_sequences, "generations": int(self.global_step),
                       "population": self.settings.population, "elite": self.settings.elite,
-                      "sigma": self.settings.sigma, "seed": self.seed, "start": self.hparams.start or "f1"}
+                      "sigma": self.settings.sigma, "seed": self.seed, "start": self.hparams.start or "f1",
+                      **({"sequence_length": self.hparams.sequence_length}
+                         if self.hparams.sequence_length != EVAL_LENGTH else {}),
+                      **({"load": self.hparams.load} if self.hparams.load is not None else {})}
         return linear_rule_entry(self.weights.tolist(), provenance, self.reserve)
 
     def on_save_checkpoint(self, checkpoint):

@@ -142,7 +142,7 @@ def test_bad_logs_and_sequences_are_refused_in_one_line(tmp_path):
     big = tmp_path / "big.swf"
     big.write_text("; MaxNodes: 4\n" + swf_line(1, 0, 10, 2) + "\n" + swf_line(2, 3, 10, 9) + "\n")
     with pytest.raises(TraceError, match=r"line 3, processors: job 2 asks for 9 processors, the cluster has 4 .*"
-                                         r"1 job\(s\) do not fit \(--oversize drop, or oversize: drop in a QueuePPO "
+                                         r"1 job\(s\) do not fit \(--oversize drop, or oversize: drop in a training "
                                          r"config: dropped, counted\)"):
         read_queue_log(big)
     big.write_text("; MaxNodes: 4\n" + swf_line(1, 0, 10, 2) + "\n" + swf_line(2, 3, -1, 9, requested=0) + "\n")

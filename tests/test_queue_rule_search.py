@@ -86,3 +86,29 @@ def test_fit_searches_a_rule_and_writes_checkpoints_evaluate_reads(tmp_path):
     assert entry["weights"] == data["state_dict"]["weights"].tolist()
     assert entry["weights"] != list(F1_WEIGHTS[:BASIC])  # two generations moved it
     assert list((run / "checkpoints").glob("best-*.ckpt"))
+
+
+def test_a_search_reads_a_short_log_as_training_does_and_prints_an_evaluation_that_runs(tmp_path):
+    import shlex
+
+    log = write_log(tmp_path / "short.swf", jobs=1500, nodes=32, seed=4)
+    env = {"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
+           "WANDB_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = run_in_process(ROOT / "scripts" / "fit.py", [
+        "fit", "--config", ROOT / "configs" / "base" / "queue_rule.yaml", "--threads", "1",
+        "--trainer.logger", "false", "--model.init_args.log", str(log), "--model.init_args.sequence_length", "128",
+        "--model.init_args.load", "1.2", "--model.init_args.train_sequences", "2",
+        "--model.init_args.search.population", "4", "--model.init_args.search.elite", "2",
+        "--model.init_args.validation_sequences", "2", "--trainer.max_steps", "1", "--trainer.val_check_interval", "1"],
+        tmp_path, env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert any(line.startswith("short.swf: ") and "'offered_load': 1.2" in line for line in proc.stdout.splitlines())
+    evaluate = next(line for line in proc.stdout.splitlines() if line.startswith("evaluate it"))
+    assert "--load=1.2" in evaluate and "--sequence_length=128" in evaluate
+    script, *arguments = shlex.split(evaluate.split(": ", 1)[1])[1:]
+    done = run_in_process(tmp_path / script, [*arguments, "--sequences", "4", "--threads", "1", "--json"], tmp_path,
+                          env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    last = tmp_path / "runs" / "queue_rule" / "checkpoints" / "last.ckpt"
+    provenance = torch.load(last, map_location="cpu", weights_only=True)["lightning_sched"]["provenance"]
+    assert (provenance["sequence_length"], provenance["load"]) == (128, 1.2)

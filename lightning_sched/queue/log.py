@@ -213,7 +213,7 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
         k = int(np.argmax(too_big))
         raise TraceError(f"{path}, line {lines[k]}, processors: job {number[k]} asks for {processors[k]} processors, "
                          f"the cluster has {nodes * processors_per_node} ({nodes} nodes x {processors_per_node}); "
-                         f"{int(too_big.sum())} job(s) do not fit (--oversize drop, or oversize: drop in a QueuePPO "
+                         f"{int(too_big.sum())} job(s) do not fit (--oversize drop, or oversize: drop in a training "
                          "config: dropped, counted)")
     counts["dropped_larger_than_cluster"] = int(too_big.sum())  # 0 unless dropped: refused above
     keep &= ~too_big

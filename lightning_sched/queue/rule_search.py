@@ -55,13 +55,14 @@ class SearchSettings:
             raise ConfigError(f"search.context must be true or false, got {self.context!r}")
 
 
-def training_starts(logs: Sequence[QueueLog], sequences: int, seed: int) -> list[torch.Tensor]:
-    """`sequences` start positions a log (LongTensor[S] each) of EVAL_LENGTH jobs inside its first
+def training_starts(logs: Sequence[QueueLog], sequences: int, seed: int, length: int = EVAL_LENGTH
+                    ) -> list[torch.Tensor]:
+    """`sequences` start positions a log (LongTensor[S] each) of `length` jobs inside its first
     SEARCH_TRAIN_FRACTION."""
     g = torch.Generator().manual_seed(seed)
     starts = []
     for log in logs:
-        starts.append(log.random_starts(SEARCH_TRAIN_FRACTION, EVAL_LENGTH, sequences, g))
+        starts.append(log.random_starts(SEARCH_TRAIN_FRACTION, length, sequences, g))
     return starts
 
 
