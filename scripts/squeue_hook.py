@@ -42,6 +42,7 @@ from lightning_sched.decide.snapshot import MAX_WAIT_DAYS  # noqa: E402
 
 TOP_PRIORITY = 1_000_000  # the first job of the order gets this, the next one less, ...
 CLOCK_SKEW = 60  # seconds an eligible time may lie after --now and count as now
+MAX_EPOCH_SECONDS = 1e11  # year 5138: a --now beyond is milliseconds
 HOLDING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING"})  # states whose jobs hold their processors
 
 
@@ -196,6 +197,8 @@ def main(argv=None) -> int:
         p.error(f"--unlimited_minutes must be >= 1, got {args.unlimited_minutes}")
     if refused := clock_start_flag_error(args.clock_start):
         p.error(refused)
+    if args.now is not None and not 0 <= args.now < MAX_EPOCH_SECONDS:  # milliseconds, most likely
+        p.error(f"--now must be seconds since the epoch (below {MAX_EPOCH_SECONDS:.0e}), got {args.now:g}")
     try:
         scorer = load_scorer(args.policy, args.threads)
         require_clock_start(scorer, args.clock_start)  # now, not when jobs first pend
@@ -224,6 +227,11 @@ def main(argv=None) -> int:
     if left_out:
         print("# not ranked: "
               + "; ".join(f"{job_id}: {why}" for job_id, why in left_out.items()), file=sys.stderr)
+    clocks = [why for why in left_out.values() if why.startswith(("waits more than", "eligible "))]
+    if clocks and not snapshot["waiting"] and len(clocks) == len(left_out):  # every pending job: the clocks?
+        print(f"error: no pending job was ranked, each for its times against --now {now:.0f} ({clocks[0]}): check "
+              "the clocks before scheduling this hook", file=sys.stderr)
+        return 2
     return 0
 
 

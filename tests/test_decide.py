@@ -444,6 +444,12 @@ def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
     empty.write_text(json.dumps({"jobs": []}))
     idle = subprocess.run([*hook[:-4], "--input", str(empty)], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert idle.returncode == 2 and "f1 reads log10 of submit times" in idle.stderr
+    millis = subprocess.run([*hook[:-1], str(now * 1000), "--clock_start", "0"], capture_output=True, text=True,
+                            timeout=60, cwd=ROOT)  # --now in milliseconds: refused, not a hook that ranks nothing
+    assert millis.returncode == 2 and "--now must be seconds since the epoch" in millis.stderr
+    stale = subprocess.run([*hook[:-1], str(now + 400 * 86400), "--policy", "sjf"], capture_output=True, text=True,
+                           timeout=60, cwd=ROOT)  # every pending job left out for the clocks: an error, not exit 0
+    assert stale.returncode == 2 and "error: no pending job was ranked" in stale.stderr, stale.stderr
     negative = subprocess.run([*hook, "--clock_start", "-5"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert negative.returncode == 2 and "--clock_start must be a finite number of seconds >= 0" in negative.stderr
     f1 = subprocess.run([*hook, "--clock_start", str(now - 86400)], capture_output=True, text=True, timeout=60,
