@@ -442,6 +442,11 @@ def test_heldout_protocol_draws_only_from_the_last_fifth(tmp_path):
     assert "at most 1.2 independent stretches" in overlap_note(overlap(starts, 1024), 1024, 100)
     with pytest.raises(ConfigError, match="protocol disjoint: log.swf has 6000 jobs, not two sequences of 4000"):
         protocol_starts(log, "disjoint", length=4000)
+    from lightning_sched.queue.evaluation import run_protocol
+
+    printed = []  # the jobs past the last whole sequence are said to be left out
+    run_protocol(str(tmp_path / "log.swf"), "disjoint", ["fcfs"], echo=printed.append, sequence_length=1024)
+    assert "5 sequences (the log's last 880 jobs left out: less than a sequence) of 1024 jobs" in printed[1]
 
 
 def test_sjf_holds_the_head_job_and_backfilling_starts_around_it():

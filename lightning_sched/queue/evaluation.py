@@ -230,6 +230,8 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
     spread = overlap(starts, length)
     fewer = f" (of {sequences} asked: the range has no more distinct starts)" \
         if protocol in ("heldout", "recent") and len(starts) < sequences else ""
+    if protocol == "disjoint" and log.num_jobs > len(starts) * length:
+        fewer = f" (the log's last {log.num_jobs - len(starts) * length} jobs left out: less than a sequence)"
     note = overlap_note(spread, length, len(starts), halves_shown=protocol != "rlscheduler")
     echo(f"protocol {protocol}: {len(starts)} sequences{fewer} of {length} jobs, backfill {backfill}, {note}; mean "
          "bounded slowdown (lower is better) ± 95% CI over sequences, minus the best of the rules given on these "
