@@ -443,10 +443,17 @@ def test_heldout_protocol_draws_only_from_the_last_fifth(tmp_path):
     with pytest.raises(ConfigError, match="protocol disjoint: log.swf has 6000 jobs, not two sequences of 4000"):
         protocol_starts(log, "disjoint", length=4000)
     from lightning_sched.queue.evaluation import run_protocol
+    from lightning_sched.queue.sites import SiteModel
 
     printed = []  # the jobs past the last whole sequence are said to be left out
     run_protocol(str(tmp_path / "log.swf"), "disjoint", ["fcfs"], echo=printed.append, sequence_length=1024)
-    assert "5 sequences (the log's last 880 jobs left out: less than a sequence) of 1024 jobs" in printed[1]
+    assert any(line.startswith("protocol disjoint: 5 sequences (the log's last 880 jobs left out: less than a "
+                               "sequence) of 1024 jobs") for line in printed)
+    # this log's jobs are 3.16 times what its cluster can run: a note that the cluster may be misread
+    assert printed[1].startswith("note: an offered load of 3.16: more work than the cluster could ever run")
+    printed.clear()
+    run_protocol(str(tmp_path / "log.swf"), "disjoint", ["fcfs"], echo=printed.append, site=SiteModel("load", load=0.9))
+    assert not any(line.startswith("note: an offered load") for line in printed)
 
 
 def test_sjf_holds_the_head_job_and_backfilling_starts_around_it():

@@ -45,6 +45,7 @@ RLSCHEDULER_JOBS = max(RLSCHEDULER_STARTS) + EVAL_LENGTH  # the jobs a log needs
 TRAIN_FRACTION = 0.8  # heldout: training sees jobs [0, 80%), evaluation starts in [80%, end - 1024]
 RECENT_FRACTION = 0.6  # recent: sequences start in [60%, 80%) and end before 80%
 METRICS = EPISODE_KEYS  # what an evaluation reports: the env's results of each episode
+OVERLOADED = 2.0  # an offered load above this as read points to a misread cluster (a note, not a refusal)
 SEQUENCES = 100  # heldout and recent: sequences by default, enough for a 95% CI on a paired difference
 
 
@@ -227,6 +228,10 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
     resolved = {spec: resolve(spec, cfg, device, record=records[spec]) for spec in policies}
     starts = protocol_starts(log, protocol, sequences, length)
     echo(f"{Path(trace).name}: {log.summary()}")
+    if log.offered_load() > OVERLOADED:
+        echo(f"note: an offered load of {log.offered_load():.2f}: more work than the cluster could ever run, so its "
+             "queue grows without end; is the cluster right? (a header with MaxNodes alone is read as nodes of one "
+             "processor: give --processors_per_node)")
     spread = overlap(starts, length)
     fewer = f" (of {sequences} asked: the range has no more distinct starts)" \
         if protocol in ("heldout", "recent") and len(starts) < sequences else ""
