@@ -613,8 +613,12 @@ def test_an_evaluation_names_the_sequences_a_checkpoint_trained_on(tmp_path):
         notes, read = training_notes(str(ckpt), log, torch.tensor([100, 499, 500, 900]), "easy")
         assert read == 2 and notes == [f"note: {ckpt} trained with backfilling off, runs here with easy",
                                        f"note: {ckpt} trained on the first 50% of site.swf's jobs (a log of that file "
-                                       "name): 2 of these 4 sequences hold jobs it read"]
+                                       "name, gzipped or not): 2 of these 4 sequences hold jobs it read"]
     assert training_notes(str(ckpt), log, torch.tensor([500, 900]), "off") == ([], 0)
+    import gzip  # the same log gzipped: the same note
+    (tmp_path / "site.swf.gz").write_bytes(gzip.compress((tmp_path / "site.swf").read_bytes()))
+    zipped = read_queue_log(tmp_path / "site.swf.gz")
+    assert training_notes(str(ckpt), zipped, torch.tensor([100, 900]), "off")[1] == 1
     other = read_queue_log(write_log(tmp_path / "other.swf", jobs=1000))
     assert training_notes(str(ckpt), other, torch.tensor([0]), "off") == ([], None)  # never read this log
     assert training_notes("f1", log, torch.tensor([0]), "off") == ([], None)

@@ -49,11 +49,14 @@ OVERLOADED = 2.0  # an offered load above this as read points to a misread clust
 SEQUENCES = 100  # heldout and recent: sequences by default, enough for a 95% CI on a paired difference
 
 
+def log_stem(path) -> str:
+    """A log's file name without .gz and .swf: the same log, gzipped or not."""
+    return Path(str(path)).name.removesuffix(".gz").removesuffix(".swf")
+
+
 def rlschedulers_log(path) -> bool:
     """Whether `path` is one of RLScheduler's Lublin logs (by file name, gzipped or not)."""
-    def stem(name: str) -> str:
-        return Path(name).name.removesuffix(".gz").removesuffix(".swf")
-    return stem(str(path)) in {stem(name) for name, _ in RLSCHEDULER_PUBLISHED}
+    return log_stem(path) in {log_stem(name) for name, _ in RLSCHEDULER_PUBLISHED}
 
 
 def protocol_starts(log: QueueLog, protocol: str, num_sequences: int = SEQUENCES,
@@ -193,14 +196,14 @@ def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str
     if trained_backfill not in (None, backfill):
         notes.append(f"note: {spec} trained with backfilling {trained_backfill}, runs here with {backfill}")
     name = Path(log.path).name
-    if name not in {Path(str(one).split(":")[0]).name for one in logs}:
+    if log_stem(name) not in {log_stem(str(one).split(":")[0]) for one in logs}:  # gzipped or not: one log
         return notes, None
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
         raise ConfigError(f"{spec}: the share of the log it trained on must be in (0, 1], got {fraction!r}")
     read = int((starts < log.jobs_before(fraction)).sum())  # a sequence [s, s + L) meets jobs [0, T) when s < T
     if read:
         notes.append(f"note: {spec} trained on the first {fraction:.0%} of {name}'s jobs (a log of that file "
-                     f"name): {read} of these {len(starts)} sequences hold jobs it read")
+                     f"name, gzipped or not): {read} of these {len(starts)} sequences hold jobs it read")
     return notes, read
 
 
