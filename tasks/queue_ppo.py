@@ -144,6 +144,12 @@ class QueuePPO(IterationTask):
             self.hparams["policy"] = self.net.spec.to_dict()
         self.logs: list[QueueLog] = [read_queue_log(path, nodes, processors_per_node, oversize)
                                      for path in ([log] if isinstance(log, str) else log)]
+        sizes = {(one.nodes, one.processors_per_node): one.path for one in self.logs}
+        if len(sizes) > 1:  # the env replays every row on the first log's cluster
+            (a, path_a), (b, path_b) = list(sizes.items())[:2]
+            raise ConfigError(f"QueuePPO.log: {Path(path_a).name} is {a[0]} nodes x {a[1]}, {Path(path_b).name} "
+                              f"{b[0]} x {b[1]}: one run trains on logs of one cluster size (nodes and "
+                              "processors_per_node replay them all on one)")
         if load is not None:
             try:
                 self.logs = [one.with_load(load) for one in self.logs]

@@ -620,3 +620,15 @@ def test_the_clock_is_the_time_of_day_beside_the_cluster_features_and_a_clock_po
     with pytest.raises(ConfigError, match="reads the time of day, which depends on where the clock starts"):
         decide(snapshot, load_scorer(checkpoint))
     assert decide(snapshot, load_scorer(checkpoint), clock_start=0)["start_now"] == ["1"]
+
+
+def test_logs_of_different_cluster_sizes_are_refused_unless_one_cluster_is_given(tmp_path):
+    from tasks.queue_ppo import QueuePPO
+    from tasks.queue_ppo_settings import QueueValidation
+
+    small, large = write_log(tmp_path / "small.swf", nodes=16), write_log(tmp_path / "large.swf", nodes=32, seed=1)
+    settings = {"window": 16, "sequence_length": 32, "batch_size": 8, "validation": QueueValidation(2, 64)}
+    with pytest.raises(ConfigError, match=r"QueuePPO.log: small.swf is 16 nodes x 1, large.swf 32 x 1: one run"):
+        QueuePPO(log=[str(small), str(large)], **settings)
+    both = QueuePPO(log=[str(small), str(large)], nodes=32, **settings)  # both replayed on one cluster
+    assert [one.nodes for one in both.logs] == [32, 32]
