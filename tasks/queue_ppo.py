@@ -67,6 +67,7 @@ from .queue_ppo_settings import PPOSettings, QueueValidation
 # ("first": a reserving policy's sampled job, which its log-prob is of; "action" is what the env started)
 DECISION_KEYS = (*IN_KEYS, "action_mask", "action", "first", "action_log_prob")
 ENV_DEVICES = ("auto", "cpu", "module")  # QueuePPO.env_device
+LIGHT_LOAD = 0.5  # an offered load below this leaves most jobs unqueued (NASA's log as recorded: 0.47)
 
 
 class QueuePPO(IterationTask):
@@ -438,8 +439,15 @@ class QueuePPO(IterationTask):
                             *reading, "--backfill", self.cfg.backfill, "--policy", *RULES, checkpoint]
 
     def data_report(self) -> list[str]:
-        """A line a log: what reading it kept, dropped and changed (`QueueLog.summary`), as evaluate.py prints."""
-        return [f"{Path(one.path).name}: {one.summary()}" for one in self.logs]
+        """A line a log: what reading it kept, dropped and changed (`QueueLog.summary`), as evaluate.py
+        prints; and a note for a log so lightly loaded that few of its jobs wait."""
+        lines = [f"{Path(one.path).name}: {one.summary()}" for one in self.logs]
+        light = [one for one in self.logs if one.offered_load() < LIGHT_LOAD]
+        if light:
+            lines.append(f"note: {Path(light[0].path).name}'s offered load is {light[0].offered_load():.2f}: few jobs "
+                         "wait, so most episodes give every policy the same return and PPO little to learn; "
+                         "load: 1.0 (--model.init_args.load) compresses its arrivals")
+        return lines
 
     def validation_metrics(self) -> set[str]:
         return {f"eval/{m}" for m in METRICS}
