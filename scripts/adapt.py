@@ -301,16 +301,22 @@ def queue_main(argv) -> int:
         write_figure(fig, args.figure, args.overwrite)
         print(f"figure: {args.figure}", file=sys.stderr)
     if args.out:  # the first --policy, adapted
-        # what it read: the site's first 80% and what its start trained on (one share for all, the larger,
-        # so an evaluation warns of every sequence either may have read)
+        # what it read: what its start trained on, and the site's first 80% (an evaluation warns of both)
         source = records.get(args.policy[0])
-        read = [*(source.log if source else ()), log.summary()["log"]]
-        share = max(TRAIN_FRACTION, source.train_fraction if source else 0.0)
+        read = dict(zip(source.log, source_shares(source))) if source else {}
+        site_log = log.summary()["log"]
+        read[site_log] = max(read.get(site_log, 0.0), TRAIN_FRACTION)
         record = QueuePolicyRecord.of(net, replace(policy_cfg, sequence_length=args.sequence_length),
-                                      list(dict.fromkeys(read)), share)
+                                      list(read), tuple(read.values()))
         record.save(args.out, args.overwrite)
         print(f"saved {args.out}", file=sys.stderr)
     return 0
+
+
+def source_shares(record) -> list[float]:
+    """The share of each of `record`'s logs its run read (its train_fraction, one for all or one a log)."""
+    share = record.train_fraction
+    return list(share) if isinstance(share, tuple) else [share] * len(record.log)
 
 
 def queue_parser(eval_length: int) -> ScriptParser:

@@ -196,8 +196,11 @@ def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str
     if trained_backfill not in (None, backfill):
         notes.append(f"note: {spec} trained with backfilling {trained_backfill}, runs here with {backfill}")
     name = Path(log.path).name
-    if log_stem(name) not in {log_stem(str(one).split(":")[0]) for one in logs}:  # gzipped or not: one log
+    stems = [log_stem(str(one).split(":")[0]) for one in logs]
+    if log_stem(name) not in stems:  # gzipped or not: one log
         return notes, None
+    if isinstance(fraction, (list, tuple)):  # one share a log
+        fraction = max(f for f, stem in zip(fraction, stems) if stem == log_stem(name))
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
         raise ConfigError(f"{spec}: the share of the log it trained on must be in (0, 1], got {fraction!r}")
     read = int((starts < log.jobs_before(fraction)).sum())  # a sequence [s, s + L) meets jobs [0, T) when s < T

@@ -28,9 +28,10 @@ class QueuePolicyRecord:
     """The network's weights (on the CPU)."""
     log: tuple[str, ...] = ()
     """The logs it trained on."""
-    train_fraction: float = 1.0
+    train_fraction: float | tuple[float, ...] = 1.0
     """The share of each log's jobs (in submit order, from the first) its run read: the training
-    sequences, and the validation sequences that chose the checkpoint."""
+    sequences, and the validation sequences that chose the checkpoint. One for every log, or one a
+    log in `log`'s order (a policy adapted on a site's history after training on other logs)."""
     adaptation: dict | None = None
     """A meta-policy's inner loop (steps, lr, sequences, episodes: what scripts/adapt.py defaults to);
     None for a policy trained to act as it is."""
@@ -40,10 +41,15 @@ class QueuePolicyRecord:
     def of(cls, net: QueueNetwork, cfg: QueueConfig, log=(), train_fraction: float = 1.0,
            adaptation: dict | None = None) -> QueuePolicyRecord:
         return cls(cfg, net.spec, {k: v.detach().cpu() for k, v in net.state_dict().items()},
-                   tuple([log] if isinstance(log, str) else log), float(train_fraction), adaptation)
+                   tuple([log] if isinstance(log, str) else log), shares(train_fraction), adaptation)
 
-    def trained_on(self) -> tuple[tuple[str, ...], float, str]:
-        """(the logs its run read, the share of each, its backfilling)."""
+    def __post_init__(self) -> None:
+        if isinstance(self.train_fraction, tuple) and len(self.train_fraction) != len(self.log):
+            raise ConfigError(f"QueuePolicyRecord.train_fraction holds {len(self.train_fraction)} shares for "
+                              f"{len(self.log)} logs")
+
+    def trained_on(self) -> tuple[tuple[str, ...], float | tuple[float, ...], str]:
+        """(the logs its run read, the share of each: one for all or one a log, its backfilling)."""
         return self.log, self.train_fraction, self.queue.backfill
 
     def save(self, path, overwrite: bool = False) -> Path:
@@ -53,7 +59,9 @@ class QueuePolicyRecord:
 
     def to_dict(self) -> dict:
         return {"kind": QUEUE_POLICY_KIND, "queue": self.queue.to_dict(), "policy": self.policy.to_dict(),
-                "state_dict": self.state_dict, "log": list(self.log), "train_fraction": self.train_fraction,
+                "state_dict": self.state_dict, "log": list(self.log),
+                "train_fraction": list(self.train_fraction) if isinstance(self.train_fraction, tuple)
+                else self.train_fraction,
                 **({} if self.adaptation is None else {"adaptation": dict(self.adaptation)}),
                 "version": QUEUE_RECORD_VERSION}
 
@@ -75,7 +83,12 @@ class QueuePolicyRecord:
         log = entry.get("log", ())
         return cls(QueueConfig.from_dict(entry["queue"]), QueuePolicySpec.from_dict(entry["policy"]),
                    entry["state_dict"], tuple([log] if isinstance(log, str) else log),
-                   float(entry.get("train_fraction", 1.0)), entry.get("adaptation"))
+                   shares(entry.get("train_fraction", 1.0)), entry.get("adaptation"))
+
+
+def shares(value) -> float | tuple[float, ...]:
+    """A record's train_fraction as stored: one number, or one a log (a list on disk)."""
+    return float(value) if isinstance(value, (int, float)) else tuple(float(v) for v in value)
 
 
 def read_queue_record(path) -> QueuePolicyRecord:
