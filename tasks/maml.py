@@ -45,6 +45,7 @@ from lightning_sched.policies.checkpoints import PolicyRecord, warm_start
 from lightning_sched.policies.networks import PolicySpec, make_policy
 
 from .base import EvaluationSettings, SchedulerTask, require_at_least, require_positive
+from .meta import MetaOptimization
 
 
 def outer_stream(inner_steps: int) -> int:
@@ -94,7 +95,7 @@ def inner_step(fnet, diffopt, traj: Trajectories, baseline: Baseline, episodes: 
     return pg
 
 
-class MAML(SchedulerTask):
+class MAML(MetaOptimization, SchedulerTask):
     """Args:
         cluster: the cluster and objective (SPEC.md).
         family: the meta-training tasks (`WorkloadFamily` ranges).
@@ -213,14 +214,9 @@ class MAML(SchedulerTask):
             self.encoders[cluster] = make_policy(self.net.spec, cluster).to(self.device)
         return self.encoders[cluster]
 
-    def configure_optimizers(self):
-        if self.hparams.first_order:
-            self.require_full_precision("first-order meta-gradients are set by hand, past the loss scaling the "
-                                        "precision plugin undoes")
-        groups = [{"params": list(self.net.parameters()), "lr": self.hparams.meta_lr}]
-        if self.log_step_sizes is not None:
-            groups.append({"params": list(self.log_step_sizes), "lr": self.hparams.step_size_lr})
-        return torch.optim.Adam(groups)
+    def meta_parameters(self) -> list[torch.nn.Parameter]:
+        """The network's weights."""
+        return list(self.net.parameters())
 
     def step_sizes(self) -> dict[str, torch.Tensor] | None:
         """Meta-SGD's per-weight step multipliers, in the order of net.parameters() (differentiable)."""
@@ -301,10 +297,7 @@ class MAML(SchedulerTask):
                        "train/entropy": torch.stack([pg.entropy for pg in outer]).mean(),
                        "perf/iteration_s": time.perf_counter() - start},
                       on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
-        if self.log_step_sizes is not None:
-            means = self.log_step_sizes.geometric_means()  # each tensor's learned step multiplier
-            self.log_dict({f"train/step_size/{name}": size for name, size in means.items()}, on_step=True,
-                          on_epoch=False)
+        self.log_step_size_means()
         self.log("iteration", float(self.global_step), prog_bar=True, on_step=True, on_epoch=False)
 
     def meta_gradient(self, meta_loss: torch.Tensor, fnets) -> None:

@@ -49,10 +49,11 @@ from lightning_sched.queue.policy import (
 from lightning_sched.queue.sites import HELDOUT_SITES, TRACES_DIR, TRAINING_SITES, site_log
 
 from .base import IterationTask, require_at_least, require_positive
+from .meta import MetaOptimization
 from .queue_ppo_settings import PPOSettings
 
 
-class QueueMAML(IterationTask):
+class QueueMAML(MetaOptimization, IterationTask):
     """MAML over the queue env's sites, or with inner_steps 0 its mixture baseline (the module's docstring).
 
     Args:
@@ -165,14 +166,9 @@ class QueueMAML(IterationTask):
             print(f"site {name}:{model.name}: policy / best rule {gaps[-1]:.3f}", flush=True)
         return gaps
 
-    def configure_optimizers(self):
-        if self.hparams.first_order:
-            self.require_full_precision("first-order meta-gradients are set by hand, past the loss scaling the "
-                                        "precision plugin undoes")
-        groups = [{"params": list(self.net.scorer.parameters()), "lr": self.hparams.meta_lr}]
-        if self.hparams.learn_step_sizes:
-            groups.append({"params": list(self.log_step_sizes), "lr": self.hparams.step_size_lr})
-        return torch.optim.Adam(groups)
+    def meta_parameters(self) -> list[torch.nn.Parameter]:
+        """The scorer's weights (the value head is not meta-learned)."""
+        return list(self.net.scorer.parameters())
 
     def step_sizes(self) -> dict[str, torch.Tensor] | None:
         """Meta-SGD's per-weight multipliers of inner_lr, {scorer parameter name: exp(s)} in the order of
@@ -223,10 +219,7 @@ class QueueMAML(IterationTask):
         self.log_dict({"train/meta_loss": meta_loss, "train/mean_bounded_slowdown": sum(bsld) / len(bsld)},
                       on_step=True, on_epoch=False)
         self.log("bsld", sum(bsld) / len(bsld), prog_bar=True, on_step=True, on_epoch=False, logger=False)
-        if self.log_step_sizes is not None:
-            means = self.log_step_sizes.geometric_means()  # each tensor's learned step multiplier
-            self.log_dict({f"train/step_size/{name}": size for name, size in means.items()}, on_step=True,
-                          on_epoch=False)
+        self.log_step_size_means()
 
     def adapted_loss(self, env: QueueEnv, generator: torch.Generator) -> tuple[float, list[float]]:
         """One site's share of the meta-loss, backpropagated: inner_steps REINFORCE steps of a fast copy

@@ -146,16 +146,10 @@ def _header_int(header: dict[str, str], key: str, path) -> int | None:
     return int(value)
 
 
-def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_node: int | None = None,
-                   oversize: str = "refuse") -> QueueLog:
-    """Read an SWF log (.swf or .swf.gz) for the queue environment; `nodes` and
-    `processors_per_node` override the header's cluster; a job larger than the cluster is refused
-    (`oversize` "refuse") or dropped and counted ("drop"). TraceError (one line naming the file,
-    line and field) for a malformed log, a refused job, or no cluster size."""
-    if oversize not in ("refuse", "drop"):
-        raise ConfigError(f"oversize must be refuse or drop, got {oversize!r}")
-    header, table, lines = read_swf_table(path)
-    lines = np.asarray(lines)
+def cluster_size(path, header: dict, nodes: int | None, processors_per_node: int | None) -> tuple[int, int]:
+    """(nodes, processors per node) a log replays on: the given ones, else its header's (MaxNodes, and
+    MaxProcs / MaxNodes per node; MaxProcs alone: nodes of `processors_per_node`, default 1). TraceError
+    naming the file when the header gives neither or contradicts what is given."""
     header_nodes, header_procs = _header_int(header, "MaxNodes", path), _header_int(header, "MaxProcs", path)
     if processors_per_node is None:
         if header_nodes and header_procs and header_procs % header_nodes:
@@ -181,6 +175,20 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
         raise TraceError(f"{path}: the header gives neither MaxNodes nor MaxProcs: add '; MaxNodes: N' and "
                          "'; MaxProcs: P' lines (the cluster's nodes and processors), or give --nodes (nodes in a "
                          "training config)")
+    return nodes, processors_per_node
+
+
+def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_node: int | None = None,
+                   oversize: str = "refuse") -> QueueLog:
+    """Read an SWF log (.swf or .swf.gz) for the queue environment; `nodes` and
+    `processors_per_node` override the header's cluster; a job larger than the cluster is refused
+    (`oversize` "refuse") or dropped and counted ("drop"). TraceError (one line naming the file,
+    line and field) for a malformed log, a refused job, or no cluster size."""
+    if oversize not in ("refuse", "drop"):
+        raise ConfigError(f"oversize must be refuse or drop, got {oversize!r}")
+    header, table, lines = read_swf_table(path)
+    lines = np.asarray(lines)
+    nodes, processors_per_node = cluster_size(path, header, nodes, processors_per_node)
 
     for column, name in ((0, "job number"), (4, "allocated processors"), (7, "requested processors")):
         fraction = table[:, column] != np.floor(table[:, column])

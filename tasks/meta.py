@@ -1,0 +1,32 @@
+"""What MAML over DeepRM's workloads (tasks.maml) and over queue sites (tasks.queue_maml) share on the
+Lightning side: the outer optimizer and the logging of Meta-SGD's learned step sizes."""
+from __future__ import annotations
+
+import torch
+
+
+class MetaOptimization:
+    """A mixin for a meta-learning module with `hparams` meta_lr, step_size_lr and first_order, and
+    `log_step_sizes` (learning.meta.LearnedStepSizes, or None without Meta-SGD)."""
+
+    def meta_parameters(self) -> list[torch.nn.Parameter]:
+        """The weights the outer step trains (the inner loop's start)."""
+        raise NotImplementedError
+
+    def configure_optimizers(self):
+        """One Adam over the meta-parameters (meta_lr) and Meta-SGD's log step sizes (step_size_lr:
+        they move much further than the weights)."""
+        if self.hparams.first_order:
+            self.require_full_precision("first-order meta-gradients are set by hand, past the loss scaling the "
+                                        "precision plugin undoes")
+        groups = [{"params": list(self.meta_parameters()), "lr": self.hparams.meta_lr}]
+        if self.log_step_sizes is not None:
+            groups.append({"params": list(self.log_step_sizes), "lr": self.hparams.step_size_lr})
+        return torch.optim.Adam(groups)
+
+    def log_step_size_means(self) -> None:
+        """Each weight tensor's learned step multiplier (its geometric mean), when Meta-SGD learns them."""
+        if self.log_step_sizes is not None:
+            means = self.log_step_sizes.geometric_means()
+            self.log_dict({f"train/step_size/{name}": size for name, size in means.items()}, on_step=True,
+                          on_epoch=False)
