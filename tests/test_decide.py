@@ -625,3 +625,23 @@ def test_a_bad_flag_of_decide_is_one_line(flags, capsys):
         script_main("decide")(["--policy", "x.onnx", *flags])
     lines = capsys.readouterr().err.strip().splitlines()
     assert stopped.value.code == 2 and len(lines) == 1 and flags[0] in lines[0], lines
+
+
+def test_a_served_policy_backfills_by_default_as_it_trained(tmp_path):
+    from dataclasses import replace
+
+    from lightning_sched.decide import load_scorer
+    from lightning_sched.decide.policies import ObservingPolicy
+    from lightning_sched.queue.policy import read_queue_record
+
+    trained = {"queue_bsld.ckpt": "off", "queue_bsld_easy.ckpt": "easy", "queue_bsld_rule.ckpt": "off",
+               "queue_bsld_easy_rule.ckpt": "easy", "queue_bsld_reserve.ckpt": "off"}
+    for name, backfill in trained.items():
+        path = str(ROOT / "checkpoints" / name)
+        assert load_scorer(path).config["backfill"] == backfill, name
+        assert ObservingPolicy(path).config["backfill"] == backfill, name  # the record read here too
+    # a network that reads fit delays (served through the env's observation), trained with EASY
+    record = read_queue_record(ROOT / "checkpoints" / "queue_bsld_reserve.ckpt")
+    easy = replace(record, queue=replace(record.queue, backfill="easy")).save(tmp_path / "easy_reserve.ckpt")
+    served = load_scorer(str(easy))
+    assert isinstance(served, ObservingPolicy) and served.config["backfill"] == "easy"

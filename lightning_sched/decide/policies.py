@@ -28,7 +28,7 @@ from ..queue.heuristics import QueueHeuristic
 from ..queue.linear_rule import RULE_FEATURES, LinearRule, LinearRuleRecord
 from ..queue.policy import QueuePolicy, QueuePolicyRecord
 from ..queue.reservation import SUFFIX
-from ..queue.specs import QueueCheckpoint, resolve
+from ..queue.specs import QueueCheckpoint, policy_record, resolve
 from ..queue.state import MAX_EPISODE_SECONDS, NEVER, RUNNING, WAITING, QueueState
 from ..queue.step import step_and_observe
 from .snapshot import Snapshot, SnapshotError
@@ -70,6 +70,7 @@ class ObservingPolicy:
         if threads is not None:
             torch.set_num_threads(threads)
         self.spec = spec
+        record = policy_record(spec) if record is None else record
         # a network: the window and features it trained with
         self.policy, self.base = resolve(spec, QueueConfig(), record=record)
         if isinstance(self.policy, QueueHeuristic) and self.policy.name not in RULES:
@@ -78,7 +79,7 @@ class ObservingPolicy:
                               f"{', '.join(RULES)}, or RULE{SUFFIX})")
         self.whole_queue = not isinstance(self.policy, QueuePolicy)
         self.config = {"window": None if self.whole_queue else self.base.window,
-                       "backfill": own_backfill(spec, record, self.base),
+                       "backfill": own_backfill(spec, record),
                        "max_wait": self.base.max_wait, "max_requested": self.base.max_requested}
         self.clock_reason = clock_reason(self.policy, self.base)
         self._decision = None  # the Decision under way: its snapshot's state and order, kept across its picks
@@ -178,11 +179,11 @@ def needs_clock_start(spec: str, reason: str) -> str:
             "time 0 is their start; docs/deploy.md)")
 
 
-def own_backfill(spec: str, record: QueueCheckpoint | None, base: QueueConfig) -> str:
+def own_backfill(spec: str, record: QueueCheckpoint | None) -> str:
     """The backfilling policy `spec` (its `record`; None: a rule) decides with by default: a network's,
-    what it trained with (`base`); a searched rule's, what it was searched with; a rule's: off."""
+    what it trained with; a searched rule's, what it was searched with; a rule's: off."""
     if not isinstance(record, LinearRuleRecord):
-        return base.backfill if record is not None else "off"
+        return record.queue.backfill if record is not None else "off"
     backfill = record.trained_on()[2] or "off"
     if backfill not in BACKFILL:
         raise ConfigError(f"{spec}: provenance.backfill must be off or easy, got {backfill!r}")
