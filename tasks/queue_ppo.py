@@ -35,6 +35,7 @@ from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
 from lightning_sched import seeds
+from lightning_sched.cli import log_reading_args
 from lightning_sched.config import ConfigError
 from lightning_sched.learning.policy_gradient import per_sequence_scaled, sequence_advantages
 from lightning_sched.limits import require_time, require_total
@@ -43,7 +44,7 @@ from lightning_sched.queue.config import QueueConfig
 from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, play_to_end, rollout_bytes
 from lightning_sched.queue.evaluation import EVAL_LENGTH, METRICS, RLSCHEDULER_JOBS, TRAIN_FRACTION
 from lightning_sched.queue.heuristics import HEURISTICS, RULES, QueueHeuristic
-from lightning_sched.queue.log import QueueLog, read_queue_log
+from lightning_sched.queue.log import QueueLog, read_queue_logs
 from lightning_sched.queue.lookahead import LookaheadPolicy, LookaheadSettings
 from lightning_sched.queue.policy import (
     CHECKPOINT_KEY,
@@ -143,19 +144,13 @@ class QueuePPO(IterationTask):
             self.net, _ = load_queue_policy(init_from)
             self.net.train()
             self.hparams["policy"] = self.net.spec.to_dict()
-        self.logs: list[QueueLog] = [read_queue_log(path, nodes, processors_per_node, oversize)
-                                     for path in ([log] if isinstance(log, str) else log)]
+        self.logs: list[QueueLog] = read_queue_logs(log, nodes, processors_per_node, oversize, load, "QueuePPO.")
         sizes = {(one.nodes, one.processors_per_node): one.path for one in self.logs}
         if len(sizes) > 1:  # the env replays every row on the first log's cluster
             (a, path_a), (b, path_b) = list(sizes.items())[:2]
             raise ConfigError(f"QueuePPO.log: {Path(path_a).name} is {a[0]} nodes x {a[1]}, {Path(path_b).name} "
                               f"{b[0]} x {b[1]}: one run trains on logs of one cluster size (nodes and "
                               "processors_per_node replay them all on one)")
-        if load is not None:
-            try:
-                self.logs = [one.with_load(load) for one in self.logs]
-            except ConfigError as error:
-                raise ConfigError(f"QueuePPO.{error}") from None
         self.cfg = self.logs[0].config(backfill=backfill, window=window, sequence_length=sequence_length,
                                        bsld_threshold=bsld_threshold, reward=reward,
                                        **self.net.spec.observation())  # the extra job features it reads
@@ -426,9 +421,8 @@ class QueuePPO(IterationTask):
         protocol (the last 20% of each log) when the run read at most the first 80% (or a log is too short
         for RLScheduler's: evaluate.py then names the sequences it read), else on RLScheduler's (whose model
         also trained on whole logs)."""
-        reading = [f"--{name}={value}" for name, value in (("nodes", self.hparams.nodes),
-                   ("processors_per_node", self.hparams.processors_per_node), ("oversize", self.hparams.oversize),
-                   ("load", self.hparams.load)) if value not in (None, "refuse")]
+        hp = self.hparams
+        reading = log_reading_args(hp.nodes, hp.processors_per_node, hp.oversize, hp.load)
         whole_logs = self.read_fraction > TRAIN_FRACTION and \
             min(one.num_jobs for one in self.logs) >= RLSCHEDULER_JOBS
         protocol = "rlscheduler" if whole_logs else "heldout"

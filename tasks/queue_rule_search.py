@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from lightning_sched.cli import log_reading_args
 from lightning_sched.config import ConfigError
 from lightning_sched.queue.evaluation import (
     EVAL_LENGTH,
@@ -28,7 +29,7 @@ from lightning_sched.queue.evaluation import (
 )
 from lightning_sched.queue.heuristics import RULES
 from lightning_sched.queue.linear_rule import RULE_FEATURES, LinearRule, linear_rule_entry
-from lightning_sched.queue.log import read_queue_log
+from lightning_sched.queue.log import read_queue_logs
 from lightning_sched.queue.policy import CHECKPOINT_KEY
 from lightning_sched.queue.rule_search import (
     SEARCH_TRAIN_FRACTION,
@@ -67,12 +68,7 @@ class QueueRuleSearch(IterationTask):
             search = SearchSettings(**search)
         self.paths = [log] if isinstance(log, str) else list(log)
         require_at_least("QueueRuleSearch", 2, sequence_length=sequence_length)
-        self.logs = [read_queue_log(path, nodes, processors_per_node, oversize) for path in self.paths]
-        if load is not None:
-            try:
-                self.logs = [one.with_load(load) for one in self.logs]
-            except ConfigError as error:
-                raise ConfigError(f"QueueRuleSearch.{error}") from None
+        self.logs = read_queue_logs(self.paths, nodes, processors_per_node, oversize, load, "QueueRuleSearch.")
         self.cfgs = [heuristic_config(one.config(sequence_length=sequence_length, backfill=backfill), reserve)
                      for one in self.logs]
         self.reserve, self.settings, self.seed = reserve, search, seed
@@ -125,9 +121,9 @@ class QueueRuleSearch(IterationTask):
     def evaluation_command(self, checkpoint: str) -> tuple[str, list[str]]:
         """(the script, its arguments) that measure `checkpoint` beside the rules on the held-out protocol."""
         hp = self.hparams
-        reading = [f"--{name}={value}" for name, value in (("nodes", hp.nodes), ("processors_per_node",
-                   hp.processors_per_node), ("oversize", hp.oversize), ("load", hp.load),
-                   ("sequence_length", hp.sequence_length)) if value not in (None, "refuse", EVAL_LENGTH)]
+        reading = log_reading_args(hp.nodes, hp.processors_per_node, hp.oversize, hp.load)
+        if hp.sequence_length != EVAL_LENGTH:
+            reading.append(f"--sequence_length={hp.sequence_length}")
         return "evaluate", ["--env", "queue", "--protocol", "heldout", "--trace", *self.paths, *reading,
                             "--backfill", self.cfgs[0].backfill, "--policy", *RULES, checkpoint]
 

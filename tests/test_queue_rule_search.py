@@ -97,14 +97,14 @@ def test_a_search_reads_a_short_log_as_training_does_and_prints_an_evaluation_th
     proc = run_in_process(ROOT / "scripts" / "fit.py", [
         "fit", "--config", ROOT / "configs" / "base" / "queue_rule.yaml", "--threads", "1",
         "--trainer.logger", "false", "--model.init_args.log", str(log), "--model.init_args.sequence_length", "128",
-        "--model.init_args.load", "1.2", "--model.init_args.train_sequences", "2",
+        "--model.init_args.load", "1.2", "--model.init_args.nodes", "1024", "--model.init_args.train_sequences", "2",
         "--model.init_args.search.population", "4", "--model.init_args.search.elite", "2",
         "--model.init_args.validation_sequences", "2", "--trainer.max_steps", "1", "--trainer.val_check_interval", "1"],
         tmp_path, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert any(line.startswith("short.swf: ") and "'offered_load': 1.2" in line for line in proc.stdout.splitlines())
     evaluate = next(line for line in proc.stdout.splitlines() if line.startswith("evaluate it"))
-    assert "--load=1.2" in evaluate and "--sequence_length=128" in evaluate
+    assert "--load=1.2" in evaluate and "--sequence_length=128" in evaluate and "--nodes=1024" in evaluate
     script, *arguments = shlex.split(evaluate.split(": ", 1)[1])[1:]
     done = run_in_process(tmp_path / script, [*arguments, "--sequences", "4", "--threads", "1", "--json"], tmp_path,
                           env)

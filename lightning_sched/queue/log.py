@@ -254,3 +254,18 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
     counts["kept"] = len(number)
     return QueueLog(str(path), number[order], submit[order], run[order], requested[order], processors[order],
                     nodes, processors_per_node, counts)
+
+
+def read_queue_logs(paths: str | list[str], nodes: int | None = None, processors_per_node: int | None = None,
+                    oversize: str = "refuse", load: float | None = None, owner: str = "") -> list[QueueLog]:
+    """Each log of `paths` as `read_queue_log` reads it, its arrivals scaled to offered load `load`
+    when given (`QueueLog.with_load`); `owner` prefixes a refused load ("QueuePPO.")."""
+    logs = [read_queue_log(path, nodes, processors_per_node, oversize)
+            for path in ([paths] if isinstance(paths, str) else paths)]
+    if load is None:
+        return logs
+    try:
+        return [one.with_load(load) for one in logs]
+    except ConfigError as error:
+        raise ConfigError(f"{owner}{error}") from None
+
