@@ -127,18 +127,22 @@ def key_lines(node, path: tuple = ()):
 def where_set(message: str, args: list[str]) -> str:
     """` (--config FILE, line N)` for the file that sets the key a one-line parse error names (an
     option refused, or a value of the wrong type), the last such file as that one wins; '' if none
-    does or a flag of the command line sets it."""
-    refused = re.search(r"Option '([^']+)' is not accepted", message) or re.match(r"([\w.]+): ", message)
-    if refused is None:
+    does or a flag of the command line sets it. Keys match by their whole path, init_args levels aside."""
+    refused = (re.match(r"([\w.]+): Option '()([^']+)' is not accepted", message)
+               or re.match(r"([\w.]+): Group '([^']+)' does not accept option '([^']+)'", message))
+    typed = re.match(r"([\w.]+): ", message)
+    wanted = ".".join(part for part in refused.groups() if part) if refused else typed.group(1) if typed else ""
+    if "." not in wanted:  # a whole section: no one line to name
         return ""
-    name, section = refused.group(1).split(".")[-1], message.split(".", 1)[0].split(":", 1)[0]
+    name = wanted.split(".")[-1]
     if any(re.match(rf"--(\S+\.)?{re.escape(name)}(=|$)", arg) for arg in args):
         return ""
     for path in reversed(config_paths(args)):
         try:
             with open(path, encoding="utf-8") as file:
                 keys = key_lines(yaml.compose(file))
-                lines = [line for path_keys, line in keys if path_keys[-1] == name and path_keys[0] == section]
+                lines = [line for path_keys, line in keys
+                         if ".".join(k for k in path_keys if k != "init_args") == wanted]
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
         if lines:

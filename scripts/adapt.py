@@ -270,10 +270,11 @@ def queue_main(argv) -> int:
     log = read_queue_log(trace, args.nodes, args.processors_per_node, args.oversize)
     log = site.apply(log) if site is not None else log
     cfg = log.config(sequence_length=args.eval_sequence_length, backfill=args.backfill)
-    try:
-        starts = protocol_starts(log, "heldout", args.eval_sequences, args.eval_sequence_length)
-    except ConfigError as error:  # said in this script's flag
-        raise ConfigError(f"--eval_sequence_length: {str(error).split(' (', 1)[0]}") from None
+    held_out = log.num_jobs - log.jobs_before(TRAIN_FRACTION)
+    if args.eval_sequence_length > held_out:  # said in this script's flag
+        raise ConfigError(f"--eval_sequence_length {args.eval_sequence_length} is longer than the {held_out} jobs "
+                          f"after the first {TRAIN_FRACTION:.0%} of {Path(trace).name}: give a shorter one")
+    starts = protocol_starts(log, "heldout", args.eval_sequences, args.eval_sequence_length)
     train_jobs = log.jobs_before(TRAIN_FRACTION)
     if args.sequence_length > train_jobs:  # the steps' sequences come from the history: said before the rules run
         raise ConfigError(f"--sequence_length {args.sequence_length} is longer than the site's history, its first "

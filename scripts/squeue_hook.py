@@ -13,11 +13,12 @@ their priority are not ranked, and are named on stderr: held (priority 0, a JobH
 a dependency or a begin time, over a QOS, association, partition or license limit (a QOS*, Assoc*,
 Partition*, ReqNodeNotAvail, Licenses or Invalid{QOS,Account} reason), eligible more than a minute after
 --now, or larger than --processors. A time limit of 0 (Slurm: none) or none set is taken as
---unlimited_minutes. A job waiting more than a year (the service refuses it: a submit time of 0, or --now
-in milliseconds?) is left out and named. With --partition, only the jobs of that partition (a pending job
-listing several counts in each); a partition no listed job is in is named on stderr. Integer fields may
-be plain numbers or Slurm's {"set": true, "infinite": false, "number": N} form; job_state a string or a
-list. Check the fields against your Slurm version's `squeue --json` before relying on it.
+--unlimited_minutes. A job waiting more than a year (the service refuses it: a submit time of 0, or clocks
+apart?) is left out and named; when every pending job is left out for its times against --now, the hook
+exits 2 (check the clocks), and a --now in milliseconds is refused. With --partition, only the jobs of
+that partition (a pending job listing several counts in each); a partition no listed job is in is named
+on stderr. Integer fields may be plain numbers or Slurm's {"set": true, "infinite": false, "number": N}
+form; job_state a string or a list. Check the fields against your Slurm version's `squeue --json` before relying on it.
 
 Setting a priority with scontrol fixes it: Slurm's priority plugin (e.g. multifactor) no longer
 changes it, and only an operator or administrator may raise it; so the hook runs as one, and every
@@ -150,7 +151,7 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
             minutes = time_limit_minutes(job, unlimited_minutes)
             since = optional(job, "eligible_time") or number(job, "submit_time")  # 0: never computed
             if now - since > MAX_WAIT_DAYS * 86400:  # the service refuses such waits: two clocks' times?
-                left_out[jid] = f"waits more than {MAX_WAIT_DAYS} days (a submit time of 0, --now in ms?)"
+                left_out[jid] = f"waits more than {MAX_WAIT_DAYS} days (a submit time of 0, or clocks apart?)"
                 continue
             if since > now + CLOCK_SKEW:  # a few seconds between the controller's clock and ours are no wait
                 left_out[jid] = f"eligible {since - now:.0f} s after --now (a begin time, or clocks apart?)"

@@ -502,7 +502,7 @@ def test_squeue_hook_turns_slurm_json_into_priorities(tmp_path, onnx_policy):
         (27, now - 60, 600), (28, now - 600, 600), (29, now - 600, 3600), (30, now - 600, 3600)]
     assert left_out == {21: "JobHeldUser", 22: "held (priority 0)", 23: "Dependency", 24: "BeginTime",
                         25: "300 processors, more than --processors 256", 26: "QOSMaxJobsPerUserLimit",
-                        31: "waits more than 365 days (a submit time of 0, --now in ms?)"}
+                        31: "waits more than 365 days (a submit time of 0, or clocks apart?)"}
     assert decide(snapshot, load_scorer(onnx_policy))["order"]  # the service takes every job it ranks
     # whole nodes: a running job spread over more nodes than its processors fill holds them all
     spread = {"job_id": 31, "job_state": "RUNNING", "cpus": 4, "node_count": 2, "end_time": now + 60}

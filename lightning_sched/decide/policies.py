@@ -45,7 +45,7 @@ class Decision:
     snapshot: Snapshot
     clock_start: float
     waiting: np.ndarray
-    state: QueueState | None
+    state: QueueState
     order: np.ndarray | None = None
 
 
@@ -104,7 +104,7 @@ class ObservingPolicy:
         decision starts jobs: the native kernel keeps its sorted orders of the queue in the state, so
         a long queue is not sorted again at every pick."""
         kept = self._current(snap, clock_start)
-        if kept is None or kept.state is None or bool((waiting & ~kept.waiting).any()):
+        if kept is None or bool((waiting & ~kept.waiting).any()):
             order = kept.order if kept is not None else None  # a rule's order stays valid
             self._decision = Decision(snap, clock_start, waiting.copy(), snapshot_state(snap, waiting, clock_start),
                                       order)

@@ -10,8 +10,8 @@
     "disjoint":    the log from its first job in sequences that share no job: CIs over
                    independent stretches (not held out: how a difference varies between them).
 
-Heuristics rank the whole queue, so they run with a window as long as the sequence; a network runs
-with the window it was trained with.
+Policies are named as queue.specs resolves them: a rule ranks the whole queue, so it runs with a
+window as long as the sequence; a network runs with the window it was trained with.
 """
 from __future__ import annotations
 
@@ -29,9 +29,7 @@ from .config import QueueConfig
 from .env import EPISODE_KEYS, QueueEnv, play_to_end
 from .heuristics import RULES, QueueHeuristic
 from .log import QueueLog, read_queue_log
-from .specs import QueueCheckpoint, heuristic_config, is_rule, network_config, policy_record, resolve
-
-__all__ = ["heuristic_config", "is_rule", "network_config", "resolve"]  # here too: where evaluations look
+from .specs import QueueCheckpoint, heuristic_config, is_rule, network_config, policy_record, resolve  # noqa: F401
 
 PROTOCOLS = ("rlscheduler", "heldout", "recent", "disjoint")
 # 0-based positions in the log's job list of RLScheduler's 10 evaluation sequences (its seeded draw)

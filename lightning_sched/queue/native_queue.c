@@ -1,14 +1,7 @@
 /* The queue environment's step and window for rows [row_begin, row_end) of a batch, one row at a
  * time (native.py builds, loads and calls it; step_torch.py is the same semantics in torch ops, and
- * tests/test_queue_env.py holds the two equal). The semantics, as RLScheduler's simulator has them
- * (docs/hpc_queue.md):
- *
- *   ADVANCE: the next arrival if its submit time is at or before the earliest actual end among the
- *            running jobs (arrivals win ties), else one running job ends.
- *   STEP(j): while j does not fit: [EASY: start every waiting job, in FCFS order, that fits now and
- *            whose requested time ends before j's shadow] ADVANCE; then start j; then, while the
- *            queue is empty and jobs are still to arrive, ADVANCE (the episode is done when all
- *            have arrived and the queue is empty).
+ * tests/test_queue_env.py holds the two equal). The semantics, ADVANCE and STEP(j) with EASY's shadow,
+ * are stated once, in step.py's docstring (docs/hpc_queue.md, "Semantics").
  *
  * Jobs of a row are in arrival order, so FCFS order is index order, and every job below `first_live`
  * (the first not ended) or at or above `next_arrival` is neither waiting nor running: scans cover that band.

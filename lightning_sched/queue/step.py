@@ -17,10 +17,10 @@ A step is STEP(j), then the window. The semantics, as RLScheduler's simulator ha
              queue is empty and jobs are still to arrive, ADVANCE (the episode is done when all
              have arrived and the queue is empty).
 
-Three implementations of these rules, held equal by tests: native_queue.c (the CPU kernel, one
-row at a time), step_torch.py (torch ops on any device; tests/test_queue_step_torch.py) and, for
-the decision service without torch, decide/rules.py (numpy; tests/test_decide.py replays a log
-through it against the env).
+Two implementations, held equal by tests: native_queue.c (the CPU kernel, one row at a time) and
+step_torch.py (torch ops on any device; tests/test_queue_step_torch.py). The decision service's
+numpy twin, decide/rules.py, decides one snapshot at a time the same way while jobs end by their
+requested times (tests/test_decide.py replays logs through it against the env).
 
 With `cfg.rule_ranks`, the job features also carry each named rule's ranking of the window
 (`heuristics.window_ranks`, torch ops on either path), and with `cfg.fit_delay` how long until each
