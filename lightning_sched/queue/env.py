@@ -20,7 +20,7 @@ from ..config import ConfigError
 from ..limits import require_memory
 from .config import SEQUENCE_KEYS, QueueConfig
 from .log import QueueLog
-from .state import QueueState, init_state
+from .state import JOB_COLUMNS, QueueState, init_state
 from .step import step_and_observe
 
 
@@ -178,7 +178,7 @@ class QueueEnv(EveryRowReset):
         else:
             order = torch.cat([mine for mine, _ in parts.values()]).argsort()  # back to the order of `rows`
             jobs = {k: torch.cat([cols[k] for _, cols in parts.values()])[order.to(self.device)]
-                    for k in ("submit", "run", "requested", "processors")}
+                    for k in JOB_COLUMNS}
         return init_state(jobs, self.cfg.nodes, self.cfg.processors_per_node)
 
     def group_sequence_starts(self, rows: torch.Tensor, log: int, whole_batch: bool) -> torch.Tensor:

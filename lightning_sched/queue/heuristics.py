@@ -23,7 +23,7 @@ from tensordict import TensorDictBase
 from ..batched import acts_on_any_batch
 from ..config import ConfigError
 from .config import RULES, SEQUENCE_KEYS
-from .state import NEVER
+from .state import NEVER, places
 
 HEURISTICS = (*RULES, "wfp3_rlscheduler", "unicep_rlscheduler", "random")
 
@@ -90,8 +90,7 @@ def sjf_key(requested: torch.Tensor, submit: torch.Tensor) -> torch.Tensor:
         return requested * (1 << 32) + submit
     by_submit = torch.sort(submit, dim=-1, stable=True).indices
     order = by_submit.gather(-1, torch.sort(requested.gather(-1, by_submit), dim=-1, stable=True).indices)
-    return torch.empty_like(order).scatter_(-1, order, torch.arange(order.shape[-1], device=order.device)
-                                             .expand_as(order))
+    return places(order)
 
 
 def rule_keys(state, window_job: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -103,9 +102,7 @@ def rule_keys(state, window_job: torch.Tensor) -> dict[str, torch.Tensor]:
 def order_ranks(score: torch.Tensor) -> torch.Tensor:
     """Each slot's place (LongTensor[B, W], 0 first) in the ascending order of `score` [B, W]; ties
     keep slot order, as the rules' argmin does."""
-    order = torch.sort(score, dim=-1, stable=True).indices
-    return torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[-1], device=order.device)
-                                            .expand_as(order))
+    return places(torch.sort(score, dim=-1, stable=True).indices)
 
 
 def window_ranks(td, rules) -> torch.Tensor:

@@ -12,6 +12,7 @@ from ..config import ConfigError
 FUTURE, WAITING, RUNNING, ENDED = 0, 1, 2, 3
 # the native kernel's fields of QueueState, which the torch step leaves alone (the class's docstring)
 KERNEL_ORDERS = ("sjf_order", "size_order", "order_count", "order_arrival")
+JOB_COLUMNS = ("submit", "run", "requested", "processors")  # a sequence's jobs, as a log gives them
 # every start and end of an episode stays below this: the native kernel sorts end times packed into the top 40
 # bits of a 64-bit key (native.PACKED_BITS below them)
 MAX_EPISODE_SECONDS = 1 << 40
@@ -95,12 +96,21 @@ class QueueState:
         return QueueState(**{f.name: getattr(self, f.name).clone() for f in fields(self)})
 
 
+def places(order: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+    """Each element's place in `order` (LongTensor[..., N], a permutation of 0..N-1 along the last
+    dimension): its inverse, LongTensor[..., N]. `index`: arange(N) expanded as `order`, when the
+    caller holds one."""
+    if index is None:
+        index = torch.arange(order.shape[-1], device=order.device).expand_as(order)
+    return torch.empty_like(order).scatter_(-1, order, index)
+
+
 def init_state(jobs: dict[str, torch.Tensor], nodes: int, processors_per_node: int) -> QueueState:
     """The state at the first arrival of each row's sequence: job 0 waiting, the cluster empty.
     `jobs`: "submit", "run", "requested", "processors", LongTensors [B, L] with submit times in order
     along each row (ConfigError naming the field otherwise, or for a job larger than the cluster)."""
     submit, run, requested, processors = (jobs[k].to(torch.int64).contiguous()
-                                          for k in ("submit", "run", "requested", "processors"))
+                                          for k in JOB_COLUMNS)
     b, length = submit.shape
     if length > 1 and bool((submit[:, 1:] < submit[:, :-1]).any()):
         raise ConfigError("submit: times must not decrease along a sequence (jobs are replayed in arrival order)")

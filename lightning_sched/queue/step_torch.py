@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 
 from .config import QueueConfig
-from .state import ENDED, NEVER, RUNNING, WAITING, QueueState
+from .state import ENDED, NEVER, RUNNING, WAITING, QueueState, places
 
 
 def _pick(column: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -264,7 +264,7 @@ def window_torch(state: QueueState, cfg: QueueConfig) -> torch.Tensor:
         """Each job's place in the order (key, submit, index) among waiting jobs: a stable sort by key
         of the index order, which is (submit, index) order (init_state refuses decreasing submits)."""
         order = torch.where(waiting, key, NEVER).sort(dim=1, stable=True).indices
-        return torch.empty_like(order).scatter_(1, order, index)
+        return places(order, index)
 
     key = torch.minimum(2 * rank(state.requested), 2 * rank(state.processors) + 1)
     alternation = torch.where(waiting, key, NEVER).topk(width, dim=1, largest=False, sorted=True).indices
