@@ -475,7 +475,8 @@ class QueuePPO(IterationTask):
 def minibatches(n: int, size: int, count: int, device) -> tuple[torch.Tensor, ...]:
     """One epoch's minibatches of n decisions in a random order: of `size` each (the last one shorter),
     or, where another DDP rank needs more of them, `count` nearly equal ones (every decision in one,
-    and in more than one only when there are fewer decisions than minibatches)."""
+    and in more than one only when there are fewer decisions than minibatches): LongTensor indices
+    into the n decisions, one tensor a minibatch."""
     order = torch.randperm(n, device=device)
     if count == -(-n // size):
         return order.split(size)

@@ -110,7 +110,8 @@ def clipped_surrogate(net, pg: PolicyGradient, clip: float, entropy_weight: floa
     for further steps on the same batch: with r = pi(a|s) / pi_old(a|s), the loss is
     -mean(min(r A, clip(r, 1-clip, 1+clip) A)) - entropy_weight * mean entropy. At r = 1 (the first
     step) its gradient is the policy gradient's; the clip stops the reuse once the policy has moved
-    more than `clip` on a decision."""
+    more than `clip` on a decision. `pg`'s decisions: features [D, ...], action, advantage and
+    old_log_prob [D]; a scalar loss."""
     log_prob, entropy = policy_log_prob(net, pg.features, pg.action)
     ratio = (log_prob - pg.old_log_prob).exp()
     surrogate = torch.minimum(ratio * pg.advantage, ratio.clamp(1 - clip, 1 + clip) * pg.advantage)
@@ -119,6 +120,6 @@ def clipped_surrogate(net, pg: PolicyGradient, clip: float, entropy_weight: floa
 
 def imitation_loss(net, traj: Trajectories) -> torch.Tensor:
     """Cross-entropy of the network's policy against the actions a teacher took (rollout.collect
-    with `teacher`): -mean over decisions of log pi(a_teacher | s)."""
+    with `teacher`): -mean over its D decisions of log pi(a_teacher | s); a scalar."""
     log_prob, _ = policy_log_prob(net, *traj.decisions())
     return -log_prob.mean()

@@ -270,6 +270,7 @@ class QueueEnv(EveryRowReset):
         return self.batch_size[0]
 
     def finished_results(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """EPISODE_KEYS of the episodes of rows `rows` (LongTensor[N]), DoubleTensor[N] each."""
         return episode_metrics(self.state, self.cfg, rows)
 
     # ----- results ---------------------------------------------------------------------------
