@@ -374,13 +374,16 @@ def idle_rule(text: str) -> str:
 
 
 def add_log_reading_flags(ap: argparse.ArgumentParser) -> None:
-    """How the queue env reads an SWF log onto its cluster (queue.log.read_queue_log)."""
+    """How the queue env reads an SWF log onto its cluster (queue.log.read_queue_log), and at which
+    load it replays it (--load: a site's arrivals, `site_from_args`)."""
     ap.add_argument("--nodes", type=at_least(1), help="the cluster's nodes (default: the log header's MaxNodes, or "
                     "MaxProcs / --processors_per_node without it)")
     ap.add_argument("--processors_per_node", type=at_least(1),
                     help="default: the header's MaxProcs / MaxNodes (1 without MaxNodes)")
     ap.add_argument("--oversize", choices=("refuse", "drop"), default="refuse",
                     help="a job larger than the cluster: refused with its line, or dropped and counted in the summary")
+    ap.add_argument("--load", type=positive_float, help="scale the log's inter-arrival times to this offered load "
+                    "(default: as recorded; the jobs and their run times stay)")
 
 
 def log_reading_args(nodes: int | None = None, processors_per_node: int | None = None, oversize: str = "refuse",

@@ -328,7 +328,6 @@ def queue_parser(eval_length: int) -> ScriptParser:
     ap.add_argument("--reference", help="one of --policy that every other is compared with after the same steps "
                                         "(e.g. the mixture baseline)")
     ap.add_argument("--trace", help="an SWF log (default: --site's)")
-    ap.add_argument("--load", type=positive_float, help="scale the log's arrivals to this offered load")
     add_log_reading_flags(ap)
     add_site_flags(ap)
     ap.add_argument("--steps", type=at_least(0), default=5, help="adaptation steps")

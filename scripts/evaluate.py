@@ -262,8 +262,6 @@ def queue_main(argv) -> int:
                     help=f"heldout, recent: jobs in each sequence (default {EVAL_LENGTH}, RLScheduler's; shorter for a "
                          "small log)")
     add_log_reading_flags(ap)
-    ap.add_argument("--load", type=positive_float,
-                    help="scale the log's inter-arrival times to this offered load (default: as recorded)")
     ap.add_argument("--bsld_threshold", type=positive_float, default=QueueConfig.bsld_threshold,
                     help=f"seconds (bounded slowdown; default {QueueConfig.bsld_threshold:g})")
     add_site_flags(ap)
