@@ -575,7 +575,7 @@ def test_a_linear_rule_checkpoint_is_named_as_such_where_a_network_is_needed(tmp
 def test_the_window_read_from_the_orders_prefixes_is_the_whole_queues_alternation():
     """Window reads only the first `width` waiting jobs of each order; the alternation over every
     waiting job (keys min(2 x SJF rank, 2 x smallest rank + 1), the width smallest) gives the same."""
-    from lightning_sched.decide.rules import Window
+    from lightning_sched.decide.decision import Window
 
     rng = np.random.default_rng(0)
     for trial in range(200):

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .rules import decide
+from .decision import decide
 
 
 def replay(jobs: dict[str, np.ndarray], nodes: int, processors_per_node: int, scorer, backfill: str | None = None,

@@ -5,7 +5,7 @@
      "running": [{"id": "a1", "processors": 16, "expected_end": 90000}],   # "nodes": optional, see below
      "waiting": [{"id": "b7", "submit": 86000, "requested_time": 3600, "processors": 32,
                   "memory": 2048, "user": "u3"}],           # memory and user: optional, not read
-     "held": {"id": "b7", "shadow": 90000}}                  # optional: the policy's held pick (see rules.py)
+     "held": {"id": "b7", "shadow": 90000}}                  # optional: the policy's held pick (see decision.py)
 
 Times are seconds on one clock. A running job holds ceil(processors / processors_per_node) nodes,
 or its "nodes" when it spreads over more (a scheduler that does not pack jobs); a waiting job will

@@ -19,7 +19,7 @@ A step is STEP(j), then the window. The semantics, as RLScheduler's simulator ha
 
 Two implementations, held equal by tests: native_queue.c (the CPU kernel, one row at a time) and
 step_torch.py (torch ops on any device; tests/test_queue_step_torch.py). The decision service's
-numpy twin, decide/rules.py, decides one snapshot at a time the same way while jobs end by their
+numpy twin, decide/decision.py, decides one snapshot at a time the same way while jobs end by their
 requested times (tests/test_decide.py replays logs through it against the env).
 
 With `cfg.rule_ranks`, the job features also carry each named rule's ranking of the window
