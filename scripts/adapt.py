@@ -116,10 +116,8 @@ def heuristic_reference(cfg: ClusterConfig, eval_jobs, metric: str, device) -> t
     return best, results.results[best]
 
 
-def main(argv=None) -> int:
-    env, argv = split_env(sys.argv[1:] if argv is None else argv)
-    if env == "queue":
-        return queue_main(argv)
+def deeprm_parser() -> ScriptParser:
+    """adapt.py's flags for DeepRM's cluster (--env deeprm, the default)."""
     ap = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--env", choices=("deeprm", "queue"), default="deeprm",
                     help="deeprm: DeepRM's cluster (these flags); queue: a queue policy on a site or log (its own "
@@ -151,18 +149,13 @@ def main(argv=None) -> int:
     ap.add_argument("--device", type=torch_device, default="cpu")
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
-    if args.select_jobsets != ap.get_default("select_jobsets") and args.acting != "select":
-        raise ConfigError(f"--select_jobsets {args.select_jobsets} changes nothing: give --acting select")
-    set_threads(args.threads)
-    out, named = output_path(args)  # before adapting: a refused --out costs nothing
-    cluster, sized, trace = setup_from_args(args, [args.ckpt])
-    net, cfg, record = load_network(args.ckpt, args.device, cluster if sized else None)
-    cfg = cfg.replace(**reward_from_args(args))
-    settings = AdaptationSettings.from_checkpoint(
-        record.adaptation, args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr,
-        optimizer=args.optimizer,
-        normalize_advantage=False if args.no_normalize else None)
+    return ap
+
+
+def adaptation_workloads(args, cfg, trace) -> tuple:
+    """(the workload evaluated on, the one adapted on, their descriptions, the trace's counts or {}):
+    a trace's test split adapts on its train split (the history before it); a synthetic workload
+    adapts and is evaluated on the same workload (other jobsets)."""
     if trace:
         workload = trace.workload(cfg)
         if args.trace_split == "test":  # adapt on the history before the held-out range
@@ -177,6 +170,27 @@ def main(argv=None) -> int:
         train_desc = f"DeepRMWorkload({', '.join(f'{k}={v}' for k, v in workload.to_dict().items())})"
         eval_desc = "the same workload"
         trace_counts = {}
+    return workload, train, train_desc, eval_desc, trace_counts
+
+
+def main(argv=None) -> int:
+    env, argv = split_env(sys.argv[1:] if argv is None else argv)
+    if env == "queue":
+        return queue_main(argv)
+    ap = deeprm_parser()
+    args = ap.parse_args(argv)
+    if args.select_jobsets != ap.get_default("select_jobsets") and args.acting != "select":
+        raise ConfigError(f"--select_jobsets {args.select_jobsets} changes nothing: give --acting select")
+    set_threads(args.threads)
+    out, named = output_path(args)  # before adapting: a refused --out costs nothing
+    cluster, sized, trace = setup_from_args(args, [args.ckpt])
+    net, cfg, record = load_network(args.ckpt, args.device, cluster if sized else None)
+    cfg = cfg.replace(**reward_from_args(args))
+    settings = AdaptationSettings.from_checkpoint(
+        record.adaptation, args.steps, jobsets=args.jobsets, episodes=args.episodes, lr=args.lr,
+        optimizer=args.optimizer,
+        normalize_advantage=False if args.no_normalize else None)
+    workload, train, train_desc, eval_desc, trace_counts = adaptation_workloads(args, cfg, trace)
     require_time("adapt.py", {  # the whole run's rollouts, before the first draw
         "the heuristics' reference": len(REFERENCE_HEURISTICS) * rollout_seconds(workload.max_jobs, args.eval_jobsets),
         "evaluations": (settings.steps // args.eval_every + 2) * rollout_seconds(workload.max_jobs, args.eval_jobsets,
