@@ -36,7 +36,7 @@ class TrainingSummary(Callback):
         # a branch into a new folder keeps the best of the run it came from until it validates itself
         if best is None or not best.best_model_path or best.best_model_score is None or \
                 Path(best.best_model_path).resolve().parent != Path(best.dirpath).resolve():
-            return "\n".join(lines + ["no best checkpoint of this run (no validation ran, or no monitored metric)"])
+            return "\n".join(lines + [no_best(trainer)])
         path, metric = os.path.relpath(best.best_model_path), best.monitor
         direction = "lower" if best.mode == "min" else "higher"
         lines.append(f"best checkpoint: {path} ({metric} {float(best.best_model_score):.3f}, {direction} is better)")
@@ -60,3 +60,18 @@ class TrainingSummary(Callback):
                      + ("" if own or flags is not None else " (DeepRM's workload: give evaluate.py this run's "
                                                             "workload, a family or a trace, by its flags)"))
         return "\n".join(lines)
+
+
+def no_best(trainer) -> str:
+    """Why a run has no best checkpoint, and what it left: a run shorter than its first validation
+    (trainer.val_check_interval iterations) still saved its latest state."""
+    interval = trainer.val_check_interval
+    why = (f"no validation ran: the first comes after {interval} iterations (--trainer.val_check_interval) "
+           f"and the run stopped at {trainer.global_step}" if isinstance(interval, int)
+           and trainer.global_step < interval else "no validation ran, or no monitored metric")
+    latest = next((c for c in trainer.checkpoint_callbacks if isinstance(c, LatestCheckpoint)), None)
+    last = Path(latest.dirpath) / "last.ckpt" if latest is not None and latest.dirpath else None
+    left = (f"; its latest state: {os.path.relpath(last)} (go on with --ckpt_path and a larger "
+            "--trainer.max_steps)") if last is not None and last.is_file() else ""
+    return f"no best checkpoint of this run ({why}){left}"
+

@@ -152,6 +152,12 @@ class SchedulerCLI(LightningCLI):
             for note in check_checkpoint_model(self.asked_model, config.get("model"), self.subcommand,
                                                config.ckpt_path):
                 print(note, file=sys.stderr, flush=True)
+        max_steps = config.trainer.get("max_steps")
+        if self.subcommand == "fit" and self.resumed_step is not None and isinstance(max_steps, int) \
+                and 0 <= max_steps <= self.resumed_step:  # Lightning would stop at once (and W&B open an empty run)
+            raise ConfigError(f"--ckpt_path {config.ckpt_path}: its run stands at step {self.resumed_step}, which "
+                              f"trainer.max_steps {max_steps} has reached: give --trainer.max_steps N, above "
+                              f"{self.resumed_step}, to go on")
         set_threads(config.threads)
         configs = [*(self.config.get("config") or []), *(config.get("config") or [])]
         self.run_dir = self.folders.configure(config, self.subcommand, configs, self.wandb_id, self.resumed_step)

@@ -445,3 +445,22 @@ def test_a_stopped_run_ends_its_wandb_run_with_the_signals_exit_code(monkeypatch
     fake.run = None  # no open run: nothing to finish
     main.__globals__["finish_wandb"](143)
     assert finished == [143]  # W&B would otherwise record the stopped run as finished with 0
+
+
+def test_a_run_shorter_than_its_first_validation_says_so_and_names_its_latest_state(tmp_path):
+    proc = fit("fit", "--config", SMOKE, "--trainer.max_steps", "1", "--trainer.val_check_interval", "3",
+               "--trainer.logger", "false", tmp_path=tmp_path, in_process=True)
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("no best checkpoint"))
+    assert "the first comes after 3 iterations (--trainer.val_check_interval) and the run stopped at 1" in line
+    assert "its latest state: runs/smoke/checkpoints/last.ckpt" in line
+    assert (tmp_path / "runs" / "smoke" / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_resuming_a_run_that_reached_max_steps_is_refused_before_anything_is_written(tmp_path):
+    fit("fit", "--config", SMOKE, tmp_path=tmp_path)
+    run = tmp_path / "runs" / "smoke"
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    proc = fit("fit", "--config", SMOKE, "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), tmp_path=tmp_path,
+               check=False)
+    assert proc.returncode == 2 and "its run stands at step 4, which trainer.max_steps 4 has reached" in proc.stderr
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before  # no empty W&B run beside the first
