@@ -1,4 +1,4 @@
-"""Evaluate policies (heuristics or trained checkpoints) on unseen jobsets of a workload.
+r"""Evaluate policies (heuristics or trained checkpoints) on unseen jobsets of a workload.
 
     python scripts/evaluate.py --policy tetris sjf packer random --load 0.9 --jobsets 200 --seed 12345
     python scripts/evaluate.py --policy checkpoints/reinforce_slowdown.ckpt --load 1.3 --json

@@ -184,7 +184,7 @@ def recipes(args) -> None:
     for name, path in named_files(args.runs, "--runs").items():
         rows[name] = analysis.read_metrics(path.split(","))
         curves[name] = {**analysis.validation_curve(rows[name]), "metrics": path}
-        print(name, "best", min(curves[name]["slowdown"]), "median s/iteration", curves[name]["median_iteration_s"])
+        print(f"{name}: best {min(curves[name]['slowdown']):.3f}, {curves[name]['median_iteration_s']:.3f} s/iteration")
     reference = analysis.shared_heuristic_lines(rows, args.heuristics)
     save(plots.recipe_curves(curves, reference, args.title), args, "recipe_learning_curves.png",
          {"curves": curves, "heuristics": reference})

@@ -645,3 +645,15 @@ def test_a_served_policy_backfills_by_default_as_it_trained(tmp_path):
     easy = replace(record, queue=replace(record.queue, backfill="easy")).save(tmp_path / "easy_reserve.ckpt")
     served = load_scorer(str(easy))
     assert isinstance(served, ObservingPolicy) and served.config["backfill"] == "easy"
+
+
+def test_the_documented_snapshot_is_the_shipped_example_and_decides():
+    import json
+
+    doc = (ROOT / "docs" / "deploy.md").read_text()
+    block = doc[doc.index("```json\n", doc.index("## The snapshot")) + len("```json\n"):]
+    shipped = ROOT / "docs" / "examples" / "snapshot.json"
+    assert json.loads(block[:block.index("```")]) == json.loads(shipped.read_text())
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "decide.py"), "--policy", "sjf", "--snapshot",
+                          str(shipped)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0 and json.loads(out.stdout)["start_now"] == ["b7"], out.stderr
