@@ -293,7 +293,7 @@ def queue_main(argv) -> int:
     if args.sequence_length > train_jobs:  # the steps' sequences come from the history: said before the rules run
         raise ConfigError(f"--sequence_length {args.sequence_length} is longer than the site's history, its first "
                           f"{train_jobs} jobs ({TRAIN_FRACTION:.0%} of {Path(trace).name})")
-    print(f"{Path(trace).name}: {log.summary()}")
+    print(log.describe())
     fewer = f" (of {args.eval_sequences} asked: the range has no more distinct starts)" \
         if len(starts) < args.eval_sequences else ""
     spread = overlap(starts, args.eval_sequence_length)

@@ -435,7 +435,7 @@ class QueuePPO(IterationTask):
     def data_report(self) -> list[str]:
         """A line a log: what reading it kept, dropped and changed (`QueueLog.summary`), as evaluate.py
         prints; and a note for a log so lightly loaded that few of its jobs wait."""
-        lines = [f"{Path(one.path).name}: {one.summary()}" for one in self.logs]
+        lines = [one.describe() for one in self.logs]
         light = [one for one in self.logs if one.offered_load() < LIGHT_LOAD]
         if light:
             lines.append(f"note: {Path(light[0].path).name}'s offered load is {light[0].offered_load():.2f}: few jobs "

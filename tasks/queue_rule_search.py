@@ -129,7 +129,7 @@ class QueueRuleSearch(IterationTask):
 
     def data_report(self) -> list[str]:
         """A line a log: what reading it kept, dropped and changed (`QueueLog.summary`), as evaluate.py prints."""
-        return [f"{Path(one.path).name}: {one.summary()}" for one in self.logs]
+        return [one.describe() for one in self.logs]
 
     # ----- checkpoints: the rule, readable without this module ---------------------------------------
     def rule_entry(self) -> dict:

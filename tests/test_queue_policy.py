@@ -251,7 +251,8 @@ def test_fit_smoke_trains_validates_and_writes_a_loadable_policy(tmp_path):
                                                         "--model.init_args.load", "1.5"], tmp_path, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     read = next(line for line in proc.stdout.splitlines() if line.startswith("tiny.swf: "))  # what reading did
-    assert "'kept': 600" in read and "'offered_load': 1.5" in read and "submit_scaled_by" in read
+    assert read.startswith("tiny.swf: 600 jobs read, 600 kept; 16 nodes of 1 processor; offered load 1.50") \
+        and "gaps between arrivals x" in read, read
     evaluate = next(line for line in proc.stdout.splitlines() if line.startswith("evaluate it"))
     assert "--env queue --protocol heldout" in evaluate and evaluate.endswith(".ckpt")  # the queue's protocol
     # the arrivals it trained on, and sequences that fit the log's last 120 jobs: the command runs as printed

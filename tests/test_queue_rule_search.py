@@ -102,7 +102,7 @@ def test_a_search_reads_a_short_log_as_training_does_and_prints_an_evaluation_th
         "--model.init_args.validation_sequences", "2", "--trainer.max_steps", "1", "--trainer.val_check_interval", "1"],
         tmp_path, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert any(line.startswith("short.swf: ") and "'offered_load': 1.2" in line for line in proc.stdout.splitlines())
+    assert any(line.startswith("short.swf: ") and "offered load 1.20" in line for line in proc.stdout.splitlines())
     evaluate = next(line for line in proc.stdout.splitlines() if line.startswith("evaluate it"))
     assert "--load=1.2" in evaluate and "--sequence_length=128" in evaluate and "--nodes=1024" in evaluate
     script, *arguments = shlex.split(evaluate.split(": ", 1)[1])[1:]

@@ -231,7 +231,7 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
     records = {spec: policy_record(spec) for spec in policies}  # each file read once
     resolved = {spec: resolve(spec, cfg, device, record=records[spec]) for spec in policies}
     starts = protocol_starts(log, protocol, sequences, length)
-    echo(f"{Path(trace).name}: {log.summary()}")
+    echo(log.describe())
     if log.offered_load() > OVERLOADED:
         echo(f"note: an offered load of {log.offered_load():.2f}: more work than the cluster could ever run, so its "
              "queue grows without end; is the cluster right? (a header with MaxNodes alone is read as nodes of one "

@@ -132,6 +132,21 @@ class QueueLog:
         return {"log": Path(self.path).name, "nodes": self.nodes, "processors_per_node": self.processors_per_node,
                 "offered_load": round(self.offered_load(), 4), **self.counts}
 
+    def describe(self) -> str:
+        """`summary()` as the line the scripts print: jobs read and kept, the cluster, the offered load,
+        the site it was rewritten as, and every other count (what reading changed) that is not 0."""
+        counts = self.counts
+        parts = [f"{counts.get('read')} jobs read, {counts.get('kept')} kept",
+                 f"{self.nodes} nodes of {self.processors_per_node} processor{'s' * (self.processors_per_node > 1)}",
+                 f"offered load {self.offered_load():.2f}"]
+        if counts.get("site", {}).get("name", "load") != "load":  # a site model, not --load alone
+            parts.append(f"site {counts['site']['name']}")
+        if "submit_scaled_by" in counts:
+            parts.append(f"gaps between arrivals x{counts['submit_scaled_by']:.3g}")
+        parts += [f"{name.replace('_', ' ')}: {value}" for name, value in counts.items()
+                  if name not in ("read", "kept", "site", "submit_scaled_by") and value]
+        return f"{Path(self.path).name}: " + "; ".join(parts)
+
 
 def _header_int(header: dict[str, str], key: str, path) -> int | None:
     if key not in header:
