@@ -220,8 +220,11 @@ def compare_policies(policies, cluster, jobs: JobSet, workload_desc: str, trace_
                           jobs, episodes=args.episodes, device=args.device)
         summary = {"policy": name, **result.summary, **trace_counts, "seconds": round(time.perf_counter() - t0, 3)}
         print(format_row(name, summary, width), flush=True)
-        # paired against the first policy on the same jobsets: the objective's metric, and mean slowdown
-        for metric in dict.fromkeys((OBJECTIVE_METRIC[cluster.objective], "mean_slowdown")) if results else ():
+        # paired against the first policy on the same jobsets: the objective's metric, each policy's own
+        # (a deadline policy's SLO hit rate), and mean slowdown
+        paired = (OBJECTIVE_METRIC[cluster.objective], *(OBJECTIVE_METRIC[c.objective] for _, _, c in policies),
+                  "mean_slowdown")
+        for metric in dict.fromkeys(paired) if results else ():
             diff, ci = paired_difference(result, results[0], metric)
             summary[f"{metric}_minus_first"], summary[f"{metric}_minus_first_ci95"] = diff, ci
             print(f"{'':{width}s} {metric.replace('_', ' ')} - {policies[0][0]}'s: {diff:+.3f} ± {ci_text(ci, '.3f')} "

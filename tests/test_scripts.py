@@ -494,3 +494,11 @@ def test_env_flag_is_read_alike_by_both_scripts(script, capsys):
     with pytest.raises(SystemExit):
         main(["--env=queue", "--help"])
     assert f"usage: {script}.py --env queue" in capsys.readouterr().out
+
+
+def test_a_deadline_policy_gets_a_paired_slo_line_beside_the_heuristic_it_follows(capsys):
+    main = script_main("evaluate")
+    main(["--policy", "tetris", str(Path(__file__).resolve().parent.parent / "checkpoints" / "best_deadline.ckpt"),
+          "--load", "1.5", "--jobsets", "4", "--threads", "1", "--json"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert "slo_hit_rate_minus_first" in rows[1] and "mean_slowdown_minus_first" in rows[1]  # its own objective too
