@@ -152,6 +152,10 @@ class QueueMAML(MetaOptimization, IterationTask):
         self._envs: dict = {}
         self.site_weights = torch.tensor(self.rule_gaps() if site_sampling == "rule_gap" else [1.0] * len(self.sites))
 
+    def data_report(self) -> list[str]:
+        """A line a training site: its log's reading and the site model that rewrote it (QueueLog.describe)."""
+        return [log.describe() for *_, log in self.sites]
+
     def rule_gaps(self) -> list[float]:
         """Each training site's mean bounded slowdown of the meta-parameters (greedy, unadapted) over
         the best rule's, on gap_sequences sequences of validation_length jobs of its training range."""

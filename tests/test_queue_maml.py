@@ -143,6 +143,8 @@ def test_rule_gap_sampling_draws_sites_with_replacement_by_the_policys_gap_to_th
     module.site_weights = torch.tensor([0.0, 0.0, 0.0, 1.0, 0.0])
     assert module.draw_sites(torch.Generator().manual_seed(0)) == [3] * 5
     uniform = QueueMAML(str(POLICY), traces=str(TRACES))
+    report = uniform.data_report()  # what fit.py prints at the start: each training site's log and model
+    assert len(report) == 5 and "site lublin2-over-busy; gaps between arrivals x" in report[3], report
     assert sorted(uniform.draw_sites(torch.Generator().manual_seed(0))) == [0, 1, 2, 3, 4]
     with pytest.raises(ConfigError, match="site_sampling must be uniform or rule_gap, got 'gap'"):
         QueueMAML(str(POLICY), traces=str(TRACES), site_sampling="gap")
