@@ -27,11 +27,13 @@ from lightning_sched.files import atomic_torch_save, load_torch_file
 from .stop import signal_name
 
 
-def resume_command(run_dir: str | os.PathLike, ckpt: str | os.PathLike) -> str:
+def resume_command(run_dir: str | os.PathLike, ckpt: str | os.PathLike, subcommand: str = "fit") -> str:
     """The `scripts/fit.py` command that resumes the run in `run_dir` (holding its config.yaml)
-    from the checkpoint `ckpt`."""
-    return shlex.join(["python", sys.argv[0], "fit", "--config", os.path.join(run_dir, "config.yaml"),
-                       "--ckpt_path", os.path.relpath(ckpt)])
+    from the checkpoint `ckpt`; with `subcommand` validate, the one that measures it (into a folder
+    of its own beside the run's, which a validation must not write into)."""
+    own = [] if subcommand == "fit" else ["--trainer.default_root_dir", f"{os.fspath(run_dir)}-{subcommand}"]
+    return shlex.join(["python", sys.argv[0], subcommand, "--config", os.path.join(run_dir, "config.yaml"),
+                       "--ckpt_path", os.path.relpath(ckpt), *own])
 
 
 def redo_validation(trainer) -> None:
@@ -79,17 +81,22 @@ class LatestCheckpoint(ModelCheckpoint):
             if trainer.validating or trainer.global_step != self._last_global_step_saved:
                 self._save_none_monitor_checkpoint(trainer, self._monitor_candidates(trainer))
             if trainer.is_global_zero:
-                print(self.stopped_message(trainer.global_step, trainer.default_root_dir, trainer.validating),
+                final = 0 <= trainer.max_steps <= trainer.global_step  # nothing left to train: no resume
+                print(self.stopped_message(trainer.global_step, trainer.default_root_dir, trainer.validating, final),
                       flush=True)
 
-    def stopped_message(self, iteration: int, run_dir: str, validating: bool = False) -> str:
+    def stopped_message(self, iteration: int, run_dir: str, validating: bool = False, final: bool = False) -> str:
         """Where a run stopped by SIGTERM at `iteration` (in the validation after it: `validating`)
         was saved, and the `scripts/fit.py` command that resumes it (the run folder `run_dir` holds
-        its config.yaml)."""
+        its config.yaml); at its last iteration (`final`), the one that validates what it saved."""
         path = self.interrupted_path()
-        at = f"at iteration {iteration}" + (" (its validation cut short: the resume redoes it)" if validating else "")
+        redo = "the validate command below measures it" if final else "the resume redoes it"
+        at = f"at iteration {iteration}" + (f" (its validation cut short: {redo})" if validating else "")
         if not path:
             return f"\nstopped by {signal_name()} {at}, before any checkpoint"
+        if final:  # a resume has no iteration left to run (fit.py refuses it)
+            return (f"\nstopped by {signal_name()} {at}, its last; saved {os.path.relpath(path)}. Validate it "
+                    f"with:\n  {resume_command(run_dir, path, 'validate')}")
         return (f"\nstopped by {signal_name()} {at}; saved {os.path.relpath(path)}. "
                 f"Resume with:\n  {resume_command(run_dir, path)}")
 

@@ -116,11 +116,12 @@ def config_paths(args: list[str]) -> list[str]:
 
 
 def key_lines(node, path: tuple = ()):
-    """(key path, line) for each mapping key under a composed YAML node, lines from 1."""
+    """(key path, line, whether its value is a mapping) for each mapping key under a composed YAML
+    node, lines from 1."""
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             if isinstance(key, yaml.ScalarNode):
-                yield path + (key.value,), key.start_mark.line + 1
+                yield path + (key.value,), key.start_mark.line + 1, isinstance(value, yaml.MappingNode)
                 yield from key_lines(value, path + (key.value,))
 
 
@@ -132,7 +133,7 @@ def where_set(message: str, args: list[str]) -> str:
                or re.match(r"([\w.]+): Group '([^']+)' does not accept option '([^']+)'", message))
     typed = re.match(r"([\w.]+): ", message)
     wanted = ".".join(part for part in refused.groups() if part) if refused else typed.group(1) if typed else ""
-    if "." not in wanted:  # a whole section: no one line to name
+    if not wanted:
         return ""
     name = wanted.split(".")[-1]
     if any(re.match(rf"--(\S+\.)?{re.escape(name)}(=|$)", arg) for arg in args):
@@ -141,8 +142,8 @@ def where_set(message: str, args: list[str]) -> str:
         try:
             with open(path, encoding="utf-8") as file:
                 keys = key_lines(yaml.compose(file))
-                lines = [line for path_keys, line in keys
-                         if ".".join(k for k in path_keys if k != "init_args") == wanted]
+                lines = [line for path_keys, line, section in keys  # a section's whole block: no one line
+                         if not section and ".".join(k for k in path_keys if k != "init_args") == wanted]
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
         if lines:

@@ -74,4 +74,3 @@ def no_best(trainer) -> str:
     left = (f"; its latest state: {os.path.relpath(last)} (go on with --ckpt_path and a larger "
             "--trainer.max_steps)") if last is not None and last.is_file() else ""
     return f"no best checkpoint of this run ({why}){left}"
-

@@ -388,8 +388,8 @@ def add_log_reading_flags(ap: argparse.ArgumentParser) -> None:
 
 def log_reading_args(nodes: int | None = None, processors_per_node: int | None = None, oversize: str = "refuse",
                      load: float | None = None) -> list[str]:
-    """The flags of `add_log_reading_flags` (and --load) that read logs as a training run read them:
-    those not at their defaults."""
+    """The flags of `add_log_reading_flags` that read logs as a training run read them: those not at
+    their defaults."""
     given = {"nodes": nodes, "processors_per_node": processors_per_node, "load": load,
              "oversize": None if oversize == "refuse" else oversize}
     return [f"--{name}={value}" for name, value in given.items() if value is not None]

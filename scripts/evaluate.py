@@ -205,8 +205,8 @@ def evaluation_jobsets(args, cluster, trace, counts: tuple[int, int]) -> tuple[J
 
 
 def compare_policies(policies, cluster, jobs: JobSet, workload_desc: str, trace_counts: dict, args) -> list[str]:
-    """Every policy on `jobs`, printed as a table with each one's paired difference to the first
-    (the objective's metric and mean slowdown); the JSON lines of the rows."""
+    """Every policy on `jobs`, printed as a table with each one's paired difference to the first (the
+    objective's metric, each listed policy's own objective's, and mean slowdown); the JSON lines of the rows."""
     seed = f"--seed {args.seed} for random decisions only" if args.jobset_file else f"seed {args.seed}"
     print(f"{jobs.batch_size} jobsets x {args.episodes} episodes of {workload_desc}, {seed}, "
           f"objective {cluster.objective}; mean ± 95% CI over jobsets")
@@ -220,8 +220,8 @@ def compare_policies(policies, cluster, jobs: JobSet, workload_desc: str, trace_
                           jobs, episodes=args.episodes, device=args.device)
         summary = {"policy": name, **result.summary, **trace_counts, "seconds": round(time.perf_counter() - t0, 3)}
         print(format_row(name, summary, width), flush=True)
-        # paired against the first policy on the same jobsets: the objective's metric, each policy's own
-        # (a deadline policy's SLO hit rate), and mean slowdown
+        # paired against the first policy on the same jobsets: the objective's metric, the metric of
+        # every listed policy's own objective (a deadline policy's SLO hit rate), and mean slowdown
         paired = (OBJECTIVE_METRIC[cluster.objective], *(OBJECTIVE_METRIC[c.objective] for _, _, c in policies),
                   "mean_slowdown")
         for metric in dict.fromkeys(paired) if results else ():

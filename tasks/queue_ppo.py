@@ -433,7 +433,7 @@ class QueuePPO(IterationTask):
                             *reading, "--backfill", self.cfg.backfill, "--policy", *RULES, checkpoint]
 
     def data_report(self) -> list[str]:
-        """A line a log: what reading it kept, dropped and changed (`QueueLog.summary`), as evaluate.py
+        """A line a log: what reading it kept, dropped and changed (`QueueLog.describe`), as evaluate.py
         prints; and a note for a log so lightly loaded that few of its jobs wait."""
         lines = [one.describe() for one in self.logs]
         light = [one for one in self.logs if one.offered_load() < LIGHT_LOAD]

@@ -128,7 +128,7 @@ class QueueRuleSearch(IterationTask):
                             "--backfill", self.cfgs[0].backfill, "--policy", *RULES, checkpoint]
 
     def data_report(self) -> list[str]:
-        """A line a log: what reading it kept, dropped and changed (`QueueLog.summary`), as evaluate.py prints."""
+        """A line a log: what reading it kept, dropped and changed (`QueueLog.describe`), as evaluate.py prints."""
         return [one.describe() for one in self.logs]
 
     # ----- checkpoints: the rule, readable without this module ---------------------------------------

@@ -173,6 +173,7 @@ def test_cuda_without_cuda_is_one_line(capsys):
     (["--model.num_jobsets", "many"], "model.num_jobsets: Expected a <class 'int'>. Got value: many (`"),
     (["--config", "NESTED"], "model.evaluation.val_jobsets: Expected a <class 'int'>. Got value: some (--config "
                              "NESTED, line 5)"),  # the nested key, not the top-level one of the same name
+    (["--config", "TOP"], "(--config TOP, line 1)"),  # a top-level key's value
     (["--trainer.val_check_interval", "0"], "trainer.val_check_interval must be > 0"),
     (["--model.seed", "99999999999999"], "model.seed must be an integer in [0, 2^31), got 99999999999999"),
     (["--ckpt_path", str(ROOT / "checkpoints" / "queue_bsld.ckpt")],
@@ -190,13 +191,14 @@ def test_fit_gives_one_line_and_exit_2(fit_main, capsys, tmp_path, args, expecte
                "TYPO": "typo.yaml: model:\n  class_path: tasks.reinforce.Reinforce\n  init_args:\n    num_jobsetz: 4",
                "TYPE": "type.yaml: model:\n  init_args:\n    num_jobsets: many",
                "NESTED": "nested.yaml: model:\n  init_args:\n    val_jobsets: 3\n    evaluation:\n"
-                         "      val_jobsets: some"}
+                         "      val_jobsets: some",
+               "TOP": "top.yaml: seed_everything: many"}
     for name, content in configs.items():
         file, text = content.split(": ", 1)
         (tmp_path / file).write_text(text + "\n")
         configs[name] = str(tmp_path / file)
     args = [str(policy_only) if a == "POLICY_ONLY" else configs.get(a, a) for a in args]
-    for name in ("TYPO", "TYPE", "NESTED"):
+    for name in ("TYPO", "TYPE", "NESTED", "TOP"):
         expected = expected.replace(f"--config {name}", f"--config {configs[name]}")
     with pytest.raises(SystemExit) as stopped:
         fit_main(["fit", "--config", str(ROOT / "configs" / "smoke.yaml"), "--trainer.logger", "false", *args])

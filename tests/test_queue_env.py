@@ -653,3 +653,15 @@ def test_a_small_log_without_a_header_evaluates_with_its_cluster_and_sequence_le
         assert high["mean_bounded_slowdown"] < low["mean_bounded_slowdown"] and high["mean_wait"] == low["mean_wait"]
     with pytest.raises(ConfigError, match="the rlscheduler protocol's sequences are 1024 jobs"):
         main(["--env", "queue", "--trace", str(path), "--sequence_length", "200", "--policy", "f1"])
+
+
+def test_a_damaged_read_share_is_named(tmp_path):
+    from lightning_sched.queue.policy import QueueNetwork, QueuePolicyRecord, QueuePolicySpec, read_queue_record
+
+    log = read_queue_log(write_log(tmp_path / "site.swf", jobs=100))
+    record = QueuePolicyRecord.of(QueueNetwork(QueuePolicySpec()), log.config(), log=["site.swf"]).to_dict()
+    for bad in ("0.8", [0.8, 2.0], True, []):
+        torch.save({"lightning_sched": {**record, "train_fraction": bad}}, tmp_path / "bad.ckpt")
+        with pytest.raises(ConfigError, match=r"bad.ckpt: QueuePolicyRecord.train_fraction must be a share in "
+                                              r"\(0, 1\] or one a log, got"):
+            read_queue_record(tmp_path / "bad.ckpt")

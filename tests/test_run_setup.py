@@ -301,6 +301,12 @@ def test_sigterm_prints_the_command_that_resumes_the_run(monkeypatch):
     assert latest.stopped_message(3, "runs/smoke").endswith(
         "saved runs/smoke/checkpoints/last.ckpt. Resume with:\n  python scripts/fit.py fit --config "
         "runs/smoke/config.yaml --ckpt_path runs/smoke/checkpoints/last.ckpt")
+    # in the validation after the last iteration: nothing to resume (fit.py refuses it), the validation to run
+    assert latest.stopped_message(4, "runs/smoke", validating=True, final=True).endswith(
+        "(its validation cut short: the validate command below measures it), its last; saved "
+        "runs/smoke/checkpoints/last.ckpt. Validate it with:\n  python scripts/fit.py validate --config "
+        "runs/smoke/config.yaml --ckpt_path runs/smoke/checkpoints/last.ckpt --trainer.default_root_dir "
+        "runs/smoke-validate")
 
 
 def test_the_hyperparameters_check_refuses_importable_names_not_logs_or_the_configs_own(tmp_path):

@@ -1,4 +1,4 @@
-"""Policies as decide() calls them (`rules.Scorer`): a queue-policy checkpoint run by torch, or its
+"""Policies as decide() calls them (`decision.Scorer`): a queue-policy checkpoint run by torch, or its
 ONNX export run by onnxruntime (a graph, not code: no torch and no project code needed to run it).
 `load_scorer` gives the rules, searched rules and networks reading rule ranks or fit delays as
 policies.ObservingPolicy (torch and the queue env) instead.

@@ -283,4 +283,3 @@ def read_queue_logs(paths: str | list[str], nodes: int | None = None, processors
         return [one.with_load(load) for one in logs]
     except ConfigError as error:
         raise ConfigError(f"{owner}{error}") from None
-

@@ -38,7 +38,7 @@ class QueuePolicyRecord:
     version: int = QUEUE_RECORD_VERSION
 
     @classmethod
-    def of(cls, net: QueueNetwork, cfg: QueueConfig, log=(), train_fraction: float = 1.0,
+    def of(cls, net: QueueNetwork, cfg: QueueConfig, log=(), train_fraction: float | tuple[float, ...] = 1.0,
            adaptation: dict | None = None) -> QueuePolicyRecord:
         return cls(cfg, net.spec, {k: v.detach().cpu() for k, v in net.state_dict().items()},
                    tuple([log] if isinstance(log, str) else log), shares(train_fraction), adaptation)
@@ -87,8 +87,12 @@ class QueuePolicyRecord:
 
 
 def shares(value) -> float | tuple[float, ...]:
-    """A record's train_fraction as stored: one number, or one a log (a list on disk)."""
-    return float(value) if isinstance(value, (int, float)) else tuple(float(v) for v in value)
+    """A record's train_fraction as stored: one number in (0, 1], or one a log (a list on disk);
+    ConfigError naming the field otherwise."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1 for v in values):
+        raise ConfigError(f"QueuePolicyRecord.train_fraction must be a share in (0, 1] or one a log, got {value!r}")
+    return tuple(float(v) for v in values) if isinstance(value, (list, tuple)) else float(value)
 
 
 def read_queue_record(path) -> QueuePolicyRecord:
