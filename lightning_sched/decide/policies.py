@@ -25,7 +25,7 @@ from ..config import ConfigError
 from ..queue.config import BACKFILL, RULES, QueueConfig
 from ..queue.env import observation
 from ..queue.heuristics import QueueHeuristic
-from ..queue.linear_rule import RULE_FEATURES, LinearRule, LinearRuleRecord
+from ..queue.linear_rule import RULE_FEATURES, LinearRule
 from ..queue.policy import QueuePolicy, QueuePolicyRecord
 from ..queue.reservation import SUFFIX
 from ..queue.specs import QueueCheckpoint, policy_record, resolve
@@ -180,11 +180,9 @@ def needs_clock_start(spec: str, reason: str) -> str:
 
 
 def own_backfill(spec: str, record: QueueCheckpoint | None) -> str:
-    """The backfilling policy `spec` (its `record`; None: a rule) decides with by default: a network's,
-    what it trained with; a searched rule's, what it was searched with; a rule's: off."""
-    if not isinstance(record, LinearRuleRecord):
-        return record.queue.backfill if record is not None else "off"
-    backfill = record.trained_on()[2] or "off"
+    """The backfilling policy `spec` (its `record`; None: a rule) decides with by default: what its
+    record says it trained (or was searched) with; a rule's, or a record's that says none: off."""
+    backfill = (record.trained_on()[2] if record is not None else None) or "off"
     if backfill not in BACKFILL:
         raise ConfigError(f"{spec}: provenance.backfill must be off or easy, got {backfill!r}")
     return backfill
