@@ -318,7 +318,7 @@ def queue_main(argv) -> int:
     if args.out:  # the first --policy, adapted
         # what it read: what its start trained on, and the site's first 80% (an evaluation warns of both)
         source = records.get(args.policy[0])
-        read = dict(zip(source.log, source_shares(source))) if source else {}
+        read = source.log_shares() if source else {}
         site_log = log.summary()["log"]
         read[site_log] = max(read.get(site_log, 0.0), TRAIN_FRACTION)
         record = QueuePolicyRecord.of(net, replace(policy_cfg, sequence_length=args.sequence_length),
@@ -326,12 +326,6 @@ def queue_main(argv) -> int:
         record.save(args.out, args.overwrite)
         print(f"saved {args.out}", file=sys.stderr)
     return 0
-
-
-def source_shares(record) -> list[float]:
-    """The share of each of `record`'s logs its run read (its train_fraction, one for all or one a log)."""
-    share = record.train_fraction
-    return list(share) if isinstance(share, tuple) else [share] * len(record.log)
 
 
 def queue_parser(eval_length: int) -> ScriptParser:

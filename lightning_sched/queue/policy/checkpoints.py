@@ -48,6 +48,11 @@ class QueuePolicyRecord:
             raise ConfigError(f"QueuePolicyRecord.train_fraction holds {len(self.train_fraction)} shares for "
                               f"{len(self.log)} logs")
 
+    def log_shares(self) -> dict[str, float]:
+        """{log: the share of its jobs the run read}, one entry a log of `log`."""
+        share = self.train_fraction
+        return dict(zip(self.log, share if isinstance(share, tuple) else [share] * len(self.log)))
+
     def trained_on(self) -> tuple[tuple[str, ...], float | tuple[float, ...], str]:
         """(the logs its run read, the share of each: one for all or one a log, its backfilling)."""
         return self.log, self.train_fraction, self.queue.backfill
