@@ -125,6 +125,11 @@ def key_lines(node, path: tuple = ()):
                 yield from key_lines(value, path + (key.value,))
 
 
+def key_path(keys) -> str:
+    """A config key's dotted path as parse errors name it: without the init_args levels."""
+    return ".".join(k for k in keys if k != "init_args")
+
+
 def where_set(message: str, args: list[str]) -> str:
     """` (--config FILE, line N)` for the file that sets the key a one-line parse error names (an
     option refused, or a value of the wrong type), the last such file as that one wins; '' if none
@@ -135,15 +140,15 @@ def where_set(message: str, args: list[str]) -> str:
     wanted = ".".join(part for part in refused.groups() if part) if refused else typed.group(1) if typed else ""
     if not wanted:
         return ""
-    name = wanted.split(".")[-1]
-    if any(re.match(rf"--(\S+\.)?{re.escape(name)}(=|$)", arg) for arg in args):
+    flags = [key_path(arg[2:].split("=", 1)[0].split(".")) for arg in args if arg.startswith("--")]
+    if wanted in flags:  # the command line set it, after every config
         return ""
     for path in reversed(config_paths(args)):
         try:
             with open(path, encoding="utf-8") as file:
                 keys = key_lines(yaml.compose(file))
                 lines = [line for path_keys, line, section in keys  # a section's whole block: no one line
-                         if not section and ".".join(k for k in path_keys if k != "init_args") == wanted]
+                         if not section and key_path(path_keys) == wanted]
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
         if lines:
