@@ -292,20 +292,14 @@ def queue_main(argv) -> int:
         refuse_figure(args.figure, args.overwrite, "--figure", traces)
     set_threads(args.threads)
     lines, panels, reference = [], {}, {}
-    printed = set()
-
-    def echo(line: str) -> None:
-        """print, but a note on a checkpoint's training jobs once a log (not again for each backfilling)."""
-        if not (line.startswith("note: ") and "sequences hold jobs it read" in line and line in printed):
-            print(line)
-            printed.add(line)
+    said = set()  # notes on a checkpoint's training jobs: once a log, not again for each backfilling
 
     for trace in traces:
         for backfill in args.backfill:
             case, per_sequence = run_protocol(trace, args.protocol, args.policy, backfill=backfill,
                                               sequences=args.sequences or SEQUENCES, site=site,
                                               bsld_threshold=args.bsld_threshold, device=args.device,
-                                              versus=args.versus, echo=echo, sequence_length=args.sequence_length,
+                                              versus=args.versus, said=said, sequence_length=args.sequence_length,
                                               nodes=args.nodes, processors_per_node=args.processors_per_node,
                                               oversize=args.oversize)
             lines += case

@@ -610,25 +610,33 @@ def test_an_evaluation_names_the_sequences_a_checkpoint_trained_on(tmp_path):
                                   log=[str(tmp_path / "site.swf")], train_fraction=0.5)
     for ckpt in (tmp_path / "p.ckpt", tmp_path / "p.pt"):  # any file name: adapt.py and ensemble.py write .pt too
         record.save(ckpt)
-        notes, read = training_notes(str(ckpt), log, torch.tensor([100, 499, 500, 900]), "easy")
-        assert read == 2 and notes == [f"note: {ckpt} trained with backfilling off, runs here with easy",
-                                       f"note: {ckpt} trained on the first 50% of site.swf's jobs (a log of that file "
-                                       "name, gzipped or not): 2 of these 4 sequences hold jobs it read"]
-    assert training_notes(str(ckpt), log, torch.tensor([500, 900]), "off") == ([], 0)
+        notes, read_note, read = training_notes(str(ckpt), log, torch.tensor([100, 499, 500, 900]), "easy")
+        assert read == 2 and notes == [f"note: {ckpt} trained with backfilling off, runs here with easy"]
+        assert read_note == (f"note: {ckpt} trained on the first 50% of site.swf's jobs (a log of that file "
+                             "name, gzipped or not): 2 of these 4 sequences hold jobs it read")
+    assert training_notes(str(ckpt), log, torch.tensor([500, 900]), "off") == ([], None, 0)
     import gzip  # the same log gzipped: the same note
     (tmp_path / "site.swf.gz").write_bytes(gzip.compress((tmp_path / "site.swf").read_bytes()))
     zipped = read_queue_log(tmp_path / "site.swf.gz")
-    assert training_notes(str(ckpt), zipped, torch.tensor([100, 900]), "off")[1] == 1
+    assert training_notes(str(ckpt), zipped, torch.tensor([100, 900]), "off")[2] == 1
     # one share a log (a policy adapted on this site after training elsewhere on whole logs): this log's
     adapted = QueuePolicyRecord.of(QueueNetwork(QueuePolicySpec()), log.config(backfill="off"),
                                    log=["other.swf", str(tmp_path / "site.swf")], train_fraction=(1.0, 0.5))
-    assert training_notes(str(ckpt), log, torch.tensor([100, 499, 500, 900]), "off", adapted)[1] == 2
+    assert training_notes(str(ckpt), log, torch.tensor([100, 499, 500, 900]), "off", adapted)[2] == 2
     with pytest.raises(ConfigError, match="train_fraction holds 1 shares for 2 logs"):
         QueuePolicyRecord.of(QueueNetwork(QueuePolicySpec()), log.config(), log=["a.swf", "b.swf"],
                              train_fraction=[0.5])
     other = read_queue_log(write_log(tmp_path / "other.swf", jobs=1000))
-    assert training_notes(str(ckpt), other, torch.tensor([0]), "off") == ([], None)  # never read this log
-    assert training_notes("f1", log, torch.tensor([0]), "off") == ([], None)
+    assert training_notes(str(ckpt), other, torch.tensor([0]), "off") == ([], None, None)  # never read this log
+    assert training_notes("f1", log, torch.tensor([0]), "off") == ([], None, None)
+    from lightning_sched.queue.evaluation import run_protocol
+    # a run over both backfilling settings says which sequences hold its jobs once
+    printed, said = [], set()
+    for backfill in ("off", "easy"):
+        run_protocol(str(tmp_path / "site.swf"), "disjoint", [str(ckpt)], backfill=backfill, sequence_length=250,
+                     echo=printed.append, said=said)
+    assert sum(line.endswith("sequences hold jobs it read") for line in printed) == 1
+    assert sum(line.endswith("runs here with easy") for line in printed) == 1
 
 
 def test_a_small_log_without_a_header_evaluates_with_its_cluster_and_sequence_length_given(tmp_path, capsys):

@@ -179,13 +179,14 @@ def overlap_note(spread: dict, length: int, sequences: int, halves_shown: bool =
 
 
 def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str,
-                   record: QueueCheckpoint | None = None) -> tuple[list[str], int | None]:
+                   record: QueueCheckpoint | None = None) -> tuple[list[str], str | None, int | None]:
     """What checkpoint `spec` (its `record` when already read) trained on, set against this evaluation:
-    (notes to print, how many of the sequences `starts` hold jobs its run read, or None when it never
-    read this log). Nothing for a rule."""
+    (notes for this backfilling setting, the note on the sequences holding jobs its run read, the same
+    for every setting, or None, how many of the sequences `starts` hold such jobs, or None when it
+    never read this log). Nothing for a rule."""
     record = policy_record(spec) if record is None else record
     if record is None:
-        return [], None
+        return [], None, None
     logs, fraction, trained_backfill = record.trained_on()
     logs = [logs] if isinstance(logs, str) else logs  # a record may hold one log as a string
     if not isinstance(logs, (list, tuple)) or not all(isinstance(one, str) for one in logs):
@@ -196,30 +197,31 @@ def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str
     name = Path(log.path).name
     stems = [log_stem(str(one).split(":")[0]) for one in logs]
     if log_stem(name) not in stems:  # gzipped or not: one log
-        return notes, None
+        return notes, None, None
     if isinstance(fraction, (list, tuple)):  # one share a log
         fraction = max(f for f, stem in zip(fraction, stems) if stem == log_stem(name))
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
         raise ConfigError(f"{spec}: the share of the log it trained on must be in (0, 1], got {fraction!r}")
     read = int((starts < log.jobs_before(fraction)).sum())  # a sequence [s, s + L) meets jobs [0, T) when s < T
-    if read:
-        notes.append(f"note: {spec} trained on the first {fraction:.0%} of {name}'s jobs (a log of that file "
-                     f"name, gzipped or not): {read} of these {len(starts)} sequences hold jobs it read")
-    return notes, read
+    read_note = (f"note: {spec} trained on the first {fraction:.0%} of {name}'s jobs (a log of that file name, "
+                 f"gzipped or not): {read} of these {len(starts)} sequences hold jobs it read") if read else None
+    return notes, read_note, read
 
 
 def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str = "off", sequences: int = SEQUENCES,
                  site=None, bsld_threshold: float = QueueConfig.bsld_threshold, device="cpu", versus: str | None = None,
                  echo=print, sequence_length: int = EVAL_LENGTH, nodes: int | None = None,
-                 processors_per_node: int | None = None,
-                 oversize: str = "refuse") -> tuple[list[dict], dict[str, torch.Tensor]]:
+                 processors_per_node: int | None = None, oversize: str = "refuse",
+                 said: set[str] | None = None) -> tuple[list[dict], dict[str, torch.Tensor]]:
     """Every policy of `policies` on `trace` (its cluster `nodes` x `processors_per_node` when given,
     else its header's; jobs larger than it refused or dropped as `oversize` says; rewritten as `site`,
     a queue.sites.SiteModel, when given) under `protocol`, on sequences of `sequence_length` jobs;
     prints a table through `echo` and returns one dict per policy (the metrics with 95% CIs over
     sequences, and, where a rule of RULES ran, the paired difference to the best of them, "best
     heuristic"; with `versus`, one of `policies`, also the paired difference to it) and each
-    policy's per-sequence mean bounded slowdowns."""
+    policy's per-sequence mean bounded slowdowns. A note on the sequences holding jobs a checkpoint
+    read is the same for every backfilling setting: it is printed unless in `said` (one set for a run
+    of several settings prints it once), and added to it."""
     if versus is not None and versus not in policies:
         raise ConfigError(f"--versus {versus!r} is not one of the policies evaluated ({', '.join(policies)})")
     require_distinct("--policy", list(policies))
@@ -249,9 +251,13 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
         echo(f"note: RLScheduler's protocol is its 10 start positions in the Lublin logs; on {Path(trace).name} "
              "they are positions only (--protocol heldout draws from the log's own last 20%)")
     trained = {spec: training_notes(spec, log, starts, backfill, records[spec]) for spec in policies}
-    for notes, _ in trained.values():
+    said = set() if said is None else said
+    for notes, read_note, _ in trained.values():
         for note in notes:
             echo(note)
+        if read_note and read_note not in said:
+            echo(read_note)
+            said.add(read_note)
     results = compare_queue(resolved, log, starts, device)
     if all(r.summary["mean_bounded_slowdown"] == 1.0 for r in results.values()):
         echo(f"note: every job's bounded slowdown is 1 under every policy (offered load {log.offered_load():.2f}: "
@@ -264,8 +270,8 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
         s = result.summary
         line = {"policy": name, "trace": Path(trace).name, "protocol": protocol, "backfill": backfill, **s,
                 **spread, "log": log.summary()}
-        if trained[name][1] is not None:
-            line["sequences_with_training_jobs"] = trained[name][1]
+        if trained[name][2] is not None:
+            line["sequences_with_training_jobs"] = trained[name][2]
         bsld_ci = ci_text(s["mean_bounded_slowdown_ci95"], "8.2f")
         text = (f"{name:{width}s} bsld {s['mean_bounded_slowdown']:10.2f} ± {bsld_ci}  "
                 f"wait {s['mean_wait']:10.0f} s  util {s['utilization']:.3f}")
