@@ -23,6 +23,23 @@ QUEUE_RULE_KIND = "queue_linear_rule"
 MAX_IMAGE_CELLS = 1 << 18
 
 
+def is_int(value, low: int | None = None) -> bool:
+    """`value` is an integer, `low` or more when given (not a bool: True is an int to Python, never a
+    count or a size here)."""
+    return not isinstance(value, bool) and isinstance(value, int) and (low is None or value >= low)
+
+
+def is_number(value) -> bool:
+    """`value` is an int or a float, not a bool."""
+    return not isinstance(value, bool) and isinstance(value, (int, float))
+
+
+def is_finite(value) -> bool:
+    """`value` is a finite int or float, not a bool (an int of any size: math.isfinite overflows on one
+    past a float's range)."""
+    return is_number(value) and (isinstance(value, int) or math.isfinite(value))
+
+
 class ConfigError(ValueError):
     """A configuration or jobset outside the ranges SPEC.md allows; the message names the field.
 
@@ -77,7 +94,7 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         for f in SIZE_FIELDS:
             value = getattr(self, f)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value, 1):
                 raise ConfigError(f"ClusterConfig.{f} must be an integer >= 1, got {value!r}")
         if self.max_job_len > self.horizon:
             raise ConfigError(f"ClusterConfig.max_job_len={self.max_job_len} exceeds horizon={self.horizon}")
@@ -94,13 +111,10 @@ class ClusterConfig:
                               f"cells an episode (resource_units={self.resource_units}, num_slots={self.num_slots}, "
                               f"max_job_units={self.max_job_units}, horizon={self.horizon}), more than "
                               f"{MAX_IMAGE_CELLS}; use observation='none' (structured keys) or 'compact'")
-        if (isinstance(self.tardiness_weight, bool) or not isinstance(self.tardiness_weight, (int, float))
-                or not math.isfinite(self.tardiness_weight) or self.tardiness_weight < 0):
+        if not is_finite(self.tardiness_weight) or self.tardiness_weight < 0:
             raise ConfigError(f"ClusterConfig.tardiness_weight must be a finite number >= 0, "
                               f"got {self.tardiness_weight!r}")
-        if (isinstance(self.slo_slowdown, bool) or not isinstance(self.slo_slowdown, (int, float))
-                or not math.isfinite(self.slo_slowdown)
-                or self.slo_slowdown < 1):
+        if not is_finite(self.slo_slowdown) or self.slo_slowdown < 1:
             raise ConfigError(f"ClusterConfig.slo_slowdown must be a finite number >= 1, got {self.slo_slowdown!r}")
 
     # ----- derived sizes (SPEC "Observation") ---------------------------------------------

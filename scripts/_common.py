@@ -15,6 +15,7 @@ import torch  # noqa: E402
 from _checkout import ROOT  # noqa: F401  (the checkout on sys.path before lightning_sched; ROOT for the scripts)
 from lightning_sched import ClusterConfig, ConfigError  # noqa: E402
 from lightning_sched.allocator import reuse_freed_memory  # noqa: E402
+from lightning_sched.config import is_int  # noqa: E402
 from lightning_sched.evaluation import ci_text  # noqa: E402
 from lightning_sched.heuristics import make_heuristic  # noqa: E402
 from lightning_sched.threads import fixed_threads, use_free_cores  # noqa: E402
@@ -139,7 +140,7 @@ def set_threads(threads: int | str, reuse_memory: bool = True) -> int:
     re-counted as the load moves (`lightning_sched.threads`); the count now (timings are reported
     with it). Unless `reuse_memory` is False, glibc told to keep freed blocks for the next step
     (`lightning_sched.allocator`)."""
-    if threads != "auto" and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+    if threads != "auto" and not is_int(threads, 1):
         raise ConfigError(f"--threads must be auto or an integer >= 1, got {threads!r}")
     if reuse_memory:
         reuse_freed_memory()

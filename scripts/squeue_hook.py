@@ -36,7 +36,7 @@ try:
     import _checkout  # noqa: F401  (the checkout on sys.path; no torch, for an .onnx policy)
 except ModuleNotFoundError:  # run as a module of the installed package: nothing to put on the path
     pass
-from lightning_sched.config import ConfigError  # noqa: E402
+from lightning_sched.config import ConfigError, is_int, is_number  # noqa: E402
 from lightning_sched.decide import SnapshotError, decide, load_scorer, require_clock_start  # noqa: E402
 from lightning_sched.decide.scorers import clock_start_flag_error  # noqa: E402
 from lightning_sched.decide.snapshot import MAX_WAIT_DAYS  # noqa: E402
@@ -61,7 +61,7 @@ def number(job: dict, key: str, unlimited: float | None = None):
         value = value.get("number")
     if value is None:
         raise SnapshotError(f"job {job.get('job_id')}: {key}: missing")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise SnapshotError(f"job {job.get('job_id')}: {key}: {value!r} is not a number")
     return value
 
@@ -78,7 +78,7 @@ def optional(job: dict, key: str):
 def job_id(job: dict, index: int) -> int:
     """A job's id: Slurm's are integers, and the printed lines are meant for `sh`, so nothing else passes."""
     value = job.get("job_id")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not is_int(value, 0):
         raise SnapshotError(f"squeue: jobs[{index}].job_id: expected a non-negative integer, got {value!r}")
     return value
 

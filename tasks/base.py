@@ -15,7 +15,6 @@ hyperparameters in checkpoints. `SchedulerTask` (DeepRM's cluster) adds:
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +22,7 @@ from lightning.pytorch import LightningModule
 from torch.utils.data import DataLoader, DistributedSampler
 
 from lightning_sched import ClusterConfig, JobSet, seeds
-from lightning_sched.config import ConfigError
+from lightning_sched.config import ConfigError, is_finite, is_int
 from lightning_sched.deeprm.objectives import METRICS
 from lightning_sched.deeprm.rollout import rollout_seconds
 from lightning_sched.evaluation import EvalResult, evaluate, make_jobsets, run_bytes
@@ -74,14 +73,14 @@ def require_at_least(owner: str, low: int, **values: int) -> None:
     """A ConfigError naming the first field that is not an integer >= `low` (a count: a module built
     from Python, not the CLI, may be given 2.5 or True)."""
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if not is_int(value, low):
             raise ConfigError(f"{owner}.{name} must be an integer >= {low}, got {value!r}")
 
 
 def require_positive(owner: str, **values: float) -> None:
     """A ConfigError naming the first field that is not a finite number > 0 (a step size, say)."""
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        if not is_finite(value) or value <= 0:
             raise ConfigError(f"{owner}.{name} must be a finite number > 0, got {value!r}")
 
 

@@ -24,7 +24,6 @@ the inner rollouts (their actions are data).
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from dataclasses import replace
 from typing import NamedTuple
@@ -33,7 +32,7 @@ import higher
 import torch
 
 from lightning_sched import ClusterConfig, DeepRMWorkload, JobSet, WorkloadFamily, seeds
-from lightning_sched.config import OBJECTIVES, ConfigError
+from lightning_sched.config import OBJECTIVES, ConfigError, is_finite, is_int
 from lightning_sched.deeprm.objectives import episode_metrics
 from lightning_sched.deeprm.rollout import Trajectories, collect
 from lightning_sched.evaluation import make_jobsets
@@ -155,8 +154,7 @@ class MAML(MetaOptimization, SchedulerTask):
         if outer_stream(inner_steps) + meta_batch > seeds.SAMPLER_STREAM:
             raise ConfigError(f"MAML.inner_steps must be <= {(seeds.SAMPLER_STREAM - meta_batch) // 100} with "
                               f"meta_batch {meta_batch} (jobset seed streams of an iteration), got {inner_steps}")
-        if isinstance(entropy_weight, bool) or not isinstance(entropy_weight, (int, float)) \
-                or not math.isfinite(entropy_weight) or entropy_weight < 0:
+        if not is_finite(entropy_weight) or entropy_weight < 0:
             raise ConfigError(f"MAML.entropy_weight must be a finite number >= 0, got {entropy_weight!r}")
         require_at_least("MAML", 0, inner_steps=inner_steps)
         require_positive("MAML", meta_lr=meta_lr, step_size_lr=step_size_lr)
@@ -196,7 +194,7 @@ class MAML(MetaOptimization, SchedulerTask):
             raise ConfigError("MAML.cluster_sizes must name at least one (num_slots, resource_units) pair (or be null)")
         clusters = []
         for size in cluster_sizes:
-            if len(size) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in size):
+            if len(size) != 2 or any(not is_int(v, 1) for v in size):
                 raise ConfigError(f"MAML.cluster_sizes holds {list(size)!r}; each must be [num_slots, resource_units], "
                                   f"integers >= 1")
             num_slots, units = size

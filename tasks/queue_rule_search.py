@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from lightning_sched.cli import log_reading_args
-from lightning_sched.config import ConfigError
+from lightning_sched.config import ConfigError, is_int
 from lightning_sched.queue.evaluation import (
     EVAL_LENGTH,
     TRAIN_FRACTION,
@@ -60,7 +60,7 @@ class QueueRuleSearch(IterationTask):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False  # no gradient: the search moves its own state
-        if isinstance(train_sequences, bool) or not isinstance(train_sequences, int) or train_sequences < 1:
+        if not is_int(train_sequences, 1):
             raise ConfigError(f"QueueRuleSearch.train_sequences must be an integer >= 1, got {train_sequences!r}")
         if not isinstance(reserve, bool):
             raise ConfigError(f"QueueRuleSearch.reserve must be true or false, got {reserve!r}")

@@ -312,3 +312,10 @@ def test_damaged_checkpoints_are_refused_naming_the_file(tmp_path):
     for path in damaged_files(tmp_path, source).values():
         with pytest.raises(ConfigError, match=re.escape(f"{path}: not a lightning_sched checkpoint")):
             load_policy(path)
+
+
+def test_the_field_checks_refuse_bools_and_take_ints_of_any_size():
+    from lightning_sched.config import is_finite, is_int, is_number
+    assert is_int(3) and is_int(3, 3) and not is_int(3, 4) and not is_int(True) and not is_int(2.0)
+    assert is_number(2.5) and is_number(2) and not is_number(False) and not is_number("2")
+    assert is_finite(10 ** 400) and not is_finite(float("inf")) and not is_finite(float("nan")) and not is_finite(True)

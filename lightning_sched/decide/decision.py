@@ -32,6 +32,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ..config import is_int
 from ..queue.config import BACKFILL, QUEUE_WINDOWS
 from .snapshot import Snapshot, SnapshotError, read_snapshot
 
@@ -124,7 +125,7 @@ def decide(snapshot: dict | Snapshot, scorer: Scorer | ObservingScorer, backfill
         raise SnapshotError(f"backfill: must be one of {', '.join(BACKFILL)}, got {backfill!r}")
     observing = hasattr(scorer, "pick")  # an ObservingScorer
     if window is not None:
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        if not is_int(window, 1):
             raise SnapshotError(f"window: must be an integer >= 1, got {window!r}")
         if cfg["window"] is None:
             raise SnapshotError(f"window: a rule sees the whole queue, as in the environment; got {window}")

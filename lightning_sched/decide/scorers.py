@@ -14,13 +14,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-from ..config import CHECKPOINT_KEY, QUEUE_POLICY_KIND, ConfigError  # torch-free: an .onnx policy runs without torch
+from ..config import CHECKPOINT_KEY, QUEUE_POLICY_KIND, ConfigError, is_finite  # torch-free: .onnx runs without torch
 from ..queue.config import BACKFILL, JOB_FEATURES
 from .snapshot import SnapshotError
 
@@ -91,8 +90,7 @@ def checked_settings(queue, path) -> dict:
         raise SnapshotError(f"{path}: its metadata's queue settings are a {type(queue).__name__}, not a mapping")
     for name in ("window", "max_wait", "max_requested"):
         value = queue.get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
-                value <= 0 or (name == "window" and not isinstance(value, int)):
+        if not is_finite(value) or value <= 0 or (name == "window" and not isinstance(value, int)):
             raise SnapshotError(f"{path}: its metadata's queue.{name} must be a positive "
                                 f"{'integer' if name == 'window' else 'number'}, got {value!r}")
     if queue.get("backfill", "off") not in BACKFILL:

@@ -17,12 +17,11 @@ Every fault is a `SnapshotError` whose one-line message names the field and, for
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import ConfigError
+from ..config import ConfigError, is_finite, is_int
 from ..limits import MAX_INPUT_SECONDS
 
 MAX_JOBS = 100_000
@@ -85,8 +84,7 @@ class Snapshot:
 
 
 def _number(value, field: str, low: float = 0.0, strict: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-            isinstance(value, float) and not math.isfinite(value)):
+    if not is_finite(value):
         raise SnapshotError(f"{field}: {_shown(value)} is not a finite number")
     if value < low or (strict and value == low):
         raise SnapshotError(f"{field}: {_shown(value)} must be {'>' if strict else '>='} {low:g}")
@@ -104,7 +102,7 @@ def _shown(value) -> str:
 def _count(value, field: str, low: int = 1) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise SnapshotError(f"{field}: {_shown(value)} is not an integer")
     if value < low:
         raise SnapshotError(f"{field}: {_shown(value)} must be >= {low}")

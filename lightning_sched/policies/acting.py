@@ -7,7 +7,6 @@ tries `acting_modes()` (select_checkpoint.py --acting all, adapt.py --acting sel
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
@@ -18,7 +17,7 @@ from torch.distributions import Categorical
 from torchrl.modules import MaskedCategorical, ProbabilisticActor
 
 from ..batched import acts_on_any_batch
-from ..config import ConfigError
+from ..config import ConfigError, is_finite
 from ..deeprm.observations import arrival_rate
 
 # When may a network void while a slot job fits now (capacity stays idle on purpose)?
@@ -82,8 +81,7 @@ class Acting:
         if self.greedy and self.idle_rule == "always":
             raise ConfigError("Acting.idle_rule 'always' with greedy acting can wait forever on an idle cluster once "
                               "no job is left to arrive: use 'while_arriving' or 'not_when_idle'")
-        if isinstance(self.wait_rate, bool) or not isinstance(self.wait_rate, (int, float)) or not (
-                self.wait_rate > 0 and math.isfinite(self.wait_rate)):
+        if not is_finite(self.wait_rate) or self.wait_rate <= 0:
             raise ConfigError(f"Acting.wait_rate must be a finite number > 0 (jobs a step; 'while_arriving' waits at "
                               f"any rate), got {self.wait_rate!r}")
 

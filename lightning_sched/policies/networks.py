@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..config import ClusterConfig, ConfigError
+from ..config import ClusterConfig, ConfigError, is_finite
 from ..deeprm.observations import arrival_rate, render_image
 from ..heuristics import EDF, SJF, Packer, Tetris
 from ..limits import require_memory
@@ -82,8 +82,7 @@ class PolicySpec:
             raise ConfigError(f"PolicySpec.arrival_inputs needs kind 'slots', got kind {self.kind!r}")
         if self.prior is not None and (self.kind != "slots" or self.prior not in PRIORS):
             raise ConfigError(f"PolicySpec.prior={self.prior!r} needs kind 'slots' and one of {sorted(PRIORS)}")
-        if isinstance(self.prior_scale, bool) or not isinstance(self.prior_scale, (int, float)) or \
-                not (self.prior_scale > 0 and math.isfinite(self.prior_scale)):
+        if not is_finite(self.prior_scale) or self.prior_scale <= 0:
             raise ConfigError(f"PolicySpec.prior_scale must be a finite number > 0, got {self.prior_scale!r}")
 
     @property

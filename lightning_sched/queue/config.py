@@ -5,10 +5,9 @@ processors only, the whole waiting queue, a visible window of it, and backfillin
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
 
-from ..config import ConfigError
+from ..config import ConfigError, is_finite, is_int
 
 BACKFILL = ("off", "easy")
 REWARDS = ("per_job", "final")
@@ -85,7 +84,7 @@ class QueueConfig:
     def __post_init__(self) -> None:
         for name in ("nodes", "processors_per_node", "window", "sequence_length"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value, 1):
                 raise ConfigError(f"QueueConfig.{name} must be an integer >= 1, got {value!r}")
         if self.backfill not in BACKFILL:
             raise ConfigError(f"QueueConfig.backfill must be one of {', '.join(BACKFILL)}, got {self.backfill!r}")
@@ -97,7 +96,7 @@ class QueueConfig:
                 raise ConfigError(f"QueueConfig.{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("bsld_threshold", "max_wait", "max_requested"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            if not is_finite(value) or value <= 0:
                 raise ConfigError(f"QueueConfig.{name} must be a finite number > 0, got {value!r}")
 
     @property

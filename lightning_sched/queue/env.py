@@ -16,7 +16,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 
 from ..batched import EveryRowReset, require_slot_actions, rows_to_reset
-from ..config import ConfigError
+from ..config import ConfigError, is_int
 from ..limits import require_memory
 from .config import SEQUENCE_KEYS, QueueConfig
 from .log import QueueLog
@@ -103,7 +103,7 @@ class QueueEnv(EveryRowReset):
         require_memory("QueueEnv", env_bytes(cfg, batch_size[0]),
                        {"batch_size": batch_size[0], "sequence_length": cfg.sequence_length, "window": cfg.window})
         e = episodes_per_sequence
-        if isinstance(e, bool) or not isinstance(e, int) or e < 1 or batch_size[0] % e:
+        if not is_int(e, 1) or batch_size[0] % e:
             raise ConfigError(f"episodes_per_sequence must be an integer >= 1 dividing B={batch_size[0]}, got {e!r}")
         # rows b*E .. b*E+E-1 replay one sequence (fresh draws), of log b % len(logs)
         self.episodes_per_sequence = e

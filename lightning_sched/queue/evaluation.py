@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..cli import require_distinct
-from ..config import ConfigError
+from ..config import ConfigError, is_number
 from ..evaluation import ci_text, mean_ci95
 from .config import QueueConfig
 from .env import EPISODE_KEYS, QueueEnv, play_to_end
@@ -200,7 +200,7 @@ def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str
         return notes, None, None
     if isinstance(fraction, (list, tuple)):  # one share a log
         fraction = max(f for f, stem in zip(fraction, stems) if stem == log_stem(name))
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+    if not is_number(fraction) or not 0 < fraction <= 1:
         raise ConfigError(f"{spec}: the share of the log it trained on must be in (0, 1], got {fraction!r}")
     read = int((starts < log.jobs_before(fraction)).sum())  # a sequence [s, s + L) meets jobs [0, T) when s < T
     read_note = (f"note: {spec} trained on the first {fraction:.0%} of {name}'s jobs (a log of that file name, "

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..config import ConfigError
+from ..config import ConfigError, is_int
 from ..traces.files import TraceError, read_swf_table
 from .config import QueueConfig
 
@@ -172,7 +172,7 @@ def cluster_size(path, header: dict, nodes: int | None, processors_per_node: int
                              "nodes of different sizes; give the cluster to replay (--nodes and --processors_per_node)")
         processors_per_node = header_procs // header_nodes if header_nodes and header_procs else 1
     for name, value in (("nodes", nodes), ("processors_per_node", processors_per_node)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        if value is not None and not is_int(value, 1):
             raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
     if nodes is None and header_nodes is None and header_procs is not None:  # MaxProcs alone: its processors
         if header_procs % processors_per_node:

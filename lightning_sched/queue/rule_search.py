@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import ConfigError
+from ..config import ConfigError, is_int, is_number
 from .config import QueueConfig
 from .evaluation import EVAL_LENGTH, RECENT_FRACTION, evaluate_queue
 from .linear_rule import BASIC, F1_WEIGHTS, RULE_FEATURES, LinearRule
@@ -45,11 +45,11 @@ class SearchSettings:
     def __post_init__(self) -> None:
         for name in ("population", "elite"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+            if not is_int(value, 2):
                 raise ConfigError(f"search.{name} must be an integer >= 2, got {value!r}")
         if self.elite >= self.population:
             raise ConfigError(f"search.elite must be below search.population ({self.population}), got {self.elite}")
-        if isinstance(self.sigma, bool) or not isinstance(self.sigma, (int, float)) or not self.sigma > 0:
+        if not is_number(self.sigma) or not self.sigma > 0:
             raise ConfigError(f"search.sigma must be a number > 0, got {self.sigma!r}")
         if not isinstance(self.context, bool):
             raise ConfigError(f"search.context must be true or false, got {self.context!r}")

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..config import ConfigError
+from ..config import ConfigError, is_int
 from .config import DAY
 from .log import QueueLog, read_queue_log
 
@@ -103,7 +103,7 @@ class ArrivalCopies:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.copies, bool) or not isinstance(self.copies, int) or self.copies < 0:
+        if not is_int(self.copies, 0):
             raise ConfigError(f"arrival_copies.copies must be an integer >= 0, got {self.copies!r}")
         if not self.gap_jitter >= 0:
             raise ConfigError(f"arrival_copies.gap_jitter must be >= 0, got {self.gap_jitter!r}")

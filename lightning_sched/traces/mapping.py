@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..config import is_finite
 from .files import SWF_RESOURCES, Trace, TraceError
 
 DROP_REASONS = ("status", "unknown_submit", "unknown_run_time", "zero_run_time", "unknown_demand", "zero_demand",
@@ -140,7 +141,7 @@ def cluster_capacities(path: str, trace: Trace, names: tuple[str, ...], present:
             raise TraceError(f"{path}: no capacity for resource {name!r}: pass --trace_capacity {name}=N, the "
                              f"cluster's total in the trace's units"
                              f"{' (the SWF header has no MaxProcs or MaxNodes)' if name == 'processors' else ''}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        if not is_finite(value) or value <= 0:
             raise TraceError(f"{path}: capacity of {name!r} must be a finite number > 0, got {value!r}")
         column = trace.resources.index(name)
         largest = max(d[column] for d in trace.demand)

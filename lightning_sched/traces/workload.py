@@ -5,14 +5,13 @@ its split into windows (`windows`), starts them from the log's state (`replay`) 
 """
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
-from ..config import ClusterConfig, ConfigError
+from ..config import ClusterConfig, ConfigError, is_finite, is_int
 from ..jobs import JobSet
 from .files import TraceError, read_trace
 from .mapping import (
@@ -206,7 +205,7 @@ class TraceWorkload:
     def _check_knobs(self) -> None:
         def positive(name):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            if not is_finite(value) or value <= 0:
                 raise TraceError(f"TraceWorkload.{name} must be a finite number > 0, got {value!r}")
 
         positive("seconds_per_step")
@@ -223,7 +222,7 @@ class TraceWorkload:
             raise TraceError(f"TraceWorkload.test_fraction must be in (0, 1), got {self.test_fraction!r}")
         for name in ("simu_len", "num_resources", "resource_units", "max_job_len", "max_job_units"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value, 1):
                 raise TraceError(f"TraceWorkload.{name} must be an integer >= 1, got {value!r}")
         if self.job_columns is not None and (not isinstance(self.job_columns, int) or self.job_columns < 1):
             raise TraceError(f"TraceWorkload.job_columns must be an integer >= 1 or None, got {self.job_columns!r}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from ...config import ConfigError
+from ...config import ConfigError, is_int, is_number
 from ..config import distinct_rules, row_features
 
 
@@ -64,27 +64,26 @@ class QueuePolicySpec:
         self.rule_ranks = distinct_rules("QueuePolicySpec.rule_ranks", self.rule_ranks)
         for name in ("hidden", "value_hidden"):
             widths = getattr(self, name)
-            if not widths or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in widths):
+            if not widths or any(not is_int(h, 1) for h in widths):
                 raise ConfigError(f"QueuePolicySpec.{name} must be one or more integers >= 1, got {widths!r}")
         for name in ("job_area", "context", "fit_delay", "clock", "prior_mix"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"QueuePolicySpec.{name} must be true or false, got {getattr(self, name)!r}")
-        if isinstance(self.embedding, bool) or not isinstance(self.embedding, int) or self.embedding < 1:
+        if not is_int(self.embedding, 1):
             raise ConfigError(f"QueuePolicySpec.embedding must be an integer >= 1, got {self.embedding!r}")
         if self.prior is not None and self.prior not in self.rule_ranks:
             ranks = ", ".join(self.rule_ranks) or "none"
             raise ConfigError(f"QueuePolicySpec.prior must be one of rule_ranks ({ranks}), got {self.prior!r}")
         if self.prior_mix and self.prior is None:
             raise ConfigError("QueuePolicySpec.prior_mix needs a prior (the rule its weights start on)")
-        if isinstance(self.prior_scale, bool) or not isinstance(self.prior_scale, (int, float)) or \
-                not self.prior_scale > 0:
+        if not is_number(self.prior_scale) or not self.prior_scale > 0:
             raise ConfigError(f"QueuePolicySpec.prior_scale must be a number > 0, got {self.prior_scale!r}")
         if not isinstance(self.reserve, bool):
             raise ConfigError(f"QueuePolicySpec.reserve must be true or false, got {self.reserve!r}")
         if self.reserve and not self.fit_delay:
             raise ConfigError("QueuePolicySpec.reserve needs fit_delay: true (the reservation reads each job's "
                               "fit delay)")
-        if isinstance(self.ensemble, bool) or not isinstance(self.ensemble, int) or self.ensemble < 1:
+        if not is_int(self.ensemble, 1):
             raise ConfigError(f"QueuePolicySpec.ensemble must be an integer >= 1, got {self.ensemble!r}")
 
     def observation(self) -> dict:
