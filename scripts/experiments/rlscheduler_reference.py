@@ -21,9 +21,10 @@ a temporary folder. As their compare-pick-jobs.py does, env.seed(1) and then res
 sequence's start (its `start` argument is unused); the draws are checked against the project's
 RLSCHEDULER_STARTS.
 
-    git clone -q --no-checkout THEIR_REPOSITORY /tmp/rls_repo && git -C /tmp/rls_repo checkout HEAD -- '*.py'
+    git clone -q --no-checkout https://github.com/DIR-LAB/deep-batch-scheduler /tmp/rls_repo
+    git -C /tmp/rls_repo checkout HEAD -- '*.py'
     python scripts/experiments/rlscheduler_reference.py --rlscheduler /tmp/rls_repo --threads 1 \\
-        --out docs/rlscheduler_reference.txt
+        --out docs/rlscheduler_reference.txt --overwrite
 """
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import run_main, set_threads  # noqa: E402
 from lightning_sched.cli import THREADS_HELP, at_least, thread_count  # noqa: E402
+from lightning_sched.config import ConfigError  # noqa: E402
+from lightning_sched.files import refuse_output, write_text  # noqa: E402
 
 LENGTH = 1024  # jobs per sequence in their table
 SEQUENCES = 10  # their table's sequences per cell
@@ -221,14 +224,17 @@ def main(argv=None) -> None:
                         help="a working copy of RLScheduler's repository (holding HPCSimPickJobs.py)")
     parser.add_argument("--trace", nargs="+", default=["../shared/traces/lublin_256.swf.gz",
                                                        "../shared/traces/lublin_256_new2.swf.gz"])
-    parser.add_argument("--speed-sequences", type=at_least(1), default=SEQUENCES,
+    parser.add_argument("--speed_sequences", type=at_least(1), default=SEQUENCES,
                         help="sequences of the first log per timed pass")
     parser.add_argument("--repeats", type=at_least(1), default=5)
     parser.add_argument("--threads", type=thread_count, default=1, help=THREADS_HELP)
     parser.add_argument("--out", type=Path, help="also write the output here, under a header")
+    parser.add_argument("--overwrite", action="store_true", help="let --out replace an existing file")
     args = parser.parse_args(argv)
+    if args.out:
+        refuse_output(args.out, args.overwrite, "--out", args.trace)
     if not (args.rlscheduler / "HPCSimPickJobs.py").is_file():
-        raise ValueError(f"--rlscheduler {args.rlscheduler}: no HPCSimPickJobs.py there (a working copy of "
+        raise ConfigError(f"--rlscheduler {args.rlscheduler}: no HPCSimPickJobs.py there (a working copy of "
                          "RLScheduler's repository)")
     threads = set_threads(args.threads)
     install_stand_ins()
@@ -275,8 +281,8 @@ def main(argv=None) -> None:
     say("load average after {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     if args.out:
         command = "python " + " ".join([Path(sys.argv[0]).as_posix(), *(argv if argv is not None else sys.argv[1:])])
-        args.out.write_text(f"# {command}\n# RLScheduler's repository at commit {their_commit(args.rlscheduler)}\n"
-                            + "\n".join(lines) + "\n")
+        write_text(args.out, f"# {command}\n# RLScheduler's repository at commit {their_commit(args.rlscheduler)}\n"
+                   + "\n".join(lines) + "\n", overwrite=args.overwrite)
 
 
 if __name__ == "__main__":
