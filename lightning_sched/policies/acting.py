@@ -37,7 +37,7 @@ IDLE_RULES = ("always", "while_arriving", "not_when_idle", "work_conserving", "w
 RENAMED_RULES = {"never": "not_when_idle"}
 
 # "while_frequent"'s rate in jobs a step of DeepRM's workload (arrival_rate with its default
-# damping): chosen on selection jobsets at loads 0.1 to 1.5 (docs/select_wait_rate.txt,
+# damping): chosen on selection jobsets at loads 0.1 to 1.5 (docs/outputs/select_wait_rate.txt,
 # docs/slot_policy.md "The shipped slowdown policy").
 WAIT_RATE = 0.11
 

@@ -1,5 +1,5 @@
 """Experiment: where the slowdown policy's light-load cost comes from, and which gate on its waits
-removes it for the least gain given back (docs/slot_policy.md; docs/select_wait_rate.txt).
+removes it for the least gain given back (docs/slot_policy.md; docs/outputs/select_wait_rate.txt).
 
 The network of `checkpoints/best_slowdown.ckpt` acts greedily and may leave capacity idle on purpose.
 This compares, on DeepRM's workload at several loads, paired against the best of Tetris and SJF:

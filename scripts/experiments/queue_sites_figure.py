@@ -1,8 +1,8 @@
 """Experiment figure: queue policies adapted to the held-out sites (docs/meta_learning.md, "Queue sites"),
 one panel per site, from the JSON lines `scripts/adapt.py --env queue --json` printed.
 
-    python scripts/experiments/queue_sites_figure.py --adapt docs/queue_sites/adapt_*.txt \\
-        --specialist docs/queue_sites/specialist_eval_*.txt --out docs/figures/queue_sites.png --overwrite
+    python scripts/experiments/queue_sites_figure.py --adapt docs/outputs/queue_sites/adapt_*.txt \\
+        --specialist docs/outputs/queue_sites/specialist_eval_*.txt --out docs/figures/queue_sites.png --overwrite
 """
 from __future__ import annotations
 

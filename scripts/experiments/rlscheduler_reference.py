@@ -1,6 +1,6 @@
 """Experiment: RLScheduler's own simulator (DIR-LAB/deep-batch-scheduler, Zhang et al., SC'20) run on
 its table's sequences, so that the numbers docs/hpc_queue.md cites from it have a command and an output
-(docs/rlscheduler_reference.txt):
+(docs/outputs/rlscheduler_reference.txt):
 
 1. its 20 rule cells: FCFS, SJF, F1 and its own WFP3 and UNICEP (which take a queued job's wait as
    scheduled_time - submit = -1 - submit) on each log, backfilling off and EASY, beside this project's
@@ -24,7 +24,7 @@ RLSCHEDULER_STARTS.
     git clone -q --no-checkout https://github.com/DIR-LAB/deep-batch-scheduler /tmp/rls_repo
     git -C /tmp/rls_repo checkout HEAD -- '*.py'
     python scripts/experiments/rlscheduler_reference.py --rlscheduler /tmp/rls_repo --threads 1 \\
-        --out docs/rlscheduler_reference.txt --overwrite
+        --out docs/outputs/rlscheduler_reference.txt --overwrite
 """
 from __future__ import annotations
 
