@@ -88,9 +88,10 @@ def schedules(policies: list[str], traces: list[str], count: int, windows=(128, 
     whole queue); count the sequences scheduled identically."""
     from dataclasses import replace
 
-    from lightning_sched.queue.env import QueueEnv, play_to_end
+    from lightning_sched.queue.env import QueueEnv
     from lightning_sched.queue.evaluation import resolve
     from lightning_sched.queue.log import read_queue_log
+    from lightning_sched.queue.rollout import collect
 
     rng = np.random.default_rng(seed)
     same = total = 0
@@ -104,7 +105,7 @@ def schedules(policies: list[str], traces: list[str], count: int, windows=(128, 
                 starts = rng.integers(0, log.num_jobs - 1024, count)
                 env = QueueEnv(cfg if window is None else replace(cfg, window=window), log, batch_size=[count],
                                starts=torch.as_tensor(starts))
-                play_to_end(env, acting)
+                collect(env, acting)
                 for row, first in enumerate(starts):
                     jobs = {k: v[0].numpy() for k, v in log.sequences(torch.tensor([first]), 1024).items()}
                     ours = replay(jobs, log.nodes, log.processors_per_node, scorer, backfill, window)

@@ -240,7 +240,7 @@ class QueueMAML(MetaOptimization, IterationTask):
             traj = rollout(env, fnet, self.net.spec, generator, device=self.device)
             loss = reinforce_loss(fnet, traj, hp.episodes) / hp.meta_batch
             self.meta_backward(loss, fnet)
-        return float(loss.detach()), [float(traj.metrics["mean_bounded_slowdown"].mean())]
+        return float(loss.detach()), [float(env.episode_metrics()["mean_bounded_slowdown"].mean())]
 
     def mixture_loss(self, env: QueueEnv, generator: torch.Generator) -> tuple[float, list[float]]:
         """The mixture baseline's share for one site, backpropagated: the meta-parameters' own loss on
@@ -253,7 +253,7 @@ class QueueMAML(MetaOptimization, IterationTask):
             loss = reinforce_loss(self.net.scorer, traj, hp.episodes) / (hp.meta_batch * hp.rollouts_per_site)
             self.manual_backward(loss)
             total += float(loss.detach())
-            seen.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
+            seen.append(float(env.episode_metrics()["mean_bounded_slowdown"].mean()))
         return total, seen
 
     def meta_backward(self, loss: torch.Tensor, fnet) -> None:

@@ -41,7 +41,7 @@ from lightning_sched.learning.policy_gradient import per_sequence_scaled, sequen
 from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue import native as queue_native
 from lightning_sched.queue.config import QueueConfig
-from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, play_to_end, rollout_bytes
+from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, rollout_bytes
 from lightning_sched.queue.evaluation import EVAL_LENGTH, METRICS, RLSCHEDULER_JOBS, TRAIN_FRACTION
 from lightning_sched.queue.heuristics import HEURISTICS, RULES, QueueHeuristic
 from lightning_sched.queue.log import QueueLog, read_queue_logs
@@ -59,14 +59,16 @@ from lightning_sched.queue.policy import (
     network_inputs,
     reserved_action,
 )
+from lightning_sched.queue.rollout import collect, labelled
 from lightning_sched.queue.sites import ArrivalCopies
 
 from .base import IterationTask, require_at_least
 from .queue_ppo_settings import PPOSettings, QueueValidation
 
-# what a decision keeps for the update: the observation the network reads, and the action's record
-# ("first": a reserving policy's sampled job, which its log-prob is of; "action" is what the env started)
-DECISION_KEYS = (*IN_KEYS, "action_mask", "action", "first", "action_log_prob")
+# what the rollout keeps of each step: the observation the network reads, the action's record ("first": a
+# reserving policy's sampled job, which its log-prob is of; "action" is what the env started), a teacher's label
+ROLLOUT_KEYS = (*IN_KEYS, "action_mask", "action", "first", "action_log_prob", "label", "done", ("next", "reward"),
+                ("next", "done"), ("next", "terminated"))
 ENV_DEVICES = ("auto", "cpu", "module")  # QueuePPO.env_device
 LIGHT_LOAD = 0.5  # an offered load below this leaves most jobs unqueued (NASA's log as recorded: 0.47)
 
@@ -256,30 +258,23 @@ class QueuePPO(IterationTask):
         device, the network on the module's."""
         env = self.env("train")
         env.set_seed(seeds.training(self.seed, self.global_step, self.trainer.global_rank))
-        td = env.reset()
-        steps = []
-        while not bool(td["done"].all()):
-            label = None if labeler is None else labeler(td.clone())["action"]
-            if policy is not None:
-                td = policy(td)
-            else:  # only what the network reads travels to its device, and its picks back
-                with set_exploration_type(ExplorationType.RANDOM):  # the actor's default is its mode
-                    picked = self.actor(network_inputs(td, self.device))
-                td.update(picked.select("logits", "action", "action_log_prob").to(env.device))
-                if self.net.spec.reserve:
-                    td["first"] = td["action"]
-                    td["action"] = reserved_action(self.net.spec, td["logits"], td["first"], td)
-            td = env.step(td)
-            if label is not None:
-                td["label"] = label
-            steps.append(td.select(*DECISION_KEYS, "label", "done", ("next", "reward"), ("next", "done"),
-                                   ("next", "terminated"), strict=False))
-            td = td["next"]
-        traj = torch.stack(steps, 1).to(self.device)  # [B, T]
-        decided = self.advantages(traj)
+        act = self.sample if policy is None else policy
+        traj = collect(env, act if labeler is None else labelled(act, labeler), ROLLOUT_KEYS).to(self.device)
+        decided = self.add_advantages(traj)
         return traj[decided], self.on_module_device(env.episode_metrics())
 
-    def advantages(self, traj: TensorDict) -> torch.Tensor:
+    def sample(self, td: TensorDict) -> TensorDict:
+        """The sampling actor's decisions for the env's `td` [B]: only what the network reads travels to
+        its device, and its picks back ("action"; a reserving policy's sampled job as "first")."""
+        with set_exploration_type(ExplorationType.RANDOM):  # the actor's default is its mode
+            picked = self.actor(network_inputs(td, self.device))
+        td.update(picked.select("logits", "action", "action_log_prob").to(td.device))
+        if self.net.spec.reserve:
+            td["first"] = td["action"]
+            td["action"] = reserved_action(self.net.spec, td["logits"], td["first"], td)
+        return td
+
+    def add_advantages(self, traj: TensorDict) -> torch.Tensor:
         """Set "advantage" and "value_target" [B, T, 1] on the rollout `traj` [B, T] (GAE over the
         critic's values, or DeepRM's sequence baseline); the mask [B, T] of the steps that were
         decisions (the row was not finished before them)."""
@@ -409,7 +404,7 @@ class QueuePPO(IterationTask):
     @torch.no_grad()
     def evaluate(self, env: QueueEnv) -> dict[str, torch.Tensor]:
         """The greedy policy's episode metrics on `env`'s sequences (each DoubleTensor[B])."""
-        play_to_end(env, QueuePolicy(self.net, greedy=True))  # the network on its device, the env on its own
+        collect(env, QueuePolicy(self.net, greedy=True))  # the network on its device, the env on its own
         return self.on_module_device(env.episode_metrics())
 
     def on_module_device(self, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

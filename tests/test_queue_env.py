@@ -20,11 +20,12 @@ from torchrl.envs.utils import check_env_specs
 from lightning_sched.config import ConfigError
 from lightning_sched.queue import native
 from lightning_sched.queue.config import QueueConfig
-from lightning_sched.queue.env import EPISODE_KEYS, QueueEnv, episode_metrics, play_to_end
+from lightning_sched.queue.env import EPISODE_KEYS, QueueEnv, episode_metrics
 from lightning_sched.queue.evaluation import evaluate_queue, heuristic_policies, protocol_starts
 from lightning_sched.queue.heuristics import QueueHeuristic
 from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.reservation import ReservingRule, reserving_config
+from lightning_sched.queue.rollout import collect
 from lightning_sched.queue.state import KERNEL_ORDERS, MAX_EPISODE_SECONDS, init_state
 from lightning_sched.queue.step import step_and_observe
 from lightning_sched.traces.files import TraceError
@@ -315,7 +316,7 @@ def test_env_specs_and_episode_metrics(tmp_path):
     fixed = partial(QueueEnv, log.config(sequence_length=32, window=32, backfill="easy"), log, batch_size=[4],
                     starts=torch.tensor([0, 50, 100, 150]))
     env = fixed()
-    play_to_end(env, QueueHeuristic("sjf"))
+    collect(env, QueueHeuristic("sjf"))
     once = env.episode_metrics()
     rollout = fixed(episode_results=True).rollout(120, QueueHeuristic("sjf"), break_when_any_done=False)
     ended = rollout["next", "done"].squeeze(-1)
@@ -415,6 +416,22 @@ def test_final_and_per_job_rewards_return_minus_the_mean_bsld(tmp_path):
             total += td["reward"]
         torch.testing.assert_close(total.squeeze(1).double(), -env.episode_metrics()["mean_bounded_slowdown"],
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_collect_keeps_the_steps_rows_first_and_plays_every_row_to_its_end(tmp_path):
+    log = read_queue_log(write_log(tmp_path / "log.swf", jobs=400))
+    env = QueueEnv(log.config(sequence_length=32, window=16, backfill="easy"), log, batch_size=[3],
+                   starts=[0, 100, 200])
+    traj = collect(env, QueueHeuristic("sjf"), ("action", "action_mask", "done", ("next", "reward"), "absent"))
+    steps = traj.shape[1]
+    assert traj.shape == (3, steps) and traj["action_mask"].shape == (3, steps, 16) and "absent" not in traj.keys()
+    assert bool(env.episode_metrics()["finished"].all())
+    # "done": the row had ended before the step; every row decides first, and some row last
+    assert not bool(traj["done"][:, 0].any()) and not bool(traj["done"][:, -1].all())
+    torch.testing.assert_close(traj["next", "reward"].sum((1, 2)).double(),
+                               -env.episode_metrics()["mean_bounded_slowdown"], rtol=1e-5, atol=1e-5)
+    played = collect(env, QueueHeuristic("sjf"))  # nothing kept: the steps taken alone
+    assert played.shape == (3, steps) and not played.keys()
 
 
 def test_rules_rank_the_whole_queue_and_refuse_a_partial_view(tmp_path):

@@ -12,71 +12,63 @@ decisions with the network given, so a `higher` fast-weight network differentiat
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
+from tensordict import TensorDict, TensorDictBase
 
 from ..config import ConfigError
 from ..learning.adaptation import adaptation_step, make_optimizer
 from ..learning.policy_gradient import sequence_advantages, std_scaled
 from ..limits import require_total
 from .env import QueueEnv, env_bytes, rollout_bytes
-from .policy import QueuePolicySpec, choose
+from .policy import IN_KEYS, QueuePolicySpec, choose, log_prob
+from .rollout import collect
 
-
-@dataclass
-class QueueRollout:
-    """T decisions of B episodes, rows b*E..b*E+E-1 replaying one sequence.
-
-    job_features: FloatTensor[T, B, W, F]; cluster_features: FloatTensor[T, B, C]
-    action_mask: BoolTensor[T, B, W]; reward: FloatTensor[T, B]
-    action: LongTensor[T, B]  the job drawn from the policy's softmax (its log-probability is the loss's);
-                              with a reservation (QueuePolicySpec.reserve) the ranking's first job, and
-                              the env may have started a filler before it
-    active: BoolTensor[T, B]  the row was not finished before decision t (its action counted)
-    metrics: the episodes' metrics (QueueEnv.episode_metrics), DoubleTensor[B] each
-    """
-
-    job_features: torch.Tensor
-    cluster_features: torch.Tensor
-    action_mask: torch.Tensor
-    action: torch.Tensor
-    reward: torch.Tensor
-    active: torch.Tensor
-    metrics: dict
+# what a REINFORCE step keeps of each step: the network's inputs, the job drawn from its softmax
+# ("first"; with a reservation the env may have started another), whether the row was done, the reward
+KEPT = (*IN_KEYS, "action_mask", "first", "done", ("next", "reward"))
 
 
 @torch.no_grad()
 def rollout(env: QueueEnv, net, spec: QueuePolicySpec, generator: torch.Generator | None = None,
-            greedy: bool = False, device: torch.device | str | None = None) -> QueueRollout:
-    """Every row of `env` from its reset to its end with `net` (a QueueNetwork, its scorer or a
-    functional copy of it) of policy `spec`, each decision by `choose` (drawn with `generator`, or
-    greedy). `net` runs on `device` (None: where its weights are), and so does the returned
-    trajectory; the metrics stay on the env's."""
+            greedy: bool = False, device: torch.device | str | None = None, keys: Sequence | None = KEPT
+            ) -> TensorDict:
+    """Every row of `env` from its reset to its end (`collect`) with `net` (a QueueNetwork, its scorer
+    or a functional copy of it) of policy `spec`, each decision by `choose` (drawn with `generator`,
+    or greedy), which also writes the job it drew as "first". `net` runs on `device` (None: where its
+    weights are). Returns the steps' `keys` [B, T] (rows b*E..b*E+E-1 replaying one sequence) on
+    `device`; by default KEPT:
+
+        job_features [B, T, W, F], cluster_features [B, T, C], action_mask [B, T, W]
+        first [B, T]        the job drawn (its log-probability is the loss's); with a reservation
+                            (QueuePolicySpec.reserve) "action", the job the env was asked to start,
+                            may be another
+        done [B, T, 1]      the row was finished before step t (its decision did not count)
+        ("next", "reward") [B, T, 1]
+
+    `env.episode_metrics()` then holds the episodes' results (on the env's device)."""
     device = next(net.parameters()).device if device is None else torch.device(device)
-    td = env.reset()
-    steps = []
-    while not bool(td["done"].all()):
-        seen, action = choose(net, spec, td, device, greedy, generator)
-        active = ~td["done"].squeeze(-1).to(device)
-        steps.append((seen["job_features"], seen["cluster_features"], seen["action_mask"], action, active))
-        td = env.step(td)["next"]
-        steps[-1] += (td["reward"].squeeze(-1).to(device),)
-    fields = [torch.stack(column) for column in zip(*steps)]
-    return QueueRollout(*fields[:4], reward=fields[5], active=fields[4], metrics=env.episode_metrics())
+
+    def act(td: TensorDictBase) -> TensorDictBase:
+        _, td["first"] = choose(net, spec, td, device, greedy, generator)
+        return td
+
+    return collect(env, act, keys).to(device)
 
 
-def reinforce_loss(net, traj: QueueRollout, episodes: int) -> torch.Tensor:
-    """DeepRM's REINFORCE loss of `net` on the decisions of `traj`: -mean over active decisions of
-    log pi(a_t | s_t) x A_t, A_t the return from t minus its mean over the `episodes` episodes of the
-    sequence (TimeIndexedBaseline), divided by the advantages' standard deviation (so one step size
-    serves sites whose bounded slowdowns differ by orders of magnitude). A scalar tensor."""
-    advantage, _ = sequence_advantages(traj.reward, traj.active, episodes)
-    advantage = std_scaled(advantage, traj.active)[traj.active]
-    active = traj.active
-    logits = net(traj.job_features[active], traj.cluster_features[active], traj.action_mask[active])  # [D, W]
-    log_prob = torch.log_softmax(logits, -1).gather(1, traj.action[active].unsqueeze(1)).squeeze(1)
-    return -(log_prob * advantage.detach()).mean()
+def reinforce_loss(net, traj: TensorDict, episodes: int) -> torch.Tensor:
+    """DeepRM's REINFORCE loss of `net` on the decisions of `traj` (`rollout`'s steps [B, T]): -mean
+    over active decisions of log pi(a_t | s_t) x A_t, A_t the return from t minus its mean over the
+    `episodes` episodes of the sequence (TimeIndexedBaseline), divided by the advantages' standard
+    deviation (so one step size serves sites whose bounded slowdowns differ by orders of magnitude).
+    A scalar tensor."""
+    steps = traj.transpose(0, 1)  # [T, B], as DeepRM's baselines lay decisions out (and the mean sums them)
+    active = ~steps["done"].squeeze(-1)
+    advantage, _ = sequence_advantages(steps["next", "reward"].squeeze(-1), active, episodes)
+    advantage = std_scaled(advantage, active)[active]
+    return -(log_prob(net, steps[active]) * advantage.detach()).mean()
 
 
 def site_env(log, cfg, sequences: int, episodes: int, positions: tuple[int, int], seed: int) -> QueueEnv:
@@ -101,7 +93,7 @@ def adapt(net, spec: QueuePolicySpec, env: QueueEnv, steps: int, lr: float, epis
     seen = []
     for _ in range(steps):
         traj = rollout(env, net, spec, generator)
-        seen.append(float(traj.metrics["mean_bounded_slowdown"].mean()))
+        seen.append(float(env.episode_metrics()["mean_bounded_slowdown"].mean()))
         adaptation_step(net, opt, reinforce_loss(net, traj, episodes), len(seen), step_sizes)
         if after_step is not None:
             after_step(len(seen))
@@ -131,7 +123,8 @@ def adaptation_curve(net, log, cfg, starts: torch.Tensor, steps: int, lr: float,
     def measure(step: int) -> None:
         if step in measure_at:
             with torch.no_grad():  # measuring needs no graph (callers adapting under enable_grad included)
-                curve[step] = rollout(test_env, net, net.spec, greedy=True).metrics["mean_bounded_slowdown"]
+                rollout(test_env, net, net.spec, greedy=True, keys=())
+                curve[step] = test_env.episode_metrics()["mean_bounded_slowdown"]
 
     measure(0)
     adapt(net.scorer, net.spec, train_env, steps, lr, episodes, torch.Generator().manual_seed(seed), optimizer,

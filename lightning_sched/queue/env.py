@@ -295,17 +295,6 @@ def observation(state: QueueState, out: dict[str, torch.Tensor]) -> dict[str, to
             "job_submit": state.submit, "job_requested": state.requested, "job_processors": state.processors}
 
 
-def play_to_end(env: QueueEnv, policy) -> int:
-    """Reset `env` and step it with `policy` (td -> td with "action") until every row is done (the
-    rows done first ignore their actions); returns the decision steps taken. `env.episode_metrics()`
-    then holds the results."""
-    td, steps = env.reset(), 0
-    while not bool(td["done"].all()):
-        td = env.step(policy(td))["next"]
-        steps += 1
-    return steps
-
-
 def episode_metrics(state: QueueState, cfg: QueueConfig, rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """See QueueEnv.episode_metrics; of rows `rows` (LongTensor[N]) only when given."""
     def of(tensor: torch.Tensor) -> torch.Tensor:

@@ -26,9 +26,10 @@ from ..cli import require_distinct
 from ..config import ConfigError, is_number
 from ..evaluation import ci_text, mean_ci95
 from .config import QueueConfig
-from .env import EPISODE_KEYS, QueueEnv, play_to_end
+from .env import EPISODE_KEYS, QueueEnv
 from .heuristics import RULES, QueueHeuristic
 from .log import QueueLog, read_queue_log
+from .rollout import collect
 from .specs import QueueCheckpoint, heuristic_config, is_rule, network_config, policy_record, resolve  # noqa: F401
 
 PROTOCOLS = ("rlscheduler", "heldout", "recent", "disjoint")
@@ -103,7 +104,7 @@ def evaluate_queue(policy: Callable, cfg: QueueConfig, log: QueueLog, starts: to
     starting at `starts` (LongTensor[N]), all N at once; every sequence runs to its end."""
     env = QueueEnv(cfg, log, batch_size=[len(starts)], starts=starts, device=device)
     with torch.no_grad():
-        decisions = play_to_end(env, policy)
+        decisions = collect(env, policy).shape[1]
     m = env.episode_metrics()
     sequences = {k: m[k].double().cpu() for k in METRICS}
     summary: dict[str, float] = {}

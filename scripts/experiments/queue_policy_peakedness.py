@@ -33,12 +33,13 @@ def peakedness(ckpt: str, log, sequences: int, episodes: int, length: int, seed:
     cfg = network_config(log.config(sequence_length=length, backfill="off"), trained)
     env = site_env(log, cfg, sequences, episodes, log.positions(0, log.jobs_before(TRAIN_FRACTION), length), seed)
     traj = rollout(env, net.scorer, net.spec, torch.Generator().manual_seed(seed))
-    active = traj.active
+    steps = traj.transpose(0, 1)  # [T, B]: the decisions in reinforce_loss's order
+    decisions = steps[~steps["done"].squeeze(-1)]  # [D]
     with torch.no_grad():
-        logits = net.scorer(traj.job_features[active], traj.cluster_features[active], traj.action_mask[active])
-        choice = traj.action_mask[active].sum(-1) > 1  # [D]: decisions with something to choose
+        logits = net.scorer(decisions["job_features"], decisions["cluster_features"], decisions["action_mask"])
+        choice = decisions["action_mask"].sum(-1) > 1  # [D]: decisions with something to choose
         greedy_prob = torch.softmax(logits, -1).max(-1).values[choice]
-        sampled_greedy = (logits.argmax(-1) == traj.action[active])[choice].float()
+        sampled_greedy = (logits.argmax(-1) == decisions["first"])[choice].float()
     reinforce_loss(net.scorer, traj, episodes).backward()
     params = list(net.scorer.parameters())
     return {"choices": int(choice.sum()), "greedy_prob": float(greedy_prob.mean()),

@@ -87,16 +87,17 @@ def main(argv=None) -> None:
     import torch
 
     from lightning_sched.evaluation import mean_ci95
-    from lightning_sched.queue.env import QueueEnv, play_to_end
+    from lightning_sched.queue.env import QueueEnv
     from lightning_sched.queue.evaluation import heuristic_config, protocol_starts
     from lightning_sched.queue.heuristics import priority
     from lightning_sched.queue.log import read_queue_log
+    from lightning_sched.queue.rollout import collect
 
     def bsld(policy, cfg, log, starts) -> torch.Tensor:
         """Each sequence's mean bounded slowdown, DoubleTensor[N]."""
         env = QueueEnv(cfg, log, batch_size=[len(starts)], starts=starts)
         with torch.no_grad():
-            play_to_end(env, lambda td: policy(td, env))
+            collect(env, lambda td: policy(td, env))
         return env.episode_metrics()["mean_bounded_slowdown"].double()
 
     def plain(td, env):

@@ -13,7 +13,7 @@ The network reads the env's observation keys (docs/hpc_queue.md, "The library"):
                       QueuePolicySpec.clock the time of day, sin and cos)
     action_mask:      BoolTensor[B, W]      the slot holds a job
 """
-from .acting import IN_KEYS, QueuePolicy, choose, make_actor, make_critic, network_inputs, reserved_action
+from .acting import IN_KEYS, QueuePolicy, choose, log_prob, make_actor, make_critic, network_inputs, reserved_action
 from .checkpoints import (
     CHECKPOINT_KEY,
     QueuePolicyRecord,
@@ -26,5 +26,5 @@ from .networks import QueueNetwork, job_inputs
 from .spec import QueuePolicySpec
 
 __all__ = ["CHECKPOINT_KEY", "IN_KEYS", "QueueNetwork", "QueuePolicy", "QueuePolicyRecord",
-           "QueuePolicySpec", "choose", "ensemble_record", "job_inputs", "load_queue_policy", "make_actor",
+           "QueuePolicySpec", "choose", "ensemble_record", "job_inputs", "load_queue_policy", "log_prob", "make_actor",
            "make_critic", "network_inputs", "queue_network", "read_queue_record", "reserved_action"]

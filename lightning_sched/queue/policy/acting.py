@@ -68,6 +68,15 @@ def network_logits(net, td: TensorDictBase, device) -> tuple[TensorDictBase, tor
     return seen, net(seen["job_features"], seen["cluster_features"], seen["action_mask"])
 
 
+def log_prob(net, td: TensorDictBase) -> torch.Tensor:
+    """log pi(first | s) of `net` (a scorer or a functional copy of it) at the decisions `td` [D]
+    (job_features, cluster_features, action_mask; "first", the jobs drawn): FloatTensor[D]."""
+    # by hand: make_actor(...).get_dist(td).log_prob runs on a functional copy too, but its renormalised
+    # logits differ in the last bits (about 1e-7), which would move every MAML and adaptation run
+    logits = net(td["job_features"], td["cluster_features"], td["action_mask"])  # [D, W]
+    return torch.log_softmax(logits, -1).gather(1, td["first"].unsqueeze(1)).squeeze(1)
+
+
 @torch.no_grad()
 def choose(net, spec: QueuePolicySpec, td: TensorDictBase, device, greedy: bool = True,
            generator: torch.Generator | None = None) -> tuple[TensorDictBase, torch.Tensor]:
