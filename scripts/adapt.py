@@ -330,6 +330,8 @@ def queue_main(argv) -> int:
 
 def queue_parser(eval_length: int) -> ScriptParser:
     """adapt.py --env queue's flags."""
+    from lightning_sched.queue.adaptation import QueueInnerLoop  # a policy without a record's inner loop
+
     ap = ScriptParser(prog="adapt.py --env queue", description=queue_main.__doc__)
     ap.add_argument("--policy", nargs="+", required=True,
                     help="queue checkpoints, and/or 'scratch' (a fresh network seeded by --seed)")
@@ -340,14 +342,17 @@ def queue_parser(eval_length: int) -> ScriptParser:
     add_site_flags(ap)
     ap.add_argument("--steps", type=at_least(0), default=5, help="adaptation steps")
     ap.add_argument("--measure", type=at_least(0), nargs="+", help="steps after which to measure (default 0..steps)")
-    ap.add_argument("--lr", type=positive_float, help="step size (default: the checkpoint's inner lr, else 0.1; with "
-                    "its recorded per-weight step sizes, learned by Meta-SGD or fixed by inner_params, each "
-                    "weight moves by lr * its own)")
+    ap.add_argument("--lr", type=positive_float,
+                    help=f"step size (default: the checkpoint's inner lr, else {QueueInnerLoop.lr}; with its "
+                    "recorded per-weight step sizes, learned by Meta-SGD or fixed by inner_params, each weight "
+                    "moves by lr * its own)")
     ap.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
-    ap.add_argument("--sequences", type=at_least(1), help="sequences a step (default: its inner loop's, else 4)")
+    ap.add_argument("--sequences", type=at_least(1),
+                    help=f"sequences a step (default: its inner loop's, else {QueueInnerLoop.sequences})")
     ap.add_argument("--sequence_length", type=at_least(2), default=256,
                     help="jobs in each adaptation sequence")
-    ap.add_argument("--episodes", type=at_least(2), help="episodes of each (default: inner loop's, else 4)")
+    ap.add_argument("--episodes", type=at_least(2),
+                    help=f"episodes of each (default: inner loop's, else {QueueInnerLoop.episodes})")
     ap.add_argument("--eval_sequences", type=at_least(2), default=50, help="test sequences from the last 20%%")
     ap.add_argument("--eval_sequence_length", type=at_least(2), default=eval_length,
                     help=f"jobs in each test sequence (default {eval_length}, RLScheduler's; shorter for a small log)")
@@ -393,7 +398,7 @@ def adapt_policies(args, records: dict, log, cfg, starts, train_jobs: int) -> tu
     """Each --policy (a checkpoint, or 'scratch': a fresh network) adapted with its own inner loop's
     settings unless the flags say otherwise, measured after the steps --measure names:
     ({policy: {step: per-sequence values}}, (the first policy adapted, its queue config))."""
-    from lightning_sched.queue.adaptation import adaptation_curve
+    from lightning_sched.queue.adaptation import QueueInnerLoop, adaptation_curve
     from lightning_sched.queue.evaluation import network_config
     from lightning_sched.queue.policy import QueueNetwork, QueuePolicySpec, queue_network
 
@@ -401,19 +406,19 @@ def adapt_policies(args, records: dict, log, cfg, starts, train_jobs: int) -> tu
     for spec in args.policy:
         if spec == "scratch":
             torch.manual_seed(args.seed)
-            net, inner, trained = QueueNetwork(QueuePolicySpec()), {}, cfg
+            net, inner, trained = QueueNetwork(QueuePolicySpec()), QueueInnerLoop(), cfg
         else:
             record = records[spec]
-            net, inner, trained = queue_network(record, spec), record.adaptation or {}, record.queue
+            net, inner, trained = queue_network(record, spec), QueueInnerLoop.of(record.adaptation), record.queue
         policy_cfg = network_config(cfg, trained)
-        lr = args.lr or inner.get("lr", 0.1)
-        step_sizes = inner.get("step_sizes") if args.optimizer == "sgd" else None  # Meta-SGD's: they scale SGD
+        lr = args.lr or inner.lr
+        step_sizes = inner.step_sizes if args.optimizer == "sgd" else None  # Meta-SGD's: they scale SGD
         if step_sizes is not None:
             print(f"{spec}: adapting with its recorded per-weight step sizes (times lr {lr}; Meta-SGD's learned "
                   "ones, or 0 on the weights its inner loop leaves alone)")
         curves[spec], net = adaptation_curve(net, log, policy_cfg, starts, args.steps, lr,
-                                             args.sequences or inner.get("sequences", 4),
-                                             args.episodes or inner.get("episodes", 4), train_jobs, args.seed,
+                                             args.sequences or inner.sequences, args.episodes or inner.episodes,
+                                             train_jobs, args.seed,
                                              args.optimizer, train_length=args.sequence_length,
                                              measure_at=args.measure, step_sizes=step_sizes)
         adapted_first = adapted_first or (net, policy_cfg)

@@ -34,7 +34,7 @@ from lightning_sched.config import ConfigError
 from lightning_sched.learning.adaptation import meta_sgd_callback
 from lightning_sched.learning.meta import LearnedStepSizes, add_first_order_gradients, require_learnable_step_sizes
 from lightning_sched.limits import require_time, require_total
-from lightning_sched.queue.adaptation import adaptation_curve, reinforce_loss, rollout, site_env
+from lightning_sched.queue.adaptation import QueueInnerLoop, adaptation_curve, reinforce_loss, rollout, site_env
 from lightning_sched.queue.config import RULES, QueueConfig
 from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, rollout_bytes
 from lightning_sched.queue.evaluation import EVAL_LENGTH, TRAIN_FRACTION, compare_queue, heuristic_policies
@@ -92,7 +92,8 @@ class QueueMAML(MetaOptimization, IterationTask):
     def __init__(self, init_from: str | None = None, traces: str = TRACES_DIR, train_fraction: float = TRAIN_FRACTION,
                  backfill: str = QueueConfig.backfill, window: int = QueueConfig.window,
                  sequence_length: int = QueueConfig.sequence_length, meta_batch: int = 5,
-                 inner_steps: int = 1, inner_lr: float = 0.1, sequences: int = 4, episodes: int = 4,
+                 inner_steps: int = QueueInnerLoop.steps, inner_lr: float = QueueInnerLoop.lr,
+                 sequences: int = QueueInnerLoop.sequences, episodes: int = QueueInnerLoop.episodes,
                  rollouts_per_site: int = 1, meta_lr: float = 1e-4, first_order: bool = False,
                  learn_step_sizes: bool = False, step_size_lr: float = 0.01, validation_length: int = EVAL_LENGTH,
                  site_sampling: str = "uniform", gap_sequences: int = 8, iterations_per_epoch: int = 50,
@@ -300,10 +301,7 @@ class QueueMAML(MetaOptimization, IterationTask):
 
     def on_save_checkpoint(self, checkpoint):
         hp = self.hparams
-        inner = {"steps": hp.inner_steps, "lr": hp.inner_lr, "sequences": hp.sequences, "episodes": hp.episodes}
-        step_sizes = self.step_sizes()
-        if step_sizes is not None:  # plain tensors: readable with weights_only=True
-            inner["step_sizes"] = {name: a.detach().cpu().clone() for name, a in step_sizes.items()}
+        inner = QueueInnerLoop(hp.inner_steps, hp.inner_lr, hp.sequences, hp.episodes, self.step_sizes()).to_record()
         sites = [f"{name}:{model.name}" for name, model, _ in self.sites]  # log:site model (queue.sites)
         checkpoint[CHECKPOINT_KEY] = QueuePolicyRecord.of(self.net, self.cfg, sites, hp.train_fraction,
                                                           adaptation=inner).to_dict()

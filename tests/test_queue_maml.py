@@ -337,3 +337,16 @@ def test_a_small_log_with_an_oversized_job_adapts_and_trains_when_told_to_drop_i
                       validation=QueueValidation(sequence_length=64))
     assert module.logs[0].counts["dropped_larger_than_cluster"] == 1
     assert "--oversize=drop" in module.evaluation_command("x.ckpt")[1]
+
+
+def test_the_inner_loop_record_reads_back_as_written_and_refuses_damage():
+    from lightning_sched.queue.adaptation import QueueInnerLoop
+    for name in ("queue_maml.ckpt", "queue_maml_mixture.ckpt"):  # the shipped meta-policies' records, unchanged
+        recorded = read_queue_record(ROOT / "checkpoints" / name).adaptation
+        assert QueueInnerLoop.of(recorded).to_record() == recorded
+    assert QueueInnerLoop.of(None) == QueueInnerLoop()  # a policy without one adapts with the defaults
+    for damaged, message in (({"lr": "0.1"}, "lr must be a finite number > 0, got '0.1'"),
+                             ({"episodes": 0}, "episodes must be an integer >= 1, got 0"),
+                             ({"rate": 1}, "unknown fields: rate")):
+        with pytest.raises(ConfigError, match=message):
+            QueueInnerLoop.of(damaged)

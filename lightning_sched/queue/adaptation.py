@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from ..config import ConfigError
+from ..config import ConfigError, is_finite, is_int
 from ..learning.adaptation import adaptation_step, make_optimizer
 from ..learning.policy_gradient import sequence_advantages, std_scaled
 from ..limits import require_total
@@ -76,6 +76,43 @@ def site_env(log, cfg, sequences: int, episodes: int, positions: tuple[int, int]
     played `episodes` times."""
     return QueueEnv(cfg, log, batch_size=[sequences * episodes], positions=positions, seed=seed,
                     episodes_per_sequence=episodes)
+
+
+@dataclass(frozen=True)
+class QueueInnerLoop:
+    """A queue meta-policy's inner loop, as its checkpoint records it ("adaptation"): `steps`
+    REINFORCE steps of `lr` on `sequences` sequences x `episodes` episodes of a site's history;
+    `step_sizes`, each weight's multiplier of lr ({scorer parameter name: tensor}, Meta-SGD's learned
+    ones or QueueMAML's fixed 0 and 1), or None. A policy without a record adapts with the defaults."""
+
+    steps: int = 1
+    lr: float = 0.1
+    sequences: int = 4
+    episodes: int = 4
+    step_sizes: dict[str, torch.Tensor] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "sequences", "episodes"):
+            if not is_int(getattr(self, name), 0 if name == "steps" else 1):
+                raise ConfigError(f"the inner loop's {name} must be an integer >= {0 if name == 'steps' else 1}, "
+                                  f"got {getattr(self, name)!r}")
+        if not is_finite(self.lr) or self.lr <= 0:
+            raise ConfigError(f"the inner loop's lr must be a finite number > 0, got {self.lr!r}")
+
+    @classmethod
+    def of(cls, record: dict | None) -> QueueInnerLoop:
+        """The inner loop a checkpoint's record holds (None: the defaults)."""
+        unknown = set(record or {}) - {"steps", "lr", "sequences", "episodes", "step_sizes"}
+        if unknown:
+            raise ConfigError(f"the inner loop's record holds unknown fields: {', '.join(sorted(unknown))}")
+        return cls(**(record or {}))
+
+    def to_record(self) -> dict:
+        """As a checkpoint holds it: plain numbers, and the step sizes (when any) as CPU tensors."""
+        record = {"steps": self.steps, "lr": self.lr, "sequences": self.sequences, "episodes": self.episodes}
+        if self.step_sizes is not None:
+            record["step_sizes"] = {name: a.detach().cpu().clone() for name, a in self.step_sizes.items()}
+        return record
 
 
 def adapt(net, spec: QueuePolicySpec, env: QueueEnv, steps: int, lr: float, episodes: int,
