@@ -44,7 +44,7 @@ from lightning_sched.queue.config import QueueConfig
 from lightning_sched.queue.env import DECISION_SECONDS, QueueEnv, env_bytes, rollout_bytes
 from lightning_sched.queue.evaluation import EVAL_LENGTH, METRICS, RLSCHEDULER_JOBS, TRAIN_FRACTION
 from lightning_sched.queue.heuristics import HEURISTICS, RULES, QueueHeuristic
-from lightning_sched.queue.log import QueueLog, read_queue_logs
+from lightning_sched.queue.log import QueueLog, read_queue_logs, reading_report
 from lightning_sched.queue.lookahead import LookaheadPolicy, LookaheadSettings
 from lightning_sched.queue.policy import (
     CHECKPOINT_KEY,
@@ -70,7 +70,6 @@ from .queue_ppo_settings import PPOSettings, QueueValidation
 ROLLOUT_KEYS = (*IN_KEYS, "action_mask", "action", "first", "action_log_prob", "label", "done", ("next", "reward"),
                 ("next", "done"), ("next", "terminated"))
 ENV_DEVICES = ("auto", "cpu", "module")  # QueuePPO.env_device
-LIGHT_LOAD = 0.5  # an offered load below this leaves most jobs unqueued (NASA's log as recorded: 0.47)
 
 
 class QueuePPO(IterationTask):
@@ -428,15 +427,8 @@ class QueuePPO(IterationTask):
                             *reading, "--backfill", self.cfg.backfill, "--policy", *RULES, checkpoint]
 
     def data_report(self) -> list[str]:
-        """A line a log: what reading it kept, dropped and changed (`QueueLog.describe`), as evaluate.py
-        prints; and a note for a log so lightly loaded that few of its jobs wait."""
-        lines = [one.describe() for one in self.logs]
-        light = [one for one in self.logs if one.offered_load() < LIGHT_LOAD]
-        if light:
-            lines.append(f"note: {Path(light[0].path).name}'s offered load is {light[0].offered_load():.2f}: few jobs "
-                         "wait, so most episodes give every policy the same return and PPO little to learn; "
-                         "load: 1.0 (--model.init_args.load) compresses its arrivals")
-        return lines
+        """What fit.py prints at the start: what reading did to each log, and a light load (`reading_report`)."""
+        return reading_report(self.logs, "--model.init_args.load")
 
     def validation_metrics(self) -> set[str]:
         return {f"eval/{m}" for m in METRICS}

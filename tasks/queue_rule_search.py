@@ -29,7 +29,7 @@ from lightning_sched.queue.evaluation import (
 )
 from lightning_sched.queue.heuristics import RULES
 from lightning_sched.queue.linear_rule import RULE_FEATURES, LinearRule, linear_rule_entry
-from lightning_sched.queue.log import read_queue_logs
+from lightning_sched.queue.log import read_queue_logs, reading_report
 from lightning_sched.queue.policy import CHECKPOINT_KEY
 from lightning_sched.queue.rule_search import (
     SEARCH_TRAIN_FRACTION,
@@ -128,8 +128,8 @@ class QueueRuleSearch(IterationTask):
                             "--backfill", self.cfgs[0].backfill, "--policy", *RULES, checkpoint]
 
     def data_report(self) -> list[str]:
-        """A line a log: what reading it kept, dropped and changed (`QueueLog.describe`), as evaluate.py prints."""
-        return [one.describe() for one in self.logs]
+        """What fit.py prints at the start: what reading did to each log, and a light load (`reading_report`)."""
+        return reading_report(self.logs, "--model.init_args.load")
 
     # ----- checkpoints: the rule, readable without this module ---------------------------------------
     def rule_entry(self) -> dict:

@@ -635,4 +635,4 @@ def test_logs_of_different_cluster_sizes_are_refused_unless_one_cluster_is_given
     assert [one.nodes for one in both.logs] == [32, 32]
     assert not both.data_report()[-1].startswith("note:")
     light = QueuePPO(log=str(small), nodes=256, oversize="drop", **settings).data_report()
-    assert light[-1].startswith("note: small.swf's offered load is 0.") and "load: 1.0" in light[-1]
+    assert light[-1].startswith("note: small.swf's offered load is 0.") and "--model.init_args.load 1.0" in light[-1]

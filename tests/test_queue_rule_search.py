@@ -112,3 +112,14 @@ def test_a_search_reads_a_short_log_as_training_does_and_prints_an_evaluation_th
     last = tmp_path / "runs" / "queue_rule" / "checkpoints" / "last.ckpt"
     provenance = torch.load(last, map_location="cpu", weights_only=True)["lightning_sched"]["provenance"]
     assert (provenance["sequence_length"], provenance["load"]) == (128, 1.2)
+
+
+def test_a_search_on_a_lightly_loaded_log_says_so_and_names_the_key_that_compresses_it(tmp_path):
+    from tasks.queue_rule_search import QueueRuleSearch
+
+    log = write_log(tmp_path / "short.swf", jobs=1500, nodes=32, seed=4)
+    settings = {"sequence_length": 128, "train_sequences": 2, "validation_sequences": 2}
+    light = QueueRuleSearch(log=str(log), nodes=1024, **settings).data_report()  # the log's load / 32
+    assert light[0].startswith("short.swf: ") and light[-1].startswith("note: short.swf's offered load is 0.")
+    assert "--model.init_args.load 1.0 compresses its arrivals" in light[-1]
+    assert not QueueRuleSearch(log=str(log), nodes=1024, load=1.2, **settings).data_report()[-1].startswith("note")

@@ -39,6 +39,7 @@ NEGATIVE_RUN_TIME = 10  # seconds: what RLScheduler makes of a negative (unknown
 
 MAX_SECONDS = 1 << 36  # any time of a log below it (state.init_state bounds a whole sequence's times)
 MAX_HEADER = (1 << 31) - 1  # MaxNodes and MaxProcs at most this
+LIGHT_LOAD = 0.5  # an offered load below this leaves most jobs unqueued (NASA's log as recorded: 0.47)
 
 
 @dataclass(frozen=True)
@@ -269,6 +270,19 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
     counts["kept"] = len(number)
     return QueueLog(str(path), number[order], submit[order], run[order], requested[order], processors[order],
                     nodes, processors_per_node, counts)
+
+
+def reading_report(logs: list[QueueLog], load_key: str) -> list[str]:
+    """What a training run prints of its logs: a line a log (`QueueLog.describe`, as evaluate.py
+    prints), and a note for a log so lightly loaded that few of its jobs wait, naming the run's key
+    `load_key` that compresses its arrivals."""
+    lines = [one.describe() for one in logs]
+    light = [one for one in logs if one.offered_load() < LIGHT_LOAD]
+    if light:
+        lines.append(f"note: {Path(light[0].path).name}'s offered load is {light[0].offered_load():.2f}: few jobs "
+                     "wait, so most sequences give every policy the same bounded slowdowns and training little to "
+                     f"learn; {load_key} 1.0 compresses its arrivals")
+    return lines
 
 
 def read_queue_logs(paths: str | list[str], nodes: int | None = None, processors_per_node: int | None = None,
