@@ -38,7 +38,7 @@ from lightning_sched.deeprm.rollout import Trajectories, collect
 from lightning_sched.evaluation import make_jobsets
 from lightning_sched.learning.adaptation import AdaptationSettings, meta_sgd_callback
 from lightning_sched.learning.baselines import Baseline
-from lightning_sched.learning.meta import LearnedStepSizes, add_first_order_gradients, require_learnable_step_sizes
+from lightning_sched.learning.meta import LearnedStepSizes, require_learnable_step_sizes
 from lightning_sched.learning.policy_gradient import PolicyGradient, policy_gradient
 from lightning_sched.policies.checkpoints import PolicyRecord, warm_start
 from lightning_sched.policies.networks import PolicySpec, make_policy
@@ -271,7 +271,9 @@ class MAML(MetaOptimization, SchedulerTask):
                                      normalize_advantage=hp.normalize_advantage) for fnet, part in zip(fnets, parts)]
             meta_loss = torch.stack([pg.loss for pg in outer]).mean()
             self.check_loss(meta_loss)
-            self.meta_gradient(meta_loss, fnets)
+            self.meta_backward(meta_loss, fnets)
+            if hp.first_order:
+                self.mean_over_ranks(self.meta_parameters())
         self.check_gradients()
         meta_opt.step()
         self.log_iteration(meta_loss, outer, parts, start)
@@ -297,17 +299,6 @@ class MAML(MetaOptimization, SchedulerTask):
                       on_step=True, on_epoch=False, sync_dist=self.trainer.world_size > 1)
         self.log_step_size_means()
         self.log("iteration", float(self.global_step), prog_bar=True, on_step=True, on_epoch=False)
-
-    def meta_gradient(self, meta_loss: torch.Tensor, fnets) -> None:
-        """Second order: backpropagate through the inner steps into the meta-parameters. First order:
-        the gradient at each task's adapted weights, summed onto the meta-parameters (higher leaves
-        their .grad empty when it does not track the inner steps)."""
-        if not self.hparams.first_order:
-            self.manual_backward(meta_loss)
-            return
-        meta_params = list(self.net.parameters())
-        add_first_order_gradients(meta_params, meta_loss, [list(fnet.parameters()) for fnet in fnets])
-        self.mean_over_ranks(meta_params)
 
     # ----- evaluation and checkpoints -----------------------------------------------------------------
     def held_out_jobsets(self, num_jobsets: int, seed: int) -> JobSet:

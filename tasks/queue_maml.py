@@ -32,7 +32,7 @@ import torch
 from lightning_sched import seeds
 from lightning_sched.config import ConfigError
 from lightning_sched.learning.adaptation import meta_sgd_callback
-from lightning_sched.learning.meta import LearnedStepSizes, add_first_order_gradients, require_learnable_step_sizes
+from lightning_sched.learning.meta import LearnedStepSizes, require_learnable_step_sizes
 from lightning_sched.limits import require_time, require_total
 from lightning_sched.queue.adaptation import QueueInnerLoop, adaptation_curve, reinforce_loss, rollout, site_env
 from lightning_sched.queue.config import RULES, QueueConfig
@@ -215,7 +215,7 @@ class QueueMAML(MetaOptimization, IterationTask):
             meta_loss, bsld = meta_loss + loss, bsld + seen
         self.check_loss(torch.tensor(meta_loss))
         if hp.first_order and hp.inner_steps > 0:
-            self.mean_over_ranks(self.net.scorer.parameters())
+            self.mean_over_ranks(self.meta_parameters())
         self.check_gradients()
         # clipped as QueuePPO's steps (its max_grad_norm default): one site whose bounded slowdowns run to
         # thousands must not throw the shared start far (the learned step sizes, their own lr, are not clipped)
@@ -240,7 +240,7 @@ class QueueMAML(MetaOptimization, IterationTask):
                 diffopt.step(reinforce_loss(fnet, played, hp.episodes), grad_callback=scale)
             traj = rollout(env, fnet, self.net.spec, generator, device=self.device)
             loss = reinforce_loss(fnet, traj, hp.episodes) / hp.meta_batch
-            self.meta_backward(loss, fnet)
+            self.meta_backward(loss, [fnet])
         return float(loss.detach()), [float(env.episode_metrics()["mean_bounded_slowdown"].mean())]
 
     def mixture_loss(self, env: QueueEnv, generator: torch.Generator) -> tuple[float, list[float]]:
@@ -256,14 +256,6 @@ class QueueMAML(MetaOptimization, IterationTask):
             total += float(loss.detach())
             seen.append(float(env.episode_metrics()["mean_bounded_slowdown"].mean()))
         return total, seen
-
-    def meta_backward(self, loss: torch.Tensor, fnet) -> None:
-        """The meta-gradient of a site's loss: through the inner steps, or (first order) the gradient
-        at the adapted weights added to the meta-parameters'."""
-        if not self.hparams.first_order:
-            self.manual_backward(loss)
-            return
-        add_first_order_gradients(list(self.net.scorer.parameters()), loss, [list(fnet.parameters())])
 
     def evaluation_command(self, checkpoint: str) -> tuple[str, list[str]]:
         """(the script, its arguments) that adapt `checkpoint` with its own inner loop to the first
