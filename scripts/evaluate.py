@@ -237,10 +237,10 @@ def compare_policies(policies, cluster, jobs: JobSet, workload_desc: str, trace_
     return lines
 
 
-def queue_main(argv) -> int:
-    """evaluate.py --env queue: policies on a log's sequences under a protocol (docs/hpc_queue.md)."""
+def queue_parser() -> ScriptParser:
+    """evaluate.py --env queue's flags."""
     from lightning_sched.queue.config import BACKFILL, RULES, QueueConfig
-    from lightning_sched.queue.evaluation import EVAL_LENGTH, PROTOCOLS, RLSCHEDULER_PUBLISHED, SEQUENCES, run_protocol
+    from lightning_sched.queue.evaluation import EVAL_LENGTH, PROTOCOLS, SEQUENCES
     from lightning_sched.queue.heuristics import HEURISTICS as QUEUE_HEURISTICS
     from lightning_sched.queue.reservation import SUFFIX
 
@@ -274,7 +274,14 @@ def queue_main(argv) -> int:
     ap.add_argument("--device", type=torch_device, default="cpu")
     ap.add_argument("--threads", type=thread_count, default="auto", help=THREADS_HELP)
     ap.add_argument("--json", action="store_true", help="also print one JSON line per case and policy")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def queue_main(argv) -> int:
+    """evaluate.py --env queue: policies on a log's sequences under a protocol (docs/hpc_queue.md)."""
+    from lightning_sched.queue.evaluation import EVAL_LENGTH, RLSCHEDULER_PUBLISHED, SEQUENCES, run_protocol
+
+    args = queue_parser().parse_args(argv)
     if args.protocol == "rlscheduler" and args.sequences is not None:
         raise ConfigError(f"--sequences {args.sequences}: the rlscheduler protocol (--protocol's default) has its "
                           "own 10 sequences; give --protocol heldout or recent")
