@@ -258,6 +258,7 @@ def queue_main(argv) -> int:
     history (its first 80%), each measured greedily after every step on sequences of 1024 jobs (or
     --eval_sequence_length) from the rest (docs/hpc_queue.md, "Sites"), with the rules and paired
     differences on the same sequences."""
+    from lightning_sched.queue.adaptation import QueueInnerLoop
     from lightning_sched.queue.evaluation import EVAL_LENGTH, TRAIN_FRACTION, overlap, overlap_note, protocol_starts
     from lightning_sched.queue.log import read_queue_log
     from lightning_sched.queue.policy import QueuePolicyRecord, read_queue_record
@@ -276,6 +277,8 @@ def queue_main(argv) -> int:
     if args.reference is not None and args.reference not in args.policy:
         raise ConfigError(f"--reference {args.reference!r} must be one of --policy")
     records = {spec: read_queue_record(spec) for spec in args.policy if spec != "scratch"}  # before the rules run
+    for spec, record in records.items():  # a damaged inner loop too, naming its file
+        QueueInnerLoop.of(record.adaptation, spec)
     site_log, site = site_from_args(args)
     trace = args.trace or site_log
     if trace is None:
@@ -409,7 +412,7 @@ def adapt_policies(args, records: dict, log, cfg, starts, train_jobs: int) -> tu
             net, inner, trained = QueueNetwork(QueuePolicySpec()), QueueInnerLoop(), cfg
         else:
             record = records[spec]
-            net, inner, trained = queue_network(record, spec), QueueInnerLoop.of(record.adaptation), record.queue
+            net, inner, trained = queue_network(record, spec), QueueInnerLoop.of(record.adaptation, spec), record.queue
         policy_cfg = network_config(cfg, trained)
         lr = args.lr or inner.lr
         step_sizes = inner.step_sizes if args.optimizer == "sgd" else None  # Meta-SGD's: they scale SGD

@@ -350,3 +350,21 @@ def test_the_inner_loop_record_reads_back_as_written_and_refuses_damage():
                              ({"rate": 1}, "unknown fields: rate")):
         with pytest.raises(ConfigError, match=message):
             QueueInnerLoop.of(damaged)
+
+
+def test_adapt_refuses_a_damaged_inner_loop_record_before_any_rollout_naming_its_file(tmp_path):
+    from lightning_sched.config import CHECKPOINT_KEY
+    from lightning_sched.queue.adaptation import QueueInnerLoop
+
+    record = read_queue_record(ROOT / "checkpoints" / "queue_maml.ckpt")
+    log = write_log(tmp_path / "site.swf", jobs=800, nodes=64)
+    for damaged, message in (({**record.adaptation, "lr": "fast"}, "the inner loop's lr must be a finite number"),
+                             ([1, 2], "the inner loop's record must be a dict, got list"),
+                             ({"step_sizes": [0.1]}, "the inner loop's step_sizes must map weight names to tensors")):
+        ckpt = tmp_path / "damaged.pt"
+        torch.save({CHECKPOINT_KEY: {**record.to_dict(), "adaptation": damaged}}, ckpt)  # as a hand edit leaves it
+        with pytest.raises(ConfigError, match=f"{ckpt}: {message}"):
+            QueueInnerLoop.of(read_queue_record(ckpt).adaptation, ckpt)
+        proc = run("adapt.py", "--env", "queue", "--trace", log, "--policy", ckpt, "--steps", "1", cwd=tmp_path)
+        assert proc.returncode == 2 and f"error: {ckpt}: {message}" in proc.stderr
+        assert "adapting on its first" not in proc.stdout  # refused with the records, before the rules run

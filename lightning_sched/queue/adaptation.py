@@ -98,14 +98,25 @@ class QueueInnerLoop:
                                   f"got {getattr(self, name)!r}")
         if not is_finite(self.lr) or self.lr <= 0:
             raise ConfigError(f"the inner loop's lr must be a finite number > 0, got {self.lr!r}")
+        sizes = self.step_sizes
+        if sizes is not None and not (isinstance(sizes, dict) and all(
+                isinstance(name, str) and isinstance(a, torch.Tensor) for name, a in sizes.items())):
+            raise ConfigError(f"the inner loop's step_sizes must map weight names to tensors, "
+                              f"got {type(sizes).__name__}")
 
     @classmethod
-    def of(cls, record: dict | None) -> QueueInnerLoop:
-        """The inner loop a checkpoint's record holds (None: the defaults)."""
-        unknown = set(record or {}) - {"steps", "lr", "sequences", "episodes", "step_sizes"}
-        if unknown:
-            raise ConfigError(f"the inner loop's record holds unknown fields: {', '.join(sorted(unknown))}")
-        return cls(**(record or {}))
+    def of(cls, record: dict | None, path=None) -> QueueInnerLoop:
+        """The inner loop a checkpoint's record holds (None: the defaults); ConfigError naming `path`
+        (the checkpoint, when given) for a damaged one."""
+        try:
+            if record is not None and not isinstance(record, dict):
+                raise ConfigError(f"the inner loop's record must be a dict, got {type(record).__name__}")
+            unknown = {str(key) for key in record or {}} - {"steps", "lr", "sequences", "episodes", "step_sizes"}
+            if unknown:
+                raise ConfigError(f"the inner loop's record holds unknown fields: {', '.join(sorted(unknown))}")
+            return cls(**(record or {}))
+        except ConfigError as error:
+            raise ConfigError(f"{path}: {error}" if path is not None else str(error)) from None
 
     def to_record(self) -> dict:
         """As a checkpoint holds it: plain numbers, and the step sizes (when any) as CPU tensors."""
