@@ -82,6 +82,7 @@ def test_the_declared_split_pairs_no_held_out_log_and_model_seen_in_training():
     ({"request_buckets": [(0.5, 1, 2)]}, "probabilities must sum to 1"),
     ({"request_buckets": [(1.0, 3, 2)]}, "request_buckets[0] must be"),
     ({"max_request": 0}, "max_request must be an integer >= 1"),
+    ({"max_request": True}, "max_request must be an integer >= 1"),  # True is no number of seconds
     ({"size_length_correlation": 2}, "size_length_correlation must be in [-1, 1]"),
 ])
 def test_bad_site_parameters_name_the_field(fields, message):

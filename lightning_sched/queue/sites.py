@@ -53,8 +53,7 @@ class SiteModel:
         if self.request_buckets and abs(sum(b[0] for b in self.request_buckets) - 1) > 1e-6:
             raise ConfigError(f"SiteModel {self.name}: request_buckets' probabilities must sum to 1, got "
                               f"{sum(b[0] for b in self.request_buckets):g}")
-        if self.max_request is not None and (isinstance(self.max_request, bool) or
-                                             not isinstance(self.max_request, int) or self.max_request < 1):
+        if self.max_request is not None and not is_int(self.max_request, 1):
             raise ConfigError(f"SiteModel {self.name}: max_request must be an integer >= 1 (seconds), "
                               f"got {self.max_request!r}")
         rho = self.size_length_correlation

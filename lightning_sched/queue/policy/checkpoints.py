@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from ...config import CHECKPOINT_KEY, QUEUE_POLICY_KIND, QUEUE_RULE_KIND, ConfigError
+from ...config import CHECKPOINT_KEY, QUEUE_POLICY_KIND, QUEUE_RULE_KIND, ConfigError, is_number
 from ...files import damaged_record, load_torch_file, require_finite_weights, require_state_dict, write_torch
 from ..config import QueueConfig
 from .networks import QueueNetwork
@@ -95,7 +95,7 @@ def shares(value) -> float | tuple[float, ...]:
     """A record's train_fraction as stored: one number in (0, 1], or one a log (a list on disk);
     ConfigError naming the field otherwise."""
     values = list(value) if isinstance(value, (list, tuple)) else [value]
-    if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1 for v in values):
+    if not values or not all(is_number(v) and 0 < v <= 1 for v in values):
         raise ConfigError(f"QueuePolicyRecord.train_fraction must be a share in (0, 1] or one a log, got {value!r}")
     return tuple(float(v) for v in values) if isinstance(value, (list, tuple)) else float(value)
 
