@@ -43,7 +43,7 @@ from lightning_sched.decide.snapshot import MAX_WAIT_DAYS  # noqa: E402
 
 TOP_PRIORITY = 1_000_000  # the first job of the order gets this, the next one less, ...
 CLOCK_SKEW = 60  # seconds an eligible time may lie after --now and count as now
-CLOCKS_APART = "clocks apart?)"  # how a reason that a job's times against --now left it out ends
+CLOCKS_APART = "clocks apart?"  # how a reason that a job's times against --now left it out ends, before its ")"
 MAX_EPOCH_SECONDS = 1e11  # year 5138: a --now beyond is milliseconds
 HOLDING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING"})  # states whose jobs hold their processors
 
@@ -152,10 +152,10 @@ def snapshot_of(squeue: dict, processors: int, now: float, unlimited_minutes: in
             minutes = time_limit_minutes(job, unlimited_minutes)
             since = optional(job, "eligible_time") or number(job, "submit_time")  # 0: never computed
             if now - since > MAX_WAIT_DAYS * 86400:  # the service refuses such waits: two clocks' times?
-                left_out[jid] = f"waits more than {MAX_WAIT_DAYS} days (a submit time of 0, or {CLOCKS_APART}"
+                left_out[jid] = f"waits more than {MAX_WAIT_DAYS} days (a submit time of 0, or {CLOCKS_APART})"
                 continue
             if since > now + CLOCK_SKEW:  # a few seconds between the controller's clock and ours are no wait
-                left_out[jid] = f"eligible {since - now:.0f} s after --now (a begin time, or {CLOCKS_APART}"
+                left_out[jid] = f"eligible {since - now:.0f} s after --now (a begin time, or {CLOCKS_APART})"
                 continue
             cpus = number(job, "cpus")
             nodes = optional(job, "node_count") if processors_per_node > 1 else None
@@ -229,7 +229,7 @@ def main(argv=None) -> int:
     if left_out:
         print("# not ranked: "
               + "; ".join(f"{job_id}: {why}" for job_id, why in left_out.items()), file=sys.stderr)
-    clocks = [why for why in left_out.values() if why.endswith(CLOCKS_APART)]
+    clocks = [why for why in left_out.values() if why.endswith(CLOCKS_APART + ")")]
     if clocks and not snapshot["waiting"] and len(clocks) == len(left_out):  # every pending job: the clocks?
         print(f"error: no pending job was ranked, each for its times against --now {now:.0f} ({clocks[0]}): check "
               "the clocks before scheduling this hook", file=sys.stderr)
