@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -89,7 +89,7 @@ class QueueInnerLoop:
     lr: float = 0.1
     sequences: int = 4
     episodes: int = 4
-    step_sizes: dict[str, torch.Tensor] | None = None
+    step_sizes: dict[str, torch.Tensor] | None = field(default=None, compare=False)  # tensors: no ==
 
     def __post_init__(self) -> None:
         for name in ("steps", "sequences", "episodes"):
