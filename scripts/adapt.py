@@ -277,8 +277,9 @@ def queue_main(argv) -> int:
     if args.reference is not None and args.reference not in args.policy:
         raise ConfigError(f"--reference {args.reference!r} must be one of --policy")
     records = {spec: read_queue_record(spec) for spec in args.policy if spec != "scratch"}  # before the rules run
-    for spec, record in records.items():  # a damaged inner loop too, naming its file
-        QueueInnerLoop.of(record.adaptation, spec)
+    # each one's inner loop (a damaged one refused here too, naming its file); 'scratch' adapts with the defaults
+    inner_loops = {spec: QueueInnerLoop.of(records[spec].adaptation, spec) if spec in records else QueueInnerLoop()
+                   for spec in args.policy}
     site_log, site = site_from_args(args)
     trace = args.trace or site_log
     if trace is None:
@@ -305,7 +306,7 @@ def queue_main(argv) -> int:
           f"{overlap_note(spread, args.eval_sequence_length, len(starts))}; mean bounded slowdown ± 95% CI over "
           "sequences, differences paired")
     rules, best = rules_on_site(log, cfg, starts, train_jobs, args.json)
-    curves, (net, policy_cfg) = adapt_policies(args, records, log, cfg, starts, train_jobs)
+    curves, (net, policy_cfg) = adapt_policies(args, records, inner_loops, log, cfg, starts, train_jobs)
     print_curves(curves, rules[best], best, args.reference, {"site": log.summary(), **spread}, starts, args.json)
     if args.figure:
         from lightning_sched.evaluation import mean_ci95
@@ -397,11 +398,11 @@ def rules_on_site(log, cfg, starts, train_jobs: int, as_json: bool) -> tuple[dic
     return rules, best
 
 
-def adapt_policies(args, records: dict, log, cfg, starts, train_jobs: int) -> tuple[dict, tuple]:
-    """Each --policy (a checkpoint, or 'scratch': a fresh network) adapted with its own inner loop's
-    settings unless the flags say otherwise, measured after the steps --measure names:
-    ({policy: {step: per-sequence values}}, (the first policy adapted, its queue config))."""
-    from lightning_sched.queue.adaptation import QueueInnerLoop, adaptation_curve
+def adapt_policies(args, records: dict, inner_loops: dict, log, cfg, starts, train_jobs: int) -> tuple[dict, tuple]:
+    """Each --policy (a checkpoint, or 'scratch': a fresh network) adapted with its inner loop's settings
+    (`inner_loops`: a QueueInnerLoop by policy) unless the flags say otherwise, measured after the steps
+    --measure names: ({policy: {step: per-sequence values}}, (the first policy adapted, its queue config))."""
+    from lightning_sched.queue.adaptation import adaptation_curve
     from lightning_sched.queue.evaluation import network_config
     from lightning_sched.queue.policy import QueueNetwork, QueuePolicySpec, queue_network
 
@@ -409,10 +410,10 @@ def adapt_policies(args, records: dict, log, cfg, starts, train_jobs: int) -> tu
     for spec in args.policy:
         if spec == "scratch":
             torch.manual_seed(args.seed)
-            net, inner, trained = QueueNetwork(QueuePolicySpec()), QueueInnerLoop(), cfg
+            net, trained = QueueNetwork(QueuePolicySpec()), cfg
         else:
-            record = records[spec]
-            net, inner, trained = queue_network(record, spec), QueueInnerLoop.of(record.adaptation, spec), record.queue
+            net, trained = queue_network(records[spec], spec), records[spec].queue
+        inner = inner_loops[spec]
         policy_cfg = network_config(cfg, trained)
         lr = args.lr or inner.lr
         step_sizes = inner.step_sizes if args.optimizer == "sgd" else None  # Meta-SGD's: they scale SGD
