@@ -92,10 +92,9 @@ class QueueInnerLoop:
     step_sizes: dict[str, torch.Tensor] | None = field(default=None, compare=False)  # tensors: no ==
 
     def __post_init__(self) -> None:
-        for name in ("steps", "sequences", "episodes"):
-            if not is_int(getattr(self, name), 0 if name == "steps" else 1):
-                raise ConfigError(f"the inner loop's {name} must be an integer >= {0 if name == 'steps' else 1}, "
-                                  f"got {getattr(self, name)!r}")
+        for name, low in (("steps", 0), ("sequences", 1), ("episodes", 1)):
+            if not is_int(getattr(self, name), low):
+                raise ConfigError(f"the inner loop's {name} must be an integer >= {low}, got {getattr(self, name)!r}")
         if not is_finite(self.lr) or self.lr <= 0:
             raise ConfigError(f"the inner loop's lr must be a finite number > 0, got {self.lr!r}")
         sizes = self.step_sizes
