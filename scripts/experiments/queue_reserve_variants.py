@@ -13,11 +13,22 @@ does. Two changes a scheduler could make, each alone and both:
 And, for comparison, no reservation at all (first fit): the ranking's first job that fits now, else its
 first job (held), so a long job that fits can delay the first job without bound.
 
+With `--slack S ...`, relaxed reservations (relaxed backfilling, Ward et al. 2002) for each S: fillers
+may end up to S x the first job's wait past its shadow, so it starts up to that much later.
+"relaxed S" measures the wait from each decision (the reservation recomputed, so delays may add up);
+"fixed S" keeps each row's target, now + (1 + S) x shadow from the decision where that job first
+became the ranking's first without fitting, while it stays first. Either way a relaxed filler must
+start before the shadow (`--late_start` drops this: holding a filler that fits only after the shadow
+blocks the first job beyond it, since the env holds the pick). `--variants` keeps only the named ones
+of the rest.
+
 Mean bounded slowdown on the protocol's sequences, each variant and the rule minus F1 and minus
 `RULE+reserve`, paired 95% CIs:
 
     python scripts/experiments/queue_reserve_variants.py --trace ../shared/traces/lublin_256.swf.gz \\
         ../shared/traces/lublin_256_new2.swf.gz --protocols recent heldout --threads 1
+    python scripts/experiments/queue_reserve_variants.py --trace ../shared/traces/lublin_256.swf.gz \\
+        ../shared/traces/lublin_256_new2.swf.gz --variants reserve --slack 0.05 0.1 0.2 0.5 1 --protocols recent
 """
 from __future__ import annotations
 
@@ -35,14 +46,17 @@ VARIANTS = {"reserve": (False, False, False), "spare": (True, False, False), "ea
             "spare+earliest": (True, True, False), "first-fit": (False, False, True)}
 
 
-def reserving_policy(rule: str, spare_nodes: bool, earliest: bool, first_fit: bool = False):
+def reserving_policy(rule: str, spare_nodes: bool, earliest: bool, first_fit: bool = False, slack: float = 0.0,
+                     fixed: bool = False, late_start: bool = False):
     """(td, env) -> td with "action": `rule` played with its reservation and the chosen changes (or,
-    with `first_fit`, without one)."""
+    with `first_fit`, without one; with `slack` > 0 relaxed: module docstring)."""
     import torch
 
     from lightning_sched.queue.heuristics import priority, window_columns
     from lightning_sched.queue.reservation import fit_delay_seconds
     from lightning_sched.queue.state import RUNNING
+
+    remembered = {}  # fixed: each row's first job and its target time
 
     def policy(td, env):
         score = priority(rule, td).double()  # [B, W], lower first
@@ -51,6 +65,16 @@ def reserving_policy(rule: str, spare_nodes: bool, earliest: bool, first_fit: bo
         first = score.argmin(-1, keepdim=True)
         shadow = delay.gather(1, first)  # 0 when the first job fits now
         fillers = filled & (delay + requested.long() < shadow)
+        if slack:
+            now = td["time"].reshape(-1, 1).long()
+            target = now + (shadow * (1 + slack)).long()
+            if fixed:
+                job = td["window_job"].gather(1, first).long()
+                kept = remembered.get("job", torch.full_like(job, -1)) == job
+                target = torch.where(kept, remembered.get("target", target), target)
+                remembered.update(job=torch.where(shadow > 0, job, -1), target=target)
+            relaxed = filled & (now + delay + requested.long() < target) & (shadow > 0)
+            fillers |= relaxed if late_start else relaxed & (delay < shadow)
         if first_fit:  # every job that fits now fills, however long
             fillers = filled & (delay == 0)
         if spare_nodes:
@@ -80,8 +104,18 @@ def main(argv=None) -> None:
     parser.add_argument("--protocols", nargs="+", default=["recent", "heldout"], choices=["recent", "heldout"])
     parser.add_argument("--rule", default="f1", choices=["fcfs", "sjf", "f1", "wfp3", "unicep"])
     parser.add_argument("--sequences", type=at_least(2), default=100)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--slack", nargs="*", type=float, default=[], help="relaxed reservations to add (> 0)")
+    parser.add_argument("--late_start", action="store_true", help="relaxed fillers may start after the shadow")
     parser.add_argument("--threads", type=thread_count, default=1, help=THREADS_HELP)
     args = parser.parse_args(argv)
+    if "reserve" not in args.variants or any(not s > 0 for s in args.slack):
+        parser.error(f"--variants must keep reserve (the others are set against it), --slack must be > 0: "
+                     f"{args.variants} {args.slack}")
+    variants = {name: VARIANTS[name] for name in args.variants}
+    for s in args.slack:
+        variants[f"relaxed {s:g}"] = (False, False, False, s, False, args.late_start)
+        variants[f"fixed {s:g}"] = (False, False, False, s, True, args.late_start)
     set_threads(args.threads)
 
     import torch
@@ -111,7 +145,7 @@ def main(argv=None) -> None:
             starts = protocol_starts(log, protocol, args.sequences)
             rule = bsld(plain, heuristic_config(cfg), log, starts)
             results = {name: bsld(reserving_policy(args.rule, *flags), heuristic_config(cfg, reserve=True), log, starts)
-                       for name, flags in VARIANTS.items()}
+                       for name, flags in variants.items()}
             line = {"log": Path(trace).name, "protocol": protocol, args.rule: round(float(rule.mean()), 2)}
             for name, values in results.items():
                 line[name] = round(float(values.mean()), 2)
