@@ -635,11 +635,11 @@ def test_an_evaluation_names_the_sequences_a_checkpoint_trained_on(tmp_path):
     import gzip  # the same log gzipped: the same note
     (tmp_path / "site.swf.gz").write_bytes(gzip.compress((tmp_path / "site.swf").read_bytes()))
     zipped = read_queue_log(tmp_path / "site.swf.gz")
-    assert training_notes(str(ckpt), zipped, torch.tensor([100, 900]), "off")[2] == 1
+    assert training_notes(str(ckpt), zipped, torch.tensor([100, 900]), "off").read == 1
     # one share a log (a policy adapted on this site after training elsewhere on whole logs): this log's
     adapted = QueuePolicyRecord.of(QueueNetwork(QueuePolicySpec()), log.config(backfill="off"),
                                    log=["other.swf", str(tmp_path / "site.swf")], train_fraction=(1.0, 0.5))
-    assert training_notes(str(ckpt), log, torch.tensor([100, 499, 500, 900]), "off", adapted)[2] == 2
+    assert training_notes(str(ckpt), log, torch.tensor([100, 499, 500, 900]), "off", adapted).read == 2
     with pytest.raises(ConfigError, match="train_fraction holds 1 shares for 2 logs"):
         QueuePolicyRecord.of(QueueNetwork(QueuePolicySpec()), log.config(), log=["a.swf", "b.swf"],
                              train_fraction=[0.5])

@@ -82,7 +82,7 @@ def test_fit_searches_a_rule_and_writes_checkpoints_evaluate_reads(tmp_path):
     # chosen on `recent` (60-80%): an evaluation there names the sequences as read
     from lightning_sched.queue.evaluation import protocol_starts, training_notes
     starts = protocol_starts(log, "recent", 10, 1024)
-    assert training_notes(str(last), log, starts, "off")[2] == len(starts)
+    assert training_notes(str(last), log, starts, "off").read == len(starts)
     assert entry["weights"] == data["state_dict"]["weights"].tolist()
     assert entry["weights"] != list(F1_WEIGHTS[:BASIC])  # two generations moved it
     assert list((run / "checkpoints").glob("best-*.ckpt"))

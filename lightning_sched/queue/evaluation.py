@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -179,15 +180,21 @@ def overlap_note(spread: dict, length: int, sequences: int, halves_shown: bool =
             f"not what another stretch of the log would give{halves_text})")
 
 
+class TrainingNotes(NamedTuple):
+    """What a checkpoint trained on, set against one evaluation (`training_notes`)."""
+
+    notes: list[str]  # for this backfilling setting (e.g. trained with another)
+    read_note: str | None  # on the sequences holding jobs its run read: the same for every setting
+    read: int | None  # how many of the sequences hold such jobs; None when it never read this log
+
+
 def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str,
-                   record: QueueCheckpoint | None = None) -> tuple[list[str], str | None, int | None]:
-    """What checkpoint `spec` (its `record` when already read) trained on, set against this evaluation:
-    (notes for this backfilling setting, the note on the sequences holding jobs its run read, the same
-    for every setting, or None, how many of the sequences `starts` hold such jobs, or None when it
-    never read this log). Nothing for a rule."""
+                   record: QueueCheckpoint | None = None) -> TrainingNotes:
+    """What checkpoint `spec` (its `record` when already read) trained on, set against an evaluation
+    on the sequences `starts` of `log` with `backfill`. Nothing for a rule."""
     record = policy_record(spec) if record is None else record
     if record is None:
-        return [], None, None
+        return TrainingNotes([], None, None)
     logs, fraction, trained_backfill = record.trained_on()
     logs = [logs] if isinstance(logs, str) else logs  # a record may hold one log as a string
     if not isinstance(logs, (list, tuple)) or not all(isinstance(one, str) for one in logs):
@@ -198,7 +205,7 @@ def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str
     name = Path(log.path).name
     stems = [log_stem(str(one).split(":")[0]) for one in logs]
     if log_stem(name) not in stems:  # gzipped or not: one log
-        return notes, None, None
+        return TrainingNotes(notes, None, None)
     if isinstance(fraction, (list, tuple)):  # one share a log
         fraction = max(f for f, stem in zip(fraction, stems) if stem == log_stem(name))
     if not is_number(fraction) or not 0 < fraction <= 1:
@@ -206,7 +213,7 @@ def training_notes(spec: str, log: QueueLog, starts: torch.Tensor, backfill: str
     read = int((starts < log.jobs_before(fraction)).sum())  # a sequence [s, s + L) meets jobs [0, T) when s < T
     read_note = (f"note: {spec} trained on the first {fraction:.0%} of {name}'s jobs (a log of that file name, "
                  f"gzipped or not): {read} of these {len(starts)} sequences hold jobs it read") if read else None
-    return notes, read_note, read
+    return TrainingNotes(notes, read_note, read)
 
 
 def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str = "off", sequences: int = SEQUENCES,
@@ -253,12 +260,12 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
              "they are positions only (--protocol heldout draws from the log's own last 20%)")
     trained = {spec: training_notes(spec, log, starts, backfill, records[spec]) for spec in policies}
     said = set() if said is None else said
-    for notes, read_note, _ in trained.values():
-        for note in notes:
+    for one in trained.values():
+        for note in one.notes:
             echo(note)
-        if read_note and read_note not in said:
-            echo(read_note)
-            said.add(read_note)
+        if one.read_note and one.read_note not in said:
+            echo(one.read_note)
+            said.add(one.read_note)
     results = compare_queue(resolved, log, starts, device)
     if all(r.summary["mean_bounded_slowdown"] == 1.0 for r in results.values()):
         echo(f"note: every job's bounded slowdown is 1 under every policy (offered load {log.offered_load():.2f}: "
@@ -271,8 +278,8 @@ def run_protocol(trace: str, protocol: str, policies: list[str], backfill: str =
         s = result.summary
         line = {"policy": name, "trace": Path(trace).name, "protocol": protocol, "backfill": backfill, **s,
                 **spread, "log": log.summary()}
-        if trained[name][2] is not None:
-            line["sequences_with_training_jobs"] = trained[name][2]
+        if trained[name].read is not None:
+            line["sequences_with_training_jobs"] = trained[name].read
         bsld_ci = ci_text(s["mean_bounded_slowdown_ci95"], "8.2f")
         text = (f"{name:{width}s} bsld {s['mean_bounded_slowdown']:10.2f} ± {bsld_ci}  "
                 f"wait {s['mean_wait']:10.0f} s  util {s['utilization']:.3f}")
