@@ -21,6 +21,8 @@ QUEUE_RULE_KIND = "queue_linear_rule"
 # DeepRM's image grows with units x slots x job units x horizon; past about a megabyte an episode
 # (2**18 float cells) it is no longer an input any network can use, only memory traffic
 MAX_IMAGE_CELLS = 1 << 18
+# sizes and times past this would meet the state's "never" (deeprm.state.NEVER, 2**40), and int64 math
+MAX_SIZE = (1 << 40) - 1
 
 
 def is_int(value, low: int | None = None) -> bool:
@@ -96,6 +98,8 @@ class ClusterConfig:
             value = getattr(self, f)
             if not is_int(value, 1):
                 raise ConfigError(f"ClusterConfig.{f} must be an integer >= 1, got {value!r}")
+            if value > MAX_SIZE:
+                raise ConfigError(f"ClusterConfig.{f} must be at most {MAX_SIZE} (2**40 - 1), got {value}")
         if self.max_job_len > self.horizon:
             raise ConfigError(f"ClusterConfig.max_job_len={self.max_job_len} exceeds horizon={self.horizon}")
         if self.max_job_units > self.resource_units:

@@ -36,6 +36,8 @@ def both(field: str, value) -> str:
     ({"backlog_size": -3}, "backlog_size", -3),
     ({"max_time": 0}, "max_time", 0),
     ({"max_track_since_new": 0}, "max_track_since_new", 0),
+    ({"max_time": 10**30}, "max_time", 10**30),  # an int past a float's range, and past the state's "never"
+    ({"max_track_since_new": 1 << 40}, "max_track_since_new", 1 << 40),
 ])
 def test_bad_cluster_config(changes, field, value):
     with pytest.raises(ConfigError, match=both(field, value)):
@@ -45,6 +47,7 @@ def test_bad_cluster_config(changes, field, value):
 def test_cluster_config_limits_are_inclusive():
     CFG.replace(max_job_len=20, max_job_units=10, slo_slowdown=1.0)
     ClusterConfig(horizon=62, max_job_len=62)
+    CFG.replace(max_time=(1 << 40) - 1)  # the largest time the state tells from "never"
 
 
 def test_a_huge_slo_slowdown_gives_deadlines_no_episode_reaches():

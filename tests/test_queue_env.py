@@ -177,6 +177,10 @@ def test_bad_logs_and_sequences_are_refused_in_one_line(tmp_path):
         QueueEnv(log.config(sequence_length=16), log, batch_size=[1], starts=[40])
     with pytest.raises(ConfigError, match="QueueConfig.backfill must be one of off, easy, got 'conservative'"):
         log.config(backfill="conservative")
+    for field, value in (("nodes", 0), ("window", 2.5), ("processors_per_node", 10**30), ("sequence_length", 1 << 31)):
+        with pytest.raises(ConfigError, match=rf"QueueConfig.{field} must be .*, got {value}$"):
+            QueueConfig(**{field: value})
+    QueueConfig(nodes=(1 << 31) - 1)  # the largest count the kernel's int32 slots hold
     env = QueueEnv(log.config(sequence_length=16), log, batch_size=[2], seed=0)
     td = env.reset()
     td["action"] = torch.tensor([0, 5])

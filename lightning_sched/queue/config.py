@@ -11,6 +11,8 @@ from ..config import ConfigError, is_finite, is_int
 
 BACKFILL = ("off", "easy")
 REWARDS = ("per_job", "final")
+# nodes, processors per node, window and sequence length: the kernel keeps slots and orders as int32
+MAX_COUNT = (1 << 31) - 1
 # the priority rules of queue.heuristics that a "best heuristic" is chosen among and whose window
 # ranks an observation can carry (the buggy reproductions of RLScheduler's cells are not scheduling rules)
 RULES = ("fcfs", "sjf", "f1", "wfp3", "unicep")
@@ -86,6 +88,8 @@ class QueueConfig:
             value = getattr(self, name)
             if not is_int(value, 1):
                 raise ConfigError(f"QueueConfig.{name} must be an integer >= 1, got {value!r}")
+            if value > MAX_COUNT:
+                raise ConfigError(f"QueueConfig.{name} must be at most {MAX_COUNT} (2**31 - 1), got {value}")
         if self.backfill not in BACKFILL:
             raise ConfigError(f"QueueConfig.backfill must be one of {', '.join(BACKFILL)}, got {self.backfill!r}")
         if self.reward not in REWARDS:
