@@ -318,5 +318,8 @@ def refuse_output(path, overwrite: bool, flag: str, inputs=()) -> None:
         raise ConfigError(f"{flag} {path} is one of the script's inputs; name another file")
     if path.is_dir():
         raise ConfigError(f"{flag} {path} is a folder; name a file")
+    above = next((p for p in path.parents if p.exists()), None)  # the first that exists must be a folder
+    if above is not None and not above.is_dir():
+        raise ConfigError(f"{flag} {path}: {above} is a file, not a folder")
     if path.exists() and not overwrite:
         raise OutputExists(f"{flag} {path} exists; name another file or pass --overwrite to replace it")

@@ -44,3 +44,5 @@ def test_the_torchrl_example_trains_saves_and_evaluate_reads_it(tmp_path, capsys
         train(["--trace", str(log), "--out", str(out)])  # refused before any training
     with pytest.raises(ConfigError, match="--frames 250 must be a multiple of --batch 4"):
         train(["--trace", str(log), "--batch", "4", "--frames", "250", "--out", str(tmp_path / "other.ckpt")])
+    with pytest.raises(ConfigError, match=r"--out .*log.swf/mine.ckpt: .*log.swf is a file, not a folder"):
+        train(["--trace", str(log), "--out", str(log / "mine.ckpt")])  # refused before training, not after

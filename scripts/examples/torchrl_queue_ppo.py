@@ -4,7 +4,7 @@ over the library's network (`QueueNetwork`, `make_actor`, `make_critic`). It tra
 of the log's jobs, prints the mean bounded slowdown of the episodes that ended in each batch, saves
 the network as a queue record and prints the evaluate.py command that tests it on the last 20%.
 
-    python scripts/examples/torchrl_queue_ppo.py --iterations 30 --out /tmp/mine.ckpt --threads 1
+    python scripts/examples/torchrl_queue_ppo.py --iterations 40 --out /tmp/mine.ckpt --threads 1
 """
 from __future__ import annotations
 
@@ -100,7 +100,8 @@ def main(argv=None) -> None:
                 torch.nn.utils.clip_grad_norm_(loss.parameters(), 1.0)
                 optimizer.step()
         shown = f"{ended.mean():9.1f} over {ended.numel():3d} episodes" if ended.numel() else "no episode ended"
-        # the last minibatch's entropy (nats; log 128 = 4.85 is uniform over a full window) and KL to the batch's policy
+        # the last minibatch's entropy (nats; log 128 = 4.85 is uniform over a full window) and TorchRL's sample
+        # estimate of the KL to the batch's policy (kl_approx: it can come out slightly negative)
         print(f"iteration {iteration:3d}: mean bounded slowdown {shown}; entropy {float(parts['entropy']):.2f}, "
               f"KL {float(parts['kl_approx']):.4f}, {time.perf_counter() - start:4.0f} s", flush=True)
     collector.shutdown()

@@ -42,6 +42,7 @@ from _common import run_main, set_threads  # noqa: E402
 from lightning_sched.cli import THREADS_HELP, at_least, thread_count  # noqa: E402
 
 # name: (spare nodes, earliest fit, first fit: no reservation)
+MAX_SLACK = 100.0  # a relaxed wait of 101 x the shadow; more would overflow the target's int64 seconds
 VARIANTS = {"reserve": (False, False, False), "spare": (True, False, False), "earliest": (False, True, False),
             "spare+earliest": (True, True, False), "first-fit": (False, False, True)}
 
@@ -67,7 +68,7 @@ def reserving_policy(rule: str, spare_nodes: bool, earliest: bool, first_fit: bo
         fillers = filled & (delay + requested.long() < shadow)
         if slack:
             now = td["time"].reshape(-1, 1).long()
-            target = now + (shadow * (1 + slack)).long()
+            target = now + (shadow.double() * (1 + slack)).long()  # slack <= MAX_SLACK: no overflow
             if fixed:
                 job = td["window_job"].gather(1, first).long()
                 kept = remembered.get("job", torch.full_like(job, -1)) == job
@@ -95,6 +96,7 @@ def reserving_policy(rule: str, spare_nodes: bool, earliest: bool, first_fit: bo
                                    torch.where(fillers.any(-1), later_fill, first.squeeze(1)))
         return td
 
+    policy.remembered = remembered  # what a fixed reservation keeps between decisions (for tests)
     return policy
 
 
@@ -109,9 +111,10 @@ def main(argv=None) -> None:
     parser.add_argument("--late_start", action="store_true", help="relaxed fillers may start after the shadow")
     parser.add_argument("--threads", type=thread_count, default=1, help=THREADS_HELP)
     args = parser.parse_args(argv)
-    if "reserve" not in args.variants or any(not s > 0 for s in args.slack):
-        parser.error(f"--variants must keep reserve (the others are set against it), --slack must be > 0: "
-                     f"{args.variants} {args.slack}")
+    if "reserve" not in args.variants:
+        parser.error(f"--variants must keep reserve (the others are set against it), got {args.variants}")
+    if any(not 0 < s <= MAX_SLACK for s in args.slack):
+        parser.error(f"--slack must be in (0, {MAX_SLACK:g}], got {args.slack}")
     variants = {name: VARIANTS[name] for name in args.variants}
     for s in args.slack:
         variants[f"relaxed {s:g}"] = (False, False, False, s, False, args.late_start)
