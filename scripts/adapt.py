@@ -344,7 +344,9 @@ def queue_parser(eval_length: int) -> ScriptParser:
     ap.add_argument("--trace", help="an SWF log (default: --site's)")
     add_log_reading_flags(ap)
     add_site_flags(ap)
-    ap.add_argument("--steps", type=at_least(0), default=5, help="adaptation steps")
+    ap.add_argument("--steps", type=at_least(0), default=5,
+                    help="adaptation steps, the same for every --policy so that their curves compare (a meta-policy's "
+                    "recorded inner-loop steps are those of its training, not a default here)")
     ap.add_argument("--measure", type=at_least(0), nargs="+", help="steps after which to measure (default 0..steps)")
     ap.add_argument("--lr", type=positive_float,
                     help=f"step size (default: the checkpoint's inner lr, else {QueueInnerLoop.lr}; with its "
