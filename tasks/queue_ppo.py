@@ -428,7 +428,7 @@ class QueuePPO(IterationTask):
 
     def data_report(self) -> list[str]:
         """What fit.py prints at the start: what reading did to each log, and a light load (`reading_report`)."""
-        return reading_report(self.logs, "--model.init_args.load")
+        return reading_report(self.logs)
 
     def validation_metrics(self) -> set[str]:
         return {f"eval/{m}" for m in METRICS}

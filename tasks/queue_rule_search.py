@@ -129,7 +129,7 @@ class QueueRuleSearch(IterationTask):
 
     def data_report(self) -> list[str]:
         """What fit.py prints at the start: what reading did to each log, and a light load (`reading_report`)."""
-        return reading_report(self.logs, "--model.init_args.load")
+        return reading_report(self.logs)
 
     # ----- checkpoints: the rule, readable without this module ---------------------------------------
     def rule_entry(self) -> dict:

@@ -48,14 +48,19 @@ def scripts_on_path() -> None:
         sys.path.insert(0, str(SCRIPTS))
 
 
-def script_main(name: str):
-    """A script's `main(argv)`, run in this process (its ConfigError raised, not printed: run_main's
-    one line and exit code 2 are tested through subprocesses elsewhere)."""
+def script_module(name: str):
+    """The script scripts/`name`.py as a module, loaded in this process (its functions callable)."""
     scripts_on_path()
     spec = importlib.util.spec_from_file_location(f"script_{name}", SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.main
+    return module
+
+
+def script_main(name: str):
+    """A script's `main(argv)`, run in this process (its ConfigError raised, not printed: run_main's
+    one line and exit code 2 are tested through subprocesses elsewhere)."""
+    return script_module(name).main
 
 
 IN_PROCESS = {"adapt", "bench_env", "bench_maml", "bench_train", "ensemble", "evaluate", "figures", "make_swf",

@@ -3,11 +3,9 @@ fifteenth round): a vanishing slack plays `RULE+reserve` exactly, a fixed one ke
 while the same job stays first, and a relaxed filler never starts after the first job's shadow."""
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
-from conftest import SCRIPTS, scripts_on_path
+from conftest import script_module
 from test_queue_env import write_log
 
 from lightning_sched.queue.env import QueueEnv
@@ -16,15 +14,6 @@ from lightning_sched.queue.heuristics import priority
 from lightning_sched.queue.log import read_queue_log
 from lightning_sched.queue.reservation import fit_delay_seconds
 from lightning_sched.queue.rollout import collect
-
-
-def variants_module():
-    scripts_on_path()
-    spec = importlib.util.spec_from_file_location("queue_reserve_variants",
-                                                  SCRIPTS / "experiments" / "queue_reserve_variants.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +41,7 @@ def play(policy, setting, watch=None):
 
 
 def test_a_vanishing_slack_plays_the_reservation_exactly(setting):
-    variants = variants_module()
+    variants = script_module("experiments/queue_reserve_variants")
     reserve = play(variants.reserving_policy("f1", False, False), setting)
     for fixed in (False, True):
         relaxed = play(variants.reserving_policy("f1", False, False, slack=1e-9, fixed=fixed), setting)
@@ -62,7 +51,7 @@ def test_a_vanishing_slack_plays_the_reservation_exactly(setting):
 
 
 def test_a_fixed_target_is_kept_while_its_job_stays_first_and_fillers_start_before_the_shadow(setting):
-    variants = variants_module()
+    variants = script_module("experiments/queue_reserve_variants")
     policy = variants.reserving_policy("f1", False, False, slack=1.0, fixed=True)
     seen, late = [], []
 

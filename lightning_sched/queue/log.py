@@ -272,16 +272,16 @@ def read_queue_log(path: str | Path, nodes: int | None = None, processors_per_no
                     nodes, processors_per_node, counts)
 
 
-def reading_report(logs: list[QueueLog], load_key: str) -> list[str]:
-    """What a training run prints of its logs: a line a log (`QueueLog.describe`, as evaluate.py
+def reading_report(logs: list[QueueLog]) -> list[str]:
+    """What a training run (fit.py) prints of its logs: a line a log (`QueueLog.describe`, as evaluate.py
     prints), and a note for a log so lightly loaded that few of its jobs wait, naming the run's key
-    `load_key` that compresses its arrivals."""
+    that compresses its arrivals (QueuePPO's and QueueRuleSearch's `load`)."""
     lines = [one.describe() for one in logs]
     light = [one for one in logs if one.offered_load() < LIGHT_LOAD]
     if light:
         lines.append(f"note: {Path(light[0].path).name}'s offered load is {light[0].offered_load():.2f}: few jobs "
                      "wait, so most sequences give every policy the same bounded slowdowns and training little to "
-                     f"learn; {load_key} 1.0 compresses its arrivals")
+                     "learn; --model.init_args.load 1.0 compresses its arrivals")
     return lines
 
 
